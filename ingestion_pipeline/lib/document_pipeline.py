@@ -1,0 +1,276 @@
+"""The document pipeline's steps over one batch (partition), as plain functions the assets call.
+
+Each step works file by file: a failure marks only that file's ledger row failed (with a reason a
+person can act on) and the step goes on with the others. State between steps lives in the staging
+tables, so a retried step resumes instead of starting over, and each step ends with a heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingestion_pipeline.lib import ledger, staging
+from ingestion_pipeline.lib.chunking import chunk_elements, effective_budgets
+from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline.lib.embedding import Embedder, ModelInfo, model_info, resolve_model_path
+from ingestion_pipeline.lib.extraction import extract
+from ingestion_pipeline.lib.extraction.errors import ExtractionError
+from ingestion_pipeline.lib.fingerprint import pipeline_fingerprint
+from ingestion_pipeline.lib.hashing import copy_and_hash
+from ingestion_pipeline.lib.promotion import PromotionError, promote_document_version
+from ingestion_pipeline.lib.settings import Settings
+from ingestion_pipeline.lib.tokens import TokenCounter, load_token_counter
+from ingestion_pipeline.lib.upload_store import LocalUploadStore
+
+_log = logging.getLogger("ingestion_pipeline.documents")
+
+# Errors whose message is already what a person needs; anything else is prefixed with its type.
+_EXPECTED_ERRORS = (ExtractionError, PromotionError)
+
+
+@dataclass
+class FileOutcome:
+    run_id: int
+    filename: str
+    status: str  # running (step done, more to come) | succeeded | skipped | failed
+    detail: str = ""
+    stats: dict = field(default_factory=dict)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, _EXPECTED_ERRORS):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _ms(start: float) -> int:
+    return int((time.perf_counter() - start) * 1000)
+
+
+class DocumentPipeline:
+    def __init__(self, database_url: str, settings: Settings) -> None:
+        self.database_url = database_url
+        self.settings = settings
+        self.model_path = resolve_model_path(settings.embedding.model_path)
+        self.model: ModelInfo = model_info(self.model_path)
+        self.store = LocalUploadStore(settings.upload.upload_dir)
+        self._counter: TokenCounter | None = None
+        self._embedder: Embedder | None = None
+        if self.model.dimension != 384:
+            raise ValueError(
+                f"embedding model has dimension {self.model.dimension}, the schema stores vector(384); "
+                "add a migration for another dimension"
+            )
+
+    # -- shared ---------------------------------------------------------------------------------
+    @property
+    def fingerprint(self) -> str:
+        return pipeline_fingerprint(self.model, self.settings.chunk.target_tokens, self.settings.chunk.max_tokens)
+
+    @property
+    def counter(self) -> TokenCounter:
+        if self._counter is None:
+            self._counter = load_token_counter(self.model_path)
+        return self._counter
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = Embedder(self.model_path, self.settings.embedding.batch_size)
+        return self._embedder
+
+    def _for_each(
+        self, partition_key: str, dagster_run_id: str, work: Callable[[dict], FileOutcome | None]
+    ) -> list[FileOutcome]:
+        outcomes: list[FileOutcome] = []
+        with connect(self.database_url, autocommit=True) as conn:
+            rows = ledger.active_rows(conn, partition_key, dagster_run_id)
+        for row in rows:
+            filename = (row["config"] or {}).get("filename", row["source_uri"])
+            try:
+                outcome = work(row)
+            except Exception as exc:  # one bad file never fails the batch
+                reason = _describe(exc)
+                _log.warning("file %s (run %s) failed: %s", filename, row["run_id"], reason)
+                with connect(self.database_url) as conn, conn.transaction():
+                    ledger.mark_failed(conn, row["run_id"], reason)
+                outcome = FileOutcome(row["run_id"], filename, ledger.FAILED, reason)
+            if outcome is not None:
+                outcomes.append(outcome)
+        return outcomes
+
+    # -- step 1: raw_documents ----------------------------------------------------------------------
+    def claim_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
+        """Claim the batch's rows, verify each stored file, skip what is already current."""
+        with connect(self.database_url) as conn, conn.transaction():
+            rows = ledger.claim_for_run(conn, partition_key, dagster_run_id)
+        already = [
+            FileOutcome(r["run_id"], (r["config"] or {}).get("filename", ""), ledger.SUCCEEDED, "already done")
+            for r in rows if r["status"] == ledger.SUCCEEDED
+        ]
+        return already + self._for_each(partition_key, dagster_run_id, self._verify_raw)
+
+    def _verify_raw(self, row: dict) -> FileOutcome:
+        start = time.perf_counter()
+        filename = (row["config"] or {}).get("filename", "")
+        raw = Path(row["raw_path"] or "")
+        if not raw.is_file():
+            raise ExtractionError(f"stored upload is missing ({raw}); submit the file again")
+        with raw.open("rb") as src:
+            sha, _ = copy_and_hash(src, _NullWriter())
+        if sha != row["content_hash"]:
+            raise ExtractionError("stored upload does not match its SHA-256 (corrupted in storage); submit again")
+        with connect(self.database_url) as conn, conn.transaction():
+            current = conn.execute(
+                """SELECT version_id FROM document_versions
+                    WHERE tenant_id = %s AND doc_id = %s AND is_active AND content_hash = %s
+                      AND pipeline_fingerprint = %s""",
+                (row["tenant_id"], row["doc_id"], row["content_hash"], self.fingerprint),
+            ).fetchone()
+            if current is not None:
+                ledger.mark_succeeded(conn, row["run_id"], {"skipped": "already the active version",
+                                                            "version_id": current["version_id"]})
+                staging.discard(conn, row["run_id"])
+                outcome = FileOutcome(row["run_id"], filename, "skipped", "already the active version")
+            else:
+                staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
+                ledger.heartbeat(conn, row["run_id"], {"timings_ms": {"verify": _ms(start)}})
+                return FileOutcome(row["run_id"], filename, ledger.RUNNING, "verified")
+        self._release_raw(row)
+        return outcome
+
+    # -- step 2: document_elements ------------------------------------------------------------------
+    def extract_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
+        return self._for_each(partition_key, dagster_run_id, self._extract_one)
+
+    def _extract_one(self, row: dict) -> FileOutcome:
+        config = row["config"] or {}
+        filename = config.get("filename", "")
+        with connect(self.database_url, autocommit=True) as conn:
+            state = staging.staging_state(conn, row["run_id"])
+        if state is not None and state["elements_done"]:
+            return FileOutcome(row["run_id"], filename, ledger.RUNNING, "elements already staged")
+        start = time.perf_counter()
+        document = extract(Path(row["raw_path"]), config.get("extension") or Path(filename).suffix)
+        elapsed = _ms(start)
+        stats = {"elements": len(document.elements), "pages": document.page_count, "notes": document.notes}
+        with connect(self.database_url) as conn, conn.transaction():
+            staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
+            staging.write_elements(conn, row["run_id"], document.elements, document.page_count, stats)
+            ledger.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, extract=elapsed)})
+        return FileOutcome(row["run_id"], filename, ledger.RUNNING, f"{len(document.elements)} elements", stats)
+
+    # -- step 3: document_chunks ----------------------------------------------------------------------
+    def chunk_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
+        return self._for_each(partition_key, dagster_run_id, self._chunk_one)
+
+    def _chunk_one(self, row: dict) -> FileOutcome:
+        filename = (row["config"] or {}).get("filename", "")
+        with connect(self.database_url, autocommit=True) as conn:
+            state = staging.staging_state(conn, row["run_id"])
+            if state is None or not state["elements_done"]:
+                raise ExtractionError("extraction did not complete for this file")
+            if state["chunks_done"]:
+                return FileOutcome(row["run_id"], filename, ledger.RUNNING, "chunks already staged")
+            elements = staging.read_elements(conn, row["run_id"])
+        start = time.perf_counter()
+        target, hard_max = effective_budgets(
+            self.settings.chunk.target_tokens, self.settings.chunk.max_tokens, self.counter
+        )
+        chunks = chunk_elements(elements, self.counter, target=target, hard_max=hard_max)
+        if not chunks:
+            raise ExtractionError("the file produced no text chunks")
+        elapsed = _ms(start)
+        stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks), "max_chunk_tokens":
+                 max(c.token_count for c in chunks)}
+        with connect(self.database_url) as conn, conn.transaction():
+            staging.write_chunks(conn, row["run_id"], chunks, stats)
+            ledger.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, chunk=elapsed)})
+        return FileOutcome(row["run_id"], filename, ledger.RUNNING, f"{len(chunks)} chunks", stats)
+
+    # -- step 4: chunk_embeddings ----------------------------------------------------------------------
+    def embed_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
+        return self._for_each(partition_key, dagster_run_id, self._embed_one)
+
+    def _embed_one(self, row: dict) -> FileOutcome:
+        filename = (row["config"] or {}).get("filename", "")
+        run_id = row["run_id"]
+        with connect(self.database_url, autocommit=True) as conn:
+            state = staging.staging_state(conn, run_id)
+            if state is None or not state["chunks_done"]:
+                raise ExtractionError("chunking did not complete for this file")
+            reused = staging.reuse_stored_embeddings(conn, run_id, row["tenant_id"], self.model.name)
+        start = time.perf_counter()
+        embedded = 0
+        model_ms = 0
+        batch = self.settings.embedding.batch_size * 4  # one committed unit = a few model batches
+        while True:
+            with connect(self.database_url) as conn, conn.transaction():
+                pending = staging.chunks_missing_embeddings(conn, run_id, batch)
+                if not pending:
+                    break
+                model_start = time.perf_counter()
+                vectors = self.embedder.embed([p["text"] for p in pending])
+                model_ms += _ms(model_start)
+                staging.write_embeddings(conn, run_id, [p["ordinal"] for p in pending], vectors)
+                ledger.heartbeat(conn, run_id)
+            embedded += len(pending)
+        stats = {"embedded": embedded, "embeddings_reused": reused, "model_ms": model_ms}
+        with connect(self.database_url) as conn, conn.transaction():
+            staging.mark_embeddings_done(conn, run_id, stats)
+            ledger.heartbeat(conn, run_id, {**stats, "timings_ms": _timings(row, embed=_ms(start))})
+        return FileOutcome(run_id, filename, ledger.RUNNING, f"{embedded} embedded, {reused} reused", stats)
+
+    # -- step 5: promoted_documents ----------------------------------------------------------------------
+    def promote_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
+        return self._for_each(partition_key, dagster_run_id, self._promote_one)
+
+    def _promote_one(self, row: dict) -> FileOutcome:
+        filename = (row["config"] or {}).get("filename", "")
+        start = time.perf_counter()
+        with connect(self.database_url) as conn:
+            current = ledger.get_run(conn, row["run_id"])
+            timings = dict((current["stats"] or {}).get("timings_ms") or {})
+            timings["promote"] = 0
+            with conn.transaction():
+                state = staging.staging_state(conn, row["run_id"])
+                if state is None or not state["embeddings_done"]:
+                    raise PromotionError("embedding did not complete for this file")
+                timings["promote"] = _ms(start)
+                version = promote_document_version(
+                    conn, current, fingerprint=self.fingerprint, model=self.model.name,
+                    stats={"timings_ms": timings},
+                )
+        self._release_raw(row)
+        return FileOutcome(
+            row["run_id"], filename, ledger.SUCCEEDED,
+            f"version {version.version_number}: {version.chunk_count} chunks",
+            {"version_id": version.version_id, "chunks": version.chunk_count, "tokens": version.token_count},
+        )
+
+    def _release_raw(self, row: dict) -> None:
+        """Drop the stored upload once no unfinished ledger row needs it."""
+        if not row.get("raw_path"):
+            return
+        with connect(self.database_url, autocommit=True) as conn:
+            waiting = conn.execute(
+                """SELECT 1 FROM ingestion_runs WHERE raw_path = %s AND status IN ('queued', 'running')
+                      AND run_id <> %s LIMIT 1""",
+                (row["raw_path"], row["run_id"]),
+            ).fetchone()
+        if waiting is None:
+            self.store.release(row["raw_path"])
+
+
+def _timings(row: dict, **new: int) -> dict:
+    """Merge a step's milliseconds into what the ledger row already holds."""
+    return {**((row.get("stats") or {}).get("timings_ms") or {}), **new}
+
+
+class _NullWriter:
+    def write(self, _: bytes) -> None:
+        pass

@@ -1,0 +1,55 @@
+"""The element shape every extractor produces (the subset of unstructured's element model we use)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+TITLE = "Title"
+NARRATIVE_TEXT = "NarrativeText"
+LIST_ITEM = "ListItem"
+TABLE = "Table"
+CODE_BLOCK = "CodeBlock"
+
+ELEMENT_TYPES = (TITLE, NARRATIVE_TEXT, LIST_ITEM, TABLE, CODE_BLOCK)
+
+
+@dataclass
+class Element:
+    type: str
+    text: str
+    page_number: int | None = None
+    level: int = 1  # heading depth for titles (1 = top)
+    section_path: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ExtractedDocument:
+    elements: list[Element]
+    page_count: int | None = None
+    title: str | None = None  # from document metadata, when the format has one
+    notes: list[str] = field(default_factory=list)  # e.g. "PDF is copy-protected; text layer extracted"
+
+
+MAX_TITLE_CHARS = 200
+
+
+def assign_section_paths(elements: Iterable[Element]) -> Iterator[Element]:
+    """Give every element the titles above it (outermost first), from the titles' levels."""
+    stack: list[tuple[int, str]] = []
+    for el in elements:
+        if el.type == TITLE:
+            while stack and stack[-1][0] >= el.level:
+                stack.pop()
+            stack.append((el.level, el.text[:MAX_TITLE_CHARS]))
+            el.section_path = [t for _, t in stack[:-1]]
+        else:
+            el.section_path = [t for _, t in stack]
+        yield el
+
+
+def clean_text(text: str) -> str:
+    """Collapse runs of spaces and strip control characters that break tokenisation and tsvector."""
+    text = text.replace("\x00", "").replace("\u00ad", "").replace("\ufeff", "")
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    return "\n".join(line for line in lines if line)

@@ -1,0 +1,178 @@
+"""The run ledger (``ingestion_runs``): one row per file per submission, and its transitions.
+
+queued -> running -> succeeded | failed. ``started_at`` is set once (kept across retries),
+``updated_at`` is the heartbeat, ``finished_at`` closes the row. Every finished file also emits one
+JSON log line with its stage timings.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+_log = logging.getLogger("ingestion_pipeline.ledger")
+
+
+def create_queued_run(
+    conn: psycopg.Connection,
+    *,
+    tenant_id: str,
+    doc_id: int,
+    source_uri: str,
+    raw_path: str,
+    content_hash: str,
+    size_bytes: int,
+    config: dict[str, Any],
+    run_type: str = "upload",
+) -> int:
+    row = conn.execute(
+        """INSERT INTO ingestion_runs
+               (tenant_id, doc_id, run_type, status, source_uri, raw_path, content_hash, size_bytes, config)
+           VALUES (%s, %s, %s, 'queued', %s, %s, %s, %s, %s)
+           RETURNING run_id""",
+        (tenant_id, doc_id, run_type, source_uri, raw_path, content_hash, size_bytes, Jsonb(config)),
+    ).fetchone()
+    return row["run_id"]
+
+
+def claim_for_run(conn: psycopg.Connection, partition_key: str, dagster_run_id: str) -> list[dict]:
+    """Mark the partition's unfinished rows running under this Dagster run; return every row of it.
+
+    Succeeded rows are returned too (untouched): re-materialising a batch skips them.
+    """
+    conn.execute(
+        """UPDATE ingestion_runs
+              SET status = 'running', started_at = COALESCE(started_at, now()), updated_at = now(),
+                  dagster_run_id = %s, attempts = attempts + 1, error = NULL, finished_at = NULL
+            WHERE partition_key = %s AND status IN ('queued', 'failed', 'running')""",
+        (dagster_run_id, partition_key),
+    )
+    return conn.execute(
+        "SELECT * FROM ingestion_runs WHERE partition_key = %s ORDER BY run_id", (partition_key,)
+    ).fetchall()
+
+
+def active_rows(conn: psycopg.Connection, partition_key: str, dagster_run_id: str) -> list[dict]:
+    """Rows of the partition this run is still working on (not failed, not finished)."""
+    return conn.execute(
+        """SELECT * FROM ingestion_runs
+            WHERE partition_key = %s AND status = 'running' AND dagster_run_id = %s ORDER BY run_id""",
+        (partition_key, dagster_run_id),
+    ).fetchall()
+
+
+def partition_rows(conn: psycopg.Connection, partition_key: str) -> list[dict]:
+    return conn.execute(
+        "SELECT * FROM ingestion_runs WHERE partition_key = %s ORDER BY run_id", (partition_key,)
+    ).fetchall()
+
+
+def heartbeat(conn: psycopg.Connection, run_id: int, stats: dict[str, Any] | None = None) -> None:
+    conn.execute(
+        "UPDATE ingestion_runs SET updated_at = now(), stats = stats || %s WHERE run_id = %s",
+        (Jsonb(stats or {}), run_id),
+    )
+
+
+def mark_succeeded(conn: psycopg.Connection, run_id: int, stats: dict[str, Any]) -> dict:
+    row = conn.execute(
+        """UPDATE ingestion_runs
+              SET status = 'succeeded', stats = stats || %s, error = NULL,
+                  started_at = COALESCE(started_at, now()), updated_at = now(), finished_at = now()
+            WHERE run_id = %s
+        RETURNING *""",
+        (Jsonb(stats), run_id),
+    ).fetchone()
+    log_finished(row)
+    return row
+
+
+def mark_failed(conn: psycopg.Connection, run_id: int, error: str, stats: dict[str, Any] | None = None) -> dict:
+    row = conn.execute(
+        """UPDATE ingestion_runs
+              SET status = 'failed', error = %s, stats = stats || %s,
+                  started_at = COALESCE(started_at, now()), updated_at = now(), finished_at = now()
+            WHERE run_id = %s
+        RETURNING *""",
+        (error, Jsonb(stats or {}), run_id),
+    ).fetchone()
+    log_finished(row)
+    return row
+
+
+def fail_unfinished_rows(conn: psycopg.Connection, dagster_run_id: str, reason: str) -> list[int]:
+    """Run-status sensor path: the Dagster run died; its rows still running or queued become failed."""
+    rows = conn.execute(
+        """UPDATE ingestion_runs
+              SET status = 'failed', error = %s, updated_at = now(), finished_at = now()
+            WHERE dagster_run_id = %s AND status IN ('queued', 'running')
+        RETURNING *""",
+        (reason, dagster_run_id),
+    ).fetchall()
+    for row in rows:
+        log_finished(row)
+    return [r["run_id"] for r in rows]
+
+
+def fail_unstarted_partition(conn: psycopg.Connection, partition_key: str, reason: str) -> list[int]:
+    """A run of the partition failed before claiming its rows: fail the rows still queued."""
+    rows = conn.execute(
+        """UPDATE ingestion_runs
+              SET status = 'failed', error = %s, updated_at = now(), finished_at = now()
+            WHERE partition_key = %s AND status = 'queued'
+        RETURNING *""",
+        (reason, partition_key),
+    ).fetchall()
+    for row in rows:
+        log_finished(row)
+    return [r["run_id"] for r in rows]
+
+
+def log_finished(row: dict | None) -> None:
+    if row is None:
+        return
+    stats = row.get("stats") or {}
+    _log.info(
+        json.dumps(
+            {
+                "event": "file_finished",
+                "run_id": row["run_id"],
+                "tenant_id": row["tenant_id"],
+                "doc_id": row["doc_id"],
+                "source_uri": row["source_uri"],
+                "filename": (row.get("config") or {}).get("filename"),
+                "status": row["status"],
+                "error": row["error"],
+                "partition_key": row["partition_key"],
+                "dagster_run_id": row["dagster_run_id"],
+                "chunks": stats.get("chunks"),
+                "tokens": stats.get("tokens"),
+                "timings_ms": stats.get("timings_ms"),
+            },
+            default=str,
+        )
+    )
+
+
+def list_runs(
+    conn: psycopg.Connection, *, tenant_id: str | None = None, status: str | None = None, limit: int = 100
+) -> list[dict]:
+    return conn.execute(
+        """SELECT run_id, tenant_id, doc_id, run_type, status, source_uri, config, stats, error, attempts,
+                  partition_key, dagster_run_id, created_at, started_at, updated_at, finished_at
+             FROM ingestion_runs
+            WHERE (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
+              AND (%(status)s::text IS NULL OR status = %(status)s)
+            ORDER BY run_id DESC
+            LIMIT %(limit)s""",
+        {"tenant": tenant_id, "status": status, "limit": limit},
+    ).fetchall()
+
+
+def get_run(conn: psycopg.Connection, run_id: int) -> dict | None:
+    return conn.execute("SELECT * FROM ingestion_runs WHERE run_id = %s", (run_id,)).fetchone()

@@ -1,0 +1,99 @@
+"""Runtime settings, read from the environment once per call site.
+
+Every knob has a default that works on a fresh clone: the embedded Postgres and the upload store live
+under the git-ignored ``.data/`` folder of the project (or ``INGESTION_HOME``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ALLOWED_EXTENSIONS: dict[str, str] = {
+    ".pdf": "application/pdf",
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".md": "text/markdown",
+    ".txt": "text/plain",
+}
+
+
+def project_root() -> Path:
+    """The checkout the package is installed from (editable install), or ``INGESTION_HOME``."""
+    home = os.environ.get("INGESTION_HOME")
+    if home:
+        return Path(home).resolve()
+    return Path(__file__).resolve().parents[2]
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("INGESTION_DATA_DIR", project_root() / ".data")).resolve()
+
+
+def _int_env(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class UploadSettings:
+    upload_dir: Path
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """Bounds of one `document_batches` partition (and so of one run)."""
+
+    max_files: int = 50
+    max_bytes: int = 200 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ChunkSettings:
+    """Token budgets; the hard cap is further clamped to the model's own max sequence length."""
+
+    target_tokens: int = 200
+    max_tokens: int = 256
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    model_path: str | None = None  # None: the packaged all-MiniLM-L6-v2
+    batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class Settings:
+    upload: UploadSettings
+    batch: BatchSettings = field(default_factory=BatchSettings)
+    chunk: ChunkSettings = field(default_factory=ChunkSettings)
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+
+
+def load_settings() -> Settings:
+    return Settings(
+        upload=UploadSettings(
+            upload_dir=Path(os.environ.get("INGESTION_UPLOAD_DIR", data_dir() / "uploads")).resolve(),
+            max_bytes=_int_env("INGESTION_MAX_UPLOAD_BYTES", 50 * 1024 * 1024),
+        ),
+        batch=BatchSettings(
+            max_files=_int_env("INGESTION_BATCH_MAX_FILES", 50),
+            max_bytes=_int_env("INGESTION_BATCH_MAX_BYTES", 200 * 1024 * 1024),
+        ),
+        chunk=ChunkSettings(
+            target_tokens=_int_env("INGESTION_CHUNK_TARGET_TOKENS", 200),
+            max_tokens=_int_env("INGESTION_CHUNK_MAX_TOKENS", 256),
+        ),
+        embedding=EmbeddingSettings(
+            model_path=os.environ.get("INGESTION_EMBEDDING_MODEL") or None,
+            batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 64)),
+        ),
+    )
