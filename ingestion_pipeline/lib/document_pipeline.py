@@ -97,7 +97,7 @@ class DocumentPipeline:
                 reason = _describe(exc)
                 _log.warning("file %s (run %s) failed: %s", filename, row["run_id"], reason)
                 with connect(self.database_url) as conn, conn.transaction():
-                    ledger.mark_failed(conn, row["run_id"], reason)
+                    ledger.mark_failed(conn, row["run_id"], reason, dagster_run_id=dagster_run_id)
                 outcome = FileOutcome(row["run_id"], filename, ledger.FAILED, reason)
             if outcome is not None:
                 outcomes.append(outcome)
@@ -264,6 +264,23 @@ class DocumentPipeline:
             ).fetchone()
         if waiting is None:
             self.store.release(row["raw_path"])
+
+
+def batch_report(conn, partition_key: str) -> list[FileOutcome]:
+    """Every file of the batch with its final ledger outcome."""
+    outcomes = []
+    for r in ledger.partition_rows(conn, partition_key):
+        stats = r["stats"] or {}
+        if r["status"] == ledger.FAILED:
+            detail = r["error"] or ""
+        elif stats.get("skipped"):
+            detail = f"skipped: {stats['skipped']}"
+        elif r["status"] == ledger.SUCCEEDED:
+            detail = f"version {stats.get('version_number')}: {stats.get('chunks')} chunks"
+        else:
+            detail = r["status"]
+        outcomes.append(FileOutcome(r["run_id"], (r["config"] or {}).get("filename", ""), r["status"], detail, stats))
+    return outcomes
 
 
 def _timings(row: dict, **new: int) -> dict:

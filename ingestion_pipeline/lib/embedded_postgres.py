@@ -7,7 +7,9 @@ the code server all share it. ``stop_embedded_postgres`` ends it (by the PID in 
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import warnings
 from pathlib import Path
 
 import psycopg
@@ -30,7 +32,9 @@ def ensure_embedded_postgres(pgdata: Path | None = None, *, cleanup_mode: str | 
 
     Both the application database and the Dagster storage database are created on first use.
     """
-    import pgserver  # imported lazily: only needed without DATABASE_URL
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (CI, root shells)
+        warnings.simplefilter("ignore")
+        import pgserver  # imported lazily: only needed without DATABASE_URL
 
     pgdata = (pgdata or default_pgdata()).resolve()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
@@ -40,10 +44,9 @@ def ensure_embedded_postgres(pgdata: Path | None = None, *, cleanup_mode: str | 
         existing = {r[0] for r in conn.execute("SELECT datname FROM pg_database")}
         for name in (APP_DATABASE, DAGSTER_DATABASE):
             if name not in existing:
-                try:
+                # another process may create it a moment earlier
+                with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                     conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-                except psycopg.errors.DuplicateDatabase:
-                    pass  # another process created it a moment ago
     return server.get_uri(database=APP_DATABASE)
 
 

@@ -92,14 +92,23 @@ def mark_succeeded(conn: psycopg.Connection, run_id: int, stats: dict[str, Any])
     return row
 
 
-def mark_failed(conn: psycopg.Connection, run_id: int, error: str, stats: dict[str, Any] | None = None) -> dict:
+def mark_failed(
+    conn: psycopg.Connection,
+    run_id: int,
+    error: str,
+    stats: dict[str, Any] | None = None,
+    *,
+    dagster_run_id: str | None = None,
+) -> dict | None:
+    """Fail a row; with ``dagster_run_id``, only while that run still owns it (never a finished row)."""
     row = conn.execute(
         """UPDATE ingestion_runs
               SET status = 'failed', error = %s, stats = stats || %s,
                   started_at = COALESCE(started_at, now()), updated_at = now(), finished_at = now()
             WHERE run_id = %s
+              AND (%s::text IS NULL OR (dagster_run_id = %s AND status = 'running'))
         RETURNING *""",
-        (error, Jsonb(stats or {}), run_id),
+        (error, Jsonb(stats or {}), run_id, dagster_run_id, dagster_run_id),
     ).fetchone()
     log_finished(row)
     return row

@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 from docx import Document
+from docx.opc.exceptions import PackageNotFoundError
 from docx.oxml.ns import qn
 from docx.table import Table
 from docx.text.paragraph import Paragraph
@@ -75,7 +76,7 @@ def _table_text(table: Table) -> str:
 def extract_docx(path: Path) -> ExtractedDocument:
     try:
         document = Document(str(path))
-    except zipfile.BadZipFile as exc:
+    except (zipfile.BadZipFile, PackageNotFoundError) as exc:
         raise ExtractionError("DOCX is corrupt: not a valid Office Open XML (zip) package") from exc
     except KeyError as exc:
         raise ExtractionError(f"DOCX is corrupt: missing part {exc}") from exc

@@ -8,6 +8,7 @@ are ingested. Files it cannot open, encrypted files and files without any text f
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -125,10 +126,8 @@ def extract_pdf(path: Path) -> ExtractedDocument:
                 "OCR is not supported"
             )
         metadata_title = None
-        try:
+        with contextlib.suppress(pdfium.PdfiumError):
             metadata_title = (pdf.get_metadata_dict().get("Title") or "").strip() or None
-        except pdfium.PdfiumError:
-            pass
         return ExtractedDocument(elements, page_count=page_count, title=metadata_title, notes=notes)
     finally:
         pdf.close()

@@ -1,0 +1,40 @@
+# Two commands matter on a fresh machine: `make demo` and `make test`. Everything else is a helper.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+CORPUS ?= $(firstword $(wildcard ../shared/corpus) $(wildcard /work/shared/corpus))
+
+.PHONY: demo test dev lint validate bench stop clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+	# torch first, pinned: the CPU build on this machine's disk (anything else pulls a multi-GB CUDA build)
+	$(BIN)/pip install -q torch==2.13.0 2>&1 | grep -v "is ignored" || true
+	$(BIN)/pip install -q -e '.[dev]' 2>&1 | grep -v "is ignored" || true
+	$(BIN)/python -c "import dagster, torch, sentence_transformers, pgserver, pypdfium2" 
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py --corpus "$(CORPUS)"
+
+test: $(STAMP)
+	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
+	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
+	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider ingestion_pipeline_tests
+
+dev: $(STAMP)
+	$(BIN)/ingestion-pipeline dev
+
+lint: $(STAMP)
+	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/ingest_corpus.py --corpus "$(CORPUS)/documents"
+
+stop:
+	-$(BIN)/ingestion-pipeline db stop
+
+clean: stop
+	rm -rf $(VENV) .data storage logs history schedules

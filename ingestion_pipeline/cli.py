@@ -1,0 +1,294 @@
+"""The `ingestion-pipeline` command: submit, process, inspect and search, without the Dagster daemon.
+
+Every command uses DATABASE_URL when set, else the embedded Postgres under `.data/`; the Dagster
+instance is the project's `dagster.yaml` (DAGSTER_HOME = the project root), so runs started here show
+in the UI of `make dev`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from ingestion_pipeline.lib.settings import project_root
+
+
+def _bootstrap() -> str:
+    """Resolve databases, point Dagster at the project's instance, apply migrations; return the app URL."""
+    from ingestion_pipeline.lib.db import resolve_dagster_storage_url, resolve_database_url
+    from ingestion_pipeline.lib.migrations import ensure_schema
+
+    os.environ.setdefault("DAGSTER_HOME", str(project_root()))
+    url = resolve_database_url()
+    resolve_dagster_storage_url()
+    ensure_schema(url)
+    return url
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, default=_json_default, ensure_ascii=False))
+
+
+def _json_default(value):
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def _table(rows: list[dict], columns: list[str]) -> None:
+    if not rows:
+        print("(none)")
+        return
+    cells = [[("" if r.get(c) is None else str(r.get(c))) for c in columns] for r in rows]
+    widths = [min(60, max(len(c), *(len(row[i]) for row in cells))) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)))
+    for row in cells:
+        print("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)))
+
+
+def _pipeline(url: str):
+    from ingestion_pipeline.defs.resources import DocumentPipelineResource
+
+    return DocumentPipelineResource().pipeline(url)
+
+
+# -- commands -------------------------------------------------------------------------------------------
+def cmd_submit(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.lib.uploads import REJECTED, submit_upload
+
+    url = _bootstrap()
+    pipeline = _pipeline(url)
+    rejected = 0
+    for name in args.files:
+        result = submit_upload(
+            url, pipeline.store, tenant_id=args.tenant, path=Path(name), fingerprint=pipeline.fingerprint,
+            max_bytes=pipeline.settings.upload.max_bytes, title=args.title,
+        )
+        rejected += result.status == REJECTED
+        _print_json(result.as_dict())
+    return 1 if rejected and rejected == len(args.files) else 0
+
+
+def process_queued(url: str) -> list[dict]:
+    """Run every queued batch now, in this process, through the document job and the project's instance."""
+    import dagster as dg
+
+    from ingestion_pipeline.definitions import defs
+    from ingestion_pipeline.defs.ledger.run_status_sensors import finalize_ledger_for_run
+    from ingestion_pipeline.defs.partitions import BATCH_TAG, document_batches
+    from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+    from ingestion_pipeline.defs.sources.upload_sensor import batch_run_requests
+    from ingestion_pipeline.lib.db import connect
+    from ingestion_pipeline.lib.document_pipeline import batch_report
+
+    instance = dg.DagsterInstance.get()
+    job = defs().resolve_job_def("document_batch_job")
+    postgres, pipeline_resource = PostgresResource(database_url=url), DocumentPipelineResource()
+    summaries: list[dict] = []
+    done: set[str] = set()
+    while True:
+        keys, new_keys = batch_run_requests(instance, postgres, pipeline_resource)
+        keys = [k for k in keys if k not in done]
+        if not keys:
+            return summaries
+        if new_keys:
+            instance.add_dynamic_partitions(document_batches.name, new_keys)
+        for key in keys:
+            done.add(key)
+            result = job.execute_in_process(
+                instance=instance, partition_key=key, tags={BATCH_TAG: key}, raise_on_error=False,
+                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+            )
+            if not result.success:
+                run = instance.get_run_by_id(result.run_id)
+                finalize_ledger_for_run(url, run, f"Dagster run {result.run_id} failed before this file finished")
+            with connect(url) as conn:
+                report = batch_report(conn, key)
+            counts: dict[str, int] = {}
+            for o in report:
+                counts[o.status] = counts.get(o.status, 0) + 1
+            summary = {"partition_key": key, "dagster_run_id": result.run_id, "run_success": result.success,
+                       "files": len(report), **counts}
+            summaries.append(summary)
+            _print_json({"batch": summary, "files": [
+                {"run_id": o.run_id, "file": o.filename, "status": o.status, "detail": o.detail} for o in report
+            ]})
+
+
+def cmd_process(args: argparse.Namespace) -> int:
+    url = _bootstrap()
+    summaries = process_queued(url)
+    if not summaries:
+        print("nothing queued")
+    return 0 if all(s["run_success"] for s in summaries) else 1
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    submitted = cmd_submit(args)
+    processed = cmd_process(args)
+    return submitted or processed
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.lib import ledger
+    from ingestion_pipeline.lib.db import connect
+
+    url = _bootstrap()
+    with connect(url) as conn:
+        if args.runs_command == "show":
+            row = ledger.get_run(conn, args.run_id)
+            if row is None:
+                print(f"no ledger row {args.run_id}", file=sys.stderr)
+                return 1
+            _print_json(row)
+            return 0
+        rows = ledger.list_runs(conn, tenant_id=args.tenant, status=args.status, limit=args.limit)
+    if args.json:
+        for r in rows:
+            _print_json(r)
+        return 0
+    for r in rows:
+        r["file"] = (r["config"] or {}).get("filename")
+        r["chunks"] = (r["stats"] or {}).get("chunks")
+        r["created"] = r["created_at"].strftime("%Y-%m-%d %H:%M:%S")
+    _table(rows, ["run_id", "tenant_id", "status", "file", "chunks", "partition_key", "created", "error"])
+    return 0
+
+
+def cmd_documents(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.lib.db import connect
+    from ingestion_pipeline.lib.documents import list_documents
+
+    url = _bootstrap()
+    with connect(url) as conn:
+        rows = list_documents(conn, args.tenant, include_inactive=args.all)
+    if args.json:
+        for r in rows:
+            _print_json(r)
+        return 0
+    _table(rows, ["doc_id", "title", "filename", "version_number", "versions", "page_count", "chunk_count",
+                  "token_count"])
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.lib.db import connect
+    from ingestion_pipeline.lib.search import hybrid_search
+
+    url = _bootstrap()
+    pipeline = _pipeline(url)
+    vector = pipeline.embedder.embed([args.query])[0]
+    with connect(url) as conn:
+        hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k)
+    if args.json:
+        for h in hits:
+            _print_json(h.as_dict())
+        return 0
+    if not hits:
+        print("no results")
+    for rank, h in enumerate(hits, start=1):
+        snippet = " ".join(h.text.split())[:300]
+        print(f"{rank}. [{h.score:.4f}] {h.citation()}\n   {snippet}\n")
+    return 0
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    _bootstrap()
+    root = project_root()
+    dagster = Path(sys.executable).parent / "dagster"
+    argv = [str(dagster), "dev", "-w", str(root / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(args.port)]
+    os.chdir(root)
+    os.execv(argv[0], argv)
+    return 0  # not reached
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.lib.embedded_postgres import stop_embedded_postgres
+
+    if args.db_command == "url":
+        print(_bootstrap())
+    elif args.db_command == "stop":
+        print("stopped" if stop_embedded_postgres() else "not running")
+    elif args.db_command == "migrate":
+        from ingestion_pipeline.lib.db import resolve_database_url
+        from ingestion_pipeline.lib.migrations import apply_migrations
+
+        applied = apply_migrations(resolve_database_url())
+        print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ingestion-pipeline", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add_files(p: argparse.ArgumentParser) -> None:
+        p.add_argument("files", nargs="+", metavar="FILE")
+        p.add_argument("--tenant", required=True)
+        p.add_argument("--title", help="title for the document(s); default: the file name")
+
+    p = sub.add_parser("submit", help="queue uploads; one JSON line per file")
+    add_files(p)
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("process", help="run everything queued, now, and wait")
+    p.set_defaults(func=cmd_process)
+
+    p = sub.add_parser("ingest", help="submit + process")
+    add_files(p)
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("runs", help="the run ledger")
+    p.add_argument("--tenant")
+    p.add_argument("--status", choices=["queued", "running", "succeeded", "failed"])
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--json", action="store_true")
+    runs_sub = p.add_subparsers(dest="runs_command")
+    show = runs_sub.add_parser("show", help="one ledger row in full")
+    show.add_argument("run_id", type=int)
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("documents", help="a tenant's documents and their active versions")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--all", action="store_true", help="include documents with no active version")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_documents)
+
+    p = sub.add_parser("search", help="hybrid search over a tenant's active versions, with citations")
+    p.add_argument("query")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("-k", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("dev", help="Dagster UI + daemon with sensors on (127.0.0.1)")
+    p.add_argument("--port", type=int, default=3000)
+    p.set_defaults(func=cmd_dev)
+
+    p = sub.add_parser("db", help="the application database")
+    p.add_argument("db_command", choices=["url", "stop", "migrate"])
+    p.set_defaults(func=cmd_db)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("ingestion_pipeline.ledger").setLevel(logging.INFO)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as exc:  # bad input: say what is wrong, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

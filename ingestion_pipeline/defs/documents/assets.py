@@ -1,0 +1,181 @@
+"""The document assets on `document_batches`: each reads its batch, calls lib/, returns metadata.
+
+raw_documents -> document_elements -> document_chunks -> chunk_embeddings -> promoted_documents
+"""
+
+
+import dagster as dg
+
+from ingestion_pipeline.defs.partitions import document_batches
+from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+from ingestion_pipeline.lib import integrity
+from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline.lib.document_pipeline import FileOutcome, batch_report
+
+GROUP = "documents"
+
+
+def _files_table(outcomes: list[FileOutcome]) -> dg.TableMetadataValue:
+    return dg.MetadataValue.table(
+        records=[
+            dg.TableRecord({"run_id": o.run_id, "file": o.filename, "outcome": o.status, "detail": o.detail[:500]})
+            for o in outcomes
+        ],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn("run_id", "int"),
+                dg.TableColumn("file", "string"),
+                dg.TableColumn("outcome", "string"),
+                dg.TableColumn("detail", "string"),
+            ]
+        ),
+    )
+
+
+def _result(outcomes: list[FileOutcome], **extra) -> dg.MaterializeResult:
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    return dg.MaterializeResult(
+        metadata={
+            "files": _files_table(outcomes),
+            "file_count": len(outcomes),
+            "failed": counts.get("failed", 0),
+            **{f"outcome_{k}": v for k, v in counts.items() if k != "failed"},
+            **extra,
+        }
+    )
+
+
+def _log_failures(context: dg.AssetExecutionContext, outcomes: list[FileOutcome]) -> None:
+    for o in outcomes:
+        if o.status == "failed":
+            context.log.warning(f"{o.filename} (ledger run {o.run_id}) failed: {o.detail}")
+
+
+@dg.asset(partitions_def=document_batches, group_name=GROUP, kinds={"postgres"})
+def raw_documents(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+) -> dg.MaterializeResult:
+    """The batch's uploaded files: claimed in the ledger, checked against their SHA-256, skipped if current."""
+    pipeline = document_pipeline.pipeline(postgres.url())
+    outcomes = pipeline.claim_batch(context.partition_key, context.run_id)
+    _log_failures(context, outcomes)
+    return _result(outcomes)
+
+
+@dg.asset(partitions_def=document_batches, group_name=GROUP, deps=[raw_documents], kinds={"postgres"})
+def document_elements(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+) -> dg.MaterializeResult:
+    """Titles, paragraphs, list items and tables with page numbers and section paths (staging)."""
+    pipeline = document_pipeline.pipeline(postgres.url())
+    outcomes = pipeline.extract_batch(context.partition_key, context.run_id)
+    _log_failures(context, outcomes)
+    return _result(outcomes, elements=sum(o.stats.get("elements", 0) for o in outcomes))
+
+
+@dg.asset(partitions_def=document_batches, group_name=GROUP, deps=[document_elements], kinds={"postgres"})
+def document_chunks(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+) -> dg.MaterializeResult:
+    """Structure-aware chunks within the embedding model's token budget (staging)."""
+    pipeline = document_pipeline.pipeline(postgres.url())
+    outcomes = pipeline.chunk_batch(context.partition_key, context.run_id)
+    _log_failures(context, outcomes)
+    return _result(
+        outcomes,
+        chunks=sum(o.stats.get("chunks", 0) for o in outcomes),
+        tokens=sum(o.stats.get("tokens", 0) for o in outcomes),
+    )
+
+
+@dg.asset(partitions_def=document_batches, group_name=GROUP, deps=[document_chunks], kinds={"pgvector"})
+def chunk_embeddings(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+) -> dg.MaterializeResult:
+    """One vector per chunk; unchanged chunk text under the same model reuses its stored vector."""
+    pipeline = document_pipeline.pipeline(postgres.url())
+    outcomes = pipeline.embed_batch(context.partition_key, context.run_id)
+    _log_failures(context, outcomes)
+    return _result(
+        outcomes,
+        embedded=sum(o.stats.get("embedded", 0) for o in outcomes),
+        embeddings_reused=sum(o.stats.get("embeddings_reused", 0) for o in outcomes),
+        model_ms=sum(o.stats.get("model_ms", 0) for o in outcomes),
+    )
+
+
+@dg.asset(
+    partitions_def=document_batches,
+    group_name=GROUP,
+    deps=[chunk_embeddings],
+    kinds={"postgres", "pgvector"},
+    check_specs=[
+        dg.AssetCheckSpec("one_active_version_per_document", asset="promoted_documents"),
+        dg.AssetCheckSpec("embeddings_match_chunks", asset="promoted_documents"),
+        dg.AssetCheckSpec("no_version_without_chunks", asset="promoted_documents"),
+    ],
+)
+def promoted_documents(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+) -> dg.MaterializeResult:
+    """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version."""
+    url = postgres.url()
+    pipeline = document_pipeline.pipeline(url)
+    promoted = pipeline.promote_batch(context.partition_key, context.run_id)
+    _log_failures(context, promoted)
+    with connect(url, autocommit=True) as conn:
+        every_file = batch_report(conn, context.partition_key)
+        done = integrity.promoted_in_partition(conn, context.partition_key)
+        doc_ids = [r["doc_id"] for r in done]
+        version_ids = [r["version_id"] for r in done]
+        multi = integrity.docs_without_exactly_one_active_version(conn, doc_ids)
+        mismatched = integrity.versions_with_embedding_mismatch(conn, version_ids, pipeline.model.dimension)
+        empty = integrity.versions_without_chunks(conn, version_ids)
+    checks = [
+        dg.AssetCheckResult(
+            check_name="one_active_version_per_document", passed=not multi,
+            metadata={"documents_checked": len(doc_ids), "violations": str(multi[:20])},
+        ),
+        dg.AssetCheckResult(
+            check_name="embeddings_match_chunks", passed=not mismatched,
+            metadata={"versions_checked": len(version_ids), "violations": str(mismatched[:20])},
+        ),
+        dg.AssetCheckResult(
+            check_name="no_version_without_chunks", passed=not empty,
+            metadata={"versions_checked": len(version_ids), "violations": str(empty[:20])},
+        ),
+    ]
+    counts: dict[str, int] = {}
+    for o in every_file:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    return dg.MaterializeResult(
+        metadata={
+            "files": _files_table(every_file),
+            "file_count": len(every_file),
+            "succeeded": counts.get("succeeded", 0),
+            "failed": counts.get("failed", 0),
+            "promoted_now": sum(1 for o in promoted if o.status == "succeeded"),
+            "chunks_promoted": sum(o.stats.get("chunks", 0) for o in promoted),
+        },
+        check_results=checks,
+    )
+
+
+document_batch_job = dg.define_asset_job(
+    "document_batch_job",
+    selection=dg.AssetSelection.assets(
+        raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents
+    ),
+    partitions_def=document_batches,
+    description="Ingest one batch of documents: extract, chunk, embed, promote.",
+)
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(
+        assets=[raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents],
+        jobs=[document_batch_job],
+    )

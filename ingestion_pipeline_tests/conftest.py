@@ -1,0 +1,86 @@
+"""Test fixtures: a real embedded Postgres 16 + pgvector (one server, a fresh database per test)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline.lib.embedded_postgres import ensure_embedded_postgres
+from ingestion_pipeline.lib.migrations import apply_migrations
+from ingestion_pipeline.lib.settings import project_root
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """A throwaway embedded server for the whole session, deleted at the end."""
+    base = Path(tempfile.mkdtemp(prefix="ip-tests-"))
+    url = ensure_embedded_postgres(base / "pgdata", cleanup_mode="delete")
+    yield url
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _create_database(server_url: str, name: str) -> str:
+    admin = server_url.rsplit("/", 1)[0] + "/postgres?" + server_url.split("?", 1)[1]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return server_url.rsplit("/", 1)[0] + f"/{name}?" + server_url.split("?", 1)[1]
+
+
+@pytest.fixture
+def database_url(pg_server_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh, migrated application database; DATABASE_URL points at it for the test."""
+    url = _create_database(pg_server_url, f"t_{uuid.uuid4().hex[:12]}")
+    apply_migrations(url)
+    monkeypatch.setenv("DATABASE_URL", url)
+    return url
+
+
+@pytest.fixture
+def dagster_pg_url(pg_server_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh database for Dagster's own storage (the project's dagster.yaml reads DAGSTER_PG_URL)."""
+    url = _create_database(pg_server_url, f"dagster_{uuid.uuid4().hex[:12]}")
+    url = url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    monkeypatch.setenv("DAGSTER_PG_URL", url)
+    return url
+
+
+@pytest.fixture
+def project_dagster_home(tmp_path: Path, dagster_pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """DAGSTER_HOME holding the project's own dagster.yaml (Postgres storage, queued coordinator …)."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    return home
+
+
+@pytest.fixture(autouse=True)
+def isolated_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Upload store and data folder per test; never the developer's .data/."""
+    monkeypatch.setenv("INGESTION_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("INGESTION_UPLOAD_DIR", str(tmp_path / "uploads"))
+    return tmp_path / "uploads"
+
+
+@pytest.fixture(scope="session")
+def corpus_dir() -> Path:
+    candidates = [os.environ.get("INGESTION_CORPUS_DIR"), project_root().parent / "shared" / "corpus"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "documents").is_dir():
+            return Path(candidate)
+    pytest.fail("sample corpus not found: set INGESTION_CORPUS_DIR or place it at ../shared/corpus")
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[psycopg.Connection]:
+    with connect(database_url, autocommit=True) as conn:
+        yield conn
