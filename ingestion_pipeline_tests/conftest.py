@@ -28,11 +28,15 @@ def pg_server_url() -> Iterator[str]:
     shutil.rmtree(base, ignore_errors=True)
 
 
+def _with_database(url: str, name: str) -> str:
+    base, _, query = url.partition("?")
+    return base.rsplit("/", 1)[0] + f"/{name}" + (f"?{query}" if query else "")
+
+
 def _create_database(server_url: str, name: str) -> str:
-    admin = server_url.rsplit("/", 1)[0] + "/postgres?" + server_url.split("?", 1)[1]
-    with psycopg.connect(admin, autocommit=True) as conn:
+    with psycopg.connect(_with_database(server_url, "postgres"), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return server_url.rsplit("/", 1)[0] + f"/{name}?" + server_url.split("?", 1)[1]
+    return _with_database(server_url, name)
 
 
 @pytest.fixture

@@ -90,6 +90,12 @@ SELECT f.chunk_id, f.score::float8 AS score, f.vector_rank, f.text_rank, c.doc_i
 """
 
 
+def _supports_iterative_scan(conn: psycopg.Connection) -> bool:
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    version = tuple(int(p) for p in (row["extversion"] if row else "0.0").split(".")[:2])
+    return version >= (0, 8)
+
+
 def hybrid_search(
     conn: psycopg.Connection, *, tenant_id: str, query: str, query_vector: np.ndarray, k: int = 5,
     candidates: int = 50,
@@ -100,8 +106,10 @@ def hybrid_search(
     if k < 1:
         raise ValueError("k must be at least 1")
     with conn.transaction():
-        # Filtered HNSW scans keep going until enough rows pass the tenant/active filter (pgvector >= 0.8).
-        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+        # Filtered HNSW scans: with pgvector >= 0.8 the scan continues until enough rows pass the
+        # tenant/active filter; older versions (pgserver ships 0.6) rely on a wide ef_search.
+        if _supports_iterative_scan(conn):
+            conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
         conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(400, min(candidates * 4, 1000))),))
         rows = conn.execute(
             _SEARCH_SQL,

@@ -59,7 +59,7 @@ def raw_documents(
 ) -> dg.MaterializeResult:
     """The batch's uploaded files: claimed in the ledger, checked against their SHA-256, skipped if current."""
     pipeline = document_pipeline.pipeline(postgres.url())
-    outcomes = pipeline.claim_batch(context.partition_key, context.run_id)
+    outcomes = pipeline.claim_batch(context.partition_key, context.run.run_id)
     _log_failures(context, outcomes)
     return _result(outcomes)
 
@@ -70,7 +70,7 @@ def document_elements(
 ) -> dg.MaterializeResult:
     """Titles, paragraphs, list items and tables with page numbers and section paths (staging)."""
     pipeline = document_pipeline.pipeline(postgres.url())
-    outcomes = pipeline.extract_batch(context.partition_key, context.run_id)
+    outcomes = pipeline.extract_batch(context.partition_key, context.run.run_id)
     _log_failures(context, outcomes)
     return _result(outcomes, elements=sum(o.stats.get("elements", 0) for o in outcomes))
 
@@ -81,7 +81,7 @@ def document_chunks(
 ) -> dg.MaterializeResult:
     """Structure-aware chunks within the embedding model's token budget (staging)."""
     pipeline = document_pipeline.pipeline(postgres.url())
-    outcomes = pipeline.chunk_batch(context.partition_key, context.run_id)
+    outcomes = pipeline.chunk_batch(context.partition_key, context.run.run_id)
     _log_failures(context, outcomes)
     return _result(
         outcomes,
@@ -96,7 +96,7 @@ def chunk_embeddings(
 ) -> dg.MaterializeResult:
     """One vector per chunk; unchanged chunk text under the same model reuses its stored vector."""
     pipeline = document_pipeline.pipeline(postgres.url())
-    outcomes = pipeline.embed_batch(context.partition_key, context.run_id)
+    outcomes = pipeline.embed_batch(context.partition_key, context.run.run_id)
     _log_failures(context, outcomes)
     return _result(
         outcomes,
@@ -123,7 +123,7 @@ def promoted_documents(
     """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version."""
     url = postgres.url()
     pipeline = document_pipeline.pipeline(url)
-    promoted = pipeline.promote_batch(context.partition_key, context.run_id)
+    promoted = pipeline.promote_batch(context.partition_key, context.run.run_id)
     _log_failures(context, promoted)
     with connect(url, autocommit=True) as conn:
         every_file = batch_report(conn, context.partition_key)
@@ -168,7 +168,6 @@ document_batch_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(
         raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents
     ),
-    partitions_def=document_batches,
     description="Ingest one batch of documents: extract, chunk, embed, promote.",
 )
 

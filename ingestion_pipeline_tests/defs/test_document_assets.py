@@ -1,0 +1,134 @@
+"""The document assets through Dagster's `materialize`, against the real database and model."""
+
+import dagster as dg
+import pytest
+
+from ingestion_pipeline.lib import promotion
+from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline_tests.helpers import batch_queued, ingest, materialize_batch, submit, table
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    [event] = result.asset_materializations_for_node(asset)
+    return event.metadata
+
+
+def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database_url, db, corpus_dir):
+    docs = corpus_dir / "documents"
+    submit(database_url, "acme", docs / "fake-memo.pdf", docs / "simple.docx", corpus_dir / "broken" / "password.pdf",
+           docs / "codeblock.md")
+    [key] = batch_queued(database_url)
+    result = materialize_batch(instance, key)
+    assert result.success
+
+    runs = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
+    assert runs["password.pdf"]["status"] == "failed"
+    assert runs["password.pdf"]["error"] == "PDF is password-protected; upload an unencrypted copy"
+    for name in ("fake-memo.pdf", "simple.docx", "codeblock.md"):
+        run = runs[name]
+        assert run["status"] == "succeeded", run["error"]
+        assert run["started_at"] <= run["finished_at"] and run["partition_key"] == key
+        assert run["dagster_run_id"] == result.run_id
+        assert set(run["stats"]["timings_ms"]) >= {"verify", "extract", "chunk", "embed", "promote"}
+        assert run["stats"]["chunks"] > 0 and run["stats"]["tokens"] > 0
+
+    metadata = _metadata(result, "promoted_documents")
+    assert metadata["succeeded"].value == 3 and metadata["failed"].value == 1
+    files = {r.data["file"]: r.data for r in metadata["files"].value.records}
+    assert files["password.pdf"]["outcome"] == "failed"
+    assert "password-protected" in files["password.pdf"]["detail"]
+
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 3 and all(c.passed for c in checks)
+
+    # the failed file kept its raw upload, the promoted ones had theirs removed
+    kept = [r["raw_path"] for r in runs.values() if r["status"] == "failed"]
+    assert all(__import__("os").path.exists(p) for p in kept)
+    assert not any(__import__("os").path.exists(r["raw_path"]) for r in runs.values() if r["status"] == "succeeded")
+    # staging is scratch: nothing left for promoted files
+    assert table(db, "SELECT * FROM staging_chunks") == []
+    counts = table(db, """SELECT (SELECT count(*) FROM chunks) AS chunks, (SELECT count(*) FROM chunk_embeddings) AS e,
+                                 (SELECT count(*) FROM chunk_fts) AS f""")[0]
+    assert counts["chunks"] == counts["e"] == counts["f"] > 0
+
+
+def test_rematerializing_a_batch_is_idempotent_and_retries_failures(instance, database_url, db, corpus_dir, tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("   \n\n  ")
+    submit(database_url, "acme", corpus_dir / "documents" / "fake-memo.pdf", bad)
+    [key] = batch_queued(database_url)
+    materialize_batch(instance, key)
+    before = table(db, "SELECT count(*) AS n FROM chunks")[0]["n"]
+    failed = table(db, "SELECT run_id, attempts FROM ingestion_runs WHERE status = 'failed'")
+    assert len(failed) == 1
+
+    second = materialize_batch(instance, key)  # a UI backfill of the same partition
+    assert second.success
+    assert table(db, "SELECT count(*) AS n FROM chunks")[0]["n"] == before
+    assert len(table(db, "SELECT * FROM document_versions")) == 1
+    retried = table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", failed[0]["run_id"])[0]
+    assert retried["status"] == "failed" and retried["attempts"] == 2  # retried, failed again, explained
+    assert "only whitespace" in retried["error"]
+
+
+def test_pipeline_change_creates_new_version_and_reuses_embeddings(instance, database_url, db, corpus_dir,
+                                                                   monkeypatch):
+    path = corpus_dir / "documents" / "fake-memo-with-duplicate-page.pdf"
+    ingest(instance, database_url, "acme", path)
+    [v1] = table(db, "SELECT * FROM document_versions")
+
+    monkeypatch.setenv("INGESTION_CHUNK_MAX_TOKENS", "250")  # a chunker setting: new fingerprint
+    [again] = submit(database_url, "acme", path)
+    assert again.status == "queued"
+    [key] = batch_queued(database_url)
+    materialize_batch(instance, key)
+
+    versions = table(db, "SELECT * FROM document_versions ORDER BY version_number")
+    assert [(v["version_number"], v["is_active"]) for v in versions] == [(1, False), (2, True)]
+    assert versions[0]["version_id"] == v1["version_id"] and versions[0]["deactivated_at"] is not None
+    assert versions[0]["pipeline_fingerprint"] != versions[1]["pipeline_fingerprint"]
+    run = table(db, "SELECT stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1")[0]
+    assert run["stats"]["embedded"] == 0 and run["stats"]["embeddings_reused"] == run["stats"]["chunks"]
+    # old content rows are kept (deactivation, not deletion)
+    assert table(db, "SELECT count(*) AS n FROM chunks WHERE version_id = %s", v1["version_id"])[0]["n"] > 0
+
+
+def test_failed_promotion_leaves_previous_version_served(instance, database_url, db, corpus_dir, monkeypatch):
+    path = corpus_dir / "documents" / "fake-memo.pdf"
+    ingest(instance, database_url, "acme", path)
+    [v1] = table(db, "SELECT * FROM document_versions")
+    chunks_before = table(db, "SELECT count(*) AS n FROM chunks")[0]["n"]
+
+    monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "150")
+    submit(database_url, "acme", path)
+    [key] = batch_queued(database_url)
+    seen_mid_promotion = []
+    original_discard = promotion.discard
+
+    def crash_at_the_end(conn, run_id):
+        # Everything is written inside the transaction; another session still sees the old state.
+        with connect(database_url) as other:
+            seen_mid_promotion.append(other.execute(
+                "SELECT version_id FROM document_versions WHERE is_active").fetchall())
+        raise RuntimeError("simulated crash during promotion")
+
+    monkeypatch.setattr(promotion, "discard", crash_at_the_end)
+    materialize_batch(instance, key)
+    assert seen_mid_promotion == [[{"version_id": v1["version_id"]}]]
+    assert [v["version_id"] for v in table(db, "SELECT * FROM document_versions")] == [v1["version_id"]]
+    assert table(db, "SELECT count(*) AS n FROM chunks")[0]["n"] == chunks_before
+    failed = table(db, "SELECT * FROM ingestion_runs WHERE partition_key = %s", key)[0]
+    assert failed["status"] == "failed" and "simulated crash during promotion" in failed["error"]
+
+    monkeypatch.setattr(promotion, "discard", original_discard)
+    materialize_batch(instance, key)  # the retry resumes from staging: nothing re-extracted or re-embedded
+    retried = table(db, "SELECT * FROM ingestion_runs WHERE partition_key = %s", key)[0]
+    assert retried["status"] == "succeeded"
+    active = table(db, "SELECT * FROM document_versions WHERE is_active")
+    assert len(active) == 1 and active[0]["version_number"] == 2
