@@ -21,7 +21,6 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
-	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider ingestion_pipeline_tests
 
 dev: $(STAMP)
