@@ -231,20 +231,14 @@ class DocumentPipeline:
 
     def _promote_one(self, row: dict) -> FileOutcome:
         filename = (row["config"] or {}).get("filename", "")
-        start = time.perf_counter()
-        with connect(self.database_url) as conn:
-            current = ledger.get_run(conn, row["run_id"])
-            timings = dict((current["stats"] or {}).get("timings_ms") or {})
-            timings["promote"] = 0
-            with conn.transaction():
-                state = staging.staging_state(conn, row["run_id"])
-                if state is None or not state["embeddings_done"]:
-                    raise PromotionError("embedding did not complete for this file")
-                timings["promote"] = _ms(start)
-                version = promote_document_version(
-                    conn, current, fingerprint=self.fingerprint, model=self.model.name,
-                    stats={"timings_ms": timings},
-                )
+        with connect(self.database_url) as conn, conn.transaction():
+            state = staging.staging_state(conn, row["run_id"])
+            if state is None or not state["embeddings_done"]:
+                raise PromotionError("embedding did not complete for this file")
+            version = promote_document_version(
+                conn, row, fingerprint=self.fingerprint, model=self.model.name,
+                timings_ms=dict((row["stats"] or {}).get("timings_ms") or {}),
+            )
         self._release_raw(row)
         return FileOutcome(
             row["run_id"], filename, ledger.SUCCEEDED,

@@ -7,6 +7,7 @@ marked succeeded and the staging rows dropped. Readers see the old version or th
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import psycopg
@@ -32,9 +33,13 @@ class PromotedVersion:
 
 
 def promote_document_version(
-    conn: psycopg.Connection, run: dict, *, fingerprint: str, model: str, stats: dict
+    conn: psycopg.Connection, run: dict, *, fingerprint: str, model: str, timings_ms: dict[str, int]
 ) -> PromotedVersion:
-    """Promote the staged chunks of ledger row ``run``. The caller commits (or rolls back)."""
+    """Promote the staged chunks of ledger row ``run``. The caller commits (or rolls back).
+
+    ``timings_ms`` (the earlier steps) is completed with this step's duration on the ledger row.
+    """
+    started = time.perf_counter()
     tenant_id, doc_id, run_id = run["tenant_id"], run["doc_id"], run["run_id"]
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"doc:{doc_id}",))
     totals = conn.execute(
@@ -96,11 +101,12 @@ def promote_document_version(
     )
     conn.execute("UPDATE documents SET title = %s, updated_at = now() WHERE doc_id = %s",
                  (config.get("title"), doc_id))
+    timings_ms = {**timings_ms, "promote": int((time.perf_counter() - started) * 1000)}
     ledger.mark_succeeded(
         conn,
         run_id,
-        {**stats, "chunks": totals["chunks"], "tokens": int(totals["tokens"]), "version_id": version_id,
-         "version_number": version["version_number"]},
+        {"timings_ms": timings_ms, "chunks": totals["chunks"], "tokens": int(totals["tokens"]),
+         "version_id": version_id, "version_number": version["version_number"]},
     )
     discard(conn, run_id)
     return PromotedVersion(version_id, version["version_number"], totals["chunks"], int(totals["tokens"]),

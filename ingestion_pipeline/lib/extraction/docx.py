@@ -31,8 +31,15 @@ from ingestion_pipeline.lib.extraction.errors import ExtractionError
 _HEADING_STYLE = re.compile(r"^(heading|titre|überschrift)\s*(\d)", re.IGNORECASE)
 
 
-def _heading_level(paragraph: Paragraph) -> int | None:
-    name = (paragraph.style.name if paragraph.style is not None else "") or ""
+def _style_name(paragraph: Paragraph, style_names: dict[str, str]) -> str:
+    """The paragraph's style name via a prebuilt id->name map (python-docx's lookup is O(styles) each)."""
+    p_style = paragraph._p.pPr.pStyle if paragraph._p.pPr is not None else None
+    if p_style is None:
+        return "Normal"
+    return style_names.get(p_style.val, p_style.val or "")
+
+
+def _heading_level(paragraph: Paragraph, name: str) -> int | None:
     if name.lower() == "title":
         return 1
     match = _HEADING_STYLE.match(name)
@@ -44,8 +51,7 @@ def _heading_level(paragraph: Paragraph) -> int | None:
     return None
 
 
-def _is_list_item(paragraph: Paragraph) -> bool:
-    name = (paragraph.style.name if paragraph.style is not None else "") or ""
+def _is_list_item(paragraph: Paragraph, name: str) -> bool:
     if name.lower().startswith("list"):
         return True
     return paragraph._p.find(f"{qn('w:pPr')}/{qn('w:numPr')}") is not None
@@ -83,6 +89,7 @@ def extract_docx(path: Path) -> ExtractedDocument:
     except Exception as exc:  # python-docx raises assorted errors on malformed XML
         raise ExtractionError(f"DOCX cannot be read: {type(exc).__name__}: {exc}") from exc
 
+    style_names = {style.style_id: style.name or "" for style in document.styles}
     elements: list[Element] = []
     page = 1
     body = document.element.body
@@ -92,10 +99,11 @@ def extract_docx(path: Path) -> ExtractedDocument:
             breaks = _page_breaks(paragraph)
             text = clean_text(paragraph.text)
             if text:
-                level = _heading_level(paragraph)
+                name = _style_name(paragraph, style_names)
+                level = _heading_level(paragraph, name)
                 if level is not None:
                     elements.append(Element(TITLE, text, page, level=level))
-                elif _is_list_item(paragraph):
+                elif _is_list_item(paragraph, name):
                     elements.append(Element(LIST_ITEM, text, page))
                 else:
                     elements.append(Element(NARRATIVE_TEXT, text, page))
