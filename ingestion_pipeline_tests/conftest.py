@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from ingestion_pipeline.lib.db import connect
-from ingestion_pipeline.lib.embedded_postgres import ensure_embedded_postgres
+from ingestion_pipeline.lib.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from ingestion_pipeline.lib.migrations import apply_migrations
 from ingestion_pipeline.lib.settings import project_root
 
@@ -25,6 +25,7 @@ def pg_server_url() -> Iterator[str]:
     base = Path(tempfile.mkdtemp(prefix="ip-tests-"))
     url = ensure_embedded_postgres(base / "pgdata", cleanup_mode="delete")
     yield url
+    stop_embedded_postgres(base / "pgdata")  # by the PID in postmaster.pid, before its folder goes
     shutil.rmtree(base, ignore_errors=True)
 
 
