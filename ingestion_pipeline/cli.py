@@ -83,9 +83,9 @@ def process_queued(url: str) -> list[dict]:
 
     from ingestion_pipeline.definitions import defs
     from ingestion_pipeline.defs.ledger.run_status_sensors import finalize_ledger_for_run
-    from ingestion_pipeline.defs.partitions import BATCH_TAG, document_batches
+    from ingestion_pipeline.defs.partitions import document_batches
     from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
-    from ingestion_pipeline.defs.sources.upload_sensor import batch_run_requests
+    from ingestion_pipeline.defs.sources.batch_runs import plan_batch_runs
     from ingestion_pipeline.lib.db import connect
     from ingestion_pipeline.lib.document_pipeline import batch_report
 
@@ -95,16 +95,16 @@ def process_queued(url: str) -> list[dict]:
     summaries: list[dict] = []
     done: set[str] = set()
     while True:
-        keys, new_keys = batch_run_requests(instance, postgres, pipeline_resource)
-        keys = [k for k in keys if k not in done]
+        batches = plan_batch_runs(instance, postgres, pipeline_resource)
+        keys = [k for k in batches.partition_keys if k not in done]
         if not keys:
             return summaries
-        if new_keys:
-            instance.add_dynamic_partitions(document_batches.name, new_keys)
+        if batches.new_partition_keys:
+            instance.add_dynamic_partitions(document_batches.name, batches.new_partition_keys)
         for key in keys:
             done.add(key)
             result = job.execute_in_process(
-                instance=instance, partition_key=key, tags={BATCH_TAG: key}, raise_on_error=False,
+                instance=instance, partition_key=key, tags=batches.tags[key], raise_on_error=False,
                 run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
             )
             if not result.success:
@@ -200,6 +200,69 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_source(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.lib import sources
+    from ingestion_pipeline.lib.db import connect
+
+    url = _bootstrap()
+    with connect(url, autocommit=True) as conn:
+        if args.source_command == "add":
+            source = sources.add_source(conn, args.uri, tenant_id=args.tenant, name=args.name,
+                                        endpoint_url=args.endpoint_url, kind=args.kind)
+            _print_json({"added": source.name, "uri": source.uri, "tenant_id": source.tenant_id, "kind": source.kind,
+                         "endpoint_url": source.endpoint_url})
+        elif args.source_command == "list":
+            rows = conn.execute(
+                """SELECT s.name, s.tenant_id, s.kind, 's3://' || s.bucket || '/' || s.prefix AS uri, s.endpoint_url,
+                          s.paused, s.pass_number - 1 AS passes_completed, s.last_pass_completed_at,
+                          count(o.key) FILTER (WHERE o.status = 'active') AS active_objects,
+                          count(o.key) FILTER (WHERE o.status = 'queued') AS queued_objects,
+                          count(o.key) FILTER (WHERE o.status = 'skipped') AS skipped_objects,
+                          count(o.key) FILTER (WHERE o.status = 'failed') AS failed_objects,
+                          count(o.key) FILTER (WHERE o.status = 'deleted') AS deleted_objects
+                     FROM ingestion_sources s LEFT JOIN source_objects o ON o.source_id = s.source_id
+                    WHERE s.removed_at IS NULL GROUP BY s.source_id ORDER BY s.name"""
+            ).fetchall()
+            if args.json:
+                for r in rows:
+                    _print_json(r)
+            else:
+                _table(rows, ["name", "tenant_id", "kind", "uri", "paused", "active_objects", "queued_objects",
+                              "skipped_objects", "failed_objects", "deleted_objects"])
+        elif args.source_command in ("pause", "resume"):
+            source = sources.set_paused(conn, args.name, args.source_command == "pause")
+            _print_json({"source": source.name, "paused": source.paused})
+        elif args.source_command == "remove":
+            sources.remove_source(conn, args.name)
+            _print_json({"removed": args.name, "note": "documents already ingested stay as they are"})
+    return 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """One full listing pass of each (or the named) active source now; --wait also processes the batches."""
+    from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, S3Resource
+    from ingestion_pipeline.defs.sources.s3_sensor import sync_active_sources
+    from ingestion_pipeline.lib import sources
+    from ingestion_pipeline.lib.db import connect
+
+    url = _bootstrap()
+    if args.name:
+        with connect(url, autocommit=True) as conn:
+            source = sources.get_source(conn, args.name)
+        if source.paused:
+            raise ValueError(f"source {args.name!r} is paused; resume it first")
+    reports = sync_active_sources(PostgresResource(database_url=url), DocumentPipelineResource(), S3Resource(),
+                                  names=[args.name] if args.name else None, max_pages=None)
+    for report in reports:
+        _print_json({"sync": report.as_dict()})
+    if not reports:
+        print("no active sources")
+    if args.wait:
+        summaries = process_queued(url)
+        return 0 if all(s["run_success"] for s in summaries) else 1
+    return 0
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     _bootstrap()
     root = project_root()
@@ -268,6 +331,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=5)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("source", help="S3 sources kept in sync by s3_sensor")
+    source_sub = p.add_subparsers(dest="source_command", required=True)
+    add = source_sub.add_parser("add", help="add s3://bucket/prefix/ for a tenant")
+    add.add_argument("uri")
+    add.add_argument("--tenant", required=True)
+    add.add_argument("--name")
+    add.add_argument("--endpoint-url", help="an S3-compatible endpoint (default: the AWS environment)")
+    add.add_argument("--kind", choices=["documents", "metrics"], default="documents")
+    lst = source_sub.add_parser("list")
+    lst.add_argument("--json", action="store_true")
+    for verb in ("pause", "resume", "remove"):
+        source_sub.add_parser(verb).add_argument("name")
+    p.set_defaults(func=cmd_source)
+
+    p = sub.add_parser("sync", help="one sync of the active S3 sources now, without the daemon")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--wait", action="store_true", help="also process the batches it queued, and wait")
+    p.set_defaults(func=cmd_sync)
 
     p = sub.add_parser("dev", help="Dagster UI + daemon with sensors on (127.0.0.1)")
     p.add_argument("--port", type=int, default=3000)

@@ -89,3 +89,40 @@ def corpus_dir() -> Path:
 def db(database_url: str) -> Iterator[psycopg.Connection]:
     with connect(database_url, autocommit=True) as conn:
         yield conn
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1, started by the tests and stopped at the end."""
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Credentials and region for boto3 (moto accepts any); the endpoint itself is set per source."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    return s3_endpoint
+
+
+@pytest.fixture
+def bucket(s3_env: str):
+    """A fresh bucket and a boto3 client for it: (client, name)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_env, region_name="us-east-1")
+    name = f"b-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=name)
+    return client, name

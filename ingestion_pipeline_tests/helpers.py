@@ -14,7 +14,7 @@ from ingestion_pipeline.defs.documents.assets import (
     raw_documents,
 )
 from ingestion_pipeline.defs.partitions import document_batches
-from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+from ingestion_pipeline.defs.resources import default_resources
 from ingestion_pipeline.lib.batching import assign_queued_to_batches
 from ingestion_pipeline.lib.db import connect
 from ingestion_pipeline.lib.settings import BatchSettings
@@ -24,7 +24,7 @@ DOCUMENT_ASSETS = [raw_documents, document_elements, document_chunks, chunk_embe
 
 
 def pipeline_for(database_url: str):
-    return DocumentPipelineResource().pipeline(database_url)
+    return default_resources()["document_pipeline"].pipeline(database_url)
 
 
 def submit(database_url: str, tenant: str, *paths: Path, title: str | None = None) -> list[SubmitResult]:
@@ -50,7 +50,7 @@ def materialize_batch(
         DOCUMENT_ASSETS,
         partition_key=partition_key,
         instance=instance,
-        resources=resources or {"postgres": PostgresResource(), "document_pipeline": DocumentPipelineResource()},
+        resources={**default_resources(), **(resources or {})},
         raise_on_error=raise_on_error,
     )
 

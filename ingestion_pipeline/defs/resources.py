@@ -9,6 +9,7 @@ import dataclasses
 import threading
 
 import dagster as dg
+from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
 from ingestion_pipeline.lib.db import resolve_database_url
@@ -71,8 +72,28 @@ class DocumentPipelineResource(dg.ConfigurableResource):
             return _pipelines[key]
 
 
+def s3_client_factory(s3: S3Resource):
+    """endpoint URL -> boto3 client: the configured S3Resource, with a source's own endpoint when it has one.
+
+    Unset fields fall back to the standard AWS environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID …).
+    """
+
+    def client_for(endpoint_url: str | None):
+        if not endpoint_url or endpoint_url == s3.endpoint_url:
+            return s3.get_client()
+        return S3Resource(
+            endpoint_url=endpoint_url, region_name=s3.region_name, aws_access_key_id=s3.aws_access_key_id,
+            aws_secret_access_key=s3.aws_secret_access_key, aws_session_token=s3.aws_session_token,
+            max_attempts=s3.max_attempts, profile_name=s3.profile_name,
+        ).get_client()
+
+    return client_for
+
+
+def default_resources() -> dict:
+    return {"postgres": PostgresResource(), "document_pipeline": DocumentPipelineResource(), "s3": S3Resource()}
+
+
 @dg.definitions
 def defs() -> dg.Definitions:
-    return dg.Definitions(
-        resources={"postgres": PostgresResource(), "document_pipeline": DocumentPipelineResource()}
-    )
+    return dg.Definitions(resources=default_resources())

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ingestion_pipeline.lib import ledger, staging
 from ingestion_pipeline.lib.chunking import chunk_elements, effective_budgets
@@ -27,6 +28,9 @@ from ingestion_pipeline.lib.tokens import TokenCounter, load_token_counter
 from ingestion_pipeline.lib.upload_store import LocalUploadStore
 
 _log = logging.getLogger("ingestion_pipeline.documents")
+
+# endpoint URL (None: the default) -> a boto3 S3 client
+S3ClientFactory = Callable[[str | None], Any]
 
 # Errors whose message is already what a person needs; anything else is prefixed with its type.
 _EXPECTED_ERRORS = (ExtractionError, PromotionError)
@@ -59,6 +63,7 @@ class DocumentPipeline:
         self.model: ModelInfo = model_info(self.model_path)
         self.store = LocalUploadStore(settings.upload.upload_dir)
         self._counter: TokenCounter | None = None
+        self._s3_client_for: S3ClientFactory | None = None
         self._embedder: Embedder | None = None
         if self.model.dimension != 384:
             raise ValueError(
@@ -104,8 +109,11 @@ class DocumentPipeline:
         return outcomes
 
     # -- step 1: raw_documents ----------------------------------------------------------------------
-    def claim_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
-        """Claim the batch's rows, verify each stored file, skip what is already current."""
+    def claim_batch(
+        self, partition_key: str, dagster_run_id: str, s3_client_for: S3ClientFactory | None = None
+    ) -> list[FileOutcome]:
+        """Claim the batch's rows, fetch S3 objects, verify each stored file, skip what is already current."""
+        self._s3_client_for = s3_client_for
         with connect(self.database_url) as conn, conn.transaction():
             rows = ledger.claim_for_run(conn, partition_key, dagster_run_id)
         already = [
@@ -117,6 +125,8 @@ class DocumentPipeline:
     def _verify_raw(self, row: dict) -> FileOutcome:
         start = time.perf_counter()
         filename = (row["config"] or {}).get("filename", "")
+        if row.get("source_id") is not None and not (row["raw_path"] and Path(row["raw_path"]).is_file()):
+            row = self._fetch_s3_object(row)
         raw = Path(row["raw_path"] or "")
         if not raw.is_file():
             raise ExtractionError(f"stored upload is missing ({raw}); submit the file again")
@@ -134,6 +144,12 @@ class DocumentPipeline:
             if current is not None:
                 ledger.mark_succeeded(conn, row["run_id"], {"skipped": "already the active version",
                                                             "version_id": current["version_id"]})
+                if row.get("source_id") is not None:  # new ETag, same bytes: the object is current
+                    conn.execute(
+                        """UPDATE source_objects SET status = 'active', updated_at = now()
+                            WHERE source_id = %s AND key = %s AND last_run_id = %s""",
+                        (row["source_id"], row["source_key"], row["run_id"]),
+                    )
                 staging.discard(conn, row["run_id"])
                 outcome = FileOutcome(row["run_id"], filename, "skipped", "already the active version")
             else:
@@ -142,6 +158,42 @@ class DocumentPipeline:
                 return FileOutcome(row["run_id"], filename, ledger.RUNNING, "verified")
         self._release_raw(row)
         return outcome
+
+    def _fetch_s3_object(self, row: dict) -> dict:
+        """Stream the listed object version into the raw store, hashing on the way; record hash and size."""
+        if self._s3_client_for is None:
+            raise ExtractionError("no S3 connection configured for this run")
+        with connect(self.database_url, autocommit=True) as conn:
+            source = conn.execute(
+                "SELECT bucket, endpoint_url FROM ingestion_sources WHERE source_id = %s", (row["source_id"],)
+            ).fetchone()
+        client = self._s3_client_for(source["endpoint_url"])
+        location = f"s3://{source['bucket']}/{row['source_key']}"
+        try:
+            response = client.get_object(Bucket=source["bucket"], Key=row["source_key"], IfMatch=row["source_etag"])
+        except Exception as exc:  # botocore ClientError carries the S3 error code
+            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+            if code in ("NoSuchKey", "404"):
+                raise ExtractionError(f"{location} no longer exists (deleted after it was listed)") from exc
+            if code in ("PreconditionFailed", "412"):
+                raise ExtractionError(
+                    f"{location} changed after it was listed (ETag {row['source_etag']}); the next sync queues it"
+                ) from exc
+            raise ExtractionError(f"cannot read {location}: {exc}") from exc
+        body = response["Body"]
+        try:
+            stored = self.store.put(row["tenant_id"], body, max_bytes=self.settings.upload.max_bytes)
+        finally:
+            body.close()
+        with connect(self.database_url) as conn, conn.transaction():
+            return conn.execute(
+                """UPDATE ingestion_runs
+                      SET raw_path = %s, content_hash = %s, size_bytes = %s,
+                          config = config || jsonb_build_object('sha256', %s::text, 'size_bytes', %s::bigint),
+                          updated_at = now()
+                    WHERE run_id = %s RETURNING *""",
+                (str(stored.path), stored.sha256, stored.size, stored.sha256, stored.size, row["run_id"]),
+            ).fetchone()
 
     # -- step 2: document_elements ------------------------------------------------------------------
     def extract_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:

@@ -110,8 +110,19 @@ def mark_failed(
         RETURNING *""",
         (error, Jsonb(stats or {}), run_id, dagster_run_id, dagster_run_id),
     ).fetchone()
+    if row is not None:
+        _mirror_failure_to_source_objects(conn, [row["run_id"]])
     log_finished(row)
     return row
+
+
+def _mirror_failure_to_source_objects(conn: psycopg.Connection, run_ids: list[int]) -> None:
+    """An S3 object whose latest run failed shows as failed in source_objects too."""
+    if run_ids:
+        conn.execute(
+            "UPDATE source_objects SET status = 'failed', updated_at = now() WHERE last_run_id = ANY(%s)",
+            (run_ids,),
+        )
 
 
 def fail_unfinished_rows(conn: psycopg.Connection, dagster_run_id: str, reason: str) -> list[int]:
@@ -123,6 +134,7 @@ def fail_unfinished_rows(conn: psycopg.Connection, dagster_run_id: str, reason: 
         RETURNING *""",
         (reason, dagster_run_id),
     ).fetchall()
+    _mirror_failure_to_source_objects(conn, [r["run_id"] for r in rows])
     for row in rows:
         log_finished(row)
     return [r["run_id"] for r in rows]
@@ -137,6 +149,7 @@ def fail_unstarted_partition(conn: psycopg.Connection, partition_key: str, reaso
         RETURNING *""",
         (reason, partition_key),
     ).fetchall()
+    _mirror_failure_to_source_objects(conn, [r["run_id"] for r in rows])
     for row in rows:
         log_finished(row)
     return [r["run_id"] for r in rows]

@@ -56,6 +56,13 @@ def promote_document_version(
         "SELECT page_count FROM staging_documents WHERE run_id = %s", (run_id,)
     ).fetchone()["page_count"]
 
+    if run.get("source_id") is not None:
+        listed = conn.execute(
+            "SELECT status, etag FROM source_objects WHERE source_id = %s AND key = %s FOR UPDATE",
+            (run["source_id"], run["source_key"]),
+        ).fetchone()
+        if listed is not None and listed["status"] == "deleted":
+            raise PromotionError("the object was deleted from the bucket while this version was processed")
     previous = conn.execute(
         """UPDATE document_versions SET is_active = false, deactivated_at = now()
             WHERE tenant_id = %s AND doc_id = %s AND is_active RETURNING version_id""",
@@ -99,6 +106,12 @@ def promote_document_version(
               FROM chunks WHERE version_id = %(version)s""",
         {"cfg": FTS_CONFIG, "version": version_id},
     )
+    if run.get("source_id") is not None:
+        conn.execute(
+            """UPDATE source_objects SET status = 'active', updated_at = now()
+                WHERE source_id = %s AND key = %s AND last_run_id = %s""",
+            (run["source_id"], run["source_key"], run_id),
+        )
     conn.execute("UPDATE documents SET title = %s, updated_at = now() WHERE doc_id = %s",
                  (config.get("title"), doc_id))
     timings_ms = {**timings_ms, "promote": int((time.perf_counter() - started) * 1000)}

@@ -71,11 +71,20 @@ class EmbeddingSettings:
 
 
 @dataclass(frozen=True)
+class S3SyncSettings:
+    """Bounded listing work: a tick lists at most pages_per_tick pages of page_size keys per source."""
+
+    page_size: int = 1000
+    pages_per_tick: int = 5
+
+
+@dataclass(frozen=True)
 class Settings:
     upload: UploadSettings
     batch: BatchSettings = field(default_factory=BatchSettings)
     chunk: ChunkSettings = field(default_factory=ChunkSettings)
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    s3: S3SyncSettings = field(default_factory=S3SyncSettings)
 
 
 def load_settings() -> Settings:
@@ -95,5 +104,9 @@ def load_settings() -> Settings:
         embedding=EmbeddingSettings(
             model_path=os.environ.get("INGESTION_EMBEDDING_MODEL") or None,
             batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 64)),
+        ),
+        s3=S3SyncSettings(
+            page_size=min(1000, _int_env("INGESTION_S3_PAGE_SIZE", 1000)),
+            pages_per_tick=_int_env("INGESTION_S3_PAGES_PER_TICK", 5),
         ),
     )

@@ -5,9 +5,10 @@ raw_documents -> document_elements -> document_chunks -> chunk_embeddings -> pro
 
 
 import dagster as dg
+from dagster_aws.s3 import S3Resource
 
 from ingestion_pipeline.defs.partitions import document_batches
-from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, s3_client_factory
 from ingestion_pipeline.lib import integrity
 from ingestion_pipeline.lib.db import connect
 from ingestion_pipeline.lib.document_pipeline import FileOutcome, batch_report
@@ -53,13 +54,16 @@ def _log_failures(context: dg.AssetExecutionContext, outcomes: list[FileOutcome]
             context.log.warning(f"{o.filename} (ledger run {o.run_id}) failed: {o.detail}")
 
 
-@dg.asset(partitions_def=document_batches, group_name=GROUP, kinds={"postgres"})
+@dg.asset(partitions_def=document_batches, group_name=GROUP, kinds={"postgres", "s3"})
 def raw_documents(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+    context: dg.AssetExecutionContext,
+    postgres: PostgresResource,
+    document_pipeline: DocumentPipelineResource,
+    s3: S3Resource,
 ) -> dg.MaterializeResult:
-    """The batch's uploaded files: claimed in the ledger, checked against their SHA-256, skipped if current."""
+    """The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current."""
     pipeline = document_pipeline.pipeline(postgres.url())
-    outcomes = pipeline.claim_batch(context.partition_key, context.run.run_id)
+    outcomes = pipeline.claim_batch(context.partition_key, context.run.run_id, s3_client_factory(s3))
     _log_failures(context, outcomes)
     return _result(outcomes)
 

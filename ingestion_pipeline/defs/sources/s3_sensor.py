@@ -1,0 +1,56 @@
+"""s3_sensor: every active document source is listed (bounded work per tick) and its changes batched."""
+
+import dagster as dg
+from dagster_aws.s3 import S3Resource
+
+from ingestion_pipeline.defs.documents.assets import document_batch_job
+from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, s3_client_factory
+from ingestion_pipeline.defs.sources.batch_runs import plan_batch_runs
+from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline.lib.s3_sync import SyncReport, sync_source
+from ingestion_pipeline.lib.sources import list_sources
+
+
+def sync_active_sources(
+    postgres: PostgresResource, document_pipeline: DocumentPipelineResource, s3: S3Resource,
+    *, names: list[str] | None = None, max_pages: int | None = -1,
+) -> list[SyncReport]:
+    """One bounded listing step for each active source (``max_pages=-1``: the per-tick budget)."""
+    url = postgres.url()
+    settings = document_pipeline.settings()
+    clients = s3_client_factory(s3)
+    with connect(url, autocommit=True) as conn:
+        sources = [s for s in list_sources(conn, kind="documents", active_only=True) if not names or s.name in names]
+    reports = []
+    for source in sources:
+        reports.append(
+            sync_source(
+                url, source, clients(source.endpoint_url), max_bytes=settings.upload.max_bytes,
+                page_size=settings.s3.page_size,
+                max_pages=settings.s3.pages_per_tick if max_pages == -1 else max_pages,
+            )
+        )
+    return reports
+
+
+@dg.sensor(
+    job=document_batch_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Lists each active S3 source with a cursor and a page budget; changed keys become batches.",
+)
+def s3_sensor(
+    context: dg.SensorEvaluationContext,
+    postgres: PostgresResource,
+    document_pipeline: DocumentPipelineResource,
+    s3: S3Resource,
+) -> dg.SensorResult:
+    for report in sync_active_sources(postgres, document_pipeline, s3):
+        context.log.info(f"source {report.source}: {report.as_dict()}")
+    batches = plan_batch_runs(context.instance, postgres, document_pipeline, run_type="s3_sync")
+    return batches.sensor_result()
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(sensors=[s3_sensor])

@@ -1,0 +1,288 @@
+"""S3 sources against a real S3 API (moto server on 127.0.0.1), through s3_sensor and the document assets."""
+
+import threading
+import time
+
+import dagster as dg
+import pytest
+from dagster_aws.s3 import S3Resource
+
+from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+from ingestion_pipeline.defs.sources.s3_sensor import s3_sensor, sync_active_sources
+from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline.lib.s3_sync import sync_source
+from ingestion_pipeline.lib.search import hybrid_search
+from ingestion_pipeline.lib.sources import add_source, get_source, set_paused
+from ingestion_pipeline_tests.helpers import materialize_batch, pipeline_for, table
+
+DOCS = {
+    "kb/launch.md": "# Launch\n\nProject Heron launches in Lisbon on the ninth of March.\n",
+    "kb/payroll.md": "# Payroll\n\nSalaries are paid on the last working day of each month.\n",
+    "kb/travel.txt": "TRAVEL POLICY\n\nEconomy class for flights under six hours; book through the portal.\n",
+}
+
+
+def put(client, bucket, key, body):
+    client.put_object(Bucket=bucket, Key=key, Body=body.encode() if isinstance(body, str) else body)
+
+
+def resources(**pipeline):
+    return {"postgres": PostgresResource(), "document_pipeline": DocumentPipelineResource(**pipeline),
+            "s3": S3Resource()}
+
+
+def tick(instance, **pipeline) -> dg.SensorResult:
+    context = dg.build_sensor_context(instance=instance, resources=resources(**pipeline))
+    return s3_sensor(context)
+
+
+def run_all(instance, result: dg.SensorResult) -> list[dg.ExecuteInProcessResult]:
+    runs = []
+    for request in result.run_requests:
+        runs.append(materialize_batch(instance, request.partition_key))
+    return runs
+
+
+def search(db, database_url, tenant, query):
+    vector = pipeline_for(database_url).embedder.embed([query])[0]
+    return hybrid_search(db, tenant_id=tenant, query=query, query_vector=vector, k=10)
+
+
+@pytest.fixture
+def kb(bucket, database_url, db, s3_env):
+    client, name = bucket
+    for key, body in DOCS.items():
+        put(client, name, key, body)
+    put(client, name, "kb/logo.png", b"\x89PNG....")
+    source = add_source(db, f"s3://{name}/kb/", tenant_id="acme", name="handbook", endpoint_url=s3_env)
+    return client, name, source
+
+
+def test_initial_sync_modify_delete_and_unchanged(kb, database_url, db):
+    client, bucket, source = kb
+    with dg.instance_for_test() as instance:
+        first = tick(instance)
+        assert len(first.run_requests) == 1
+        request = first.run_requests[0]
+        assert request.tags["ingestion/source"] == "handbook"
+        assert request.partition_key.startswith("acme-handbook-")
+        run_all(instance, first)
+        runs = table(db, "SELECT * FROM ingestion_runs ORDER BY run_id")
+        assert [(r["run_type"], r["status"]) for r in runs] == [("s3_sync", "succeeded")] * 3
+        assert {r["source_uri"] for r in runs} == {f"s3://{bucket}/{k}" for k in DOCS}
+        objects = {r["key"]: r for r in table(db, "SELECT * FROM source_objects")}
+        assert objects["kb/logo.png"]["status"] == "skipped"
+        assert "file type .png is not allowed" in objects["kb/logo.png"]["skip_reason"]
+        assert {objects[k]["status"] for k in DOCS} == {"active"}
+
+        # Unchanged bucket: no run, no download, nothing re-recorded (the skipped key stays recorded once).
+        again = tick(instance)
+        assert again.run_requests == []
+        assert len(table(db, "SELECT * FROM ingestion_runs")) == 3
+
+        # Modify one object: exactly one new version, the old one deactivated, the others untouched.
+        put(client, bucket, "kb/launch.md", DOCS["kb/launch.md"] + "\nThe venue moved to Porto.\n")
+        modified = tick(instance)
+        assert len(modified.run_requests) == 1
+        run_all(instance, modified)
+        versions = table(db, """SELECT d.source_uri, v.version_number, v.is_active FROM document_versions v
+                                 JOIN documents d USING (doc_id) ORDER BY d.source_uri, v.version_number""")
+        launch = [(v["version_number"], v["is_active"]) for v in versions if v["source_uri"].endswith("launch.md")]
+        assert launch == [(1, False), (2, True)]
+        assert sum(1 for v in versions if not v["source_uri"].endswith("launch.md")) == 2
+        newest = table(db, "SELECT stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1")[0]["stats"]
+        assert newest["version_number"] == 2
+        assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 4  # others not re-processed
+        assert any("Porto" in h.text for h in search(db, database_url, "acme", "Where is the venue?"))
+
+        # Delete one: deactivated, nothing deleted, search stops returning it.
+        chunks_before = table(db, "SELECT count(*) AS n FROM chunks")[0]["n"]
+        client.delete_object(Bucket=bucket, Key="kb/payroll.md")
+        deleted = tick(instance)
+        assert deleted.run_requests == []
+        payroll = table(db, """SELECT v.is_active FROM document_versions v JOIN documents d USING (doc_id)
+                                WHERE d.source_uri LIKE '%%payroll.md'""")
+        assert payroll == [{"is_active": False}]
+        assert table(db, "SELECT status FROM source_objects WHERE key = 'kb/payroll.md'")[0]["status"] == "deleted"
+        assert table(db, "SELECT count(*) AS n FROM chunks")[0]["n"] == chunks_before
+        assert all("Salaries" not in h.text for h in search(db, database_url, "acme", "when are salaries paid"))
+        ledger = table(db, "SELECT stats FROM ingestion_runs WHERE source_key = 'kb/payroll.md' ORDER BY run_id")
+        assert ledger[-1]["stats"]["action"] == "deactivated"
+
+        # The key comes back: a new version of the same document.
+        put(client, bucket, "kb/payroll.md", DOCS["kb/payroll.md"])
+        run_all(instance, tick(instance))
+        payroll = table(db, """SELECT v.version_number, v.is_active FROM document_versions v JOIN documents d
+                                USING (doc_id) WHERE d.source_uri LIKE '%%payroll.md' ORDER BY 1""")
+        assert payroll == [{"version_number": 1, "is_active": False}, {"version_number": 2, "is_active": True}]
+
+
+def test_new_etag_same_bytes_makes_no_new_version(kb, db):
+    client, bucket, _ = kb
+    with dg.instance_for_test() as instance:
+        run_all(instance, tick(instance))
+        # Same bytes, new ETag: a multipart upload's ETag is not the MD5 of the bytes.
+        upload = client.create_multipart_upload(Bucket=bucket, Key="kb/travel.txt")
+        part = client.upload_part(Bucket=bucket, Key="kb/travel.txt", UploadId=upload["UploadId"], PartNumber=1,
+                                  Body=DOCS["kb/travel.txt"].encode())
+        client.complete_multipart_upload(Bucket=bucket, Key="kb/travel.txt", UploadId=upload["UploadId"],
+                                         MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]})
+        listed = client.head_object(Bucket=bucket, Key="kb/travel.txt")["ETag"].strip('"')
+        stored = table(db, "SELECT etag FROM source_objects WHERE key = 'kb/travel.txt'")[0]["etag"]
+        assert listed != stored
+        result = tick(instance)
+        assert len(result.run_requests) == 1
+        run_all(instance, result)
+        last = table(db, "SELECT status, stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1")[0]
+        assert last["status"] == "succeeded" and last["stats"]["skipped"] == "already the active version"
+        assert table(db, """SELECT count(*) AS n FROM document_versions v JOIN documents d USING (doc_id)
+                             WHERE d.source_uri LIKE '%%travel.txt'""")[0]["n"] == 1
+
+
+def test_paused_source_launches_nothing_and_resumes(kb, db):
+    with dg.instance_for_test() as instance:
+        set_paused(db, "handbook", True)
+        assert tick(instance).run_requests == []
+        assert table(db, "SELECT * FROM source_objects") == []
+        set_paused(db, "handbook", False)
+        assert len(tick(instance).run_requests) == 1
+
+
+def test_two_tenants_with_the_same_bucket_content_stay_isolated(kb, database_url, db, s3_env):
+    client, bucket, _ = kb
+    add_source(db, f"s3://{bucket}/kb/", tenant_id="globex", name="globex-kb", endpoint_url=s3_env)
+    with dg.instance_for_test() as instance:
+        result = tick(instance)
+        assert len(result.run_requests) == 2  # one batch per source
+        assert {r.tags["ingestion/source"] for r in result.run_requests} == {"handbook", "globex-kb"}
+        run_all(instance, result)
+        client.delete_object(Bucket=bucket, Key="kb/launch.md")
+    with dg.instance_for_test() as instance:
+        # only globex syncs again: acme keeps serving launch.md
+        sync_active_sources(PostgresResource(), DocumentPipelineResource(), S3Resource(), names=["globex-kb"])
+    acme = search(db, database_url, "acme", "Project Heron Lisbon")
+    globex = search(db, database_url, "globex", "Project Heron Lisbon")
+    assert any("Lisbon" in h.text for h in acme)
+    assert all("Lisbon" not in h.text for h in globex)
+    per_tenant = table(db, "SELECT tenant_id, count(*) AS n FROM document_versions WHERE is_active GROUP BY 1 ORDER BY 1")
+    assert per_tenant == [{"tenant_id": "acme", "n": 3}, {"tenant_id": "globex", "n": 2}]
+
+
+def test_five_thousand_keys_are_listed_across_ticks_within_budget(bucket, database_url, db, s3_env):
+    client, name = bucket
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: put(client, name, f"many/k{i:05d}.txt", f"note {i}"), range(5000)))
+    source = add_source(db, f"s3://{name}/many/", tenant_id="acme", name="many", endpoint_url=s3_env)
+    reports = []
+    with connect(database_url) as conn:
+        while True:
+            current = get_source(conn, "many")
+            report = sync_source(database_url, current, client, max_bytes=10**6, page_size=500, max_pages=3)
+            reports.append(report)
+            assert report.listed <= 1500 and report.pages <= 3
+            if report.pass_completed:
+                break
+    assert len(reports) == 4  # 5,000 keys / (3 pages x 500) per tick
+    assert sum(r.new for r in reports) == 5000
+    assert table(db, "SELECT count(*) AS n FROM source_objects WHERE source_id = %s", source.source_id)[0]["n"] == 5000
+    assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 5000
+    # A second pass over the unchanged prefix queues nothing.
+    current = get_source(db, "many")
+    report = sync_source(database_url, current, client, max_bytes=10**6, page_size=1000, max_pages=None)
+    assert report.pass_completed and report.unchanged == 5000 and report.new == report.changed == 0
+    assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 5000
+
+
+def test_a_crash_mid_pass_resumes_without_duplicates(bucket, database_url, db, s3_env):
+    client, name = bucket
+    for i in range(30):
+        put(client, name, f"p/{i:02d}.md", f"# Doc {i}\n\ntext {i}")
+    add_source(db, f"s3://{name}/p/", tenant_id="acme", name="resume", endpoint_url=s3_env)
+
+    class Flaky:
+        """Fails the third page: the first two pages and the cursor are committed."""
+
+        def __init__(self):
+            self.calls = 0
+
+        def list_objects_v2(self, **kwargs):
+            self.calls += 1
+            if self.calls == 3:
+                raise ConnectionError("network dropped")
+            return client.list_objects_v2(**kwargs)
+
+    with pytest.raises(ConnectionError):
+        sync_source(database_url, get_source(db, "resume"), Flaky(), max_bytes=10**6, page_size=10, max_pages=None)
+    assert get_source(db, "resume").list_cursor == "p/19.md"
+    report = sync_source(database_url, get_source(db, "resume"), client, max_bytes=10**6, page_size=10,
+                         max_pages=None)
+    assert report.pass_completed and report.new == 10 and report.deleted == 0
+    assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 30
+
+
+def test_two_syncs_of_one_source_never_overlap(kb, database_url, db):
+    client, _, _ = kb
+    entered = threading.Event()
+    release = threading.Event()
+
+    class Slow:
+        def list_objects_v2(self, **kwargs):
+            entered.set()
+            release.wait(10)
+            return client.list_objects_v2(**kwargs)
+
+    source = get_source(db, "handbook")
+    first = {}
+    t = threading.Thread(target=lambda: first.update(
+        r=sync_source(database_url, source, Slow(), max_bytes=10**6, max_pages=None)))
+    t.start()
+    assert entered.wait(10)
+    second = sync_source(database_url, source, client, max_bytes=10**6, max_pages=None)
+    release.set()
+    t.join()
+    assert second.busy and second.listed == 0
+    assert first["r"].pass_completed and first["r"].new == 3
+
+
+def test_version_race_last_to_complete_is_active(kb, database_url, db, monkeypatch):
+    """Two versions of one key in flight: exactly one active version at every moment; the last promoted wins."""
+    client, bucket, _ = kb
+    with dg.instance_for_test() as instance:
+        run_all(instance, tick(instance))
+        put(client, bucket, "kb/launch.md", "# Launch\n\nVersion B of the launch plan.\n")
+        first = tick(instance)
+        put(client, bucket, "kb/launch.md", "# Launch\n\nVersion C of the launch plan.\n")
+        second = tick(instance)
+        [key_b] = [r.partition_key for r in first.run_requests]
+        [key_c] = [r.partition_key for r in second.run_requests if r.partition_key != key_b]
+        stop = threading.Event()
+        violations = []
+
+        def watch():
+            with connect(database_url) as conn:
+                while not stop.is_set():
+                    n = conn.execute("""SELECT count(*) AS n FROM document_versions v JOIN documents d USING (doc_id)
+                                         WHERE d.source_uri LIKE '%%launch.md' AND v.is_active""").fetchone()["n"]
+                    if n != 1:
+                        violations.append(n)
+                    time.sleep(0.005)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            # C's object is current in S3, so B's fetch (IfMatch on B's ETag) fails cleanly ...
+            materialize_batch(instance, key_b)
+            materialize_batch(instance, key_c)
+        finally:
+            stop.set()
+            watcher.join()
+    assert violations == []
+    runs = table(db, "SELECT status, error FROM ingestion_runs WHERE source_key = 'kb/launch.md' ORDER BY run_id")
+    assert runs[1]["status"] == "failed" and "changed after it was listed" in runs[1]["error"]
+    assert runs[2]["status"] == "succeeded"
+    active = table(db, """SELECT c.text FROM chunks c JOIN document_versions v USING (version_id)
+                           JOIN documents d ON d.doc_id = v.doc_id
+                           WHERE v.is_active AND d.source_uri LIKE '%%launch.md'""")
+    assert "Version C" in active[0]["text"]
