@@ -164,7 +164,9 @@ def test_two_tenants_with_the_same_bucket_content_stay_isolated(kb, database_url
     globex = search(db, database_url, "globex", "Project Heron Lisbon")
     assert any("Lisbon" in h.text for h in acme)
     assert all("Lisbon" not in h.text for h in globex)
-    per_tenant = table(db, "SELECT tenant_id, count(*) AS n FROM document_versions WHERE is_active GROUP BY 1 ORDER BY 1")
+    per_tenant = table(
+        db, "SELECT tenant_id, count(*) AS n FROM document_versions WHERE is_active GROUP BY 1 ORDER BY 1"
+    )
     assert per_tenant == [{"tenant_id": "acme", "n": 3}, {"tenant_id": "globex", "n": 2}]
 
 
