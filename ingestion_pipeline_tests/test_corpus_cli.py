@@ -37,7 +37,7 @@ def json_lines(text: str) -> list[dict]:
 
 
 @pytest.mark.timeout(1800)
-def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, corpus_dir):
+def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, corpus_dir, bucket, s3_env):
     documents = sorted((corpus_dir / "documents").iterdir())
     broken = sorted((corpus_dir / "broken").iterdir())
     files = [str(p) for p in documents + broken]
@@ -96,6 +96,21 @@ def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, co
     assert {a["status"] for a in again} == {"skipped"}
     assert "nothing queued" in run_cli("process").stdout
     assert table(db, "SELECT count(*) AS n FROM document_versions")[0]["n"] == versions_before
+
+    # The same corpus from an S3 prefix: new documents (identity is the S3 path), every chunk's vector
+    # reused (same tenant, same model, same text), so the initial sync embeds nothing.
+    client, name = bucket
+    for path in documents:
+        client.upload_file(str(path), name, f"corpus/{path.name}")
+    run_cli("source", "add", f"s3://{name}/corpus/", "--tenant", "acme", "--name", "corpus", "--endpoint-url", s3_env)
+    report = json_lines(run_cli("sync", "corpus", "--wait").stdout)[0]["sync"]
+    assert report["new"] == len(documents) and report["pass_completed"]
+    s3_runs = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 's3_sync'")
+    assert len(s3_runs) == len(documents)
+    assert all(r["status"] == "succeeded" for r in s3_runs), [r["error"] for r in s3_runs if r["error"]]
+    assert sum(r["stats"]["embedded"] for r in s3_runs) == 0
+    assert sum(r["stats"]["embeddings_reused"] for r in s3_runs) == sum(r["stats"]["chunks"] for r in s3_runs)
+    assert {r["source_uri"] for r in s3_runs} == {f"s3://{name}/corpus/{p.name}" for p in documents}
 
 
 def test_cli_reports_bad_input_clearly(database_url, project_dagster_home, tmp_path):

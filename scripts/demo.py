@@ -24,6 +24,52 @@ def _quiet(argv: list[str]) -> str:
     return buffer.getvalue()
 
 
+DEMO_S3_PORT = 9555
+
+
+def s3_demo(corpus: Path, tenant: str) -> None:
+    """Sync a bucket on a local S3 server (moto, 127.0.0.1): add, modify, delete."""
+    import os
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "demo")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "demo")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    endpoint = f"http://127.0.0.1:{DEMO_S3_PORT}"
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=DEMO_S3_PORT, verbose=False)
+    server.start()
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket="demo-handbook")
+        for name in ("fake-memo.pdf", "simple.docx", "ideas-page.html", "codeblock.md"):
+            client.upload_file(str(corpus / "documents" / name), "demo-handbook", f"kb/{name}")
+        client.put_object(Bucket="demo-handbook", Key="kb/logo.png", Body=b"\x89PNG")
+        print(f"\n== S3: local S3 server at {endpoint}, bucket demo-handbook/kb/ with 5 objects ==")
+        if "demo-s3" not in _quiet(["source", "list"]):
+            print(_quiet(["source", "add", "s3://demo-handbook/kb/", "--tenant", tenant, "--name", "demo-s3",
+                          "--endpoint-url", endpoint]).strip())
+        for step, action in (
+            ("initial sync", None),
+            ("after modifying kb/codeblock.md", lambda: client.put_object(
+                Bucket="demo-handbook", Key="kb/codeblock.md",
+                Body=(corpus / "documents" / "codeblock.md").read_bytes() + b"\n\n## Changelog\n\nRevised.\n")),
+            ("after deleting kb/simple.docx", lambda: client.delete_object(Bucket="demo-handbook",
+                                                                          Key="kb/simple.docx")),
+        ):
+            if action:
+                action()
+            output = _quiet(["sync", "demo-s3", "--wait"])
+            report = json.loads(output.splitlines()[0])["sync"]
+            print(f"   {step}: {report['new']} new, {report['changed']} changed, {report['unchanged']} unchanged, "
+                  f"{report['skipped']} skipped, {report['deleted']} deleted")
+        print("== S3 source status ==")
+        cli.main(["source", "list"])
+    finally:
+        server.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", required=True, help="folder holding documents/ and broken/")
@@ -65,7 +111,8 @@ def main() -> int:
                   "risk factors in the annual report"):
         print(f"\n== search: {query!r} ==")
         cli.main(["search", query, "--tenant", args.tenant, "-k", "3"])
-    print("Run `make demo` again: unchanged files are skipped (no extraction, no embedding).")
+    s3_demo(corpus, args.tenant)
+    print("\nRun `make demo` again: unchanged files are skipped (no extraction, no embedding).")
     print("Dagster UI with sensors: `make dev` (http://127.0.0.1:3000). Stop the embedded Postgres: `make stop`.")
     return 0
 
