@@ -259,7 +259,7 @@ class DocumentPipeline:
         start = time.perf_counter()
         embedded = 0
         model_ms = 0
-        batch = self.settings.embedding.batch_size * 4  # one committed unit = a few model batches
+        batch = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
         while True:
             with connect(self.database_url) as conn, conn.transaction():
                 pending = staging.chunks_missing_embeddings(conn, run_id, batch)

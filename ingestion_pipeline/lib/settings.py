@@ -67,7 +67,7 @@ class ChunkSettings:
 @dataclass(frozen=True)
 class EmbeddingSettings:
     model_path: str | None = None  # None: the packaged all-MiniLM-L6-v2
-    batch_size: int = 64
+    batch_size: int = 32
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def load_settings() -> Settings:
         ),
         embedding=EmbeddingSettings(
             model_path=os.environ.get("INGESTION_EMBEDDING_MODEL") or None,
-            batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 64)),
+            batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 32)),
         ),
         s3=S3SyncSettings(
             page_size=min(1000, _int_env("INGESTION_S3_PAGE_SIZE", 1000)),
