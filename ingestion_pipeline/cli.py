@@ -90,11 +90,13 @@ def process_queued(url: str) -> list[dict]:
     from ingestion_pipeline.lib.document_pipeline import batch_report
 
     instance = dg.DagsterInstance.get()
-    job = defs().resolve_job_def("document_batch_job")
+    definitions = defs()
+    job = definitions.resolve_job_def("document_batch_job")
     postgres, pipeline_resource = PostgresResource(database_url=url), DocumentPipelineResource()
     summaries: list[dict] = []
     done: set[str] = set()
     while True:
+        summaries += _process_metric_uploads(instance, definitions, postgres, done)
         batches = plan_batch_runs(instance, postgres, pipeline_resource)
         keys = [k for k in batches.partition_keys if k not in done]
         if not keys:
@@ -121,6 +123,42 @@ def process_queued(url: str) -> list[dict]:
             _print_json({"batch": summary, "files": [
                 {"run_id": o.run_id, "file": o.filename, "status": o.status, "detail": o.detail} for o in report
             ]})
+
+
+def _process_metric_uploads(instance, definitions, postgres, done: set[str]) -> list[dict]:
+    """Run each pending metric upload through metric_upload_job, in this process."""
+    from ingestion_pipeline.defs.metrics.sensors import finalize_upload_for_run, plan_metric_runs
+    from ingestion_pipeline.defs.partitions import WORKSPACE_TAG, metric_uploads
+    from ingestion_pipeline.lib.db import connect
+    from ingestion_pipeline.lib.metrics.uploads import upload_for_partition
+
+    job = definitions.resolve_job_def("metric_upload_job")
+    pending, new_keys = plan_metric_runs(instance, postgres)
+    if new_keys:
+        instance.add_dynamic_partitions(metric_uploads.name, new_keys)
+    summaries = []
+    for item in pending:
+        key = item["partition_key"]
+        if key in done:
+            continue
+        done.add(key)
+        result = job.execute_in_process(
+            instance=instance, partition_key=key, tags={WORKSPACE_TAG: item["workspace_id"]}, raise_on_error=False,
+            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+        )
+        if not result.success:
+            finalize_upload_for_run(postgres.url(), instance.get_run_by_id(result.run_id),
+                                    f"Dagster run {result.run_id} failed")
+        with connect(postgres.url(), autocommit=True) as conn:
+            upload = upload_for_partition(conn, key)
+        summary = {"partition_key": key, "dagster_run_id": result.run_id, "run_success": result.success,
+                   "upload_id": upload["upload_id"], "status": upload["status"]}
+        _print_json({"metric_upload": {**summary, "total_rows": upload["total_rows"],
+                                       "valid_rows": upload["valid_rows"], "invalid_rows": upload["invalid_rows"],
+                                       "promoted_rows": upload["promoted_rows"], "error": upload["error"]}})
+        # A failed upload is an answer, not a crash of `process`: it is reported, with its reason.
+        summaries.append({**summary, "run_success": True})
+    return summaries
 
 
 def cmd_process(args: argparse.Namespace) -> int:
@@ -263,6 +301,75 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.lib.db import connect
+    from ingestion_pipeline.lib.metrics import uploads
+    from ingestion_pipeline.lib.settings import load_settings
+    from ingestion_pipeline.lib.upload_store import LocalUploadStore
+
+    url = _bootstrap()
+    settings = load_settings().metrics
+    if args.metrics_command == "submit":
+        path = Path(args.file)
+        if not path.is_file():
+            raise ValueError(f"not a readable file: {path}")
+        if path.stat().st_size > settings.max_bytes:
+            _print_json({"status": "rejected", "filename": path.name,
+                         "reason": f"file is {path.stat().st_size:,} bytes, over the {settings.max_bytes:,} limit"})
+            return 1
+        with path.open("rb") as stream:
+            result = uploads.submit_metric_file(
+                url, LocalUploadStore(settings.upload_dir), workspace_id=args.workspace, platform=args.platform,
+                filename=path.name, stream=stream, max_bytes=settings.max_bytes, client_id=args.client,
+                force_partial=args.force_partial,
+                valid_threshold=args.threshold if args.threshold is not None else settings.valid_threshold,
+            )
+        _print_json(result.as_dict())
+        return 1 if result.status == "rejected" else 0
+    with connect(url) as conn:
+        if args.metrics_command == "uploads":
+            rows = uploads.list_uploads(conn, workspace_id=args.workspace)
+            if args.json:
+                for r in rows:
+                    _print_json(r)
+            else:
+                _table(rows, ["upload_id", "workspace_id", "platform", "filename", "status", "total_rows",
+                              "valid_rows", "invalid_rows", "promoted_rows", "error"])
+        elif args.metrics_command == "errors":
+            if uploads.get_upload(conn, args.upload_id) is None:
+                print(f"no metric upload {args.upload_id}", file=sys.stderr)
+                return 1
+            rows = uploads.upload_errors(conn, args.upload_id)
+            if args.json:
+                for r in rows:
+                    _print_json(r)
+            else:
+                for r in rows:
+                    reasons = "; ".join(f"{e['field']}: {e['error']}" for e in r["validation_errors"])
+                    print(f"row {r['row_index']} (line {r['line_number']}, {r['validation_status']}): {reasons}")
+                if not rows:
+                    print("(no invalid rows)")
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.lib.db import connect
+    from ingestion_pipeline.lib.metrics.uploads import list_events
+
+    url = _bootstrap()
+    with connect(url) as conn:
+        rows = list_events(conn, workspace_id=args.workspace)
+    if args.json:
+        for r in rows:
+            _print_json(r)
+        return 0
+    for r in rows:
+        r["promoted_rows"] = r["payload"].get("promoted_rows")
+        r["dates"] = " .. ".join(d or "" for d in r["payload"].get("date_range", []))
+    _table(rows, ["event_id", "upload_id", "workspace_id", "event_type", "promoted_rows", "dates", "created_at"])
+    return 0
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     _bootstrap()
     root = project_root()
@@ -350,6 +457,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?")
     p.add_argument("--wait", action="store_true", help="also process the batches it queued, and wait")
     p.set_defaults(func=cmd_sync)
+
+    p = sub.add_parser("metrics", help="ad-platform metric exports")
+    metrics_sub = p.add_subparsers(dest="metrics_command", required=True)
+    msubmit = metrics_sub.add_parser("submit", help="queue a CSV/JSON export")
+    msubmit.add_argument("file")
+    msubmit.add_argument("--workspace", required=True)
+    msubmit.add_argument("--platform", required=True, choices=["meta", "google", "tiktok"])
+    msubmit.add_argument("--client")
+    msubmit.add_argument("--force-partial", action="store_true", help="promote the valid rows below the threshold")
+    msubmit.add_argument("--threshold", type=float, help="valid-row ratio required (default 0.9)")
+    muploads = metrics_sub.add_parser("uploads", help="status, counts, errors")
+    muploads.add_argument("--workspace")
+    muploads.add_argument("--json", action="store_true")
+    merrors = metrics_sub.add_parser("errors", help="the invalid rows of an upload and why")
+    merrors.add_argument("upload_id", type=int)
+    merrors.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_metrics)
+
+    p = sub.add_parser("events", help="completion events (one per promoted metric upload)")
+    p.add_argument("--workspace")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_events)
 
     p = sub.add_parser("dev", help="Dagster UI + daemon with sensors on (127.0.0.1)")
     p.add_argument("--port", type=int, default=3000)

@@ -6,10 +6,15 @@ DOCUMENT_BATCHES = "document_batches"
 
 document_batches = dg.DynamicPartitionsDefinition(name=DOCUMENT_BATCHES)
 
+# Metric uploads are large and few: one partition per upload.
+METRIC_UPLOADS = "metric_uploads"
+metric_uploads = dg.DynamicPartitionsDefinition(name=METRIC_UPLOADS)
+
 # Runs carrying the same value of these tags never run at once (dagster.yaml tag_concurrency_limits):
 # one run per batch, and one run per S3 source (different sources run in parallel).
 BATCH_TAG = "ingestion/batch"
 SOURCE_TAG = "ingestion/source"
+WORKSPACE_TAG = "ingestion/workspace"  # at most 3 uploads of one workspace at once
 
 
 @dg.definitions

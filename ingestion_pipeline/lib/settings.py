@@ -79,12 +79,21 @@ class S3SyncSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    upload_dir: Path = Path(".data/metric_uploads")
+    max_bytes: int = 50 * 1024 * 1024
+    valid_threshold: float = 0.9
+    staging_retention_days: int = 7
+
+
+@dataclass(frozen=True)
 class Settings:
     upload: UploadSettings
     batch: BatchSettings = field(default_factory=BatchSettings)
     chunk: ChunkSettings = field(default_factory=ChunkSettings)
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     s3: S3SyncSettings = field(default_factory=S3SyncSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
 
 def load_settings() -> Settings:
@@ -104,6 +113,12 @@ def load_settings() -> Settings:
         embedding=EmbeddingSettings(
             model_path=os.environ.get("INGESTION_EMBEDDING_MODEL") or None,
             batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 32)),
+        ),
+        metrics=MetricsSettings(
+            upload_dir=Path(os.environ.get("INGESTION_METRICS_UPLOAD_DIR", data_dir() / "metric_uploads")).resolve(),
+            max_bytes=_int_env("INGESTION_METRICS_MAX_UPLOAD_BYTES", 50 * 1024 * 1024),
+            valid_threshold=float(os.environ.get("INGESTION_METRICS_VALID_THRESHOLD") or 0.9),
+            staging_retention_days=_int_env("INGESTION_STAGING_RETENTION_DAYS", 7),
         ),
         s3=S3SyncSettings(
             page_size=min(1000, _int_env("INGESTION_S3_PAGE_SIZE", 1000)),

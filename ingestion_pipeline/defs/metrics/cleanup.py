@@ -1,0 +1,38 @@
+"""Daily cleanup of metric staging rows older than the retention period (7 days by default)."""
+
+import dagster as dg
+
+from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline.lib.metrics.cleanup import delete_old_staging_rows
+from ingestion_pipeline.lib.settings import load_settings
+
+
+class StagingCleanupConfig(dg.Config):
+    retention_days: int | None = None  # default: INGESTION_STAGING_RETENTION_DAYS or 7
+
+
+@dg.op
+def delete_expired_staging_rows(
+    context: dg.OpExecutionContext, config: StagingCleanupConfig, postgres: PostgresResource
+) -> int:
+    days = config.retention_days or load_settings().metrics.staging_retention_days
+    with connect(postgres.url()) as conn, conn.transaction():
+        deleted = delete_old_staging_rows(conn, days)
+    context.log.info(f"deleted {deleted} staging rows older than {days} days")
+    return deleted
+
+
+@dg.job(description="Delete metric staging rows past retention; promoted tables are never touched.")
+def staging_cleanup_job():
+    delete_expired_staging_rows()
+
+
+staging_cleanup_schedule = dg.ScheduleDefinition(
+    job=staging_cleanup_job, cron_schedule="15 3 * * *", default_status=dg.DefaultScheduleStatus.RUNNING
+)
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(jobs=[staging_cleanup_job], schedules=[staging_cleanup_schedule])

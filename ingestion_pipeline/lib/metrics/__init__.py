@@ -1,0 +1,1 @@
+"""Ad-platform metric exports: intake, streaming readers, normalisation and validation, staging, promotion."""

@@ -1,0 +1,196 @@
+"""Streaming readers for metric exports: CSV, JSON arrays and JSON Lines, one row at a time.
+
+No reader holds the file: CSV goes through ``csv.reader``, JSON arrays through an incremental decoder
+over a bounded buffer. A file that cannot be parsed raises ``MalformedFileError`` with the line.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import json
+from collections.abc import Iterator
+from typing import BinaryIO
+
+from charset_normalizer import from_bytes
+
+SAMPLE_BYTES = 64 * 1024
+READ_CHARS = 64 * 1024
+csv.field_size_limit(1024 * 1024)  # a 1 MiB field is already absurd in an export
+
+
+class MalformedFileError(Exception):
+    def __init__(self, line: int | None, message: str) -> None:
+        super().__init__(f"line {line}: {message}" if line else message)
+        self.line = line
+
+
+def detect_encoding(sample: bytes) -> str:
+    """BOM, then strict UTF-8 on the sample, then charset detection (cp1252/latin-1 exports exist)."""
+    if sample.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    if sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)
+        return "utf-8"
+    except UnicodeDecodeError:
+        pass
+    best = from_bytes(sample).best()
+    return best.encoding if best is not None and best.encoding else "cp1252"
+
+
+def open_text(stream: BinaryIO) -> tuple[io.TextIOBase, str]:
+    buffered = stream if isinstance(stream, io.BufferedReader) else io.BufferedReader(stream, SAMPLE_BYTES)
+    encoding = detect_encoding(buffered.peek(SAMPLE_BYTES)[:SAMPLE_BYTES])
+    return io.TextIOWrapper(buffered, encoding=encoding, errors="strict", newline=""), encoding
+
+
+def read_csv(text: io.TextIOBase) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number where the row starts, {header: value}); header names as written."""
+    reader = csv.reader(text, strict=True)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise MalformedFileError(None, "the file is empty (no header row)") from None
+    except csv.Error as exc:
+        raise MalformedFileError(reader.line_num, f"malformed CSV header: {exc}") from exc
+    if not any(h.strip() for h in header):
+        raise MalformedFileError(1, "the header row is empty")
+    width = len(header)
+    while True:
+        start_line = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            message = str(exc)
+            if "unexpected end of data" in message or "field larger than field limit" in message:
+                message = "a quoted field is never closed (unbalanced quote)"
+            raise MalformedFileError(start_line, f"malformed CSV: {message}") from exc
+        except UnicodeDecodeError as exc:
+            raise MalformedFileError(start_line, f"text is not valid in the detected encoding: {exc}") from exc
+        if not row or all(not v.strip() for v in row):
+            continue
+        record = dict(zip(header, row, strict=False))
+        if len(row) != width:
+            record["__field_count_error__"] = f"row has {len(row)} fields, the header has {width}"
+        yield start_line, record
+
+
+def read_json_lines(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
+    for number, line in enumerate(text, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise MalformedFileError(number, f"invalid JSON Lines record: {exc.msg} (column {exc.colno})") from exc
+
+
+def read_json_array(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
+    """Elements of a top-level JSON array, decoded one by one from a bounded buffer."""
+    decoder = json.JSONDecoder()
+    buffer = ""
+    pos = 0
+    lines_before = 0  # newlines in text already dropped from the buffer
+    eof = False
+
+    def line_at(index: int) -> int:
+        return lines_before + buffer.count("\n", 0, index) + 1
+
+    def fill() -> bool:
+        nonlocal buffer, pos, lines_before, eof
+        if eof:
+            return False
+        chunk = text.read(READ_CHARS)
+        if not chunk:
+            eof = True
+            return False
+        lines_before += buffer.count("\n", 0, pos)
+        buffer = buffer[pos:] + chunk
+        pos = 0
+        return True
+
+    def skip_ws() -> str | None:
+        nonlocal pos
+        while True:
+            while pos < len(buffer) and buffer[pos] in " \t\r\n":
+                pos += 1
+            if pos < len(buffer):
+                return buffer[pos]
+            if not fill():
+                return None
+
+    if skip_ws() != "[":
+        raise MalformedFileError(line_at(pos), "expected a JSON array or JSON Lines")
+    pos += 1
+    expect_value = True
+    first = True
+    while True:
+        char = skip_ws()
+        if char is None:
+            raise MalformedFileError(line_at(pos), "truncated JSON: the array is never closed")
+        if char == "]" and (first or not expect_value):
+            return
+        if not expect_value:
+            if char != ",":
+                raise MalformedFileError(line_at(pos), f"invalid JSON: expected ',' or ']' but found {char!r}")
+            pos += 1
+            expect_value = True
+            continue
+        start = pos
+        while True:
+            try:
+                value, end = decoder.raw_decode(buffer, pos)
+                break
+            except json.JSONDecodeError as exc:
+                if fill():
+                    continue
+                where = line_at(min(exc.pos, len(buffer)))
+                raise MalformedFileError(
+                    line_at(start), f"truncated or invalid JSON in the record starting here: {exc.msg} (line {where})"
+                ) from exc
+        yield line_at(start), value
+        pos = end
+        expect_value = False
+        first = False
+
+
+def read_rows(stream: BinaryIO, file_format: str) -> Iterator[tuple[int, object]]:
+    text, _ = open_text(stream)
+    if file_format == "csv":
+        yield from read_csv(text)
+        return
+    if file_format == "jsonl":
+        yield from read_json_lines(text)
+        return
+    # .json: an array, or JSON Lines saved with a .json name
+    first = text.read(1)
+    while first and first.isspace():
+        first = text.read(1)
+    rest = _Prefixed(first, text)
+    yield from (read_json_array(rest) if first == "[" else read_json_lines(rest))
+
+
+class _Prefixed(io.TextIOBase):
+    """A text stream with a few characters pushed back in front."""
+
+    def __init__(self, prefix: str, text: io.TextIOBase) -> None:
+        self._prefix = prefix
+        self._text = text
+
+    def read(self, size: int | None = -1) -> str:
+        head, self._prefix = self._prefix, ""
+        if size is None or size < 0:
+            return head + self._text.read()
+        return head + self._text.read(max(0, size - len(head)))
+
+    def __iter__(self):
+        data = self._prefix + (self._text.readline() if self._prefix else "")
+        self._prefix = ""
+        if data:
+            yield data
+        yield from self._text
