@@ -246,9 +246,10 @@ def cmd_source(args: argparse.Namespace) -> int:
     with connect(url, autocommit=True) as conn:
         if args.source_command == "add":
             source = sources.add_source(conn, args.uri, tenant_id=args.tenant, name=args.name,
-                                        endpoint_url=args.endpoint_url, kind=args.kind)
+                                        endpoint_url=args.endpoint_url, kind=args.kind, platform=args.platform)
             _print_json({"added": source.name, "uri": source.uri, "tenant_id": source.tenant_id, "kind": source.kind,
-                         "endpoint_url": source.endpoint_url})
+                         "endpoint_url": source.endpoint_url,
+                         **({"platform": source.platform} if source.platform else {})})
         elif args.source_command == "list":
             rows = conn.execute(
                 """SELECT s.name, s.tenant_id, s.kind, 's3://' || s.bucket || '/' || s.prefix AS uri, s.endpoint_url,
@@ -278,7 +279,9 @@ def cmd_source(args: argparse.Namespace) -> int:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """One full listing pass of each (or the named) active source now; --wait also processes the batches."""
-    from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, S3Resource
+    from dagster_aws.s3 import S3Resource
+
+    from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
     from ingestion_pipeline.defs.sources.s3_sensor import sync_active_sources
     from ingestion_pipeline.lib import sources
     from ingestion_pipeline.lib.db import connect
@@ -446,7 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--tenant", required=True)
     add.add_argument("--name")
     add.add_argument("--endpoint-url", help="an S3-compatible endpoint (default: the AWS environment)")
-    add.add_argument("--kind", choices=["documents", "metrics"], default="documents")
+    add.add_argument("--kind", choices=["documents", "metrics"], default="documents",
+                     help="metrics: CSV/JSON objects become metric uploads (workspace = --tenant)")
+    add.add_argument("--platform", choices=["meta", "google", "tiktok"], help="for --kind metrics")
     lst = source_sub.add_parser("list")
     lst.add_argument("--json", action="store_true")
     for verb in ("pause", "resume", "remove"):

@@ -17,6 +17,7 @@ deactivated (nothing is deleted) and a ledger row records it. Two syncs of one s
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -53,10 +54,17 @@ def s3_uri(bucket: str, key: str) -> str:
     return f"s3://{bucket}/{key}"
 
 
-def skip_reason(key: str, size: int, max_bytes: int) -> str | None:
+METRIC_EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+
+# key -> (status for source_objects: active | failed, reason or None): hands a metrics object to intake
+MetricIntake = Callable[[Source, str], tuple[str, str | None]]
+
+
+def skip_reason(key: str, size: int, max_bytes: int, kind: str = "documents") -> str | None:
     extension = PurePosixPath(key).suffix.lower()
-    if extension not in ALLOWED_EXTENSIONS:
-        allowed = ", ".join(sorted(e.lstrip(".") for e in ALLOWED_EXTENSIONS))
+    allowed_extensions = METRIC_EXTENSIONS if kind == "metrics" else ALLOWED_EXTENSIONS
+    if extension not in allowed_extensions:
+        allowed = ", ".join(sorted(e.lstrip(".") for e in allowed_extensions))
         return f"file type {extension or '(none)'} is not allowed; allowed: {allowed}"
     if size > max_bytes:
         return f"object is {size:,} bytes, over the {max_bytes:,} byte limit"
@@ -65,9 +73,15 @@ def skip_reason(key: str, size: int, max_bytes: int) -> str | None:
 
 def sync_source(
     database_url: str, source: Source, client: Any, *, max_bytes: int, page_size: int = 1000,
-    max_pages: int | None = 5,
+    max_pages: int | None = 5, metric_intake: MetricIntake | None = None,
 ) -> SyncReport:
-    """List up to ``max_pages`` pages (None: to the end of the pass) and record what changed."""
+    """List up to ``max_pages`` pages (None: to the end of the pass) and record what changed.
+
+    Documents sources queue ledger rows for the batch runs; metrics sources hand each new or changed
+    object to ``metric_intake`` (it becomes a metric upload).
+    """
+    if source.kind == "metrics" and metric_intake is None:
+        raise ValueError(f"source {source.name} holds metric files: a metric intake is required")
     report = SyncReport(source.name)
     with connect(database_url, autocommit=True) as lock_conn:
         got = lock_conn.execute(
@@ -81,7 +95,7 @@ def sync_source(
                 with connect(database_url) as conn, conn.transaction():
                     state = conn.execute(
                         """SELECT list_cursor, pass_number, paused, removed_at FROM ingestion_sources
-                            WHERE source_id = %s FOR UPDATE""",
+                            WHERE source_id = %s FOR NO KEY UPDATE""",
                         (source.source_id,),
                     ).fetchone()
                     if state["paused"] or state["removed_at"] is not None:
@@ -93,7 +107,7 @@ def sync_source(
                     objects = response.get("Contents", [])
                     report.pages += 1
                     report.listed += len(objects)
-                    _record_page(conn, source, state["pass_number"], objects, max_bytes, report)
+                    _record_page(conn, source, state["pass_number"], objects, max_bytes, report, metric_intake)
                     if response.get("IsTruncated") and objects:
                         conn.execute(
                             "UPDATE ingestion_sources SET list_cursor = %s, updated_at = now() WHERE source_id = %s",
@@ -116,7 +130,7 @@ def sync_source(
 
 def _record_page(
     conn: psycopg.Connection, source: Source, pass_number: int, objects: list[dict], max_bytes: int,
-    report: SyncReport,
+    report: SyncReport, metric_intake: MetricIntake | None = None,
 ) -> None:
     if not objects:
         return
@@ -135,7 +149,7 @@ def _record_page(
         if previous is not None and previous["etag"] == etag and previous["status"] != "deleted":
             unchanged.append(key)
             continue
-        reason = skip_reason(key, size, max_bytes)
+        reason = skip_reason(key, size, max_bytes, source.kind)
         if reason is not None:
             _upsert_object(conn, source, obj, etag, pass_number, status="skipped", skip_reason=reason)
             report.skipped += 1
@@ -144,7 +158,11 @@ def _record_page(
             report.new += 1
         else:
             report.changed += 1
-        _queue_object(conn, source, obj, etag, pass_number)
+        if source.kind == "metrics":
+            status, note = metric_intake(source, key)
+            _upsert_object(conn, source, obj, etag, pass_number, status=status, skip_reason=note)
+        else:
+            _queue_object(conn, source, obj, etag, pass_number)
     if unchanged:
         conn.execute(
             "UPDATE source_objects SET seen_in_pass = %s WHERE source_id = %s AND key = ANY(%s)",

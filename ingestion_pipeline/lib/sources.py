@@ -23,6 +23,7 @@ class Source:
     prefix: str
     endpoint_url: str | None
     paused: bool
+    platform: str | None
     list_cursor: str | None
     pass_number: int
     last_pass_completed_at: datetime | None
@@ -32,8 +33,8 @@ class Source:
         return f"s3://{self.bucket}/{self.prefix}"
 
 
-_COLUMNS = ("source_id, tenant_id, name, kind, bucket, prefix, endpoint_url, paused, list_cursor, pass_number, "
-            "last_pass_completed_at")
+_COLUMNS = ("source_id, tenant_id, name, kind, bucket, prefix, endpoint_url, paused, platform, list_cursor, "
+            "pass_number, last_pass_completed_at")
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -51,8 +52,9 @@ def default_source_name(bucket: str, prefix: str) -> str:
 
 def add_source(
     conn: psycopg.Connection, uri: str, *, tenant_id: str, name: str | None = None,
-    endpoint_url: str | None = None, kind: str = "documents",
+    endpoint_url: str | None = None, kind: str = "documents", platform: str | None = None,
 ) -> Source:
+    """A documents source, or a metrics source (its CSV/JSON objects become metric uploads of ``platform``)."""
     bucket, prefix = parse_s3_uri(uri)
     validate_tenant_id(tenant_id)
     name = name or default_source_name(bucket, prefix)
@@ -60,13 +62,17 @@ def add_source(
         raise ValueError(f"invalid source name {name!r}: use a-z, 0-9, '_' or '-'")
     if kind not in ("documents", "metrics"):
         raise ValueError(f"unknown source kind {kind!r}: documents or metrics")
+    if kind == "metrics" and platform not in ("meta", "google", "tiktok"):
+        raise ValueError("a metrics source needs --platform meta, google or tiktok")
+    if kind == "documents" and platform is not None:
+        raise ValueError("--platform is only for metrics sources")
     with conn.transaction():
         ensure_tenant(conn, tenant_id)
         try:
             row = conn.execute(
-                f"""INSERT INTO ingestion_sources (tenant_id, name, kind, bucket, prefix, endpoint_url)
-                    VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}""",
-                (tenant_id, name, kind, bucket, prefix, endpoint_url),
+                f"""INSERT INTO ingestion_sources (tenant_id, name, kind, bucket, prefix, endpoint_url, platform)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}""",
+                (tenant_id, name, kind, bucket, prefix, endpoint_url, platform),
             ).fetchone()
         except psycopg.errors.UniqueViolation as exc:
             raise ValueError(

@@ -7,27 +7,38 @@ from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, s3_client_factory
 from ingestion_pipeline.defs.sources.batch_runs import plan_batch_runs
 from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline.lib.metrics.s3_intake import s3_metric_intake
 from ingestion_pipeline.lib.s3_sync import SyncReport, sync_source
 from ingestion_pipeline.lib.sources import list_sources
+from ingestion_pipeline.lib.upload_store import LocalUploadStore
 
 
 def sync_active_sources(
     postgres: PostgresResource, document_pipeline: DocumentPipelineResource, s3: S3Resource,
     *, names: list[str] | None = None, max_pages: int | None = -1,
 ) -> list[SyncReport]:
-    """One bounded listing step for each active source (``max_pages=-1``: the per-tick budget)."""
+    """One bounded listing step for each active source (``max_pages=-1``: the per-tick budget).
+
+    Documents sources queue batch work; metrics sources turn changed objects into metric uploads.
+    """
     url = postgres.url()
     settings = document_pipeline.settings()
     clients = s3_client_factory(s3)
     with connect(url, autocommit=True) as conn:
-        sources = [s for s in list_sources(conn, kind="documents", active_only=True) if not names or s.name in names]
+        sources = [s for s in list_sources(conn, active_only=True) if not names or s.name in names]
     reports = []
     for source in sources:
+        client = clients(source.endpoint_url)
+        intake = None
+        max_bytes = settings.upload.max_bytes
+        if source.kind == "metrics":
+            max_bytes = settings.metrics.max_bytes
+            intake = s3_metric_intake(url, LocalUploadStore(settings.metrics.upload_dir), client,
+                                      max_bytes=max_bytes, valid_threshold=settings.metrics.valid_threshold)
         reports.append(
             sync_source(
-                url, source, clients(source.endpoint_url), max_bytes=settings.upload.max_bytes,
-                page_size=settings.s3.page_size,
-                max_pages=settings.s3.pages_per_tick if max_pages == -1 else max_pages,
+                url, source, client, max_bytes=max_bytes, page_size=settings.s3.page_size,
+                max_pages=settings.s3.pages_per_tick if max_pages == -1 else max_pages, metric_intake=intake,
             )
         )
     return reports
@@ -37,7 +48,8 @@ def sync_active_sources(
     job=document_batch_job,
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Lists each active S3 source with a cursor and a page budget; changed keys become batches.",
+    description="Lists each active S3 source with a cursor and a page budget; changed keys become batches "
+    "(documents) or metric uploads (metrics sources, launched by metric_upload_sensor).",
 )
 def s3_sensor(
     context: dg.SensorEvaluationContext,
