@@ -21,7 +21,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
-	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider ingestion_pipeline_tests
+	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider --durations=15 ingestion_pipeline_tests
 
 dev: $(STAMP)
 	$(BIN)/ingestion-pipeline dev
