@@ -54,6 +54,15 @@ def _table(rows: list[dict], columns: list[str]) -> None:
         print("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)))
 
 
+def _print_rows(rows: list[dict], as_json: bool, columns: list[str]) -> None:
+    """One JSON object per line with --json, else an aligned table of ``columns``."""
+    if as_json:
+        for row in rows:
+            _print_json(row)
+    else:
+        _table(rows, columns)
+
+
 def _pipeline(url: str):
     from ingestion_pipeline.defs.resources import DocumentPipelineResource
 
@@ -208,12 +217,8 @@ def cmd_documents(args: argparse.Namespace) -> int:
     url = _bootstrap()
     with connect(url) as conn:
         rows = list_documents(conn, args.tenant, include_inactive=args.all)
-    if args.json:
-        for r in rows:
-            _print_json(r)
-        return 0
-    _table(rows, ["doc_id", "title", "filename", "version_number", "versions", "page_count", "chunk_count",
-                  "token_count"])
+    _print_rows(rows, args.json, ["doc_id", "title", "filename", "version_number", "versions", "page_count",
+                                  "chunk_count", "token_count"])
     return 0
 
 
@@ -262,12 +267,8 @@ def cmd_source(args: argparse.Namespace) -> int:
                      FROM ingestion_sources s LEFT JOIN source_objects o ON o.source_id = s.source_id
                     WHERE s.removed_at IS NULL GROUP BY s.source_id ORDER BY s.name"""
             ).fetchall()
-            if args.json:
-                for r in rows:
-                    _print_json(r)
-            else:
-                _table(rows, ["name", "tenant_id", "kind", "uri", "paused", "active_objects", "queued_objects",
-                              "skipped_objects", "failed_objects", "deleted_objects"])
+            _print_rows(rows, args.json, ["name", "tenant_id", "kind", "uri", "paused", "active_objects",
+                                          "queued_objects", "skipped_objects", "failed_objects", "deleted_objects"])
         elif args.source_command in ("pause", "resume"):
             source = sources.set_paused(conn, args.name, args.source_command == "pause")
             _print_json({"source": source.name, "paused": source.paused})
@@ -332,12 +333,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     with connect(url) as conn:
         if args.metrics_command == "uploads":
             rows = uploads.list_uploads(conn, workspace_id=args.workspace)
-            if args.json:
-                for r in rows:
-                    _print_json(r)
-            else:
-                _table(rows, ["upload_id", "workspace_id", "platform", "filename", "status", "total_rows",
-                              "valid_rows", "invalid_rows", "promoted_rows", "error"])
+            _print_rows(rows, args.json, ["upload_id", "workspace_id", "platform", "filename", "status",
+                                          "total_rows", "valid_rows", "invalid_rows", "promoted_rows", "error"])
         elif args.metrics_command == "errors":
             if uploads.get_upload(conn, args.upload_id) is None:
                 print(f"no metric upload {args.upload_id}", file=sys.stderr)
