@@ -14,7 +14,6 @@ import logging
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from datetime import date
@@ -34,15 +33,14 @@ def main() -> None:
     for var in ("DATABASE_URL", "DAGSTER_PG_URL"):
         os.environ.pop(var, None)
     logging.disable(logging.INFO)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the export generator lives with the tests
 
     from ingestion_pipeline.cli import _bootstrap
     from ingestion_pipeline.lib.db import connect
     from ingestion_pipeline.lib.embedded_postgres import stop_embedded_postgres
     from ingestion_pipeline.lib.metrics import pipeline
+    from ingestion_pipeline.lib.metrics.sample_exports import daily_rows, write_export
     from ingestion_pipeline.lib.metrics.uploads import submit_metric_file
     from ingestion_pipeline.lib.upload_store import LocalUploadStore
-    from ingestion_pipeline_tests.metric_exports import daily_rows, write_export
 
     days = 10
     ads = max(1, args.rows // days)  # 100k ads at 1M rows: 10 ads per ad set, 10 ad sets per campaign

@@ -1,7 +1,7 @@
 """The metrics commands end to end, through the project's Dagster instance; and a metrics S3 source."""
 
+from ingestion_pipeline.lib.metrics.sample_exports import daily_rows, with_invalid_share, write_export
 from ingestion_pipeline_tests.helpers import table
-from ingestion_pipeline_tests.metric_exports import daily_rows, with_invalid_share, write_export
 from ingestion_pipeline_tests.test_corpus_cli import json_lines, run_cli
 
 

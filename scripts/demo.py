@@ -70,6 +70,30 @@ def s3_demo(corpus: Path, tenant: str) -> None:
         server.stop()
 
 
+def metrics_demo(workspace: str) -> None:
+    """A generated meta export with 5 % invalid rows: staged, validated, promoted, one event."""
+    import tempfile
+
+    from ingestion_pipeline.lib.metrics.sample_exports import daily_rows, with_invalid_share, write_export
+
+    folder = Path(tempfile.mkdtemp(prefix="demo-metrics-"))
+    export = write_export(folder / "meta-export.csv", "meta", with_invalid_share(daily_rows(3, 4, 5, 7), 0.05))
+    print(f"\n== Metrics: {export.name}, 420 daily rows (5 % invalid) for workspace '{workspace}' ==")
+    submitted = json.loads(_quiet(["metrics", "submit", str(export), "--workspace", workspace, "--platform", "meta"]))
+    print(f"   submit: {submitted['status']}" + (f" ({submitted['reason']})" if submitted.get("reason") else ""))
+    for line in _quiet(["process"]).splitlines():
+        if '"metric_upload"' in line:
+            upload = json.loads(line)["metric_upload"]
+            print(f"   upload {upload['upload_id']}: {upload['status']}, {upload['promoted_rows']} rows promoted, "
+                  f"{upload['invalid_rows']} invalid")
+    if submitted.get("upload_id"):
+        print("== Invalid rows (first 5) ==")
+        for line in _quiet(["metrics", "errors", str(submitted["upload_id"])]).splitlines()[:5]:
+            print("   " + line)
+    print("== Completion events ==")
+    cli.main(["events", "--workspace", workspace])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", required=True, help="folder holding documents/ and broken/")
@@ -112,6 +136,7 @@ def main() -> int:
         print(f"\n== search: {query!r} ==")
         cli.main(["search", query, "--tenant", args.tenant, "-k", "3"])
     s3_demo(corpus, args.tenant)
+    metrics_demo(args.tenant)
     print("\nRun `make demo` again: unchanged files are skipped (no extraction, no embedding).")
     print("Dagster UI with sensors: `make dev` (http://127.0.0.1:3000). Stop the embedded Postgres: `make stop`.")
     return 0

@@ -8,10 +8,10 @@ from ingestion_pipeline.defs.metrics.cleanup import staging_cleanup_job, staging
 from ingestion_pipeline.defs.metrics.sensors import metric_upload_sensor
 from ingestion_pipeline.defs.partitions import WORKSPACE_TAG, metric_uploads
 from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.lib.metrics.sample_exports import daily_rows, with_invalid_share, write_export
 from ingestion_pipeline.lib.metrics.uploads import submit_metric_file
 from ingestion_pipeline.lib.upload_store import LocalUploadStore
 from ingestion_pipeline_tests.helpers import table
-from ingestion_pipeline_tests.metric_exports import daily_rows, with_invalid_share, write_export
 
 ASSETS = [raw_metric_files, staged_metric_rows, promoted_metrics]
 

@@ -1,4 +1,4 @@
-"""Generated ad-platform exports (CSV, JSON array, JSON Lines) for tests and the metrics benchmark."""
+"""Generated ad-platform exports (CSV, JSON array, JSON Lines) for the demo, tests and the metrics benchmark."""
 
 from __future__ import annotations
 
@@ -65,9 +65,9 @@ def with_invalid_share(rows: Iterable[dict], share: float) -> Iterator[dict]:
             yield row
 
 
-def _platform_record(row: dict, platform: str) -> list:
-    values = [row.get(k, "") for k in CANONICAL]
-    return values
+def _values(row: dict) -> list:
+    """The row's values in CANONICAL order, which every platform's HEADERS follow."""
+    return [row.get(k, "") for k in CANONICAL]
 
 
 def write_export(path: Path, platform: str, rows: Iterable[dict], *, fmt: str | None = None,
@@ -80,12 +80,12 @@ def write_export(path: Path, platform: str, rows: Iterable[dict], *, fmt: str | 
             writer = csv.writer(out)
             writer.writerow(header)
             for row in rows:
-                writer.writerow(_platform_record(row, platform))
+                writer.writerow(_values(row))
         elif fmt in ("json", "jsonl"):
             if fmt == "json":
                 out.write("[\n")
             for i, row in enumerate(rows):
-                record = json.dumps(dict(zip(header, _platform_record(row, platform), strict=True)))
+                record = json.dumps(dict(zip(header, _values(row), strict=True)))
                 if fmt == "json":
                     out.write(("" if i == 0 else ",\n") + record)
                 else:
