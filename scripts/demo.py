@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import io
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -99,6 +100,9 @@ def main() -> int:
     parser.add_argument("--corpus", required=True, help="folder holding documents/ and broken/")
     parser.add_argument("--tenant", default="demo")
     args = parser.parse_args()
+    # The demo prints its own summary; the per-file JSON log lines and the S3 server's access log stay quiet.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    logging.getLogger("ingestion_pipeline.ledger").disabled = True
     corpus = Path(args.corpus)
     if not (corpus / "documents").is_dir():
         print(f"corpus not found at {corpus!r}; pass CORPUS=/path/to/corpus", file=sys.stderr)
