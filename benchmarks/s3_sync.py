@@ -25,6 +25,8 @@ from pathlib import Path
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, default=5000)
+    parser.add_argument("--listing-only", action="store_true",
+                        help="measure the sync passes only; queued objects are not processed")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ip-s3-bench-"))
     os.environ.update({"INGESTION_DATA_DIR": str(work), "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
@@ -75,11 +77,16 @@ def main() -> None:
             report = sync_source(url, source, client, max_bytes=50 * 1024 * 1024, max_pages=None)
             return time.perf_counter() - start, report
 
+        def process() -> float:
+            if args.listing_only:
+                return 0.0
+            start = time.perf_counter()
+            with contextlib.redirect_stdout(io.StringIO()):
+                process_queued(url)
+            return time.perf_counter() - start
+
         initial_s, initial = full_pass()
-        start = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):
-            process_queued(url)
-        initial_process_s = time.perf_counter() - start
+        initial_process_s = process()
 
         resync_s, resync = full_pass()
 
@@ -87,12 +94,10 @@ def main() -> None:
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(lambda i: put(i, " Revised."), range(0, args.keys, args.keys // changed)))
         modified_s, modified = full_pass()
-        start = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):
-            process_queued(url)
-        modified_process_s = time.perf_counter() - start
+        modified_process_s = process()
 
-        print(f"prefix: {args.keys} keys (moto S3 on 127.0.0.1, page size 1000)")
+        print(f"prefix: {args.keys} keys (moto S3 on 127.0.0.1, page size 1000)"
+              + (" -- listing only, queued objects not processed" if args.listing_only else ""))
         print(f"initial listing pass: {initial_s:.2f} s ({initial.new} new keys queued); "
               f"processing them: {initial_process_s:.1f} s")
         print(f"re-sync of the unchanged prefix: {resync_s:.2f} s (listed {resync.listed}, unchanged "
