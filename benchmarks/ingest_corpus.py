@@ -81,7 +81,7 @@ def main() -> None:
         print(f"  documents: {stats['docs']} succeeded, {stats['failed']} failed")
         print(f"  documents/s: {stats['docs'] / first_s:.2f}")
         print(f"  chunks: {stats['chunks']}  tokens: {stats['tokens']}  chunks/s: {stats['chunks'] / first_s:.1f}")
-        model_s = stats["model_ms"] / 1000
+        model_s = float(stats["model_ms"]) / 1000
         print(f"  embedded: {stats['embedded']} chunks; inside the embedding model: {model_s:.1f} s "
               f"= {100 * model_s / first_s:.0f}% of wall time")
         print(f"second, unchanged run: {second_s:.2f} s wall, new ledger rows: {runs_after - runs_before}, "
