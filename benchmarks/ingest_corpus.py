@@ -31,16 +31,16 @@ def main() -> None:
     os.environ.pop("DAGSTER_PG_URL", None)
     home = work / "dagster_home"
     home.mkdir()
-    from ingestion_pipeline.lib.settings import project_root
+    from ingestion_pipeline.core.settings import project_root
 
     shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
     logging.disable(logging.INFO)
 
     from ingestion_pipeline.cli import _bootstrap, _pipeline, process_queued
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.embedded_postgres import stop_embedded_postgres
-    from ingestion_pipeline.lib.uploads import submit_upload
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
+    from ingestion_pipeline.documents.intake import submit_upload
 
     try:
         url = _bootstrap()

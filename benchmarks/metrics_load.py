@@ -35,12 +35,12 @@ def main() -> None:
     logging.disable(logging.INFO)
 
     from ingestion_pipeline.cli import _bootstrap
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.embedded_postgres import stop_embedded_postgres
-    from ingestion_pipeline.lib.metrics import pipeline
-    from ingestion_pipeline.lib.metrics.sample_exports import daily_rows, write_export
-    from ingestion_pipeline.lib.metrics.uploads import submit_metric_file
-    from ingestion_pipeline.lib.upload_store import LocalUploadStore
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
+    from ingestion_pipeline.core.upload_store import LocalUploadStore
+    from ingestion_pipeline.metrics import pipeline
+    from ingestion_pipeline.metrics.uploads import submit_metric_file
+    from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
 
     days = 10
     ads = max(1, args.rows // days)  # 100k ads at 1M rows: 10 ads per ad set, 10 ad sets per campaign

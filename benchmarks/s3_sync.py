@@ -35,7 +35,7 @@ def main() -> None:
         os.environ.pop(var, None)
     home = work / "dagster_home"
     home.mkdir()
-    from ingestion_pipeline.lib.settings import project_root
+    from ingestion_pipeline.core.settings import project_root
 
     shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
@@ -45,10 +45,10 @@ def main() -> None:
     from moto.server import ThreadedMotoServer
 
     from ingestion_pipeline.cli import _bootstrap, process_queued
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.embedded_postgres import stop_embedded_postgres
-    from ingestion_pipeline.lib.s3_sync import sync_source
-    from ingestion_pipeline.lib.sources import add_source, get_source
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
+    from ingestion_pipeline.sources.registry import add_source, get_source
+    from ingestion_pipeline.sources.sync import sync_source
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

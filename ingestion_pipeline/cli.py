@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-from ingestion_pipeline.lib.settings import project_root
+from ingestion_pipeline.core.settings import project_root
 
 
 def _bootstrap() -> str:
     """Resolve databases, point Dagster at the project's instance, apply migrations; return the app URL."""
-    from ingestion_pipeline.lib.db import resolve_dagster_storage_url, resolve_database_url
-    from ingestion_pipeline.lib.migrations import ensure_schema
+    from ingestion_pipeline.core.db import resolve_dagster_storage_url, resolve_database_url
+    from ingestion_pipeline.core.migrations import ensure_schema
 
     os.environ.setdefault("DAGSTER_HOME", str(project_root()))
     url = resolve_database_url()
@@ -71,7 +71,7 @@ def _pipeline(url: str):
 
 # -- commands -------------------------------------------------------------------------------------------
 def cmd_submit(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.lib.uploads import REJECTED, submit_upload
+    from ingestion_pipeline.documents.intake import REJECTED, submit_upload
 
     url = _bootstrap()
     pipeline = _pipeline(url)
@@ -90,13 +90,13 @@ def process_queued(url: str) -> list[dict]:
     """Run every queued batch now, in this process, through the document job and the project's instance."""
     import dagster as dg
 
+    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.definitions import defs
     from ingestion_pipeline.defs.ledger.run_status_sensors import finalize_ledger_for_run
     from ingestion_pipeline.defs.partitions import document_batches
     from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
     from ingestion_pipeline.defs.sources.batch_runs import plan_batch_runs
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.document_pipeline import batch_report
+    from ingestion_pipeline.documents.pipeline import batch_report
 
     instance = dg.DagsterInstance.get()
     definitions = defs()
@@ -136,10 +136,10 @@ def process_queued(url: str) -> list[dict]:
 
 def _process_metric_uploads(instance, definitions, postgres, done: set[str]) -> list[dict]:
     """Run each pending metric upload through metric_upload_job, in this process."""
+    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.defs.metrics.sensors import finalize_upload_for_run, plan_metric_runs
     from ingestion_pipeline.defs.partitions import WORKSPACE_TAG, metric_uploads
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.metrics.uploads import upload_for_partition
+    from ingestion_pipeline.metrics.uploads import upload_for_partition
 
     job = definitions.resolve_job_def("metric_upload_job")
     pending, new_keys = plan_metric_runs(instance, postgres)
@@ -185,8 +185,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.lib import ledger
-    from ingestion_pipeline.lib.db import connect
+    from ingestion_pipeline.core import ledger
+    from ingestion_pipeline.core.db import connect
 
     url = _bootstrap()
     with connect(url) as conn:
@@ -211,8 +211,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_documents(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.documents import list_documents
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.documents.listing import list_documents
 
     url = _bootstrap()
     with connect(url) as conn:
@@ -223,8 +223,8 @@ def cmd_documents(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.search import hybrid_search
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.documents.search import hybrid_search
 
     url = _bootstrap()
     pipeline = _pipeline(url)
@@ -244,8 +244,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_source(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.lib import sources
-    from ingestion_pipeline.lib.db import connect
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.sources import registry as sources
 
     url = _bootstrap()
     with connect(url, autocommit=True) as conn:
@@ -282,10 +282,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
     """One full listing pass of each (or the named) active source now; --wait also processes the batches."""
     from dagster_aws.s3 import S3Resource
 
+    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
     from ingestion_pipeline.defs.sources.s3_sensor import sync_active_sources
-    from ingestion_pipeline.lib import sources
-    from ingestion_pipeline.lib.db import connect
+    from ingestion_pipeline.sources import registry as sources
 
     url = _bootstrap()
     if args.name:
@@ -306,10 +306,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.metrics import uploads
-    from ingestion_pipeline.lib.settings import load_settings
-    from ingestion_pipeline.lib.upload_store import LocalUploadStore
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.core.settings import load_settings
+    from ingestion_pipeline.core.upload_store import LocalUploadStore
+    from ingestion_pipeline.metrics import uploads
 
     url = _bootstrap()
     settings = load_settings().metrics
@@ -353,8 +353,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.metrics.uploads import list_events
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.metrics.uploads import list_events
 
     url = _bootstrap()
     with connect(url) as conn:
@@ -381,15 +381,15 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.lib.embedded_postgres import stop_embedded_postgres
+    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
 
     if args.db_command == "url":
         print(_bootstrap())
     elif args.db_command == "stop":
         print("stopped" if stop_embedded_postgres() else "not running")
     elif args.db_command == "migrate":
-        from ingestion_pipeline.lib.db import resolve_database_url
-        from ingestion_pipeline.lib.migrations import apply_migrations
+        from ingestion_pipeline.core.db import resolve_database_url
+        from ingestion_pipeline.core.migrations import apply_migrations
 
         applied = apply_migrations(resolve_database_url())
         print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))

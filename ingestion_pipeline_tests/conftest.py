@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from ingestion_pipeline.lib.db import connect
-from ingestion_pipeline.lib.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
-from ingestion_pipeline.lib.migrations import apply_migrations
-from ingestion_pipeline.lib.settings import project_root
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
+from ingestion_pipeline.core.migrations import apply_migrations
+from ingestion_pipeline.core.settings import project_root
 
 
 @pytest.fixture(scope="session")

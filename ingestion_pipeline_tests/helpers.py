@@ -6,6 +6,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.settings import BatchSettings
 from ingestion_pipeline.defs.documents.assets import (
     chunk_embeddings,
     document_chunks,
@@ -15,10 +17,8 @@ from ingestion_pipeline.defs.documents.assets import (
 )
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import default_resources
-from ingestion_pipeline.lib.batching import assign_queued_to_batches
-from ingestion_pipeline.lib.db import connect
-from ingestion_pipeline.lib.settings import BatchSettings
-from ingestion_pipeline.lib.uploads import SubmitResult, submit_upload
+from ingestion_pipeline.documents.batching import assign_queued_to_batches
+from ingestion_pipeline.documents.intake import SubmitResult, submit_upload
 
 DOCUMENT_ASSETS = [raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents]
 

@@ -75,7 +75,7 @@ def metrics_demo(workspace: str) -> None:
     """A generated meta export with 5 % invalid rows: staged, validated, promoted, one event."""
     import tempfile
 
-    from ingestion_pipeline.lib.metrics.sample_exports import daily_rows, with_invalid_share, write_export
+    from ingestion_pipeline.samples.metric_exports import daily_rows, with_invalid_share, write_export
 
     folder = Path(tempfile.mkdtemp(prefix="demo-metrics-"))
     export = write_export(folder / "meta-export.csv", "meta", with_invalid_share(daily_rows(3, 4, 5, 7), 0.05))

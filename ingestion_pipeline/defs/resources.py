@@ -12,10 +12,10 @@ import dagster as dg
 from dagster_aws.s3 import S3Resource
 from pydantic import Field
 
-from ingestion_pipeline.lib.db import resolve_database_url
-from ingestion_pipeline.lib.document_pipeline import DocumentPipeline
-from ingestion_pipeline.lib.migrations import ensure_schema
-from ingestion_pipeline.lib.settings import Settings, load_settings
+from ingestion_pipeline.core.db import resolve_database_url
+from ingestion_pipeline.core.migrations import ensure_schema
+from ingestion_pipeline.core.settings import Settings, load_settings
+from ingestion_pipeline.documents.pipeline import DocumentPipeline
 
 _pipelines: dict[tuple, DocumentPipeline] = {}
 _pipelines_lock = threading.Lock()

@@ -3,8 +3,8 @@
 import dagster as dg
 import pytest
 
-from ingestion_pipeline.lib import promotion
-from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.documents import promotion
 from ingestion_pipeline_tests.helpers import batch_queued, ingest, materialize_batch, submit, table
 
 

@@ -3,14 +3,14 @@
 import dagster as dg
 import pytest
 
+from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.metrics.assets import promoted_metrics, raw_metric_files, staged_metric_rows
 from ingestion_pipeline.defs.metrics.cleanup import staging_cleanup_job, staging_cleanup_schedule
 from ingestion_pipeline.defs.metrics.sensors import metric_upload_sensor
 from ingestion_pipeline.defs.partitions import WORKSPACE_TAG, metric_uploads
 from ingestion_pipeline.defs.resources import PostgresResource
-from ingestion_pipeline.lib.metrics.sample_exports import daily_rows, with_invalid_share, write_export
-from ingestion_pipeline.lib.metrics.uploads import submit_metric_file
-from ingestion_pipeline.lib.upload_store import LocalUploadStore
+from ingestion_pipeline.metrics.uploads import submit_metric_file
+from ingestion_pipeline.samples.metric_exports import daily_rows, with_invalid_share, write_export
 from ingestion_pipeline_tests.helpers import table
 
 ASSETS = [raw_metric_files, staged_metric_rows, promoted_metrics]
@@ -188,9 +188,9 @@ def test_retried_run_and_duplicate_tick_make_one_event(instance, database_url, d
 
 
 def test_promoting_the_same_upload_twice_changes_nothing(database_url, db, tmp_path):
-    from ingestion_pipeline.lib.db import connect
-    from ingestion_pipeline.lib.metrics import pipeline
-    from ingestion_pipeline.lib.metrics.promotion import promote_upload
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.metrics import pipeline
+    from ingestion_pipeline.metrics.promotion import promote_upload
 
     path = write_export(tmp_path / "e.csv", "meta", daily_rows(1, 2, 2, 3))
     submitted = submit(database_url, tmp_path, path)

@@ -7,12 +7,12 @@ import dagster as dg
 import pytest
 from dagster_aws.s3 import S3Resource
 
+from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
 from ingestion_pipeline.defs.sources.s3_sensor import s3_sensor, sync_active_sources
-from ingestion_pipeline.lib.db import connect
-from ingestion_pipeline.lib.s3_sync import sync_source
-from ingestion_pipeline.lib.search import hybrid_search
-from ingestion_pipeline.lib.sources import add_source, get_source, set_paused
+from ingestion_pipeline.documents.search import hybrid_search
+from ingestion_pipeline.sources.registry import add_source, get_source, set_paused
+from ingestion_pipeline.sources.sync import sync_source
 from ingestion_pipeline_tests.helpers import materialize_batch, pipeline_for, table
 
 DOCS = {

@@ -7,11 +7,11 @@ raw_documents -> document_elements -> document_chunks -> chunk_embeddings -> pro
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, s3_client_factory
-from ingestion_pipeline.lib import integrity
-from ingestion_pipeline.lib.db import connect
-from ingestion_pipeline.lib.document_pipeline import FileOutcome, batch_report
+from ingestion_pipeline.documents import integrity
+from ingestion_pipeline.documents.pipeline import FileOutcome, batch_report
 
 GROUP = "documents"
 

@@ -3,10 +3,10 @@
 
 import dagster as dg
 
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.ledger import fail_unfinished_rows, fail_unstarted_partition
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.resources import PostgresResource
-from ingestion_pipeline.lib.db import connect
-from ingestion_pipeline.lib.ledger import fail_unfinished_rows, fail_unstarted_partition
 
 
 def finalize_ledger_for_run(database_url: str, run: dg.DagsterRun, reason: str) -> list[int]:

@@ -4,8 +4,8 @@ import dagster as dg
 
 from ingestion_pipeline.defs.partitions import metric_uploads
 from ingestion_pipeline.defs.resources import PostgresResource
-from ingestion_pipeline.lib.metrics import pipeline
-from ingestion_pipeline.lib.metrics.pipeline import UploadFailed
+from ingestion_pipeline.metrics import pipeline
+from ingestion_pipeline.metrics.pipeline import UploadFailed
 
 GROUP = "metrics"
 

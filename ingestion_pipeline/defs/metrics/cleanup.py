@@ -2,10 +2,10 @@
 
 import dagster as dg
 
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.defs.resources import PostgresResource
-from ingestion_pipeline.lib.db import connect
-from ingestion_pipeline.lib.metrics.cleanup import delete_old_staging_rows
-from ingestion_pipeline.lib.settings import load_settings
+from ingestion_pipeline.metrics.cleanup import delete_old_staging_rows
 
 
 class StagingCleanupConfig(dg.Config):

@@ -2,11 +2,11 @@
 
 import dagster as dg
 
+from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.defs.metrics.assets import metric_upload_job
 from ingestion_pipeline.defs.partitions import WORKSPACE_TAG, metric_uploads
 from ingestion_pipeline.defs.resources import PostgresResource
-from ingestion_pipeline.lib.db import connect
-from ingestion_pipeline.lib.metrics.uploads import pending_partitions, set_status, upload_for_partition
+from ingestion_pipeline.metrics.uploads import pending_partitions, set_status, upload_for_partition
 
 
 def plan_metric_runs(instance: dg.DagsterInstance, postgres: PostgresResource) -> tuple[list[dict], list[str]]:

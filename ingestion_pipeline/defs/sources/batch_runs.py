@@ -4,10 +4,14 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.defs.partitions import BATCH_TAG, SOURCE_TAG, document_batches
 from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
-from ingestion_pipeline.lib.batching import assign_queued_to_batches, partition_sources, partitions_with_queued_rows
-from ingestion_pipeline.lib.db import connect
+from ingestion_pipeline.documents.batching import (
+    assign_queued_to_batches,
+    partition_sources,
+    partitions_with_queued_rows,
+)
 
 
 @dataclass(frozen=True)

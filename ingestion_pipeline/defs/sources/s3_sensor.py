@@ -3,14 +3,14 @@
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, s3_client_factory
 from ingestion_pipeline.defs.sources.batch_runs import plan_batch_runs
-from ingestion_pipeline.lib.db import connect
-from ingestion_pipeline.lib.metrics.s3_intake import s3_metric_intake
-from ingestion_pipeline.lib.s3_sync import SyncReport, sync_source
-from ingestion_pipeline.lib.sources import list_sources
-from ingestion_pipeline.lib.upload_store import LocalUploadStore
+from ingestion_pipeline.metrics.s3_intake import s3_metric_intake
+from ingestion_pipeline.sources.registry import list_sources
+from ingestion_pipeline.sources.sync import SyncReport, sync_source
 
 
 def sync_active_sources(

@@ -1,0 +1,111 @@
+"""Grouping queued ledger rows into bounded batches: one batch = one `document_batches` partition.
+
+Partition keys are readable and safe (``[a-z0-9_-]``): ``<tenant>-<utc timestamp>-<first run id>``.
+Assignment is an UPDATE of rows whose ``partition_key`` is still NULL, under a lock, so a repeated
+sensor tick or a concurrent ``process`` never puts one row into two batches.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import psycopg
+
+from ingestion_pipeline.core.settings import BatchSettings
+
+_BATCHING_LOCK = 7_411_022
+_SAFE = re.compile(r"[^a-z0-9_-]+")
+
+
+@dataclass(frozen=True)
+class Batch:
+    partition_key: str
+    tenant_id: str
+    run_ids: tuple[int, ...]
+    total_bytes: int
+
+
+def plan_batches(rows: list[dict], limits: BatchSettings) -> list[list[dict]]:
+    """Split rows (ordered) into groups of one tenant and source, at most max_files and max_bytes each.
+
+    A single file larger than max_bytes gets a batch of its own.
+    """
+    groups: list[list[dict]] = []
+    current: list[dict] = []
+    current_bytes = 0
+    for row in rows:
+        same_tenant = not current or (
+            (current[0]["tenant_id"], current[0].get("source_id")) == (row["tenant_id"], row.get("source_id"))
+        )
+        fits = len(current) < limits.max_files and current_bytes + row["size_bytes"] <= limits.max_bytes
+        if current and not (same_tenant and fits):
+            groups.append(current)
+            current, current_bytes = [], 0
+        current.append(row)
+        current_bytes += row["size_bytes"]
+    if current:
+        groups.append(current)
+    return groups
+
+
+def partition_key_for(
+    tenant_id: str, first_run_id: int, now: datetime | None = None, source_name: str | None = None
+) -> str:
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dt%H%M%S")
+    tenant = _SAFE.sub("-", tenant_id.lower())[:40]
+    source = f"-{_SAFE.sub('-', source_name.lower())[:40]}" if source_name else ""
+    return f"{tenant}{source}-{stamp}-{first_run_id}"
+
+
+def assign_queued_to_batches(
+    conn: psycopg.Connection, limits: BatchSettings, *, max_batches: int = 25, run_type: str | None = None
+) -> list[Batch]:
+    """Claim unbatched queued rows into new batches (at most ``max_batches`` per call)."""
+    batches: list[Batch] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_BATCHING_LOCK,))
+        rows = conn.execute(
+            """SELECT r.run_id, r.tenant_id, r.size_bytes, r.source_id, s.name AS source_name
+                 FROM ingestion_runs r LEFT JOIN ingestion_sources s ON s.source_id = r.source_id
+                WHERE r.status = 'queued' AND r.partition_key IS NULL
+                  AND (%(run_type)s::text IS NULL OR r.run_type = %(run_type)s)
+                ORDER BY r.tenant_id, r.source_id NULLS FIRST, r.run_id
+                LIMIT %(limit)s""",
+            {"run_type": run_type, "limit": limits.max_files * max_batches},
+        ).fetchall()
+        for group in plan_batches(rows, limits)[:max_batches]:
+            key = partition_key_for(group[0]["tenant_id"], group[0]["run_id"], source_name=group[0]["source_name"])
+            run_ids = [r["run_id"] for r in group]
+            conn.execute(
+                "UPDATE ingestion_runs SET partition_key = %s, updated_at = now() WHERE run_id = ANY(%s)",
+                (key, run_ids),
+            )
+            batches.append(
+                Batch(key, group[0]["tenant_id"], tuple(run_ids), sum(r["size_bytes"] for r in group))
+            )
+    return batches
+
+
+def partitions_with_queued_rows(conn: psycopg.Connection, run_type: str | None = None) -> list[str]:
+    """Batches that still have work waiting (new ones, and ones whose run never started)."""
+    rows = conn.execute(
+        """SELECT partition_key, min(run_id) AS first_run FROM ingestion_runs
+            WHERE status = 'queued' AND partition_key IS NOT NULL
+              AND (%(run_type)s::text IS NULL OR run_type = %(run_type)s)
+            GROUP BY partition_key ORDER BY first_run""",
+        {"run_type": run_type},
+    ).fetchall()
+    return [r["partition_key"] for r in rows]
+
+
+def partition_sources(conn: psycopg.Connection, partition_keys: list[str]) -> dict[str, str]:
+    """partition key -> source name, for batches that come from an S3 source."""
+    rows = conn.execute(
+        """SELECT DISTINCT r.partition_key, s.name FROM ingestion_runs r
+             JOIN ingestion_sources s ON s.source_id = r.source_id
+            WHERE r.partition_key = ANY(%s)""",
+        (partition_keys,),
+    ).fetchall()
+    return {r["partition_key"]: r["name"] for r in rows}

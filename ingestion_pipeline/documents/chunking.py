@@ -1,0 +1,185 @@
+"""Structure-aware chunking under a token budget measured by the embedding model's tokenizer.
+
+Rules, in order:
+- a title closes the running chunk and opens a new one (it stays with the text under it);
+- elements are packed into a chunk up to ``target`` tokens;
+- a table or list item that fits within ``hard_max`` is never split; one that does not is split by
+  lines, then by tokens;
+- prose longer than ``target`` is split at sentence ends;
+- every chunk is re-counted at the end: none exceeds ``hard_max`` (<= the model's max sequence length
+  minus its two special tokens), so nothing is silently truncated when embedded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from ingestion_pipeline.documents.extraction.elements import LIST_ITEM, TABLE, TITLE, Element
+from ingestion_pipeline.documents.tokens import TokenCounter
+
+CHUNKER_VERSION = "structure-1"
+_WHOLE_TYPES = (TABLE, LIST_ITEM)
+
+
+@dataclass
+class Chunk:
+    ordinal: int
+    text: str
+    token_count: int
+    page_start: int | None
+    page_end: int | None
+    section_path: list[str]
+    element_types: list[str]
+    content_hash: str = field(default="")
+
+    def __post_init__(self) -> None:
+        if not self.content_hash:
+            self.content_hash = text_hash(self.text)
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def effective_budgets(target_tokens: int, max_tokens: int, counter: TokenCounter) -> tuple[int, int]:
+    """Clamp configured budgets to what the model can embed: (target, hard_max)."""
+    hard_max = min(max_tokens, counter.max_content_tokens)
+    if hard_max < 16:
+        raise ValueError(f"chunk hard cap of {hard_max} tokens is too small to be useful")
+    return min(target_tokens, hard_max), hard_max
+
+
+@dataclass
+class _Piece:
+    text: str
+    tokens: int
+    type: str
+    page: int | None
+    section_path: list[str]
+
+
+class _Packer:
+    """Packs pieces into chunk groups; titles wait for the text below them."""
+
+    def __init__(self, target: int, hard_max: int) -> None:
+        self.target = target
+        self.hard_max = hard_max
+        self.pieces: list[_Piece] = []
+        self.tokens = 0
+        self.out: list[list[_Piece]] = []
+
+    def only_titles(self) -> bool:
+        return all(p.type == TITLE for p in self.pieces)
+
+    def _emit(self) -> None:
+        if self.pieces:
+            self.out.append(self.pieces)
+        self.pieces, self.tokens = [], 0
+
+    def flush(self) -> None:
+        """Close the running chunk unless it holds only titles (they stay with what follows)."""
+        if not self.only_titles():
+            self._emit()
+
+    def add(self, piece: _Piece, *, keep_whole: bool = False) -> None:
+        if self.pieces:
+            over_target = self.tokens + piece.tokens > self.target
+            if self.only_titles():
+                # Titles join the next piece unless that would break the hard cap (runs of headings).
+                if self.tokens + piece.tokens > self.hard_max or (over_target and piece.type == TITLE):
+                    self._emit()
+            elif over_target or keep_whole and self.tokens + piece.tokens > self.target:
+                self._emit()
+        self.pieces.append(piece)
+        self.tokens += piece.tokens
+
+    def finish(self) -> list[list[_Piece]]:
+        self._emit()
+        return self.out
+
+
+def _split_oversized(el: Element, tokens: int, target: int, hard_max: int, counter: TokenCounter) -> list[_Piece]:
+    """One element -> pieces within budget (tables/lists by lines first)."""
+    if el.type in _WHOLE_TYPES and tokens <= hard_max:
+        return [_Piece(el.text, tokens, el.type, el.page_number, el.section_path)]
+    if tokens <= target:
+        return [_Piece(el.text, tokens, el.type, el.page_number, el.section_path)]
+    texts: list[str]
+    if el.type in _WHOLE_TYPES and "\n" in el.text:
+        texts = []
+        lines = el.text.split("\n")
+        line_tokens = counter.count_many(lines)
+        current: list[str] = []
+        current_tokens = 0
+        for line, n in zip(lines, line_tokens, strict=True):
+            if current and current_tokens + n > target:
+                texts.append("\n".join(current))
+                current, current_tokens = [], 0
+            current.append(line)
+            current_tokens += n
+        if current:
+            texts.append("\n".join(current))
+        texts = [part for t in texts for part in counter.split(t, target)]
+    else:
+        texts = counter.split(el.text, target)
+    counts = counter.count_many(texts)
+    return [_Piece(t, n, el.type, el.page_number, el.section_path) for t, n in zip(texts, counts, strict=True)]
+
+
+def chunk_elements(
+    elements: list[Element], counter: TokenCounter, *, target: int, hard_max: int
+) -> list[Chunk]:
+    if target > hard_max:
+        raise ValueError("target tokens must not exceed the hard cap")
+    element_tokens = counter.count_many([el.text for el in elements])
+    packer = _Packer(target, hard_max)
+    for el, tokens in zip(elements, element_tokens, strict=True):
+        if el.type == TITLE:
+            packer.flush()
+            title_tokens = min(tokens, target // 4)
+            text = el.text if tokens <= title_tokens else counter.split(el.text, title_tokens)[0]
+            packer.add(_Piece(text, counter.count(text), TITLE, el.page_number, el.section_path + [el.text]))
+            continue
+        for piece in _split_oversized(el, tokens, target, hard_max, counter):
+            packer.add(piece, keep_whole=piece.type in _WHOLE_TYPES)
+    groups = packer.finish()
+
+    chunks: list[Chunk] = []
+    for group in groups:
+        text = "\n".join(p.text for p in group)
+        pages = [p.page for p in group if p.page is not None]
+        body = [p for p in group if p.type != TITLE] or group
+        types = sorted({p.type for p in group})
+        chunks.append(
+            Chunk(
+                ordinal=0,
+                text=text,
+                token_count=sum(p.tokens for p in group),
+                page_start=min(pages) if pages else None,
+                page_end=max(pages) if pages else None,
+                section_path=body[0].section_path,
+                element_types=types,
+            )
+        )
+    return _enforce_hard_max(chunks, counter, hard_max)
+
+
+def _enforce_hard_max(chunks: list[Chunk], counter: TokenCounter, hard_max: int) -> list[Chunk]:
+    """Re-count the final texts with the real tokenizer; split anything over the cap; number them."""
+    actual = counter.count_many([c.text for c in chunks])
+    result: list[Chunk] = []
+    for chunk, n in zip(chunks, actual, strict=True):
+        if n <= hard_max:
+            chunk.token_count = n
+            result.append(chunk)
+            continue
+        parts = counter.split(chunk.text, hard_max - 8)
+        for part, part_n in zip(parts, counter.count_many(parts), strict=True):
+            result.append(Chunk(0, part, part_n, chunk.page_start, chunk.page_end, chunk.section_path,
+                                chunk.element_types))
+    for ordinal, chunk in enumerate(result):
+        chunk.ordinal = ordinal
+        if chunk.token_count > hard_max:
+            raise AssertionError(f"chunk {ordinal} has {chunk.token_count} tokens > cap {hard_max}")
+    return result

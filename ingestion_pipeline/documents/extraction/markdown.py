@@ -1,0 +1,77 @@
+"""Markdown extraction with markdown-it-py (CommonMark + tables): structure from the token stream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+from ingestion_pipeline.documents.extraction.elements import (
+    CODE_BLOCK,
+    LIST_ITEM,
+    NARRATIVE_TEXT,
+    TABLE,
+    TITLE,
+    Element,
+    ExtractedDocument,
+    clean_text,
+)
+from ingestion_pipeline.documents.extraction.encoding import decode_text
+from ingestion_pipeline.documents.extraction.errors import ExtractionError
+
+_parser = MarkdownIt("commonmark").enable("table")
+
+
+def extract_markdown(path: Path) -> ExtractedDocument:
+    text, _ = decode_text(path.read_bytes())
+    if not text.strip():
+        raise ExtractionError("Markdown file is empty" if not text else "Markdown file contains only whitespace")
+    tokens = _parser.parse(text)
+    elements: list[Element] = []
+    list_depth = 0
+    table_rows: list[list[str]] | None = None
+    row: list[str] = []
+    heading_level: int | None = None
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open":
+            heading_level = int(tok.tag[1])
+        elif tok.type in ("bullet_list_open", "ordered_list_open"):
+            list_depth += 1
+        elif tok.type in ("bullet_list_close", "ordered_list_close"):
+            list_depth -= 1
+        elif tok.type == "table_open":
+            table_rows = []
+        elif tok.type == "tr_open":
+            row = []
+        elif tok.type == "tr_close" and table_rows is not None:
+            table_rows.append(row)
+        elif tok.type == "table_close" and table_rows is not None:
+            body = "\n".join(" | ".join(cells) for cells in table_rows if any(cells))
+            if body:
+                elements.append(Element(TABLE, body))
+            table_rows = None
+        elif tok.type == "inline":
+            content = clean_text(tok.content)
+            if table_rows is not None:
+                row.append(content)
+            elif not content:
+                continue
+            elif heading_level is not None:
+                elements.append(Element(TITLE, content, level=heading_level))
+                heading_level = None
+            elif list_depth > 0:
+                elements.append(Element(LIST_ITEM, content))
+            else:
+                elements.append(Element(NARRATIVE_TEXT, content))
+        elif tok.type in ("fence", "code_block"):
+            if tok.content.strip():
+                elements.append(Element(CODE_BLOCK, tok.content.rstrip("\n")))
+        elif tok.type == "html_block":
+            content = clean_text(tok.content)
+            if content:
+                elements.append(Element(NARRATIVE_TEXT, content))
+        del i
+    if not elements:
+        raise ExtractionError("Markdown file has no text content")
+    title = next((e.text for e in elements if e.type == TITLE and e.level == 1), None)
+    return ExtractedDocument(elements, page_count=None, title=title)

@@ -1,0 +1,161 @@
+"""Submitting uploaded files: stream to the store with SHA-256, then queue, skip or reject.
+
+- The extension must be allow-listed and the size within the limit, or the file is rejected with a
+  reason and leaves no row and no stored bytes.
+- Identity is ``upload://sha256:<hex>``; the document row is got-or-created with ON CONFLICT, so two
+  concurrent submits of the same bytes share one document (and one queued ledger row).
+- An identical re-upload whose active version has the same hash and pipeline fingerprint is
+  ``skipped``: no ledger row, and the stored copy is removed.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ingestion_pipeline.core import ledger
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.hashing import SizeLimitExceeded
+from ingestion_pipeline.core.settings import ALLOWED_EXTENSIONS
+from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
+from ingestion_pipeline.core.upload_store import LocalUploadStore
+
+QUEUED, SKIPPED, DUPLICATE, REJECTED = "queued", "skipped", "duplicate", "rejected"
+
+
+@dataclass
+class SubmitResult:
+    status: str
+    filename: str
+    tenant_id: str
+    reason: str | None = None
+    run_id: int | None = None
+    doc_id: int | None = None
+    source_uri: str | None = None
+    sha256: str | None = None
+    size_bytes: int | None = None
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def upload_uri(sha256: str) -> str:
+    return f"upload://sha256:{sha256}"
+
+
+def check_extension(filename: str) -> str:
+    """Return the lower-case extension or raise ValueError with the allow-list."""
+    extension = Path(filename).suffix.lower()
+    if extension not in ALLOWED_EXTENSIONS:
+        allowed = ", ".join(sorted(e.lstrip(".") for e in ALLOWED_EXTENSIONS))
+        shown = extension or "(none)"
+        raise ValueError(f"file type {shown} is not allowed; allowed: {allowed}")
+    return extension
+
+
+def submit_upload(
+    database_url: str,
+    store: LocalUploadStore,
+    *,
+    tenant_id: str,
+    path: Path,
+    fingerprint: str,
+    max_bytes: int,
+    title: str | None = None,
+) -> SubmitResult:
+    path = Path(path)
+    tenant_id = validate_tenant_id(tenant_id)
+    result = SubmitResult(status=REJECTED, filename=path.name, tenant_id=tenant_id)
+    try:
+        extension = check_extension(path.name)
+    except ValueError as exc:
+        result.reason = str(exc)
+        return result
+    if not path.is_file():
+        result.reason = "not a readable file"
+        return result
+    size = path.stat().st_size
+    if size > max_bytes:
+        result.reason = f"file is {size:,} bytes, over the {max_bytes:,} byte limit"
+        return result
+
+    try:
+        with path.open("rb") as stream:
+            stored = store.put(tenant_id, stream, max_bytes=max_bytes)
+    except SizeLimitExceeded as exc:  # the file grew while being read
+        result.reason = str(exc)
+        return result
+
+    source_uri = upload_uri(stored.sha256)
+    result.sha256, result.size_bytes, result.source_uri = stored.sha256, stored.size, source_uri
+    content_type = ALLOWED_EXTENSIONS.get(extension) or mimetypes.guess_type(path.name)[0]
+    config = {
+        "title": title or path.stem,
+        "filename": path.name,
+        "extension": extension,
+        "content_type": content_type,
+        "size_bytes": stored.size,
+        "sha256": stored.sha256,
+        "pipeline_fingerprint": fingerprint,
+    }
+    try:
+        release_stored_copy = _record_submission(database_url, tenant_id, stored, source_uri, config, result)
+    except BaseException:
+        if stored.created:  # nothing refers to bytes this call brought in
+            store.release(stored.path)
+        raise
+    if release_stored_copy:
+        store.release(stored.path)
+    return result
+
+
+def _record_submission(database_url, tenant_id, stored, source_uri, config, result) -> bool:
+    """The database half of a submit; returns whether the stored copy is no longer needed."""
+    fingerprint = config["pipeline_fingerprint"]
+    release_stored_copy = False
+    with connect(database_url) as conn, conn.transaction():
+        ensure_tenant(conn, tenant_id)
+        doc = conn.execute(
+            """INSERT INTO documents (tenant_id, source_uri, title) VALUES (%s, %s, %s)
+               ON CONFLICT (tenant_id, source_uri) DO UPDATE SET updated_at = now()
+               RETURNING doc_id""",
+            (tenant_id, source_uri, config["title"]),
+        ).fetchone()
+        doc_id = doc["doc_id"]
+        result.doc_id = doc_id
+        # Serialise submits of one document: the checks below and the insert are one decision.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"doc:{doc_id}",))
+        active = conn.execute(
+            """SELECT version_id FROM document_versions
+                WHERE tenant_id = %s AND doc_id = %s AND is_active
+                  AND content_hash = %s AND pipeline_fingerprint = %s""",
+            (tenant_id, doc_id, stored.sha256, fingerprint),
+        ).fetchone()
+        in_flight = conn.execute(
+            """SELECT run_id FROM ingestion_runs
+                WHERE tenant_id = %s AND doc_id = %s AND content_hash = %s AND status IN ('queued', 'running')
+                ORDER BY run_id LIMIT 1""",
+            (tenant_id, doc_id, stored.sha256),
+        ).fetchone()
+        if active is not None:
+            result.status = SKIPPED
+            result.reason = "identical content is already the active version"
+            release_stored_copy = in_flight is None
+        elif in_flight is not None:
+            result.status = DUPLICATE
+            result.reason = "identical content is already queued"
+            result.run_id = in_flight["run_id"]
+        else:
+            result.run_id = ledger.create_queued_run(
+                conn,
+                tenant_id=tenant_id,
+                doc_id=doc_id,
+                source_uri=source_uri,
+                raw_path=str(stored.path),
+                content_hash=stored.sha256,
+                size_bytes=stored.size,
+                config=config,
+            )
+            result.status = QUEUED
+    return release_stored_copy

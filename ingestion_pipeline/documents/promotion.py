@@ -1,0 +1,126 @@
+"""Promotion: staged chunks become the one active version of a document, in one transaction.
+
+Inside the transaction: a per-document advisory lock, the new ``document_versions`` row, chunks,
+embeddings and tsvectors copied from staging, the previous active version deactivated, the ledger row
+marked succeeded and the staging rows dropped. Readers see the old version or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from ingestion_pipeline.core import ledger
+from ingestion_pipeline.documents.staging import discard
+
+# Text search configuration of chunk_fts; search.py must use the same one.
+FTS_CONFIG = "english"
+
+
+class PromotionError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class PromotedVersion:
+    version_id: int
+    version_number: int
+    chunk_count: int
+    token_count: int
+    replaced_version_id: int | None
+
+
+def promote_document_version(
+    conn: psycopg.Connection, run: dict, *, fingerprint: str, model: str, timings_ms: dict[str, int]
+) -> PromotedVersion:
+    """Promote the staged chunks of ledger row ``run``. The caller commits (or rolls back).
+
+    ``timings_ms`` (the earlier steps) is completed with this step's duration on the ledger row.
+    """
+    started = time.perf_counter()
+    tenant_id, doc_id, run_id = run["tenant_id"], run["doc_id"], run["run_id"]
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"doc:{doc_id}",))
+    totals = conn.execute(
+        """SELECT count(*) AS chunks, coalesce(sum(token_count), 0) AS tokens,
+                  count(*) FILTER (WHERE embedding IS NULL) AS unembedded
+             FROM staging_chunks WHERE run_id = %s""",
+        (run_id,),
+    ).fetchone()
+    if totals["chunks"] == 0:
+        raise PromotionError("no chunks were produced; nothing to promote")
+    if totals["unembedded"]:
+        raise PromotionError(f"{totals['unembedded']} chunk(s) have no embedding")
+    page_count = conn.execute(
+        "SELECT page_count FROM staging_documents WHERE run_id = %s", (run_id,)
+    ).fetchone()["page_count"]
+
+    if run.get("source_id") is not None:
+        listed = conn.execute(
+            "SELECT status, etag FROM source_objects WHERE source_id = %s AND key = %s FOR UPDATE",
+            (run["source_id"], run["source_key"]),
+        ).fetchone()
+        if listed is not None and listed["status"] == "deleted":
+            raise PromotionError("the object was deleted from the bucket while this version was processed")
+    previous = conn.execute(
+        """UPDATE document_versions SET is_active = false, deactivated_at = now()
+            WHERE tenant_id = %s AND doc_id = %s AND is_active RETURNING version_id""",
+        (tenant_id, doc_id),
+    ).fetchone()
+    config = run["config"] or {}
+    version = conn.execute(
+        """INSERT INTO document_versions
+               (tenant_id, doc_id, version_number, content_hash, pipeline_fingerprint, is_active, title,
+                filename, content_type, size_bytes, page_count, chunk_count, token_count, ingestion_run_id,
+                activated_at)
+           VALUES (%s, %s,
+                   (SELECT coalesce(max(version_number), 0) + 1 FROM document_versions WHERE doc_id = %s),
+                   %s, %s, true, %s, %s, %s, %s, %s, %s, %s, %s, now())
+           RETURNING version_id, version_number""",
+        (tenant_id, doc_id, doc_id, run["content_hash"], fingerprint, config.get("title"),
+         config.get("filename"), config.get("content_type"), run["size_bytes"], page_count,
+         totals["chunks"], totals["tokens"], run_id),
+    ).fetchone()
+    version_id = version["version_id"]
+    conn.execute(
+        """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, page_start, page_end, section_path,
+                               element_types, token_count, content_hash)
+           SELECT %s, %s, %s, ordinal, text, page_start, page_end, section_path, element_types, token_count,
+                  content_hash
+             FROM staging_chunks WHERE run_id = %s ORDER BY ordinal""",
+        (tenant_id, version_id, doc_id, run_id),
+    )
+    conn.execute(
+        """INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding)
+           SELECT c.chunk_id, %s, %s, sc.embedding
+             FROM chunks c JOIN staging_chunks sc ON sc.run_id = %s AND sc.ordinal = c.ordinal
+            WHERE c.version_id = %s""",
+        (tenant_id, model, run_id, version_id),
+    )
+    conn.execute(
+        """INSERT INTO chunk_fts (chunk_id, tenant_id, tsv)
+            SELECT chunk_id, tenant_id,
+                   setweight(to_tsvector(%(cfg)s::regconfig, array_to_string(section_path, ' ')), 'B')
+                   || setweight(to_tsvector(%(cfg)s::regconfig, text), 'A')
+              FROM chunks WHERE version_id = %(version)s""",
+        {"cfg": FTS_CONFIG, "version": version_id},
+    )
+    if run.get("source_id") is not None:
+        conn.execute(
+            """UPDATE source_objects SET status = 'active', updated_at = now()
+                WHERE source_id = %s AND key = %s AND last_run_id = %s""",
+            (run["source_id"], run["source_key"], run_id),
+        )
+    conn.execute("UPDATE documents SET title = %s, updated_at = now() WHERE doc_id = %s",
+                 (config.get("title"), doc_id))
+    timings_ms = {**timings_ms, "promote": int((time.perf_counter() - started) * 1000)}
+    ledger.mark_succeeded(
+        conn,
+        run_id,
+        {"timings_ms": timings_ms, "chunks": totals["chunks"], "tokens": int(totals["tokens"]),
+         "version_id": version_id, "version_number": version["version_number"]},
+    )
+    discard(conn, run_id)
+    return PromotedVersion(version_id, version["version_number"], totals["chunks"], int(totals["tokens"]),
+                           previous["version_id"] if previous else None)

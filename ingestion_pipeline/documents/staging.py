@@ -1,0 +1,110 @@
+"""Reads and writes of the document staging tables (scratch state between the asset steps)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ingestion_pipeline.documents.chunking import Chunk
+from ingestion_pipeline.documents.extraction.elements import Element
+
+
+def ensure_staging_row(conn: psycopg.Connection, run_id: int, tenant_id: str) -> None:
+    conn.execute(
+        "INSERT INTO staging_documents (run_id, tenant_id) VALUES (%s, %s) ON CONFLICT (run_id) DO NOTHING",
+        (run_id, tenant_id),
+    )
+
+
+def staging_state(conn: psycopg.Connection, run_id: int) -> dict | None:
+    return conn.execute("SELECT * FROM staging_documents WHERE run_id = %s", (run_id,)).fetchone()
+
+
+def write_elements(conn: psycopg.Connection, run_id: int, elements: Iterable[Element], page_count: int | None,
+                   stats: dict) -> int:
+    """Replace the run's staged elements (a retried extraction starts clean) and mark the step done."""
+    conn.execute("DELETE FROM staging_elements WHERE run_id = %s", (run_id,))
+    n = 0
+    with conn.cursor().copy(
+        "COPY staging_elements (run_id, ordinal, element_type, text, page_number, section_path) FROM STDIN"
+    ) as copy:
+        for n, el in enumerate(elements, start=1):
+            copy.write_row((run_id, n - 1, el.type, el.text, el.page_number, el.section_path))
+    conn.execute(
+        """UPDATE staging_documents SET elements_done = true, page_count = %s, stats = stats || %s,
+                  updated_at = now() WHERE run_id = %s""",
+        (page_count, Jsonb(stats), run_id),
+    )
+    return n
+
+
+def read_elements(conn: psycopg.Connection, run_id: int) -> list[Element]:
+    rows = conn.execute(
+        """SELECT element_type, text, page_number, section_path FROM staging_elements
+            WHERE run_id = %s ORDER BY ordinal""",
+        (run_id,),
+    ).fetchall()
+    return [Element(r["element_type"], r["text"], r["page_number"], section_path=list(r["section_path"]))
+            for r in rows]
+
+
+def write_chunks(conn: psycopg.Connection, run_id: int, chunks: list[Chunk], stats: dict) -> None:
+    conn.execute("DELETE FROM staging_chunks WHERE run_id = %s", (run_id,))
+    with conn.cursor().copy(
+        """COPY staging_chunks (run_id, ordinal, text, page_start, page_end, section_path, element_types,
+                                token_count, content_hash) FROM STDIN"""
+    ) as copy:
+        for c in chunks:
+            copy.write_row((run_id, c.ordinal, c.text, c.page_start, c.page_end, c.section_path,
+                            c.element_types, c.token_count, c.content_hash))
+    conn.execute(
+        "UPDATE staging_documents SET chunks_done = true, stats = stats || %s, updated_at = now() WHERE run_id = %s",
+        (Jsonb(stats), run_id),
+    )
+
+
+def reuse_stored_embeddings(conn: psycopg.Connection, run_id: int, tenant_id: str, model: str) -> int:
+    """Fill staged chunks whose exact text is already embedded (same tenant, same model)."""
+    cur = conn.execute(
+        """UPDATE staging_chunks sc
+              SET embedding = reuse.embedding, embedding_reused = true
+             FROM (SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding
+                     FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id
+                    WHERE c.tenant_id = %(tenant)s AND e.tenant_id = %(tenant)s AND e.model = %(model)s
+                      AND c.content_hash IN (SELECT content_hash FROM staging_chunks
+                                              WHERE run_id = %(run)s AND embedding IS NULL)) reuse
+            WHERE sc.run_id = %(run)s AND sc.embedding IS NULL AND sc.content_hash = reuse.content_hash""",
+        {"tenant": tenant_id, "model": model, "run": run_id},
+    )
+    return cur.rowcount
+
+
+def chunks_missing_embeddings(conn: psycopg.Connection, run_id: int, limit: int) -> list[dict]:
+    return conn.execute(
+        """SELECT ordinal, text FROM staging_chunks WHERE run_id = %s AND embedding IS NULL
+            ORDER BY ordinal LIMIT %s""",
+        (run_id, limit),
+    ).fetchall()
+
+
+def write_embeddings(conn: psycopg.Connection, run_id: int, ordinals: list[int], vectors: np.ndarray) -> None:
+    with conn.cursor() as cur:
+        cur.executemany(
+            "UPDATE staging_chunks SET embedding = %s WHERE run_id = %s AND ordinal = %s",
+            [(vectors[i], run_id, ordinal) for i, ordinal in enumerate(ordinals)],
+        )
+
+
+def mark_embeddings_done(conn: psycopg.Connection, run_id: int, stats: dict) -> None:
+    conn.execute(
+        """UPDATE staging_documents SET embeddings_done = true, stats = stats || %s, updated_at = now()
+            WHERE run_id = %s""",
+        (Jsonb(stats), run_id),
+    )
+
+
+def discard(conn: psycopg.Connection, run_id: int) -> None:
+    conn.execute("DELETE FROM staging_documents WHERE run_id = %s", (run_id,))  # cascades

@@ -1,1 +1,0 @@
-"""Plain Python for the pipeline: no Dagster imports here, everything unit-tested on its own."""

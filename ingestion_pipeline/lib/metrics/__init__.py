@@ -1,1 +1,0 @@
-"""Ad-platform metric exports: intake, streaming readers, normalisation and validation, staging, promotion."""

@@ -1,0 +1,128 @@
+"""The metric pipeline's steps over one upload (partition), as plain functions the assets call."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.hashing import copy_and_hash
+from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
+from ingestion_pipeline.metrics.readers import MalformedFileError
+from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload
+from ingestion_pipeline.metrics.uploads import merge_stats, set_status, upload_for_partition
+
+
+class UploadFailed(Exception):
+    """The upload ended `failed`; the message is what the person who sent it needs to know."""
+
+
+@dataclass(frozen=True)
+class ThresholdResult:
+    passed: bool
+    valid_ratio: float
+    threshold: float
+    forced: bool
+    total: int
+    valid: int
+
+    def describe(self) -> str:
+        return (f"{self.valid} of {self.total} rows valid ({self.valid_ratio:.1%}); "
+                f"threshold {self.threshold:.0%}" + ("; promoted anyway (force-partial)" if self.forced else ""))
+
+
+class _Null:
+    def write(self, _: bytes) -> None:
+        pass
+
+
+def claim_upload(database_url: str, partition_key: str, dagster_run_id: str) -> dict:
+    """pending (or a rerun) -> processing; the stored file must still match its SHA-256."""
+    with connect(database_url) as conn, conn.transaction():
+        upload = upload_for_partition(conn, partition_key)
+        if upload["status"] in ("completed", "partial"):
+            return upload  # already promoted: the rerun is a no-op
+        raw = Path(upload["raw_path"] or "")
+        if not raw.is_file():
+            set_status(conn, upload["upload_id"], "failed", error=f"the stored file is missing ({raw})")
+            raise UploadFailed(f"the stored file is missing ({raw}); submit it again")
+        with raw.open("rb") as stream:
+            sha, _ = copy_and_hash(stream, _Null())
+        if sha != upload["content_hash"]:
+            set_status(conn, upload["upload_id"], "failed", error="the stored file does not match its SHA-256")
+            raise UploadFailed("the stored file does not match its SHA-256 (corrupted in storage)")
+        conn.execute("UPDATE data_uploads SET dagster_run_id = %s WHERE upload_id = %s",
+                     (dagster_run_id, upload["upload_id"]))
+        return set_status(conn, upload["upload_id"], "processing")
+
+
+def stage(database_url: str, partition_key: str) -> tuple[dict, StagingCounts]:
+    with connect(database_url, autocommit=True) as conn:
+        upload = upload_for_partition(conn, partition_key)
+    if upload["status"] in ("completed", "partial", "promoting"):  # staged already: a rerun reads the counts
+        return upload, staged_counts(database_url, upload["upload_id"])
+    start = time.perf_counter()
+    try:
+        counts = stage_upload(database_url, upload)
+    except (MalformedFileError, UnicodeDecodeError) as exc:
+        message = f"malformed file: {exc}"
+        with connect(database_url) as conn, conn.transaction():
+            set_status(conn, upload["upload_id"], "failed", error=message)
+        raise UploadFailed(message) from exc
+    if counts.total == 0:
+        with connect(database_url) as conn, conn.transaction():
+            set_status(conn, upload["upload_id"], "failed", error="the file has no data rows", total_rows=0)
+        raise UploadFailed("the file has no data rows")
+    with connect(database_url) as conn, conn.transaction():
+        merge_stats(conn, upload["upload_id"], {"staging_ms": int((time.perf_counter() - start) * 1000),
+                                                "resumed_after_row": counts.resumed_after})
+        upload = set_status(conn, upload["upload_id"], "staging_complete", total_rows=counts.total,
+                            valid_rows=counts.valid, invalid_rows=counts.invalid)
+    return upload, counts
+
+
+def staged_counts(database_url: str, upload_id: int) -> StagingCounts:
+    with connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            """SELECT count(*) AS total, count(*) FILTER (WHERE validation_status <> 'invalid') AS valid
+                 FROM staging_rows WHERE upload_id = %s""", (upload_id,)).fetchone()
+    return StagingCounts(row["total"], row["valid"], row["total"] - row["valid"], row["total"])
+
+
+def evaluate_threshold(database_url: str, partition_key: str) -> ThresholdResult:
+    """The blocking check: valid rows >= threshold, unless the upload was sent with force-partial."""
+    with connect(database_url, autocommit=True) as conn:
+        upload = upload_for_partition(conn, partition_key)
+    counts = staged_counts(database_url, upload["upload_id"])
+    row = {"total": counts.total, "valid": counts.valid}
+    with connect(database_url) as conn, conn.transaction():
+        ratio = row["valid"] / row["total"] if row["total"] else 0.0
+        threshold = float(upload["valid_threshold"])
+        passed = ratio >= threshold
+        forced = not passed and upload["force_partial"] and row["valid"] > 0
+        result = ThresholdResult(passed or forced, ratio, threshold, forced, row["total"], row["valid"])
+        if not result.passed and upload["status"] not in ("completed", "partial"):
+            set_status(conn, upload["upload_id"], "failed",
+                       error=f"validation threshold missed: {result.describe()}")
+        merge_stats(conn, upload["upload_id"], {"valid_ratio": round(ratio, 6), "threshold": threshold,
+                                                "forced": forced})
+    return result
+
+
+def promote(database_url: str, partition_key: str) -> PromotionResult:
+    with connect(database_url) as conn, conn.transaction():
+        upload = upload_for_partition(conn, partition_key)
+        if upload["status"] in ("completed", "partial"):  # a retried run or a second materialisation
+            return PromotionResult(upload["status"], upload["promoted_rows"], upload["invalid_rows"],
+                                   upload["unpromotable_rows"], {}, False)
+        if upload["status"] not in ("staging_complete", "promoting"):
+            raise UploadFailed(f"upload {upload['upload_id']} is {upload['status']}, not ready to promote")
+        set_status(conn, upload["upload_id"], "promoting")  # visible while the promotion transaction runs
+    with connect(database_url) as conn, conn.transaction():
+        upload = upload_for_partition(conn, partition_key)
+        ratio = upload["valid_rows"] / upload["total_rows"] if upload["total_rows"] else 0.0
+        result = promote_upload(conn, upload, below_threshold=ratio < float(upload["valid_threshold"]))
+    if result.status == "failed":
+        raise UploadFailed("no valid row could be promoted (every parent reference is unresolved)")
+    return result

@@ -1,0 +1,174 @@
+"""Promotion of a staged metric upload: one transaction, set-based upserts on the natural keys.
+
+Order: campaigns -> ad sets -> ads -> daily_metrics. Dimension rows come from dimension records and
+from the ids carried by denormalised fact rows of the same upload. A record whose parent is neither in
+the upload nor already stored becomes ``unpromotable`` with that reason. Upserts skip rows whose values
+are unchanged, so promoting the same upload twice changes nothing. The completion event is written in
+the same transaction, at most once per upload (unique upload_id).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ingestion_pipeline.metrics.uploads import set_status
+
+VALID = "validation_status = 'valid' AND upload_id = %(upload)s"
+
+_CAMPAIGNS = f"""
+INSERT INTO campaigns AS t (workspace_id, platform, campaign_id, name, status, last_upload_id)
+SELECT DISTINCT ON (normalized->>'campaign_id') %(ws)s, %(platform)s, normalized->>'campaign_id',
+       CASE WHEN entity_type IN ('campaign', 'daily_metric', 'ad', 'ad_set') THEN normalized->>'campaign_name' END,
+       CASE WHEN entity_type = 'campaign' THEN normalized->>'status' END, %(upload)s
+  FROM staging_rows WHERE {VALID} AND normalized ? 'campaign_id'
+ ORDER BY normalized->>'campaign_id', (entity_type = 'campaign') DESC, (normalized ? 'campaign_name') DESC,
+          row_index DESC
+ON CONFLICT (workspace_id, platform, campaign_id) DO UPDATE
+   SET name = coalesce(EXCLUDED.name, t.name), status = coalesce(EXCLUDED.status, t.status),
+       last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
+ WHERE (t.name, t.status) IS DISTINCT FROM (coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
+"""
+
+_AD_SETS = f"""
+INSERT INTO ad_sets AS t (workspace_id, platform, ad_set_id, campaign_id, name, status, last_upload_id)
+SELECT DISTINCT ON (normalized->>'ad_set_id') %(ws)s, %(platform)s, normalized->>'ad_set_id',
+       normalized->>'campaign_id', normalized->>'ad_set_name',
+       CASE WHEN entity_type = 'ad_set' THEN normalized->>'status' END, %(upload)s
+  FROM staging_rows WHERE {VALID} AND normalized ? 'ad_set_id' AND normalized ? 'campaign_id'
+ ORDER BY normalized->>'ad_set_id', (entity_type = 'ad_set') DESC, (normalized ? 'ad_set_name') DESC, row_index DESC
+ON CONFLICT (workspace_id, platform, ad_set_id) DO UPDATE
+   SET campaign_id = EXCLUDED.campaign_id, name = coalesce(EXCLUDED.name, t.name),
+       status = coalesce(EXCLUDED.status, t.status), last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
+ WHERE (t.campaign_id, t.name, t.status) IS DISTINCT FROM
+       (EXCLUDED.campaign_id, coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
+"""
+
+# Ads need their ad set: from this upload (inserted above) or already stored.
+_UNRESOLVED_AD_PARENTS = f"""
+UPDATE staging_rows s SET validation_status = 'unpromotable',
+       validation_errors = validation_errors || jsonb_build_array(jsonb_build_object(
+           'field', 'ad_set_id', 'error', 'ad set ' || (normalized->>'ad_set_id') ||
+           ' not found in this upload or the workspace'))
+ WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.entity_type = 'ad'
+   AND NOT EXISTS (SELECT 1 FROM ad_sets a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
+                      AND a.ad_set_id = s.normalized->>'ad_set_id')
+"""
+
+_ADS = f"""
+INSERT INTO ads AS t (workspace_id, platform, ad_id, ad_set_id, name, status, last_upload_id)
+SELECT DISTINCT ON (s.normalized->>'ad_id') %(ws)s, %(platform)s, s.normalized->>'ad_id', s.normalized->>'ad_set_id',
+       s.normalized->>'ad_name', CASE WHEN s.entity_type = 'ad' THEN s.normalized->>'status' END, %(upload)s
+  FROM staging_rows s
+ WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.normalized ? 'ad_id' AND s.normalized ? 'ad_set_id'
+   AND EXISTS (SELECT 1 FROM ad_sets a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
+                  AND a.ad_set_id = s.normalized->>'ad_set_id')
+ ORDER BY s.normalized->>'ad_id', (s.entity_type = 'ad') DESC, (s.normalized ? 'ad_name') DESC, s.row_index DESC
+ON CONFLICT (workspace_id, platform, ad_id) DO UPDATE
+   SET ad_set_id = EXCLUDED.ad_set_id, name = coalesce(EXCLUDED.name, t.name),
+       status = coalesce(EXCLUDED.status, t.status), last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
+ WHERE (t.ad_set_id, t.name, t.status) IS DISTINCT FROM
+       (EXCLUDED.ad_set_id, coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
+"""
+
+_UNRESOLVED_FACTS = f"""
+UPDATE staging_rows s SET validation_status = 'unpromotable',
+       validation_errors = validation_errors || jsonb_build_array(jsonb_build_object(
+           'field', 'ad_id', 'error', 'ad ' || (normalized->>'ad_id') || ' not found in this upload or the workspace'))
+ WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.entity_type = 'daily_metric'
+   AND NOT EXISTS (SELECT 1 FROM ads a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
+                      AND a.ad_id = s.normalized->>'ad_id')
+"""
+
+_DAILY_METRICS = f"""
+INSERT INTO daily_metrics AS t (workspace_id, platform, ad_id, date, impressions, clicks, spend, currency, conversions,
+                                last_upload_id)
+SELECT DISTINCT ON (normalized->>'ad_id', normalized->>'date') %(ws)s, %(platform)s, normalized->>'ad_id',
+       (normalized->>'date')::date, (normalized->>'impressions')::bigint, (normalized->>'clicks')::bigint,
+       (normalized->>'spend')::numeric, normalized->>'currency', (normalized->>'conversions')::numeric, %(upload)s
+  FROM staging_rows WHERE {VALID} AND entity_type = 'daily_metric'
+ ORDER BY normalized->>'ad_id', normalized->>'date', row_index DESC
+ON CONFLICT (workspace_id, platform, ad_id, date) DO UPDATE
+   SET impressions = EXCLUDED.impressions, clicks = EXCLUDED.clicks, spend = EXCLUDED.spend,
+       currency = EXCLUDED.currency, conversions = EXCLUDED.conversions, last_upload_id = EXCLUDED.last_upload_id,
+       updated_at = now()
+ WHERE (t.impressions, t.clicks, t.spend, t.currency, t.conversions) IS DISTINCT FROM
+       (EXCLUDED.impressions, EXCLUDED.clicks, EXCLUDED.spend, EXCLUDED.currency, EXCLUDED.conversions)
+"""
+
+_SUMMARY = """
+SELECT count(*) AS total,
+       count(*) FILTER (WHERE validation_status = 'valid') AS promoted,
+       count(*) FILTER (WHERE validation_status = 'invalid') AS invalid,
+       count(*) FILTER (WHERE validation_status = 'unpromotable') AS unpromotable,
+       count(*) FILTER (WHERE validation_status = 'valid' AND entity_type = 'campaign') AS campaign_rows,
+       count(*) FILTER (WHERE validation_status = 'valid' AND entity_type = 'ad_set') AS ad_set_rows,
+       count(*) FILTER (WHERE validation_status = 'valid' AND entity_type = 'ad') AS ad_rows,
+       count(*) FILTER (WHERE validation_status = 'valid' AND entity_type = 'daily_metric') AS daily_metric_rows,
+       min((normalized->>'date')::date) FILTER (WHERE validation_status = 'valid') AS first_date,
+       max((normalized->>'date')::date) FILTER (WHERE validation_status = 'valid') AS last_date,
+       coalesce(array_agg(DISTINCT normalized->>'date') FILTER (
+           WHERE validation_status = 'valid' AND entity_type = 'daily_metric'), '{}') AS dates
+  FROM staging_rows WHERE upload_id = %(upload)s
+"""
+
+
+@dataclass(frozen=True)
+class PromotionResult:
+    status: str  # completed | partial
+    promoted_rows: int
+    invalid_rows: int
+    unpromotable_rows: int
+    upserted: dict[str, int]
+    event_created: bool
+
+
+def promote_upload(conn: psycopg.Connection, upload: dict, *, below_threshold: bool) -> PromotionResult:
+    """Promote the upload's valid staged rows. The caller's transaction commits everything at once."""
+    params = {"ws": upload["workspace_id"], "platform": upload["platform"], "upload": upload["upload_id"]}
+    # One promotion per workspace+platform at a time: upserts of overlapping keys never interleave.
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                 (f"metrics:promote:{upload['workspace_id']}:{upload['platform']}",))
+    # Statistics that include this transaction's own rows: without them the planner takes the freshly
+    # upserted dimension tables for empty and probes them row by row (20k facts: 8 s instead of 20 ms).
+    conn.execute("SET LOCAL work_mem = '256MB'")
+    conn.execute("ANALYZE staging_rows")
+    upserted = {"campaigns": conn.execute(_CAMPAIGNS, params).rowcount,
+                "ad_sets": conn.execute(_AD_SETS, params).rowcount}
+    conn.execute("ANALYZE ad_sets")
+    conn.execute(_UNRESOLVED_AD_PARENTS, params)
+    upserted["ads"] = conn.execute(_ADS, params).rowcount
+    conn.execute("ANALYZE ads")
+    conn.execute(_UNRESOLVED_FACTS, params)
+    upserted["daily_metrics"] = conn.execute(_DAILY_METRICS, params).rowcount
+    summary = conn.execute(_SUMMARY, params).fetchone()
+    status = "partial" if summary["unpromotable"] or below_threshold else "completed"
+    if summary["promoted"] == 0:
+        status = "failed"
+    event_created = False
+    if status != "failed":
+        payload = {
+            "upload_id": upload["upload_id"], "workspace_id": upload["workspace_id"], "platform": upload["platform"],
+            "client_id": upload["client_id"], "status": status, "promoted_rows": summary["promoted"],
+            "invalid_rows": summary["invalid"], "unpromotable_rows": summary["unpromotable"],
+            "rows_by_entity": {k: summary[f"{k}_rows"] for k in ("campaign", "ad_set", "ad", "daily_metric")},
+            "affected_dates": sorted(summary["dates"]),
+            "date_range": [str(summary["first_date"]) if summary["first_date"] else None,
+                           str(summary["last_date"]) if summary["last_date"] else None],
+        }
+        event_created = conn.execute(
+            """INSERT INTO ingestion_events (upload_id, workspace_id, event_type, payload)
+               VALUES (%s, %s, %s, %s) ON CONFLICT (upload_id) DO NOTHING""",
+            (upload["upload_id"], upload["workspace_id"], f"upload.{status}", Jsonb(payload)),
+        ).rowcount == 1
+    set_status(
+        conn, upload["upload_id"], status, promoted_rows=summary["promoted"], invalid_rows=summary["invalid"],
+        unpromotable_rows=summary["unpromotable"], valid_rows=summary["promoted"] + summary["unpromotable"],
+        total_rows=summary["total"],
+        **({"error": "no valid row could be promoted (every parent reference is unresolved)"}
+           if status == "failed" else {}),
+    )
+    return PromotionResult(status, summary["promoted"], summary["invalid"], summary["unpromotable"], upserted,
+                           event_created)

@@ -1,0 +1,85 @@
+"""Staging a metric upload: stream the file, normalise and validate each row, COPY in bounded chunks.
+
+Memory stays bounded by ``chunk_rows`` whatever the file size. A rerun resumes after the last staged
+``row_index`` (rows already staged are parsed but not written again).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from psycopg.types.json import Jsonb
+
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.metrics.normalization import normalize_row
+from ingestion_pipeline.metrics.readers import MalformedFileError, read_rows
+
+_COPY = """COPY staging_rows (upload_id, row_index, line_number, entity_type, natural_key_hash, raw_data, normalized,
+                              validation_status, validation_errors) FROM STDIN"""
+
+
+@dataclass
+class StagingCounts:
+    total: int
+    valid: int
+    invalid: int
+    resumed_after: int  # rows found already staged by an earlier attempt
+
+    @property
+    def valid_ratio(self) -> float:
+        return self.valid / self.total if self.total else 0.0
+
+
+def _json_default(value):
+    return str(value)
+
+
+def stage_upload(database_url: str, upload: dict, *, chunk_rows: int = 10_000) -> StagingCounts:
+    """Stage every row of the upload's file; raises MalformedFileError (with the line) on a broken file."""
+    upload_id = upload["upload_id"]
+    with connect(database_url, autocommit=True) as conn:
+        already = conn.execute(
+            "SELECT coalesce(max(row_index), 0) AS n FROM staging_rows WHERE upload_id = %s", (upload_id,)
+        ).fetchone()["n"]
+    raw_path = Path(upload["raw_path"] or "")
+    if not raw_path.is_file():
+        raise MalformedFileError(None, f"the stored file is missing ({raw_path}); submit it again")
+    pending: list[tuple] = []
+    row_index = 0
+
+    def flush() -> None:
+        if not pending:
+            return
+        with connect(database_url) as conn, conn.transaction(), conn.cursor().copy(_COPY) as copy:
+            for record in pending:
+                copy.write_row(record)
+        pending.clear()
+
+    with raw_path.open("rb") as stream:
+        for line_number, raw in read_rows(stream, upload["file_format"]):
+            row_index += 1
+            if row_index <= already:
+                continue
+            row = normalize_row(raw, workspace_id=upload["workspace_id"], platform=upload["platform"])
+            pending.append((
+                upload_id, row_index, line_number, row.entity_type, row.natural_key_hash,
+                Jsonb(raw if isinstance(raw, dict) else {"value": raw}, dumps=_dumps),
+                Jsonb(row.values, dumps=_dumps), "valid" if row.valid else "invalid", Jsonb(row.errors, dumps=_dumps),
+            ))
+            if len(pending) >= chunk_rows:
+                flush()
+        flush()
+    with connect(database_url, autocommit=True) as conn:
+        counts = conn.execute(
+            """SELECT count(*) AS total, count(*) FILTER (WHERE validation_status <> 'invalid') AS valid
+                 FROM staging_rows WHERE upload_id = %s""",
+            (upload_id,),
+        ).fetchone()
+    return StagingCounts(counts["total"], counts["valid"], counts["total"] - counts["valid"], already)
+
+
+def _dumps(value) -> str:
+    # jsonb cannot hold NUL characters; exports occasionally carry them
+    return json.dumps(value, default=_json_default, ensure_ascii=False).replace("\\u0000", "")

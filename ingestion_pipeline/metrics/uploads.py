@@ -1,0 +1,166 @@
+"""Metric uploads (`data_uploads`): intake, the status machine, and read-side listings.
+
+pending -> processing -> staging_complete -> promoting -> completed | partial | failed
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.hashing import SizeLimitExceeded
+from ingestion_pipeline.core.tenants import validate_tenant_id
+from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.metrics.normalization import PLATFORMS
+
+FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+TERMINAL = ("completed", "partial", "failed")
+_SAFE = re.compile(r"[^a-z0-9_-]+")
+
+
+@dataclass
+class MetricSubmitResult:
+    status: str  # pending | duplicate | rejected
+    filename: str
+    workspace_id: str
+    platform: str
+    reason: str | None = None
+    upload_id: int | None = None
+    duplicate_of: int | None = None
+    partition_key: str | None = None
+    sha256: str | None = None
+    size_bytes: int | None = None
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def partition_key_for(workspace_id: str, platform: str, upload_id: int) -> str:
+    return f"{_SAFE.sub('-', workspace_id)[:40]}-{platform}-{upload_id}"
+
+
+def submit_metric_file(
+    database_url: str, store: LocalUploadStore, *, workspace_id: str, platform: str, filename: str,
+    stream: BinaryIO, max_bytes: int, client_id: str | None = None, force_partial: bool = False,
+    valid_threshold: float = 0.9, source_id: int | None = None, source_key: str | None = None,
+) -> MetricSubmitResult:
+    """Stream a CSV/JSON export into the raw store with SHA-256 and record a pending upload."""
+    validate_tenant_id(workspace_id)
+    result = MetricSubmitResult("rejected", filename, workspace_id, platform)
+    if platform not in PLATFORMS:
+        result.reason = f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}"
+        return result
+    file_format = FORMATS.get(Path(filename).suffix.lower())
+    if file_format is None:
+        result.reason = f"file type {Path(filename).suffix or '(none)'} is not allowed; allowed: csv, json, jsonl"
+        return result
+    if not 0 <= valid_threshold <= 1:
+        raise ValueError("the valid-row threshold is a ratio between 0 and 1")
+    try:
+        stored = store.put(workspace_id, stream, max_bytes=max_bytes)
+    except SizeLimitExceeded as exc:
+        result.reason = str(exc)
+        return result
+    result.sha256, result.size_bytes = stored.sha256, stored.size
+    with connect(database_url) as conn, conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                     (f"metrics:{workspace_id}:{platform}:{stored.sha256}",))
+        previous = conn.execute(
+            """SELECT upload_id FROM data_uploads WHERE workspace_id = %s AND platform = %s AND content_hash = %s
+                  AND status <> 'failed' ORDER BY upload_id LIMIT 1""",
+            (workspace_id, platform, stored.sha256),
+        ).fetchone()
+        if previous is not None:
+            result.status, result.duplicate_of = "duplicate", previous["upload_id"]
+            result.reason = f"the same file was already uploaded as upload {previous['upload_id']}"
+            return result
+        row = conn.execute(
+            """INSERT INTO data_uploads (workspace_id, platform, client_id, filename, file_format, raw_path,
+                                         content_hash, size_bytes, force_partial, valid_threshold, source_id,
+                                         source_key)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING upload_id""",
+            (workspace_id, platform, client_id, filename, file_format, str(stored.path), stored.sha256, stored.size,
+             force_partial, valid_threshold, source_id, source_key),
+        ).fetchone()
+        key = partition_key_for(workspace_id, platform, row["upload_id"])
+        conn.execute("UPDATE data_uploads SET partition_key = %s WHERE upload_id = %s", (key, row["upload_id"]))
+    result.status, result.upload_id, result.partition_key = "pending", row["upload_id"], key
+    return result
+
+
+def get_upload(conn: psycopg.Connection, upload_id: int) -> dict | None:
+    return conn.execute("SELECT * FROM data_uploads WHERE upload_id = %s", (upload_id,)).fetchone()
+
+
+def upload_for_partition(conn: psycopg.Connection, partition_key: str) -> dict:
+    row = conn.execute("SELECT * FROM data_uploads WHERE partition_key = %s", (partition_key,)).fetchone()
+    if row is None:
+        raise ValueError(f"no metric upload for partition {partition_key!r}")
+    return row
+
+
+def set_status(conn: psycopg.Connection, upload_id: int, status: str, **fields) -> dict:
+    """Move an upload to ``status``; terminal states set finished_at, processing sets started_at once."""
+    assignments = ["status = %(status)s", "updated_at = now()"]
+    if status == "processing":
+        assignments.append("started_at = coalesce(started_at, now())")
+    if status in TERMINAL:
+        assignments.append("finished_at = now()")
+    else:
+        assignments.append("finished_at = NULL")
+    params = {"status": status, "upload_id": upload_id}
+    for name, value in fields.items():
+        if name not in ("error", "total_rows", "valid_rows", "invalid_rows", "promoted_rows", "unpromotable_rows",
+                        "dagster_run_id"):
+            raise ValueError(f"not an upload field: {name}")
+        assignments.append(f"{name} = %({name})s")
+        params[name] = value
+    if "error" not in fields and status != "failed":
+        assignments.append("error = NULL")
+    return conn.execute(
+        f"UPDATE data_uploads SET {', '.join(assignments)} WHERE upload_id = %(upload_id)s RETURNING *", params
+    ).fetchone()
+
+
+def merge_stats(conn: psycopg.Connection, upload_id: int, stats: dict) -> None:
+    conn.execute("UPDATE data_uploads SET stats = stats || %s, updated_at = now() WHERE upload_id = %s",
+                 (Jsonb(stats), upload_id))
+
+
+def pending_partitions(conn: psycopg.Connection) -> list[dict]:
+    return conn.execute(
+        "SELECT partition_key, workspace_id FROM data_uploads WHERE status = 'pending' ORDER BY upload_id"
+    ).fetchall()
+
+
+def list_uploads(conn: psycopg.Connection, *, workspace_id: str | None = None, limit: int = 100) -> list[dict]:
+    return conn.execute(
+        """SELECT upload_id, workspace_id, platform, client_id, filename, file_format, status, total_rows, valid_rows,
+                  invalid_rows, promoted_rows, unpromotable_rows, error, partition_key, created_at, finished_at
+             FROM data_uploads WHERE (%(ws)s::text IS NULL OR workspace_id = %(ws)s)
+            ORDER BY upload_id DESC LIMIT %(limit)s""",
+        {"ws": workspace_id, "limit": limit},
+    ).fetchall()
+
+
+def upload_errors(conn: psycopg.Connection, upload_id: int, limit: int = 1000) -> list[dict]:
+    return conn.execute(
+        """SELECT row_index, line_number, entity_type, validation_status, validation_errors, raw_data
+             FROM staging_rows WHERE upload_id = %s AND validation_status <> 'valid'
+            ORDER BY row_index LIMIT %s""",
+        (upload_id, limit),
+    ).fetchall()
+
+
+def list_events(conn: psycopg.Connection, *, workspace_id: str | None = None, limit: int = 100) -> list[dict]:
+    return conn.execute(
+        """SELECT event_id, upload_id, workspace_id, event_type, payload, created_at FROM ingestion_events
+            WHERE (%(ws)s::text IS NULL OR workspace_id = %(ws)s) ORDER BY event_id DESC LIMIT %(limit)s""",
+        {"ws": workspace_id, "limit": limit},
+    ).fetchall()

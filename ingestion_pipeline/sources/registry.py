@@ -1,0 +1,119 @@
+"""S3 sources (`ingestion_sources`): a tenant's bucket prefix kept in sync with its knowledge base."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+
+from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
+
+_SAFE = re.compile(r"[^a-z0-9_-]+")
+
+
+@dataclass(frozen=True)
+class Source:
+    source_id: int
+    tenant_id: str
+    name: str
+    kind: str
+    bucket: str
+    prefix: str
+    endpoint_url: str | None
+    paused: bool
+    platform: str | None
+    list_cursor: str | None
+    pass_number: int
+    last_pass_completed_at: datetime | None
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+_COLUMNS = ("source_id, tenant_id, name, kind, bucket, prefix, endpoint_url, paused, platform, list_cursor, "
+            "pass_number, last_pass_completed_at")
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/prefix/`` -> (bucket, prefix). The prefix may be empty."""
+    match = re.fullmatch(r"s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(?:/(.*))?", uri or "")
+    if not match:
+        raise ValueError(f"not an S3 location: {uri!r} (expected s3://bucket/prefix/)")
+    return match.group(1), match.group(2) or ""
+
+
+def default_source_name(bucket: str, prefix: str) -> str:
+    name = _SAFE.sub("-", f"{bucket}-{prefix}".lower()).strip("-")
+    return name[:63] or "source"
+
+
+def add_source(
+    conn: psycopg.Connection, uri: str, *, tenant_id: str, name: str | None = None,
+    endpoint_url: str | None = None, kind: str = "documents", platform: str | None = None,
+) -> Source:
+    """A documents source, or a metrics source (its CSV/JSON objects become metric uploads of ``platform``)."""
+    bucket, prefix = parse_s3_uri(uri)
+    validate_tenant_id(tenant_id)
+    name = name or default_source_name(bucket, prefix)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,62}", name):
+        raise ValueError(f"invalid source name {name!r}: use a-z, 0-9, '_' or '-'")
+    if kind not in ("documents", "metrics"):
+        raise ValueError(f"unknown source kind {kind!r}: documents or metrics")
+    if kind == "metrics" and platform not in ("meta", "google", "tiktok"):
+        raise ValueError("a metrics source needs --platform meta, google or tiktok")
+    if kind == "documents" and platform is not None:
+        raise ValueError("--platform is only for metrics sources")
+    with conn.transaction():
+        ensure_tenant(conn, tenant_id)
+        try:
+            row = conn.execute(
+                f"""INSERT INTO ingestion_sources (tenant_id, name, kind, bucket, prefix, endpoint_url, platform)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}""",
+                (tenant_id, name, kind, bucket, prefix, endpoint_url, platform),
+            ).fetchone()
+        except psycopg.errors.UniqueViolation as exc:
+            raise ValueError(
+                f"a source named {name!r} or for s3://{bucket}/{prefix} and tenant {tenant_id!r} already exists"
+            ) from exc
+    return Source(**row)
+
+
+def get_source(conn: psycopg.Connection, name: str) -> Source:
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM ingestion_sources WHERE name = %s AND removed_at IS NULL", (name,)
+    ).fetchone()
+    if row is None:
+        raise ValueError(f"no source named {name!r}")
+    return Source(**row)
+
+
+def list_sources(conn: psycopg.Connection, *, kind: str | None = None, active_only: bool = False) -> list[Source]:
+    rows = conn.execute(
+        f"""SELECT {_COLUMNS} FROM ingestion_sources
+             WHERE removed_at IS NULL AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+               AND (NOT %(active)s OR NOT paused)
+             ORDER BY name""",
+        {"kind": kind, "active": active_only},
+    ).fetchall()
+    return [Source(**r) for r in rows]
+
+
+def set_paused(conn: psycopg.Connection, name: str, paused: bool) -> Source:
+    get_source(conn, name)
+    conn.execute(
+        "UPDATE ingestion_sources SET paused = %s, updated_at = now() WHERE name = %s AND removed_at IS NULL",
+        (paused, name),
+    )
+    return get_source(conn, name)
+
+
+def remove_source(conn: psycopg.Connection, name: str) -> None:
+    """Stop syncing a source. Its documents stay as they are (deletion is never implied)."""
+    get_source(conn, name)
+    conn.execute(
+        "UPDATE ingestion_sources SET removed_at = now(), paused = true, updated_at = now() WHERE name = %s",
+        (name,),
+    )

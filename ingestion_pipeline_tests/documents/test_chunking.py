@@ -1,0 +1,96 @@
+"""Chunking with the embedding model's real tokenizer: budgets, structure, and the hard cap."""
+
+from pathlib import Path
+
+import pytest
+
+from ingestion_pipeline.documents.chunking import chunk_elements, effective_budgets
+from ingestion_pipeline.documents.embedding import default_model_path
+from ingestion_pipeline.documents.extraction import extract
+from ingestion_pipeline.documents.extraction.elements import (
+    LIST_ITEM,
+    NARRATIVE_TEXT,
+    TABLE,
+    TITLE,
+    Element,
+    assign_section_paths,
+)
+from ingestion_pipeline.documents.tokens import load_token_counter
+
+
+@pytest.fixture(scope="module")
+def counter():
+    return load_token_counter(default_model_path())
+
+
+def _elements(*items: Element) -> list[Element]:
+    return list(assign_section_paths(items))
+
+
+def test_budgets_are_clamped_to_the_model(counter):
+    assert counter.max_content_tokens == 254  # all-MiniLM-L6-v2: 256 minus [CLS] and [SEP]
+    assert effective_budgets(200, 10_000, counter) == (200, 254)
+    assert effective_budgets(500, 500, counter) == (254, 254)
+
+
+@pytest.mark.parametrize("name", ["book-war-and-peace-1225p.txt", "handbook-872p.docx", "example-10k.html"])
+def test_no_chunk_exceeds_the_model_max_sequence_length(counter, corpus_dir, name):
+    path = corpus_dir / "documents" / name
+    document = extract(path, path.suffix)
+    chunks = chunk_elements(document.elements, counter, target=200, hard_max=254)
+    recount = counter.count_many([c.text for c in chunks])
+    assert max(recount) <= 254
+    assert [c.token_count for c in chunks] == recount
+    # Nothing is lost: every word of the source is in some chunk (spot-check a sample).
+    words = {w for e in document.elements for w in e.text.split()[:3]}
+    joined = "\n".join(c.text for c in chunks)
+    assert all(w in joined for w in list(words)[:500])
+
+
+def test_titles_start_sections_and_travel_with_their_text(counter):
+    elements = _elements(
+        Element(TITLE, "Introduction", 1, level=1),
+        Element(NARRATIVE_TEXT, "Short intro.", 1),
+        Element(TITLE, "Methods", 2, level=1),
+        Element(TITLE, "Sampling", 2, level=2),
+        Element(NARRATIVE_TEXT, "We sampled things.", 3),
+    )
+    chunks = chunk_elements(elements, counter, target=200, hard_max=254)
+    assert [c.text for c in chunks] == ["Introduction\nShort intro.", "Methods\nSampling\nWe sampled things."]
+    assert chunks[1].section_path == ["Methods", "Sampling"]
+    assert (chunks[1].page_start, chunks[1].page_end) == (2, 3)
+
+
+def test_tables_and_list_items_stay_whole(counter):
+    table = "\n".join(f"row {i} | value {i} | note {i}" for i in range(12))
+    prose = "Some prose sentence here. " * 25
+    elements = _elements(
+        Element(NARRATIVE_TEXT, prose, 1),
+        Element(TABLE, table, 1),
+        Element(LIST_ITEM, "first item of the list", 1),
+    )
+    chunks = chunk_elements(elements, counter, target=120, hard_max=254)
+    assert sum(table in c.text for c in chunks) == 1
+    assert sum("first item of the list" in c.text for c in chunks) == 1
+
+
+def test_long_prose_splits_at_sentence_ends(counter):
+    text = " ".join(f"Sentence number {i} says something short." for i in range(200))
+    chunks = chunk_elements(_elements(Element(NARRATIVE_TEXT, text, 1)), counter, target=100, hard_max=254)
+    assert len(chunks) > 5
+    assert all(c.token_count <= 100 for c in chunks)
+    assert all(c.text.endswith(".") for c in chunks)
+
+
+def test_oversized_table_is_split_by_rows_within_cap(counter):
+    table = "\n".join(f"row {i} | " + "cell " * 20 for i in range(60))
+    chunks = chunk_elements(_elements(Element(TABLE, table, 4)), counter, target=200, hard_max=254)
+    assert len(chunks) > 1 and all(c.token_count <= 254 for c in chunks)
+    assert all(c.text.startswith("row ") for c in chunks)
+
+
+def test_chunk_carries_hash_and_ordinals(counter, corpus_dir):
+    path = Path(corpus_dir / "documents" / "fr_olap.pdf")
+    chunks = chunk_elements(extract(path, ".pdf").elements, counter, target=200, hard_max=254)
+    assert [c.ordinal for c in chunks] == list(range(len(chunks)))
+    assert all(len(c.content_hash) == 64 and c.page_start for c in chunks)
