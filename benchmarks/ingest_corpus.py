@@ -37,14 +37,15 @@ def main() -> None:
     os.environ["DAGSTER_HOME"] = str(home)
     logging.disable(logging.INFO)
 
-    from ingestion_pipeline.cli import _bootstrap, _pipeline, process_queued
+    from ingestion_pipeline.cli.bootstrap import bootstrap, document_pipeline
+    from ingestion_pipeline.cli.documents import process_queued
     from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
     from ingestion_pipeline.documents.intake import submit_upload
 
     try:
-        url = _bootstrap()
-        pipeline = _pipeline(url)
+        url = bootstrap()
+        pipeline = document_pipeline(url)
         total_bytes = sum(p.stat().st_size for p in files)
 
         def run_once() -> float:

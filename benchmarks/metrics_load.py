@@ -34,7 +34,7 @@ def main() -> None:
         os.environ.pop(var, None)
     logging.disable(logging.INFO)
 
-    from ingestion_pipeline.cli import _bootstrap
+    from ingestion_pipeline.cli.bootstrap import bootstrap
     from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
     from ingestion_pipeline.core.upload_store import LocalUploadStore
@@ -46,7 +46,7 @@ def main() -> None:
     ads = max(1, args.rows // days)  # 100k ads at 1M rows: 10 ads per ad set, 10 ad sets per campaign
     campaigns = max(1, ads // 100)
     try:
-        url = _bootstrap()
+        url = bootstrap()
         store = LocalUploadStore(work / "metric_uploads")
         start = time.perf_counter()
         first = write_export(work / "load.csv", "meta", daily_rows(campaigns, 10, 10, days))

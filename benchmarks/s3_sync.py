@@ -44,7 +44,8 @@ def main() -> None:
     import boto3
     from moto.server import ThreadedMotoServer
 
-    from ingestion_pipeline.cli import _bootstrap, process_queued
+    from ingestion_pipeline.cli.bootstrap import bootstrap
+    from ingestion_pipeline.cli.documents import process_queued
     from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
     from ingestion_pipeline.sources.registry import add_source, get_source
@@ -57,7 +58,7 @@ def main() -> None:
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        url = _bootstrap()
+        url = bootstrap()
         client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         client.create_bucket(Bucket="bench")
 

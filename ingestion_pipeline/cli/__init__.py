@@ -1,0 +1,38 @@
+"""The `ingestion-pipeline` command: submit, process, inspect and search, without the Dagster daemon.
+
+Every command uses DATABASE_URL when set, else the embedded Postgres under `.data/`; the Dagster
+instance is the project's `dagster.yaml` (DAGSTER_HOME = the project root), so runs started here show
+in the UI of `make dev`. One module per command group; each adds its subcommands in ``register``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from ingestion_pipeline.cli import db, dev, documents, metrics, runs, sources
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ingestion-pipeline", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (documents, runs, sources, metrics, dev, db):
+        group.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("ingestion_pipeline.ledger").setLevel(logging.INFO)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as exc:  # bad input: say what is wrong, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
