@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import bootstrap, document_pipeline
@@ -62,9 +63,7 @@ def process_queued(url: str) -> list[dict]:
                 finalize_ledger_for_run(url, run, f"Dagster run {result.run_id} failed before this file finished")
             with connect(url) as conn:
                 report = batch_report(conn, key)
-            counts: dict[str, int] = {}
-            for o in report:
-                counts[o.status] = counts.get(o.status, 0) + 1
+            counts = Counter(o.status for o in report)
             summary = {"partition_key": key, "dagster_run_id": result.run_id, "run_success": result.success,
                        "files": len(report), **counts}
             summaries.append(summary)

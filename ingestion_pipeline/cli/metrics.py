@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import bootstrap
 from ingestion_pipeline.cli.output import print_json, print_rows, print_table
+from ingestion_pipeline.metrics.formats import PLATFORMS
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
@@ -82,7 +83,7 @@ def register(sub) -> None:
     msubmit = metrics_sub.add_parser("submit", help="queue a CSV/JSON export")
     msubmit.add_argument("file")
     msubmit.add_argument("--workspace", required=True)
-    msubmit.add_argument("--platform", required=True, choices=["meta", "google", "tiktok"])
+    msubmit.add_argument("--platform", required=True, choices=PLATFORMS)
     msubmit.add_argument("--client")
     msubmit.add_argument("--force-partial", action="store_true", help="promote the valid rows below the threshold")
     msubmit.add_argument("--threshold", type=float, help="valid-row ratio required (default 0.9)")

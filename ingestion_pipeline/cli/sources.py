@@ -7,6 +7,7 @@ import argparse
 from ingestion_pipeline.cli.bootstrap import bootstrap
 from ingestion_pipeline.cli.documents import process_queued
 from ingestion_pipeline.cli.output import print_json, print_rows
+from ingestion_pipeline.metrics.formats import PLATFORMS
 
 
 def cmd_source(args: argparse.Namespace) -> int:
@@ -82,7 +83,7 @@ def register(sub) -> None:
     add.add_argument("--endpoint-url", help="an S3-compatible endpoint (default: the AWS environment)")
     add.add_argument("--kind", choices=["documents", "metrics"], default="documents",
                      help="metrics: CSV/JSON objects become metric uploads (workspace = --tenant)")
-    add.add_argument("--platform", choices=["meta", "google", "tiktok"], help="for --kind metrics")
+    add.add_argument("--platform", choices=PLATFORMS, help="for --kind metrics")
     lst = source_sub.add_parser("list")
     lst.add_argument("--json", action="store_true")
     for verb in ("pause", "resume", "remove"):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -49,9 +47,3 @@ def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection:
     register_vector(conn)
     return conn
 
-
-@contextmanager
-def transaction(url: str) -> Iterator[psycopg.Connection]:
-    """One connection, one transaction: committed on success, rolled back on any exception."""
-    with connect(url) as conn, conn.transaction():
-        yield conn

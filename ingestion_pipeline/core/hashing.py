@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import BinaryIO
 
 CHUNK_BYTES = 1024 * 1024
@@ -31,3 +32,14 @@ def copy_and_hash(src: BinaryIO, dst: BinaryIO, *, max_bytes: int | None = None)
         digest.update(piece)
         dst.write(piece)
     return digest.hexdigest(), size
+
+
+class _Discard:
+    def write(self, _: bytes) -> None:
+        pass
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a stored file, read in 1 MiB pieces (a re-check before processing it)."""
+    with Path(path).open("rb") as src:
+        return copy_and_hash(src, _Discard())[0]

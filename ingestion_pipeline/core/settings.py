@@ -10,15 +10,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ALLOWED_EXTENSIONS: dict[str, str] = {
-    ".pdf": "application/pdf",
-    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-    ".html": "text/html",
-    ".htm": "text/html",
-    ".md": "text/markdown",
-    ".txt": "text/plain",
-}
-
 
 def project_root() -> Path:
     """The checkout the package is installed from (editable install), or ``INGESTION_HOME``."""

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import psycopg
 
-_TENANT_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+from ingestion_pipeline.core.identifiers import validate_identifier
 
 
 def validate_tenant_id(tenant_id: str) -> str:
-    if not isinstance(tenant_id, str) or not _TENANT_ID.match(tenant_id):
-        raise ValueError(
-            f"invalid tenant id {tenant_id!r}: use 1-63 characters of a-z, 0-9, '_' or '-', starting with a "
-            "letter or digit"
-        )
-    return tenant_id
+    return validate_identifier(tenant_id, "tenant id")
 
 
 def ensure_tenant(conn: psycopg.Connection, tenant_id: str) -> None:

@@ -7,16 +7,15 @@ sensor tick or a concurrent ``process`` never puts one row into two batches.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import psycopg
 
+from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.core.settings import BatchSettings
 
 _BATCHING_LOCK = 7_411_022
-_SAFE = re.compile(r"[^a-z0-9_-]+")
 
 
 @dataclass(frozen=True)
@@ -54,8 +53,8 @@ def partition_key_for(
     tenant_id: str, first_run_id: int, now: datetime | None = None, source_name: str | None = None
 ) -> str:
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dt%H%M%S")
-    tenant = _SAFE.sub("-", tenant_id.lower())[:40]
-    source = f"-{_SAFE.sub('-', source_name.lower())[:40]}" if source_name else ""
+    tenant = key_part(tenant_id)
+    source = f"-{key_part(source_name)}" if source_name else ""
     return f"{tenant}{source}-{stamp}-{first_run_id}"
 
 

@@ -10,16 +10,16 @@
 
 from __future__ import annotations
 
-import mimetypes
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
-from ingestion_pipeline.core.settings import ALLOWED_EXTENSIONS
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
 from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 
 QUEUED, SKIPPED, DUPLICATE, REJECTED = "queued", "skipped", "duplicate", "rejected"
 
@@ -44,16 +44,6 @@ def upload_uri(sha256: str) -> str:
     return f"upload://sha256:{sha256}"
 
 
-def check_extension(filename: str) -> str:
-    """Return the lower-case extension or raise ValueError with the allow-list."""
-    extension = Path(filename).suffix.lower()
-    if extension not in ALLOWED_EXTENSIONS:
-        allowed = ", ".join(sorted(e.lstrip(".") for e in ALLOWED_EXTENSIONS))
-        shown = extension or "(none)"
-        raise ValueError(f"file type {shown} is not allowed; allowed: {allowed}")
-    return extension
-
-
 def submit_upload(
     database_url: str,
     store: LocalUploadStore,
@@ -68,8 +58,8 @@ def submit_upload(
     tenant_id = validate_tenant_id(tenant_id)
     result = SubmitResult(status=REJECTED, filename=path.name, tenant_id=tenant_id)
     try:
-        extension = check_extension(path.name)
-    except ValueError as exc:
+        extension = check_extension(path.name, DOCUMENT_TYPES)
+    except UnsupportedFileType as exc:
         result.reason = str(exc)
         return result
     if not path.is_file():
@@ -89,7 +79,7 @@ def submit_upload(
 
     source_uri = upload_uri(stored.sha256)
     result.sha256, result.size_bytes, result.source_uri = stored.sha256, stored.size, source_uri
-    content_type = ALLOWED_EXTENSIONS.get(extension) or mimetypes.guess_type(path.name)[0]
+    content_type = DOCUMENT_TYPES[extension]
     config = {
         "title": title or path.stem,
         "filename": path.name,

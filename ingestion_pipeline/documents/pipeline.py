@@ -16,7 +16,7 @@ from typing import Any
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import connect
-from ingestion_pipeline.core.hashing import copy_and_hash
+from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents import staging
@@ -131,9 +131,7 @@ class DocumentPipeline:
         raw = Path(row["raw_path"] or "")
         if not raw.is_file():
             raise ExtractionError(f"stored upload is missing ({raw}); submit the file again")
-        with raw.open("rb") as src:
-            sha, _ = copy_and_hash(src, _NullWriter())
-        if sha != row["content_hash"]:
+        if file_sha256(raw) != row["content_hash"]:
             raise ExtractionError("stored upload does not match its SHA-256 (corrupted in storage); submit again")
         with connect(self.database_url) as conn, conn.transaction():
             current = conn.execute(
@@ -334,7 +332,3 @@ def _timings(row: dict, **new: int) -> dict:
     """Merge a step's milliseconds into what the ledger row already holds."""
     return {**((row.get("stats") or {}).get("timings_ms") or {}), **new}
 
-
-class _NullWriter:
-    def write(self, _: bytes) -> None:
-        pass

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
 
-PLATFORMS = ("meta", "google", "tiktok")
+from ingestion_pipeline.metrics.formats import PLATFORMS
+
 ENTITY_TYPES = ("campaign", "ad_set", "ad", "daily_metric")
 
 # Canonical field <- normalised header names, per platform (headers are lower-cased, non-alphanumerics -> "_").

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ingestion_pipeline.core.db import connect
-from ingestion_pipeline.core.hashing import copy_and_hash
+from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
 from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload
@@ -32,11 +32,6 @@ class ThresholdResult:
                 f"threshold {self.threshold:.0%}" + ("; promoted anyway (force-partial)" if self.forced else ""))
 
 
-class _Null:
-    def write(self, _: bytes) -> None:
-        pass
-
-
 def claim_upload(database_url: str, partition_key: str, dagster_run_id: str) -> dict:
     """pending (or a rerun) -> processing; the stored file must still match its SHA-256."""
     with connect(database_url) as conn, conn.transaction():
@@ -47,9 +42,7 @@ def claim_upload(database_url: str, partition_key: str, dagster_run_id: str) -> 
         if not raw.is_file():
             set_status(conn, upload["upload_id"], "failed", error=f"the stored file is missing ({raw})")
             raise UploadFailed(f"the stored file is missing ({raw}); submit it again")
-        with raw.open("rb") as stream:
-            sha, _ = copy_and_hash(stream, _Null())
-        if sha != upload["content_hash"]:
+        if file_sha256(raw) != upload["content_hash"]:
             set_status(conn, upload["upload_id"], "failed", error="the stored file does not match its SHA-256")
             raise UploadFailed("the stored file does not match its SHA-256 (corrupted in storage)")
         conn.execute("UPDATE data_uploads SET dagster_run_id = %s WHERE upload_id = %s",

@@ -5,23 +5,21 @@ pending -> processing -> staging_complete -> promoting -> completed | partial | 
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import BinaryIO
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
+from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.core.tenants import validate_tenant_id
 from ingestion_pipeline.core.upload_store import LocalUploadStore
-from ingestion_pipeline.metrics.normalization import PLATFORMS
+from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
 
-FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 TERMINAL = ("completed", "partial", "failed")
-_SAFE = re.compile(r"[^a-z0-9_-]+")
 
 
 @dataclass
@@ -42,7 +40,7 @@ class MetricSubmitResult:
 
 
 def partition_key_for(workspace_id: str, platform: str, upload_id: int) -> str:
-    return f"{_SAFE.sub('-', workspace_id)[:40]}-{platform}-{upload_id}"
+    return f"{key_part(workspace_id)}-{platform}-{upload_id}"
 
 
 def submit_metric_file(
@@ -56,9 +54,10 @@ def submit_metric_file(
     if platform not in PLATFORMS:
         result.reason = f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}"
         return result
-    file_format = FORMATS.get(Path(filename).suffix.lower())
-    if file_format is None:
-        result.reason = f"file type {Path(filename).suffix or '(none)'} is not allowed; allowed: csv, json, jsonl"
+    try:
+        file_format = METRIC_FORMATS[check_extension(filename, METRIC_FORMATS)]
+    except UnsupportedFileType as exc:
+        result.reason = str(exc)
         return result
     if not 0 <= valid_threshold <= 1:
         raise ValueError("the valid-row threshold is a ratio between 0 and 1")

@@ -8,9 +8,9 @@ from datetime import datetime
 
 import psycopg
 
+from ingestion_pipeline.core.identifiers import key_part, validate_identifier
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
-
-_SAFE = re.compile(r"[^a-z0-9_-]+")
+from ingestion_pipeline.metrics.formats import PLATFORMS
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 
 
 def default_source_name(bucket: str, prefix: str) -> str:
-    name = _SAFE.sub("-", f"{bucket}-{prefix}".lower()).strip("-")
-    return name[:63] or "source"
+    return key_part(f"{bucket}-{prefix}", 63) or "source"
 
 
 def add_source(
@@ -58,12 +57,11 @@ def add_source(
     bucket, prefix = parse_s3_uri(uri)
     validate_tenant_id(tenant_id)
     name = name or default_source_name(bucket, prefix)
-    if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,62}", name):
-        raise ValueError(f"invalid source name {name!r}: use a-z, 0-9, '_' or '-'")
+    validate_identifier(name, "source name")
     if kind not in ("documents", "metrics"):
         raise ValueError(f"unknown source kind {kind!r}: documents or metrics")
-    if kind == "metrics" and platform not in ("meta", "google", "tiktok"):
-        raise ValueError("a metrics source needs --platform meta, google or tiktok")
+    if kind == "metrics" and platform not in PLATFORMS:
+        raise ValueError(f"a metrics source needs --platform {' | '.join(PLATFORMS)}")
     if kind == "documents" and platform is not None:
         raise ValueError("--platform is only for metrics sources")
     with conn.transaction():

@@ -27,7 +27,9 @@ from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import connect
-from ingestion_pipeline.core.settings import ALLOWED_EXTENSIONS
+from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
+from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
+from ingestion_pipeline.metrics.formats import METRIC_FORMATS
 from ingestion_pipeline.sources.registry import Source
 
 _log = logging.getLogger("ingestion_pipeline.s3_sync")
@@ -54,18 +56,15 @@ def s3_uri(bucket: str, key: str) -> str:
     return f"s3://{bucket}/{key}"
 
 
-METRIC_EXTENSIONS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
-
 # key -> (status for source_objects: active | failed, reason or None): hands a metrics object to intake
 MetricIntake = Callable[[Source, str], tuple[str, str | None]]
 
 
 def skip_reason(key: str, size: int, max_bytes: int, kind: str = "documents") -> str | None:
-    extension = PurePosixPath(key).suffix.lower()
-    allowed_extensions = METRIC_EXTENSIONS if kind == "metrics" else ALLOWED_EXTENSIONS
-    if extension not in allowed_extensions:
-        allowed = ", ".join(sorted(e.lstrip(".") for e in allowed_extensions))
-        return f"file type {extension or '(none)'} is not allowed; allowed: {allowed}"
+    try:
+        check_extension(key, METRIC_FORMATS if kind == "metrics" else DOCUMENT_TYPES)
+    except UnsupportedFileType as exc:
+        return str(exc)
     if size > max_bytes:
         return f"object is {size:,} bytes, over the {max_bytes:,} byte limit"
     return None
@@ -204,7 +203,7 @@ def _queue_object(conn: psycopg.Connection, source: Source, obj: dict, etag: str
         "title": title,
         "filename": PurePosixPath(key).name,
         "extension": extension,
-        "content_type": ALLOWED_EXTENSIONS[extension],
+        "content_type": DOCUMENT_TYPES[extension],
         "size_bytes": int(obj["Size"]),
         "etag": etag,
         "source": source.name,

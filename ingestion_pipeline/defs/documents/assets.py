@@ -4,6 +4,8 @@ raw_documents -> document_elements -> document_chunks -> chunk_embeddings -> pro
 """
 
 
+from collections import Counter
+
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
@@ -34,9 +36,7 @@ def _files_table(outcomes: list[FileOutcome]) -> dg.TableMetadataValue:
 
 
 def _result(outcomes: list[FileOutcome], **extra) -> dg.MaterializeResult:
-    counts: dict[str, int] = {}
-    for o in outcomes:
-        counts[o.status] = counts.get(o.status, 0) + 1
+    counts = Counter(o.status for o in outcomes)
     return dg.MaterializeResult(
         metadata={
             "files": _files_table(outcomes),
@@ -151,9 +151,7 @@ def promoted_documents(
             metadata={"versions_checked": len(version_ids), "violations": str(empty[:20])},
         ),
     ]
-    counts: dict[str, int] = {}
-    for o in every_file:
-        counts[o.status] = counts.get(o.status, 0) + 1
+    counts = Counter(o.status for o in every_file)
     return dg.MaterializeResult(
         metadata={
             "files": _files_table(every_file),

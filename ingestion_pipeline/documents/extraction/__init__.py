@@ -9,12 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ingestion_pipeline.documents.extraction.docx import extract_docx
-from ingestion_pipeline.documents.extraction.elements import (
-    TITLE,
-    Element,
-    ExtractedDocument,
-    assign_section_paths,
-)
+from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, assign_section_paths
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.extraction.html import extract_html
 from ingestion_pipeline.documents.extraction.markdown import extract_markdown
@@ -45,7 +40,4 @@ def extract(path: Path, extension: str) -> ExtractedDocument:
         raise ExtractionError("file is empty (0 bytes)")
     document = extractor(path)
     document.elements = list(assign_section_paths(document.elements))
-    if not any(e.type != TITLE for e in document.elements) and document.elements:
-        # A file of headings only is still text; keep it rather than fail.
-        pass
     return document

@@ -114,5 +114,4 @@ def extract_docx(path: Path) -> ExtractedDocument:
                 elements.append(Element(TABLE, text, page))
     if not elements:
         raise ExtractionError("DOCX contains no text (empty document or images only)")
-    title = (document.core_properties.title or "").strip() or None
-    return ExtractedDocument(elements, page_count=page, title=title)
+    return ExtractedDocument(elements, page_count=page)

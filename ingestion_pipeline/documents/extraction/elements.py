@@ -27,7 +27,6 @@ class Element:
 class ExtractedDocument:
     elements: list[Element]
     page_count: int | None = None
-    title: str | None = None  # from document metadata, when the format has one
     notes: list[str] = field(default_factory=list)  # e.g. "PDF is copy-protected; text layer extracted"
 
 

@@ -113,12 +113,10 @@ def extract_html(path: Path) -> ExtractedDocument:
             soup = BeautifulSoup(data, "lxml")
     except Exception as exc:
         raise ExtractionError(f"HTML cannot be parsed: {exc}") from exc
-    title_tag = soup.find("title")
-    title = clean_text(title_tag.get_text(" ")) if title_tag else None
     root = soup.body or soup
     walker = _Walker()
     walker.walk(root)
     walker.flush()
     if not walker.elements:
         raise ExtractionError("HTML has no visible text (only markup, scripts or styles)")
-    return ExtractedDocument(walker.elements, page_count=None, title=title or None)
+    return ExtractedDocument(walker.elements, page_count=None)

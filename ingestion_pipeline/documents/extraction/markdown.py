@@ -32,7 +32,7 @@ def extract_markdown(path: Path) -> ExtractedDocument:
     table_rows: list[list[str]] | None = None
     row: list[str] = []
     heading_level: int | None = None
-    for i, tok in enumerate(tokens):
+    for tok in tokens:
         if tok.type == "heading_open":
             heading_level = int(tok.tag[1])
         elif tok.type in ("bullet_list_open", "ordered_list_open"):
@@ -70,8 +70,6 @@ def extract_markdown(path: Path) -> ExtractedDocument:
             content = clean_text(tok.content)
             if content:
                 elements.append(Element(NARRATIVE_TEXT, content))
-        del i
     if not elements:
         raise ExtractionError("Markdown file has no text content")
-    title = next((e.text for e in elements if e.type == TITLE and e.level == 1), None)
-    return ExtractedDocument(elements, page_count=None, title=title)
+    return ExtractedDocument(elements, page_count=None)

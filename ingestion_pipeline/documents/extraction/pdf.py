@@ -8,7 +8,6 @@ are ingested. Files it cannot open, encrypted files and files without any text f
 
 from __future__ import annotations
 
-import contextlib
 import re
 from pathlib import Path
 
@@ -125,9 +124,6 @@ def extract_pdf(path: Path) -> ExtractedDocument:
                 f"PDF has no text layer on any of its {page_count} page(s) (scanned or image-only); "
                 "OCR is not supported"
             )
-        metadata_title = None
-        with contextlib.suppress(pdfium.PdfiumError):
-            metadata_title = (pdf.get_metadata_dict().get("Title") or "").strip() or None
-        return ExtractedDocument(elements, page_count=page_count, title=metadata_title, notes=notes)
+        return ExtractedDocument(elements, page_count=page_count, notes=notes)
     finally:
         pdf.close()
