@@ -37,28 +37,26 @@ def main() -> None:
     os.environ["DAGSTER_HOME"] = str(home)
     logging.disable(logging.INFO)
 
-    from ingestion_pipeline.cli.bootstrap import bootstrap, document_pipeline
+    from ingestion_pipeline.cli.bootstrap import bootstrap
     from ingestion_pipeline.cli.documents import process_queued
-    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
     from ingestion_pipeline.documents.intake import submit_upload
 
     try:
-        url = bootstrap()
-        pipeline = document_pipeline(url)
+        ctx = bootstrap()
         total_bytes = sum(p.stat().st_size for p in files)
 
         def run_once() -> float:
             start = time.perf_counter()
             for path in files:
-                submit_upload(url, pipeline.store, tenant_id=args.tenant, path=path, fingerprint=pipeline.fingerprint,
-                              max_bytes=pipeline.settings.upload.max_bytes)
+                submit_upload(ctx.db, ctx.document_store, tenant_id=args.tenant, path=path, fingerprint=ctx.fingerprint,
+                              max_bytes=ctx.settings.upload.max_bytes)
             with contextlib.redirect_stdout(io.StringIO()):
-                process_queued(url)
+                process_queued(ctx)
             return time.perf_counter() - start
 
         first_s = run_once()
-        with connect(url) as conn:
+        with ctx.db.connection() as conn:
             stats = conn.execute(
                 """SELECT count(*) FILTER (WHERE status = 'succeeded') AS docs,
                           coalesce(sum((stats->>'chunks')::int), 0) AS chunks,
@@ -70,7 +68,7 @@ def main() -> None:
             ).fetchone()
             runs_before = conn.execute("SELECT count(*) AS n FROM ingestion_runs").fetchone()["n"]
         second_s = run_once()
-        with connect(url) as conn:
+        with ctx.db.connection() as conn:
             runs_after = conn.execute("SELECT count(*) AS n FROM ingestion_runs").fetchone()["n"]
             embedded_second = conn.execute(
                 "SELECT coalesce(sum((stats->>'embedded')::int), 0) AS n FROM ingestion_runs WHERE run_id > %s",

@@ -35,7 +35,6 @@ def main() -> None:
     logging.disable(logging.INFO)
 
     from ingestion_pipeline.cli.bootstrap import bootstrap
-    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
     from ingestion_pipeline.core.upload_store import LocalUploadStore
     from ingestion_pipeline.metrics import pipeline
@@ -46,7 +45,8 @@ def main() -> None:
     ads = max(1, args.rows // days)  # 100k ads at 1M rows: 10 ads per ad set, 10 ad sets per campaign
     campaigns = max(1, ads // 100)
     try:
-        url = bootstrap()
+        ctx = bootstrap()
+        db = ctx.db
         store = LocalUploadStore(work / "metric_uploads")
         start = time.perf_counter()
         first = write_export(work / "load.csv", "meta", daily_rows(campaigns, 10, 10, days))
@@ -58,22 +58,22 @@ def main() -> None:
               f"{campaigns * 100:,} ads")
         for label, path in (("initial load", first), ("overlapping re-load (30% of keys)", second)):
             with path.open("rb") as stream:
-                submitted = submit_metric_file(url, store, workspace_id="bench", platform="meta", filename=path.name,
+                submitted = submit_metric_file(db, store, workspace_id="bench", platform="meta", filename=path.name,
                                                stream=stream, max_bytes=10 * 2**30)
             key = submitted.partition_key
-            pipeline.claim_upload(url, key, "benchmark")
+            pipeline.claim_upload(db, key, "benchmark")
             t0 = time.perf_counter()
-            _, counts = pipeline.stage(url, key)
+            _, counts = pipeline.stage(db, key)
             staged_s = time.perf_counter() - t0
-            assert pipeline.evaluate_threshold(url, key).passed
+            assert pipeline.evaluate_threshold(db, key).passed
             t1 = time.perf_counter()
-            result = pipeline.promote(url, key)
+            result = pipeline.promote(db, key)
             promote_s = time.perf_counter() - t1
             print(f"{label}: staging {counts.total:,} rows in {staged_s:.1f} s "
                   f"({counts.total / staged_s:,.0f} rows/s); "
                   f"promotion in {promote_s:.1f} s ({result.promoted_rows / promote_s:,.0f} rows/s); "
                   f"status {result.status}; upserted {result.upserted}")
-        with connect(url) as conn:
+        with db.connection() as conn:
             total = conn.execute("SELECT count(*) AS n FROM daily_metrics").fetchone()["n"]
         print(f"daily_metrics rows: {total:,} (expected {int(campaigns * 100 * days * 1.7):,}: no duplicates)")
         print(f"peak resident memory of this process: {peak_rss_mb():.0f} MB")

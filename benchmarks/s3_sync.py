@@ -46,7 +46,6 @@ def main() -> None:
 
     from ingestion_pipeline.cli.bootstrap import bootstrap
     from ingestion_pipeline.cli.documents import process_queued
-    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
     from ingestion_pipeline.sources.registry import add_source, get_source
     from ingestion_pipeline.sources.sync import sync_source
@@ -58,7 +57,7 @@ def main() -> None:
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        url = bootstrap()
+        ctx = bootstrap()
         client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         client.create_bucket(Bucket="bench")
 
@@ -68,14 +67,14 @@ def main() -> None:
 
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(put, range(args.keys)))
-        with connect(url, autocommit=True) as conn:
+        with ctx.db.connection() as conn:
             add_source(conn, "s3://bench/notes/", tenant_id="bench", name="bench", endpoint_url=endpoint)
 
         def full_pass():
-            with connect(url, autocommit=True) as conn:
+            with ctx.db.connection() as conn:
                 source = get_source(conn, "bench")
             start = time.perf_counter()
-            report = sync_source(url, source, client, max_bytes=50 * 1024 * 1024, max_pages=None)
+            report = sync_source(ctx.db, source, client, max_bytes=50 * 1024 * 1024, max_pages=None)
             return time.perf_counter() - start, report
 
         def process() -> float:
@@ -83,7 +82,7 @@ def main() -> None:
                 return 0.0
             start = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):
-                process_queued(url)
+                process_queued(ctx)
             return time.perf_counter() - start
 
         initial_s, initial = full_pass()

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.db import Database, connect
 from ingestion_pipeline.core.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.core.settings import project_root
@@ -47,6 +47,13 @@ def database_url(pg_server_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     apply_migrations(url)
     monkeypatch.setenv("DATABASE_URL", url)
     return url
+
+
+@pytest.fixture
+def database(database_url: str) -> Iterator[Database]:
+    """The test database as the pipeline sees it: a connection pool."""
+    with Database(database_url) as pool:
+        yield pool
 
 
 @pytest.fixture

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import dagster as dg
 
-from ingestion_pipeline.core.db import connect
-from ingestion_pipeline.core.settings import BatchSettings
+from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.settings import BatchSettings, load_settings
+from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.documents.assets import (
     chunk_embeddings,
     document_chunks,
@@ -16,29 +18,44 @@ from ingestion_pipeline.defs.documents.assets import (
     raw_documents,
 )
 from ingestion_pipeline.defs.partitions import document_batches
-from ingestion_pipeline.defs.resources import default_resources
+from ingestion_pipeline.defs.resources import build_embedder, default_resources
 from ingestion_pipeline.documents.batching import assign_queued_to_batches
+from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.intake import SubmitResult, submit_upload
+from ingestion_pipeline.documents.pipeline import DocumentPipeline
 
 DOCUMENT_ASSETS = [raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents]
 
 
-def pipeline_for(database_url: str):
-    return default_resources()["document_pipeline"].pipeline(database_url)
+@functools.cache
+def shared_embedder() -> Embedder:
+    """One embedding model for the whole test session (each run would otherwise load its own)."""
+    return build_embedder()
 
 
-def submit(database_url: str, tenant: str, *paths: Path, title: str | None = None) -> list[SubmitResult]:
-    pipeline = pipeline_for(database_url)
+def pipeline_for(database: Database) -> DocumentPipeline:
+    """The document pipeline as a run builds it, with the current INGESTION_* settings."""
+    settings = load_settings()
+    return DocumentPipeline(database, LocalUploadStore(settings.upload.upload_dir), shared_embedder(), settings)
+
+
+def submit(database: Database, tenant: str, *paths: Path, title: str | None = None) -> list[SubmitResult]:
+    pipeline = pipeline_for(database)
     return [
-        submit_upload(database_url, pipeline.store, tenant_id=tenant, path=Path(p), title=title,
+        submit_upload(database, pipeline.store, tenant_id=tenant, path=Path(p), title=title,
                       fingerprint=pipeline.fingerprint, max_bytes=pipeline.settings.upload.max_bytes)
         for p in paths
     ]
 
 
-def batch_queued(database_url: str, limits: BatchSettings | None = None) -> list[str]:
-    with connect(database_url) as conn:
+def batch_queued(database: Database, limits: BatchSettings | None = None) -> list[str]:
+    with database.connection() as conn:
         return [b.partition_key for b in assign_queued_to_batches(conn, limits or BatchSettings())]
+
+
+def test_resources(**overrides) -> dict:
+    """The code location's resources, sharing the session's embedding model."""
+    return {**default_resources(), "embedder": shared_embedder(), **overrides}
 
 
 def materialize_batch(
@@ -50,14 +67,14 @@ def materialize_batch(
         DOCUMENT_ASSETS,
         partition_key=partition_key,
         instance=instance,
-        resources={**default_resources(), **(resources or {})},
+        resources=test_resources(**(resources or {})),
         raise_on_error=raise_on_error,
     )
 
 
-def ingest(instance: dg.DagsterInstance, database_url: str, tenant: str, *paths: Path) -> list[str]:
-    submit(database_url, tenant, *paths)
-    keys = batch_queued(database_url)
+def ingest(instance: dg.DagsterInstance, database: Database, tenant: str, *paths: Path) -> list[str]:
+    submit(database, tenant, *paths)
+    keys = batch_queued(database)
     for key in keys:
         materialize_batch(instance, key)
     return keys

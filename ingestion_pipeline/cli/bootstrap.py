@@ -1,25 +1,58 @@
-"""What every command does first: find the databases, the Dagster instance, the schema."""
+"""What every command does first: find the databases and the Dagster instance, apply the schema, and
+hand the command one ``Context`` (database pool, settings, stores, the embedding model on demand)."""
 
 from __future__ import annotations
 
 import os
+from functools import cached_property
 
-from ingestion_pipeline.core.settings import project_root
+from ingestion_pipeline.core.db import Database, resolve_dagster_storage_url, resolve_database_url
+from ingestion_pipeline.core.migrations import apply_migrations
+from ingestion_pipeline.core.settings import Settings, load_settings, project_root
+from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.documents.embedding import Embedder
+from ingestion_pipeline.documents.fingerprint import pipeline_fingerprint
 
 
-def bootstrap() -> str:
-    """Resolve databases, point Dagster at the project's instance, apply migrations; return the app URL."""
-    from ingestion_pipeline.core.db import resolve_dagster_storage_url, resolve_database_url
-    from ingestion_pipeline.core.migrations import ensure_schema
+class Context:
+    """One command's view of the system; closes its connection pool when the command ends."""
 
+    def __init__(self, url: str, settings: Settings) -> None:
+        self.url = url
+        self.settings = settings
+        self.db = Database(url)
+
+    @cached_property
+    def embedder(self) -> Embedder:
+        """The embedding model (read from its folder; weights load on the first embed)."""
+        from ingestion_pipeline.defs.resources import build_embedder
+
+        return build_embedder()
+
+    @property
+    def fingerprint(self) -> str:
+        chunk = self.settings.chunk
+        return pipeline_fingerprint(self.embedder.info, chunk.target_tokens, chunk.max_tokens)
+
+    @property
+    def document_store(self) -> LocalUploadStore:
+        return LocalUploadStore(self.settings.upload.upload_dir)
+
+    @property
+    def metric_store(self) -> LocalUploadStore:
+        return LocalUploadStore(self.settings.metrics.upload_dir)
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.db.close()
+
+
+def bootstrap() -> Context:
+    """Resolve databases, point Dagster at the project's instance, apply migrations."""
     os.environ.setdefault("DAGSTER_HOME", str(project_root()))
     url = resolve_database_url()
     resolve_dagster_storage_url()
-    ensure_schema(url)
-    return url
-
-
-def document_pipeline(url: str):
-    from ingestion_pipeline.defs.resources import DocumentPipelineResource
-
-    return DocumentPipelineResource().pipeline(url)
+    apply_migrations(url)
+    return Context(url, load_settings())

@@ -11,7 +11,8 @@ def cmd_db(args: argparse.Namespace) -> int:
     from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
 
     if args.db_command == "url":
-        print(bootstrap())
+        with bootstrap() as ctx:
+            print(ctx.url)
     elif args.db_command == "stop":
         print("stopped" if stop_embedded_postgres() else "not running")
     elif args.db_command == "migrate":

@@ -6,111 +6,66 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from ingestion_pipeline.cli.bootstrap import bootstrap, document_pipeline
+from ingestion_pipeline.cli.bootstrap import Context, bootstrap
 from ingestion_pipeline.cli.output import print_json, print_rows
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from ingestion_pipeline.documents.intake import REJECTED, submit_upload
 
-    url = bootstrap()
-    pipeline = document_pipeline(url)
-    rejected = 0
-    for name in args.files:
-        result = submit_upload(
-            url, pipeline.store, tenant_id=args.tenant, path=Path(name), fingerprint=pipeline.fingerprint,
-            max_bytes=pipeline.settings.upload.max_bytes, title=args.title,
-        )
-        rejected += result.status == REJECTED
-        print_json(result.as_dict())
+    with bootstrap() as ctx:
+        rejected = 0
+        for name in args.files:
+            result = submit_upload(
+                ctx.db, ctx.document_store, tenant_id=args.tenant, path=Path(name), fingerprint=ctx.fingerprint,
+                max_bytes=ctx.settings.upload.max_bytes, title=args.title,
+            )
+            rejected += result.status == REJECTED
+            print_json(result.as_dict())
     return 1 if rejected and rejected == len(args.files) else 0
 
 
-def process_queued(url: str) -> list[dict]:
-    """Run every queued batch now, in this process, through the document job and the project's instance."""
+def process_queued(ctx: Context) -> list[dict]:
+    """Run everything queued now, in this process, through the jobs and the project's instance; print each run."""
     import dagster as dg
 
-    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.definitions import defs
-    from ingestion_pipeline.defs.ledger.run_status_sensors import finalize_ledger_for_run
-    from ingestion_pipeline.defs.partitions import document_batches
-    from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
-    from ingestion_pipeline.defs.sources.batch_runs import plan_batch_runs
+    from ingestion_pipeline.defs.launching import METRIC_JOB, ProcessedRun, run_queued_in_process
+    from ingestion_pipeline.defs.resources import PostgresResource
     from ingestion_pipeline.documents.pipeline import batch_report
-
-    instance = dg.DagsterInstance.get()
-    definitions = defs()
-    job = definitions.resolve_job_def("document_batch_job")
-    postgres, pipeline_resource = PostgresResource(database_url=url), DocumentPipelineResource()
-    summaries: list[dict] = []
-    done: set[str] = set()
-    while True:
-        summaries += _process_metric_uploads(instance, definitions, postgres, done)
-        batches = plan_batch_runs(instance, postgres, pipeline_resource)
-        keys = [k for k in batches.partition_keys if k not in done]
-        if not keys:
-            return summaries
-        if batches.new_partition_keys:
-            instance.add_dynamic_partitions(document_batches.name, batches.new_partition_keys)
-        for key in keys:
-            done.add(key)
-            result = job.execute_in_process(
-                instance=instance, partition_key=key, tags=batches.tags[key], raise_on_error=False,
-                run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-            )
-            if not result.success:
-                run = instance.get_run_by_id(result.run_id)
-                finalize_ledger_for_run(url, run, f"Dagster run {result.run_id} failed before this file finished")
-            with connect(url) as conn:
-                report = batch_report(conn, key)
-            counts = Counter(o.status for o in report)
-            summary = {"partition_key": key, "dagster_run_id": result.run_id, "run_success": result.success,
-                       "files": len(report), **counts}
-            summaries.append(summary)
-            print_json({"batch": summary, "files": [
-                {"run_id": o.run_id, "file": o.filename, "status": o.status, "detail": o.detail} for o in report
-            ]})
-
-
-def _process_metric_uploads(instance, definitions, postgres, done: set[str]) -> list[dict]:
-    """Run each pending metric upload through metric_upload_job, in this process."""
-    from ingestion_pipeline.core.db import connect
-    from ingestion_pipeline.defs.metrics.sensors import finalize_upload_for_run, plan_metric_runs
-    from ingestion_pipeline.defs.partitions import WORKSPACE_TAG, metric_uploads
     from ingestion_pipeline.metrics.uploads import upload_for_partition
 
-    job = definitions.resolve_job_def("metric_upload_job")
-    pending, new_keys = plan_metric_runs(instance, postgres)
-    if new_keys:
-        instance.add_dynamic_partitions(metric_uploads.name, new_keys)
-    summaries = []
-    for item in pending:
-        key = item["partition_key"]
-        if key in done:
-            continue
-        done.add(key)
-        result = job.execute_in_process(
-            instance=instance, partition_key=key, tags={WORKSPACE_TAG: item["workspace_id"]}, raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
-        )
-        if not result.success:
-            finalize_upload_for_run(postgres.url(), instance.get_run_by_id(result.run_id),
-                                    f"Dagster run {result.run_id} failed")
-        with connect(postgres.url(), autocommit=True) as conn:
-            upload = upload_for_partition(conn, key)
-        summary = {"partition_key": key, "dagster_run_id": result.run_id, "run_success": result.success,
-                   "upload_id": upload["upload_id"], "status": upload["status"]}
-        print_json({"metric_upload": {**summary, "total_rows": upload["total_rows"],
-                                       "valid_rows": upload["valid_rows"], "invalid_rows": upload["invalid_rows"],
-                                       "promoted_rows": upload["promoted_rows"], "error": upload["error"]}})
-        # A failed upload is an answer, not a crash of `process`: it is reported, with its reason.
-        summaries.append({**summary, "run_success": True})
+    summaries: list[dict] = []
+
+    def report(run: ProcessedRun) -> None:
+        with ctx.db.connection() as conn:
+            if run.job_name == METRIC_JOB:
+                upload = upload_for_partition(conn, run.partition_key)
+                summary = {"partition_key": run.partition_key, "dagster_run_id": run.dagster_run_id,
+                           "run_success": run.success, "upload_id": upload["upload_id"], "status": upload["status"]}
+                print_json({"metric_upload": {**summary, "total_rows": upload["total_rows"],
+                                              "valid_rows": upload["valid_rows"],
+                                              "invalid_rows": upload["invalid_rows"],
+                                              "promoted_rows": upload["promoted_rows"], "error": upload["error"]}})
+                # A failed upload is an answer, not a crash of `process`: it is reported, with its reason.
+                summaries.append({**summary, "run_success": True})
+                return
+            files = batch_report(conn, run.partition_key)
+        summary = {"partition_key": run.partition_key, "dagster_run_id": run.dagster_run_id,
+                   "run_success": run.success, "files": len(files), **Counter(o.status for o in files)}
+        summaries.append(summary)
+        print_json({"batch": summary, "files": [
+            {"run_id": o.run_id, "file": o.filename, "status": o.status, "detail": o.detail} for o in files
+        ]})
+
+    resources = {"postgres": PostgresResource(database_url=ctx.url), "embedder": ctx.embedder}
+    run_queued_in_process(dg.DagsterInstance.get(), defs(), ctx.db, ctx.settings.batch, resources, on_run=report)
     return summaries
 
 
 def cmd_process(args: argparse.Namespace) -> int:
-    url = bootstrap()
-    summaries = process_queued(url)
+    with bootstrap() as ctx:
+        summaries = process_queued(ctx)
     if not summaries:
         print("nothing queued")
     return 0 if all(s["run_success"] for s in summaries) else 1
@@ -123,11 +78,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_documents(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.documents.listing import list_documents
 
-    url = bootstrap()
-    with connect(url) as conn:
+    with bootstrap() as ctx, ctx.db.connection() as conn:
         rows = list_documents(conn, args.tenant, include_inactive=args.all)
     print_rows(rows, args.json, ["doc_id", "title", "filename", "version_number", "versions", "page_count",
                                   "chunk_count", "token_count"])
@@ -135,14 +88,12 @@ def cmd_documents(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.documents.search import hybrid_search
 
-    url = bootstrap()
-    pipeline = document_pipeline(url)
-    vector = pipeline.embedder.embed([args.query])[0]
-    with connect(url) as conn:
-        hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k)
+    with bootstrap() as ctx:
+        vector = ctx.embedder.embed([args.query])[0]
+        with ctx.db.connection() as conn:
+            hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k)
     if args.json:
         for h in hits:
             print_json(h.as_dict())

@@ -12,13 +12,14 @@ from ingestion_pipeline.metrics.formats import PLATFORMS
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.core.db import connect
-    from ingestion_pipeline.core.settings import load_settings
-    from ingestion_pipeline.core.upload_store import LocalUploadStore
     from ingestion_pipeline.metrics import uploads
 
-    url = bootstrap()
-    settings = load_settings().metrics
+    with bootstrap() as ctx:
+        return _metrics(ctx, args, uploads)
+
+
+def _metrics(ctx, args: argparse.Namespace, uploads) -> int:
+    settings = ctx.settings.metrics
     if args.metrics_command == "submit":
         path = Path(args.file)
         if not path.is_file():
@@ -29,14 +30,14 @@ def cmd_metrics(args: argparse.Namespace) -> int:
             return 1
         with path.open("rb") as stream:
             result = uploads.submit_metric_file(
-                url, LocalUploadStore(settings.upload_dir), workspace_id=args.workspace, platform=args.platform,
+                ctx.db, ctx.metric_store, workspace_id=args.workspace, platform=args.platform,
                 filename=path.name, stream=stream, max_bytes=settings.max_bytes, client_id=args.client,
                 force_partial=args.force_partial,
                 valid_threshold=args.threshold if args.threshold is not None else settings.valid_threshold,
             )
         print_json(result.as_dict())
         return 1 if result.status == "rejected" else 0
-    with connect(url) as conn:
+    with ctx.db.connection() as conn:
         if args.metrics_command == "uploads":
             rows = uploads.list_uploads(conn, workspace_id=args.workspace)
             print_rows(rows, args.json, ["upload_id", "workspace_id", "platform", "filename", "status",
@@ -59,11 +60,9 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.metrics.uploads import list_events
 
-    url = bootstrap()
-    with connect(url) as conn:
+    with bootstrap() as ctx, ctx.db.connection() as conn:
         rows = list_events(conn, workspace_id=args.workspace)
     if args.json:
         for r in rows:

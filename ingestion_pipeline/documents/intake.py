@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ingestion_pipeline.core import ledger
-from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
@@ -45,7 +45,7 @@ def upload_uri(sha256: str) -> str:
 
 
 def submit_upload(
-    database_url: str,
+    db: Database,
     store: LocalUploadStore,
     *,
     tenant_id: str,
@@ -90,7 +90,7 @@ def submit_upload(
         "pipeline_fingerprint": fingerprint,
     }
     try:
-        release_stored_copy = _record_submission(database_url, tenant_id, stored, source_uri, config, result)
+        release_stored_copy = _record_submission(db, tenant_id, stored, source_uri, config, result)
     except BaseException:
         if stored.created:  # nothing refers to bytes this call brought in
             store.release(stored.path)
@@ -100,11 +100,11 @@ def submit_upload(
     return result
 
 
-def _record_submission(database_url, tenant_id, stored, source_uri, config, result) -> bool:
+def _record_submission(db, tenant_id, stored, source_uri, config, result) -> bool:
     """The database half of a submit; returns whether the stored copy is no longer needed."""
     fingerprint = config["pipeline_fingerprint"]
     release_stored_copy = False
-    with connect(database_url) as conn, conn.transaction():
+    with db.transaction() as conn:
         ensure_tenant(conn, tenant_id)
         doc = conn.execute(
             """INSERT INTO documents (tenant_id, source_uri, title) VALUES (%s, %s, %s)

@@ -15,23 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from ingestion_pipeline.core import ledger
-from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents import staging
 from ingestion_pipeline.documents.chunking import chunk_elements, effective_budgets
-from ingestion_pipeline.documents.embedding import Embedder, ModelInfo, model_info, resolve_model_path
+from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.extraction import extract
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.fingerprint import pipeline_fingerprint
 from ingestion_pipeline.documents.promotion import PromotionError, promote_document_version
-from ingestion_pipeline.documents.tokens import TokenCounter, load_token_counter
 
 _log = logging.getLogger("ingestion_pipeline.documents")
 
 # endpoint URL (None: the default) -> a boto3 S3 client
-S3ClientFactory = Callable[[str | None], Any]
+S3ClientFor = Callable[[str | None], Any]
 
 # Errors whose message is already what a person needs; anything else is prefixed with its type.
 _EXPECTED_ERRORS = (ExtractionError, PromotionError)
@@ -57,15 +56,18 @@ def _ms(start: float) -> int:
 
 
 class DocumentPipeline:
-    def __init__(self, database_url: str, settings: Settings) -> None:
-        self.database_url = database_url
+    """The steps of one batch, with what they need handed in: database, raw store, embedder, S3."""
+
+    def __init__(
+        self, db: Database, store: LocalUploadStore, embedder: Embedder, settings: Settings,
+        s3_client_for: S3ClientFor | None = None,
+    ) -> None:
+        self.db = db
+        self.store = store
+        self.embedder = embedder
         self.settings = settings
-        self.model_path = resolve_model_path(settings.embedding.model_path)
-        self.model: ModelInfo = model_info(self.model_path)
-        self.store = LocalUploadStore(settings.upload.upload_dir)
-        self._counter: TokenCounter | None = None
-        self._s3_client_for: S3ClientFactory | None = None
-        self._embedder: Embedder | None = None
+        self.model = embedder.info
+        self._s3_client_for = s3_client_for
         if self.model.dimension != 384:
             raise ValueError(
                 f"embedding model has dimension {self.model.dimension}, the schema stores vector(384); "
@@ -77,23 +79,11 @@ class DocumentPipeline:
     def fingerprint(self) -> str:
         return pipeline_fingerprint(self.model, self.settings.chunk.target_tokens, self.settings.chunk.max_tokens)
 
-    @property
-    def counter(self) -> TokenCounter:
-        if self._counter is None:
-            self._counter = load_token_counter(self.model_path)
-        return self._counter
-
-    @property
-    def embedder(self) -> Embedder:
-        if self._embedder is None:
-            self._embedder = Embedder(self.model_path, self.settings.embedding.batch_size)
-        return self._embedder
-
     def _for_each(
         self, partition_key: str, dagster_run_id: str, work: Callable[[dict], FileOutcome | None]
     ) -> list[FileOutcome]:
         outcomes: list[FileOutcome] = []
-        with connect(self.database_url, autocommit=True) as conn:
+        with self.db.connection() as conn:
             rows = ledger.active_rows(conn, partition_key, dagster_run_id)
         for row in rows:
             filename = (row["config"] or {}).get("filename", row["source_uri"])
@@ -102,7 +92,7 @@ class DocumentPipeline:
             except Exception as exc:  # one bad file never fails the batch
                 reason = _describe(exc)
                 _log.warning("file %s (run %s) failed: %s", filename, row["run_id"], reason)
-                with connect(self.database_url) as conn, conn.transaction():
+                with self.db.transaction() as conn:
                     ledger.mark_failed(conn, row["run_id"], reason, dagster_run_id=dagster_run_id)
                 outcome = FileOutcome(row["run_id"], filename, ledger.FAILED, reason)
             if outcome is not None:
@@ -110,12 +100,9 @@ class DocumentPipeline:
         return outcomes
 
     # -- step 1: raw_documents ----------------------------------------------------------------------
-    def claim_batch(
-        self, partition_key: str, dagster_run_id: str, s3_client_for: S3ClientFactory | None = None
-    ) -> list[FileOutcome]:
+    def claim_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
         """Claim the batch's rows, fetch S3 objects, verify each stored file, skip what is already current."""
-        self._s3_client_for = s3_client_for
-        with connect(self.database_url) as conn, conn.transaction():
+        with self.db.transaction() as conn:
             rows = ledger.claim_for_run(conn, partition_key, dagster_run_id)
         already = [
             FileOutcome(r["run_id"], (r["config"] or {}).get("filename", ""), ledger.SUCCEEDED, "already done")
@@ -133,7 +120,7 @@ class DocumentPipeline:
             raise ExtractionError(f"stored upload is missing ({raw}); submit the file again")
         if file_sha256(raw) != row["content_hash"]:
             raise ExtractionError("stored upload does not match its SHA-256 (corrupted in storage); submit again")
-        with connect(self.database_url) as conn, conn.transaction():
+        with self.db.transaction() as conn:
             current = conn.execute(
                 """SELECT version_id FROM document_versions
                     WHERE tenant_id = %s AND doc_id = %s AND is_active AND content_hash = %s
@@ -162,7 +149,7 @@ class DocumentPipeline:
         """Stream the listed object version into the raw store, hashing on the way; record hash and size."""
         if self._s3_client_for is None:
             raise ExtractionError("no S3 connection configured for this run")
-        with connect(self.database_url, autocommit=True) as conn:
+        with self.db.connection() as conn:
             source = conn.execute(
                 "SELECT bucket, endpoint_url FROM ingestion_sources WHERE source_id = %s", (row["source_id"],)
             ).fetchone()
@@ -184,7 +171,7 @@ class DocumentPipeline:
             stored = self.store.put(row["tenant_id"], body, max_bytes=self.settings.upload.max_bytes)
         finally:
             body.close()
-        with connect(self.database_url) as conn, conn.transaction():
+        with self.db.transaction() as conn:
             return conn.execute(
                 """UPDATE ingestion_runs
                       SET raw_path = %s, content_hash = %s, size_bytes = %s,
@@ -201,7 +188,7 @@ class DocumentPipeline:
     def _extract_one(self, row: dict) -> FileOutcome:
         config = row["config"] or {}
         filename = config.get("filename", "")
-        with connect(self.database_url, autocommit=True) as conn:
+        with self.db.connection() as conn:
             state = staging.staging_state(conn, row["run_id"])
         if state is not None and state["elements_done"]:
             return FileOutcome(row["run_id"], filename, ledger.RUNNING, "elements already staged")
@@ -209,7 +196,7 @@ class DocumentPipeline:
         document = extract(Path(row["raw_path"]), config.get("extension") or Path(filename).suffix)
         elapsed = _ms(start)
         stats = {"elements": len(document.elements), "pages": document.page_count, "notes": document.notes}
-        with connect(self.database_url) as conn, conn.transaction():
+        with self.db.transaction() as conn:
             staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
             staging.write_elements(conn, row["run_id"], document.elements, document.page_count, stats)
             ledger.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, extract=elapsed)})
@@ -221,7 +208,7 @@ class DocumentPipeline:
 
     def _chunk_one(self, row: dict) -> FileOutcome:
         filename = (row["config"] or {}).get("filename", "")
-        with connect(self.database_url, autocommit=True) as conn:
+        with self.db.connection() as conn:
             state = staging.staging_state(conn, row["run_id"])
             if state is None or not state["elements_done"]:
                 raise ExtractionError("extraction did not complete for this file")
@@ -230,15 +217,15 @@ class DocumentPipeline:
             elements = staging.read_elements(conn, row["run_id"])
         start = time.perf_counter()
         target, hard_max = effective_budgets(
-            self.settings.chunk.target_tokens, self.settings.chunk.max_tokens, self.counter
+            self.settings.chunk.target_tokens, self.settings.chunk.max_tokens, self.embedder.token_counter
         )
-        chunks = chunk_elements(elements, self.counter, target=target, hard_max=hard_max)
+        chunks = chunk_elements(elements, self.embedder.token_counter, target=target, hard_max=hard_max)
         if not chunks:
             raise ExtractionError("the file produced no text chunks")
         elapsed = _ms(start)
         stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks), "max_chunk_tokens":
                  max(c.token_count for c in chunks)}
-        with connect(self.database_url) as conn, conn.transaction():
+        with self.db.transaction() as conn:
             staging.write_chunks(conn, row["run_id"], chunks, stats)
             ledger.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, chunk=elapsed)})
         return FileOutcome(row["run_id"], filename, ledger.RUNNING, f"{len(chunks)} chunks", stats)
@@ -250,7 +237,7 @@ class DocumentPipeline:
     def _embed_one(self, row: dict) -> FileOutcome:
         filename = (row["config"] or {}).get("filename", "")
         run_id = row["run_id"]
-        with connect(self.database_url, autocommit=True) as conn:
+        with self.db.connection() as conn:
             state = staging.staging_state(conn, run_id)
             if state is None or not state["chunks_done"]:
                 raise ExtractionError("chunking did not complete for this file")
@@ -260,7 +247,7 @@ class DocumentPipeline:
         model_ms = 0
         batch = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
         while True:
-            with connect(self.database_url) as conn, conn.transaction():
+            with self.db.transaction() as conn:
                 pending = staging.chunks_missing_embeddings(conn, run_id, batch)
                 if not pending:
                     break
@@ -271,7 +258,7 @@ class DocumentPipeline:
                 ledger.heartbeat(conn, run_id)
             embedded += len(pending)
         stats = {"embedded": embedded, "embeddings_reused": reused, "model_ms": model_ms}
-        with connect(self.database_url) as conn, conn.transaction():
+        with self.db.transaction() as conn:
             staging.mark_embeddings_done(conn, run_id, stats)
             ledger.heartbeat(conn, run_id, {**stats, "timings_ms": _timings(row, embed=_ms(start))})
         return FileOutcome(run_id, filename, ledger.RUNNING, f"{embedded} embedded, {reused} reused", stats)
@@ -282,7 +269,7 @@ class DocumentPipeline:
 
     def _promote_one(self, row: dict) -> FileOutcome:
         filename = (row["config"] or {}).get("filename", "")
-        with connect(self.database_url) as conn, conn.transaction():
+        with self.db.transaction() as conn:
             state = staging.staging_state(conn, row["run_id"])
             if state is None or not state["embeddings_done"]:
                 raise PromotionError("embedding did not complete for this file")
@@ -301,7 +288,7 @@ class DocumentPipeline:
         """Drop the stored upload once no unfinished ledger row needs it."""
         if not row.get("raw_path"):
             return
-        with connect(self.database_url, autocommit=True) as conn:
+        with self.db.connection() as conn:
             waiting = conn.execute(
                 """SELECT 1 FROM ingestion_runs WHERE raw_path = %s AND status IN ('queued', 'running')
                       AND run_id <> %s LIMIT 1""",

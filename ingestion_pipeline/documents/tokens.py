@@ -6,7 +6,7 @@ length is silently truncated at embedding time.
 
 from __future__ import annotations
 
-import functools
+import json
 import logging
 import re
 from pathlib import Path
@@ -71,7 +71,6 @@ class TokenCounter:
         return end  # one enormous "word" (e.g. a URL run): cut between tokens
 
 
-@functools.lru_cache(maxsize=4)
 def load_token_counter(model_path: str) -> TokenCounter:
     """Only the tokenizer (fast, no weights): chunking does not need the model itself."""
     from transformers import AutoTokenizer
@@ -84,8 +83,6 @@ def load_token_counter(model_path: str) -> TokenCounter:
 
 def _model_max_seq_length(model_dir: Path, tokenizer_max: int) -> int:
     """sentence-transformers' max_seq_length (sentence_bert_config.json) bounds what is embedded."""
-    import json
-
     config = model_dir / "sentence_bert_config.json"
     if config.exists():
         value = json.loads(config.read_text()).get("max_seq_length")

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
@@ -32,9 +32,9 @@ class ThresholdResult:
                 f"threshold {self.threshold:.0%}" + ("; promoted anyway (force-partial)" if self.forced else ""))
 
 
-def claim_upload(database_url: str, partition_key: str, dagster_run_id: str) -> dict:
+def claim_upload(db: Database, partition_key: str, dagster_run_id: str) -> dict:
     """pending (or a rerun) -> processing; the stored file must still match its SHA-256."""
-    with connect(database_url) as conn, conn.transaction():
+    with db.transaction() as conn:
         upload = upload_for_partition(conn, partition_key)
         if upload["status"] in ("completed", "partial"):
             return upload  # already promoted: the rerun is a no-op
@@ -50,24 +50,24 @@ def claim_upload(database_url: str, partition_key: str, dagster_run_id: str) -> 
         return set_status(conn, upload["upload_id"], "processing")
 
 
-def stage(database_url: str, partition_key: str) -> tuple[dict, StagingCounts]:
-    with connect(database_url, autocommit=True) as conn:
+def stage(db: Database, partition_key: str) -> tuple[dict, StagingCounts]:
+    with db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)
     if upload["status"] in ("completed", "partial", "promoting"):  # staged already: a rerun reads the counts
-        return upload, staged_counts(database_url, upload["upload_id"])
+        return upload, staged_counts(db, upload["upload_id"])
     start = time.perf_counter()
     try:
-        counts = stage_upload(database_url, upload)
+        counts = stage_upload(db, upload)
     except (MalformedFileError, UnicodeDecodeError) as exc:
         message = f"malformed file: {exc}"
-        with connect(database_url) as conn, conn.transaction():
+        with db.transaction() as conn:
             set_status(conn, upload["upload_id"], "failed", error=message)
         raise UploadFailed(message) from exc
     if counts.total == 0:
-        with connect(database_url) as conn, conn.transaction():
+        with db.transaction() as conn:
             set_status(conn, upload["upload_id"], "failed", error="the file has no data rows", total_rows=0)
         raise UploadFailed("the file has no data rows")
-    with connect(database_url) as conn, conn.transaction():
+    with db.transaction() as conn:
         merge_stats(conn, upload["upload_id"], {"staging_ms": int((time.perf_counter() - start) * 1000),
                                                 "resumed_after_row": counts.resumed_after})
         upload = set_status(conn, upload["upload_id"], "staging_complete", total_rows=counts.total,
@@ -75,21 +75,21 @@ def stage(database_url: str, partition_key: str) -> tuple[dict, StagingCounts]:
     return upload, counts
 
 
-def staged_counts(database_url: str, upload_id: int) -> StagingCounts:
-    with connect(database_url, autocommit=True) as conn:
+def staged_counts(db: Database, upload_id: int) -> StagingCounts:
+    with db.connection() as conn:
         row = conn.execute(
             """SELECT count(*) AS total, count(*) FILTER (WHERE validation_status <> 'invalid') AS valid
                  FROM staging_rows WHERE upload_id = %s""", (upload_id,)).fetchone()
     return StagingCounts(row["total"], row["valid"], row["total"] - row["valid"], row["total"])
 
 
-def evaluate_threshold(database_url: str, partition_key: str) -> ThresholdResult:
+def evaluate_threshold(db: Database, partition_key: str) -> ThresholdResult:
     """The blocking check: valid rows >= threshold, unless the upload was sent with force-partial."""
-    with connect(database_url, autocommit=True) as conn:
+    with db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)
-    counts = staged_counts(database_url, upload["upload_id"])
+    counts = staged_counts(db, upload["upload_id"])
     row = {"total": counts.total, "valid": counts.valid}
-    with connect(database_url) as conn, conn.transaction():
+    with db.transaction() as conn:
         ratio = row["valid"] / row["total"] if row["total"] else 0.0
         threshold = float(upload["valid_threshold"])
         passed = ratio >= threshold
@@ -103,8 +103,8 @@ def evaluate_threshold(database_url: str, partition_key: str) -> ThresholdResult
     return result
 
 
-def promote(database_url: str, partition_key: str) -> PromotionResult:
-    with connect(database_url) as conn, conn.transaction():
+def promote(db: Database, partition_key: str) -> PromotionResult:
+    with db.transaction() as conn:
         upload = upload_for_partition(conn, partition_key)
         if upload["status"] in ("completed", "partial"):  # a retried run or a second materialisation
             return PromotionResult(upload["status"], upload["promoted_rows"], upload["invalid_rows"],
@@ -112,7 +112,7 @@ def promote(database_url: str, partition_key: str) -> PromotionResult:
         if upload["status"] not in ("staging_complete", "promoting"):
             raise UploadFailed(f"upload {upload['upload_id']} is {upload['status']}, not ready to promote")
         set_status(conn, upload["upload_id"], "promoting")  # visible while the promotion transaction runs
-    with connect(database_url) as conn, conn.transaction():
+    with db.transaction() as conn:
         upload = upload_for_partition(conn, partition_key)
         ratio = upload["valid_rows"] / upload["total_rows"] if upload["total_rows"] else 0.0
         result = promote_upload(conn, upload, below_threshold=ratio < float(upload["valid_threshold"]))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from psycopg.types.json import Jsonb
 
-from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.metrics.normalization import normalize_row
 from ingestion_pipeline.metrics.readers import MalformedFileError, read_rows
 
@@ -36,10 +36,10 @@ def _json_default(value):
     return str(value)
 
 
-def stage_upload(database_url: str, upload: dict, *, chunk_rows: int = 10_000) -> StagingCounts:
+def stage_upload(db: Database, upload: dict, *, chunk_rows: int = 10_000) -> StagingCounts:
     """Stage every row of the upload's file; raises MalformedFileError (with the line) on a broken file."""
     upload_id = upload["upload_id"]
-    with connect(database_url, autocommit=True) as conn:
+    with db.connection() as conn:
         already = conn.execute(
             "SELECT coalesce(max(row_index), 0) AS n FROM staging_rows WHERE upload_id = %s", (upload_id,)
         ).fetchone()["n"]
@@ -52,7 +52,7 @@ def stage_upload(database_url: str, upload: dict, *, chunk_rows: int = 10_000) -
     def flush() -> None:
         if not pending:
             return
-        with connect(database_url) as conn, conn.transaction(), conn.cursor().copy(_COPY) as copy:
+        with db.transaction() as conn, conn.cursor().copy(_COPY) as copy:
             for record in pending:
                 copy.write_row(record)
         pending.clear()
@@ -71,7 +71,7 @@ def stage_upload(database_url: str, upload: dict, *, chunk_rows: int = 10_000) -
             if len(pending) >= chunk_rows:
                 flush()
         flush()
-    with connect(database_url, autocommit=True) as conn:
+    with db.connection() as conn:
         counts = conn.execute(
             """SELECT count(*) AS total, count(*) FILTER (WHERE validation_status <> 'invalid') AS valid
                  FROM staging_rows WHERE upload_id = %s""",

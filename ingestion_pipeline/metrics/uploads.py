@@ -11,7 +11,7 @@ from typing import BinaryIO
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.identifiers import key_part
@@ -44,7 +44,7 @@ def partition_key_for(workspace_id: str, platform: str, upload_id: int) -> str:
 
 
 def submit_metric_file(
-    database_url: str, store: LocalUploadStore, *, workspace_id: str, platform: str, filename: str,
+    db: Database, store: LocalUploadStore, *, workspace_id: str, platform: str, filename: str,
     stream: BinaryIO, max_bytes: int, client_id: str | None = None, force_partial: bool = False,
     valid_threshold: float = 0.9, source_id: int | None = None, source_key: str | None = None,
 ) -> MetricSubmitResult:
@@ -67,7 +67,7 @@ def submit_metric_file(
         result.reason = str(exc)
         return result
     result.sha256, result.size_bytes = stored.sha256, stored.size
-    with connect(database_url) as conn, conn.transaction():
+    with db.transaction() as conn:
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                      (f"metrics:{workspace_id}:{platform}:{stored.sha256}",))
         previous = conn.execute(

@@ -115,3 +115,18 @@ def remove_source(conn: psycopg.Connection, name: str) -> None:
         "UPDATE ingestion_sources SET removed_at = now(), paused = true, updated_at = now() WHERE name = %s",
         (name,),
     )
+
+
+def source_status(conn: psycopg.Connection) -> list[dict]:
+    """Every source that is not removed, with its objects counted by status (for `source list`)."""
+    return conn.execute(
+        """SELECT s.name, s.tenant_id, s.kind, 's3://' || s.bucket || '/' || s.prefix AS uri, s.endpoint_url,
+                  s.paused, s.pass_number - 1 AS passes_completed, s.last_pass_completed_at,
+                  count(o.key) FILTER (WHERE o.status = 'active') AS active_objects,
+                  count(o.key) FILTER (WHERE o.status = 'queued') AS queued_objects,
+                  count(o.key) FILTER (WHERE o.status = 'skipped') AS skipped_objects,
+                  count(o.key) FILTER (WHERE o.status = 'failed') AS failed_objects,
+                  count(o.key) FILTER (WHERE o.status = 'deleted') AS deleted_objects
+             FROM ingestion_sources s LEFT JOIN source_objects o ON o.source_id = s.source_id
+            WHERE s.removed_at IS NULL GROUP BY s.source_id ORDER BY s.name"""
+    ).fetchall()

@@ -26,7 +26,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core import ledger
-from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS
@@ -71,7 +71,7 @@ def skip_reason(key: str, size: int, max_bytes: int, kind: str = "documents") ->
 
 
 def sync_source(
-    database_url: str, source: Source, client: Any, *, max_bytes: int, page_size: int = 1000,
+    db: Database, source: Source, client: Any, *, max_bytes: int, page_size: int = 1000,
     max_pages: int | None = 5, metric_intake: MetricIntake | None = None,
 ) -> SyncReport:
     """List up to ``max_pages`` pages (None: to the end of the pass) and record what changed.
@@ -82,7 +82,7 @@ def sync_source(
     if source.kind == "metrics" and metric_intake is None:
         raise ValueError(f"source {source.name} holds metric files: a metric intake is required")
     report = SyncReport(source.name)
-    with connect(database_url, autocommit=True) as lock_conn:
+    with db.connection() as lock_conn:
         got = lock_conn.execute(
             "SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS ok", (f"source:{source.source_id}",)
         ).fetchone()["ok"]
@@ -91,7 +91,7 @@ def sync_source(
             return report
         try:
             while max_pages is None or report.pages < max_pages:
-                with connect(database_url) as conn, conn.transaction():
+                with db.transaction() as conn:
                     state = conn.execute(
                         """SELECT list_cursor, pass_number, paused, removed_at FROM ingestion_sources
                             WHERE source_id = %s FOR NO KEY UPDATE""",

@@ -37,9 +37,9 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_dev_daemon_ingests_a_queued_upload(database_url, project_dagster_home, db, corpus_dir, tmp_path):
-    [queued] = submit(database_url, "acme", corpus_dir / "documents" / "fake-memo.pdf")
-    [bad] = submit(database_url, "acme", corpus_dir / "broken" / "password.pdf")
+def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, corpus_dir, tmp_path):
+    [queued] = submit(database, "acme", corpus_dir / "documents" / "fake-memo.pdf")
+    [bad] = submit(database, "acme", corpus_dir / "broken" / "password.pdf")
     port = _free_port()
     log = (tmp_path / "dev.log").open("w")
     proc = subprocess.Popen(

@@ -19,11 +19,11 @@ def _metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
     return event.metadata
 
 
-def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database_url, db, corpus_dir):
+def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database, db, corpus_dir):
     docs = corpus_dir / "documents"
-    submit(database_url, "acme", docs / "fake-memo.pdf", docs / "simple.docx", corpus_dir / "broken" / "password.pdf",
+    submit(database, "acme", docs / "fake-memo.pdf", docs / "simple.docx", corpus_dir / "broken" / "password.pdf",
            docs / "codeblock.md")
-    [key] = batch_queued(database_url)
+    [key] = batch_queued(database)
     result = materialize_batch(instance, key)
     assert result.success
 
@@ -58,11 +58,11 @@ def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database
     assert counts["chunks"] == counts["e"] == counts["f"] > 0
 
 
-def test_rematerializing_a_batch_is_idempotent_and_retries_failures(instance, database_url, db, corpus_dir, tmp_path):
+def test_rematerializing_a_batch_is_idempotent_and_retries_failures(instance, database, db, corpus_dir, tmp_path):
     bad = tmp_path / "notes.txt"
     bad.write_text("   \n\n  ")
-    submit(database_url, "acme", corpus_dir / "documents" / "fake-memo.pdf", bad)
-    [key] = batch_queued(database_url)
+    submit(database, "acme", corpus_dir / "documents" / "fake-memo.pdf", bad)
+    [key] = batch_queued(database)
     materialize_batch(instance, key)
     before = table(db, "SELECT count(*) AS n FROM chunks")[0]["n"]
     failed = table(db, "SELECT run_id, attempts FROM ingestion_runs WHERE status = 'failed'")
@@ -77,16 +77,16 @@ def test_rematerializing_a_batch_is_idempotent_and_retries_failures(instance, da
     assert "only whitespace" in retried["error"]
 
 
-def test_pipeline_change_creates_new_version_and_reuses_embeddings(instance, database_url, db, corpus_dir,
+def test_pipeline_change_creates_new_version_and_reuses_embeddings(instance, database, db, corpus_dir,
                                                                    monkeypatch):
     path = corpus_dir / "documents" / "fake-memo-with-duplicate-page.pdf"
-    ingest(instance, database_url, "acme", path)
+    ingest(instance, database, "acme", path)
     [v1] = table(db, "SELECT * FROM document_versions")
 
     monkeypatch.setenv("INGESTION_CHUNK_MAX_TOKENS", "250")  # a chunker setting: new fingerprint
-    [again] = submit(database_url, "acme", path)
+    [again] = submit(database, "acme", path)
     assert again.status == "queued"
-    [key] = batch_queued(database_url)
+    [key] = batch_queued(database)
     materialize_batch(instance, key)
 
     versions = table(db, "SELECT * FROM document_versions ORDER BY version_number")
@@ -99,21 +99,21 @@ def test_pipeline_change_creates_new_version_and_reuses_embeddings(instance, dat
     assert table(db, "SELECT count(*) AS n FROM chunks WHERE version_id = %s", v1["version_id"])[0]["n"] > 0
 
 
-def test_failed_promotion_leaves_previous_version_served(instance, database_url, db, corpus_dir, monkeypatch):
+def test_failed_promotion_leaves_previous_version_served(instance, database, db, corpus_dir, monkeypatch):
     path = corpus_dir / "documents" / "fake-memo.pdf"
-    ingest(instance, database_url, "acme", path)
+    ingest(instance, database, "acme", path)
     [v1] = table(db, "SELECT * FROM document_versions")
     chunks_before = table(db, "SELECT count(*) AS n FROM chunks")[0]["n"]
 
     monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "150")
-    submit(database_url, "acme", path)
-    [key] = batch_queued(database_url)
+    submit(database, "acme", path)
+    [key] = batch_queued(database)
     seen_mid_promotion = []
     original_discard = promotion.discard
 
     def crash_at_the_end(conn, run_id):
         # Everything is written inside the transaction; another session still sees the old state.
-        with connect(database_url) as other:
+        with connect(database.url) as other:
             seen_mid_promotion.append(other.execute(
                 "SELECT version_id FROM document_versions WHERE is_active").fetchall())
         raise RuntimeError("simulated crash during promotion")

@@ -22,9 +22,9 @@ def instance():
         yield inst
 
 
-def submit(database_url, tmp_path, path, workspace="acme", platform="meta", **kwargs):
+def submit(database, tmp_path, path, workspace="acme", platform="meta", **kwargs):
     with path.open("rb") as stream:
-        return submit_metric_file(database_url, LocalUploadStore(tmp_path / "metric_store"), workspace_id=workspace,
+        return submit_metric_file(database, LocalUploadStore(tmp_path / "metric_store"), workspace_id=workspace,
                                   platform=platform, filename=path.name, stream=stream, max_bytes=50 * 2**20,
                                   **kwargs)
 
@@ -47,9 +47,9 @@ def counts(db):
 
 @pytest.mark.parametrize("platform", ["meta", "google", "tiktok"])
 @pytest.mark.parametrize("fmt", ["csv", "json", "jsonl"])
-def test_clean_export_completes(instance, database_url, db, tmp_path, platform, fmt):
+def test_clean_export_completes(instance, database, db, tmp_path, platform, fmt):
     path = write_export(tmp_path / f"export.{fmt}", platform, daily_rows(2, 2, 2, 5))
-    submitted = submit(database_url, tmp_path, path, platform=platform)
+    submitted = submit(database, tmp_path, path, platform=platform)
     assert submitted.status == "pending"
     result = run_upload(instance, submitted.partition_key)
     assert result.success
@@ -63,9 +63,9 @@ def test_clean_export_completes(instance, database_url, db, tmp_path, platform, 
     assert event["payload"]["affected_dates"] == [f"2024-03-0{d}" for d in range(1, 6)]
 
 
-def test_five_percent_invalid_completes_and_reports_rows(instance, database_url, db, tmp_path):
+def test_five_percent_invalid_completes_and_reports_rows(instance, database, db, tmp_path):
     path = write_export(tmp_path / "e.csv", "meta", with_invalid_share(daily_rows(2, 2, 5, 10), 0.05))
-    submitted = submit(database_url, tmp_path, path)
+    submitted = submit(database, tmp_path, path)
     result = run_upload(instance, submitted.partition_key)
     assert result.success
     upload = upload_row(db, submitted.upload_id)
@@ -79,9 +79,9 @@ def test_five_percent_invalid_completes_and_reports_rows(instance, database_url,
     assert check.passed and check.metadata["valid_ratio"].value == pytest.approx(0.95)
 
 
-def test_fifteen_percent_invalid_fails_the_threshold_and_promotes_nothing(instance, database_url, db, tmp_path):
+def test_fifteen_percent_invalid_fails_the_threshold_and_promotes_nothing(instance, database, db, tmp_path):
     path = write_export(tmp_path / "e.csv", "tiktok", with_invalid_share(daily_rows(2, 2, 5, 10), 0.15))
-    submitted = submit(database_url, tmp_path, path, platform="tiktok")
+    submitted = submit(database, tmp_path, path, platform="tiktok")
     result = run_upload(instance, submitted.partition_key)
     assert not result.success
     [check] = result.get_asset_check_evaluations()
@@ -92,9 +92,9 @@ def test_fifteen_percent_invalid_fails_the_threshold_and_promotes_nothing(instan
     assert counts(db) == {"campaigns": 0, "ad_sets": 0, "ads": 0, "daily_metrics": 0, "ingestion_events": 0}
 
 
-def test_fifteen_percent_invalid_with_force_partial_promotes_the_valid_rows(instance, database_url, db, tmp_path):
+def test_fifteen_percent_invalid_with_force_partial_promotes_the_valid_rows(instance, database, db, tmp_path):
     path = write_export(tmp_path / "e.json", "google", with_invalid_share(daily_rows(2, 2, 5, 10), 0.15))
-    submitted = submit(database_url, tmp_path, path, platform="google", force_partial=True)
+    submitted = submit(database, tmp_path, path, platform="google", force_partial=True)
     result = run_upload(instance, submitted.partition_key)
     assert result.success
     upload = upload_row(db, submitted.upload_id)
@@ -112,10 +112,10 @@ def test_fifteen_percent_invalid_with_force_partial_promotes_the_valid_rows(inst
          "malformed file: line 3: truncated or invalid JSON in the record starting here"),
     ],
 )
-def test_malformed_files_fail_with_the_line(instance, database_url, db, tmp_path, name, content, reason):
+def test_malformed_files_fail_with_the_line(instance, database, db, tmp_path, name, content, reason):
     path = tmp_path / name
     path.write_bytes(content)
-    submitted = submit(database_url, tmp_path, path)
+    submitted = submit(database, tmp_path, path)
     result = run_upload(instance, submitted.partition_key)
     assert not result.success
     upload = upload_row(db, submitted.upload_id)
@@ -123,7 +123,7 @@ def test_malformed_files_fail_with_the_line(instance, database_url, db, tmp_path
     assert counts(db)["daily_metrics"] == 0
 
 
-def test_bom_and_non_utf8_headers(instance, database_url, db, tmp_path):
+def test_bom_and_non_utf8_headers(instance, database, db, tmp_path):
     rows = list(daily_rows(1, 1, 2, 3))
     bom = write_export(tmp_path / "bom.csv", "meta", rows, encoding="utf-8-sig")
     latin = tmp_path / "latin.csv"
@@ -132,7 +132,7 @@ def test_bom_and_non_utf8_headers(instance, database_url, db, tmp_path):
                     f"{r['clicks']},{r['spend']},EUR,Île-de-France\n" for r in rows)
     latin.write_bytes(text.encode("cp1252"))
     for path in (bom, latin):
-        submitted = submit(database_url, tmp_path, path)
+        submitted = submit(database, tmp_path, path)
         assert run_upload(instance, submitted.partition_key).success
         assert upload_row(db, submitted.upload_id)["status"] == "completed"
     raw = table(db, "SELECT raw_data FROM staging_rows WHERE raw_data ? 'Région' LIMIT 1")
@@ -140,14 +140,14 @@ def test_bom_and_non_utf8_headers(instance, database_url, db, tmp_path):
     assert table(db, "SELECT count(*) AS n FROM daily_metrics")[0]["n"] == 12
 
 
-def test_overlapping_update_upserts_without_duplicates(instance, database_url, db, tmp_path):
+def test_overlapping_update_upserts_without_duplicates(instance, database, db, tmp_path):
     first = write_export(tmp_path / "day1.csv", "meta", daily_rows(2, 2, 5, 10, seed=1))
-    run_upload(instance, submit(database_url, tmp_path, first).partition_key)
+    run_upload(instance, submit(database, tmp_path, first).partition_key)
     before = counts(db)
     # 30 % of keys overlap (same ads, dates 8-10), with new values; 70 % are new dates.
     second_rows = list(daily_rows(2, 2, 5, 10, start=__import__("datetime").date(2024, 3, 8), seed=2))
     second = write_export(tmp_path / "day2.csv", "meta", second_rows)
-    result = run_upload(instance, submit(database_url, tmp_path, second).partition_key)
+    result = run_upload(instance, submit(database, tmp_path, second).partition_key)
     assert result.success
     after = counts(db)
     assert after["daily_metrics"] == before["daily_metrics"] + 140  # 200 rows, 60 of them updates
@@ -157,28 +157,28 @@ def test_overlapping_update_upserts_without_duplicates(instance, database_url, d
     assert after["ingestion_events"] == 2
 
 
-def test_duplicate_file_is_reported_and_not_repromoted(instance, database_url, db, tmp_path):
+def test_duplicate_file_is_reported_and_not_repromoted(instance, database, db, tmp_path):
     path = write_export(tmp_path / "e.csv", "meta", daily_rows(1, 1, 2, 2))
-    first = submit(database_url, tmp_path, path)
+    first = submit(database, tmp_path, path)
     run_upload(instance, first.partition_key)
-    again = submit(database_url, tmp_path, path)
+    again = submit(database, tmp_path, path)
     assert again.status == "duplicate" and again.duplicate_of == first.upload_id
     assert len(table(db, "SELECT * FROM data_uploads")) == 1
-    other_platform = submit(database_url, tmp_path, path, platform="tiktok")
+    other_platform = submit(database, tmp_path, path, platform="tiktok")
     assert other_platform.status == "pending"
 
 
-def test_retried_run_and_duplicate_tick_make_one_event(instance, database_url, db, tmp_path):
+def test_retried_run_and_duplicate_tick_make_one_event(instance, database, db, tmp_path):
     path = write_export(tmp_path / "e.jsonl", "meta", daily_rows(1, 2, 2, 3))
-    submitted = submit(database_url, tmp_path, path)
-    context = dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource()})
-    tick = metric_upload_sensor(context)
-    [request] = tick.run_requests
-    assert request.run_key == submitted.partition_key and request.tags[WORKSPACE_TAG] == "acme"
-    again = metric_upload_sensor(context)  # the duplicate tick: the same run key, launched once by Dagster
-    assert [r.run_key for r in again.run_requests] == [request.run_key]
-    run_upload(instance, submitted.partition_key)
-    assert metric_upload_sensor(context).run_requests == []  # no longer pending
+    submitted = submit(database, tmp_path, path)
+    with dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource()}) as context:
+        tick = metric_upload_sensor(context)
+        [request] = tick.run_requests
+        assert request.run_key == submitted.partition_key and request.tags[WORKSPACE_TAG] == "acme"
+        again = metric_upload_sensor(context)  # the duplicate tick: the same run key, launched once by Dagster
+        assert [r.run_key for r in again.run_requests] == [request.run_key]
+        run_upload(instance, submitted.partition_key)
+        assert metric_upload_sensor(context).run_requests == []  # no longer pending
     snapshot = table(db, "SELECT * FROM daily_metrics ORDER BY ad_id, date")
     retried = run_upload(instance, submitted.partition_key)  # a retried / re-materialised run
     assert retried.success
@@ -187,19 +187,19 @@ def test_retried_run_and_duplicate_tick_make_one_event(instance, database_url, d
     assert len(table(db, "SELECT * FROM staging_rows")) == 12  # not staged twice
 
 
-def test_promoting_the_same_upload_twice_changes_nothing(database_url, db, tmp_path):
+def test_promoting_the_same_upload_twice_changes_nothing(database, db, tmp_path):
     from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.metrics import pipeline
     from ingestion_pipeline.metrics.promotion import promote_upload
 
     path = write_export(tmp_path / "e.csv", "meta", daily_rows(1, 2, 2, 3))
-    submitted = submit(database_url, tmp_path, path)
-    pipeline.claim_upload(database_url, submitted.partition_key, "run-1")
-    pipeline.stage(database_url, submitted.partition_key)
-    pipeline.promote(database_url, submitted.partition_key)
+    submitted = submit(database, tmp_path, path)
+    pipeline.claim_upload(database, submitted.partition_key, "run-1")
+    pipeline.stage(database, submitted.partition_key)
+    pipeline.promote(database, submitted.partition_key)
     snapshot = {t: table(db, f"SELECT * FROM {t} ORDER BY 1, 2, 3") for t in ("campaigns", "ad_sets", "ads")}
     facts = table(db, "SELECT * FROM daily_metrics ORDER BY ad_id, date")
-    with connect(database_url) as conn, conn.transaction():  # the SQL itself, bypassing the status guard
+    with connect(database.url) as conn, conn.transaction():  # the SQL itself, bypassing the status guard
         upload = conn.execute("SELECT * FROM data_uploads WHERE upload_id = %s", (submitted.upload_id,)).fetchone()
         result = promote_upload(conn, upload, below_threshold=False)
     assert result.upserted == {"campaigns": 0, "ad_sets": 0, "ads": 0, "daily_metrics": 0}
@@ -208,14 +208,14 @@ def test_promoting_the_same_upload_twice_changes_nothing(database_url, db, tmp_p
     assert table(db, "SELECT * FROM daily_metrics ORDER BY ad_id, date") == facts
 
 
-def test_facts_whose_ad_is_unknown_are_unpromotable_and_upload_partial(instance, database_url, db, tmp_path):
+def test_facts_whose_ad_is_unknown_are_unpromotable_and_upload_partial(instance, database, db, tmp_path):
     path = tmp_path / "facts.csv"
     path.write_text(
         "campaign_id,adset_id,ad_id,date_start,impressions,clicks,spend,account_currency\n"
         + "".join(f"1,2,3,2024-03-{d:02d},100,1,1.00,USD\n" for d in range(1, 20))
         + "\n,,999,2024-03-01,100,1,1.00,USD\n"  # only an ad id, and no such ad anywhere
     )
-    submitted = submit(database_url, tmp_path, path)
+    submitted = submit(database, tmp_path, path)
     assert run_upload(instance, submitted.partition_key).success
     upload = upload_row(db, submitted.upload_id)
     assert (upload["status"], upload["promoted_rows"], upload["unpromotable_rows"]) == ("partial", 19, 1)
@@ -223,9 +223,9 @@ def test_facts_whose_ad_is_unknown_are_unpromotable_and_upload_partial(instance,
     assert row["validation_errors"] == [{"field": "ad_id", "error": "ad 999 not found in this upload or the workspace"}]
 
 
-def test_cleanup_deletes_old_staging_rows_only(database_url, db, tmp_path, instance):
+def test_cleanup_deletes_old_staging_rows_only(database, db, tmp_path, instance):
     path = write_export(tmp_path / "e.csv", "meta", daily_rows(1, 1, 1, 4))
-    run_upload(instance, submit(database_url, tmp_path, path).partition_key)
+    run_upload(instance, submit(database, tmp_path, path).partition_key)
     db.execute("UPDATE staging_rows SET created_at = now() - interval '8 days' WHERE row_index <= 2")
     result = staging_cleanup_job.execute_in_process(
         instance=instance, resources={"postgres": PostgresResource()},

@@ -8,7 +8,13 @@ import pytest
 from dagster_aws.s3 import S3Resource
 
 from ingestion_pipeline.core.db import connect
-from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.defs.resources import (
+    DocumentPipelineResource,
+    PostgresResource,
+    S3Clients,
+    UploadStoreResource,
+)
 from ingestion_pipeline.defs.sources.s3_sensor import s3_sensor, sync_active_sources
 from ingestion_pipeline.documents.search import hybrid_search
 from ingestion_pipeline.sources.registry import add_source, get_source, set_paused
@@ -28,12 +34,12 @@ def put(client, bucket, key, body):
 
 def resources(**pipeline):
     return {"postgres": PostgresResource(), "document_pipeline": DocumentPipelineResource(**pipeline),
-            "s3": S3Resource()}
+            "upload_store": UploadStoreResource(), "s3": S3Resource()}
 
 
 def tick(instance, **pipeline) -> dg.SensorResult:
-    context = dg.build_sensor_context(instance=instance, resources=resources(**pipeline))
-    return s3_sensor(context)
+    with dg.build_sensor_context(instance=instance, resources=resources(**pipeline)) as context:
+        return s3_sensor(context)
 
 
 def run_all(instance, result: dg.SensorResult) -> list[dg.ExecuteInProcessResult]:
@@ -43,13 +49,13 @@ def run_all(instance, result: dg.SensorResult) -> list[dg.ExecuteInProcessResult
     return runs
 
 
-def search(db, database_url, tenant, query):
-    vector = pipeline_for(database_url).embedder.embed([query])[0]
+def search(db, database, tenant, query):
+    vector = pipeline_for(database).embedder.embed([query])[0]
     return hybrid_search(db, tenant_id=tenant, query=query, query_vector=vector, k=10)
 
 
 @pytest.fixture
-def kb(bucket, database_url, db, s3_env):
+def kb(bucket, database, db, s3_env):
     client, name = bucket
     for key, body in DOCS.items():
         put(client, name, key, body)
@@ -58,7 +64,7 @@ def kb(bucket, database_url, db, s3_env):
     return client, name, source
 
 
-def test_initial_sync_modify_delete_and_unchanged(kb, database_url, db):
+def test_initial_sync_modify_delete_and_unchanged(kb, database, db):
     client, bucket, source = kb
     with dg.instance_for_test() as instance:
         first = tick(instance)
@@ -93,7 +99,7 @@ def test_initial_sync_modify_delete_and_unchanged(kb, database_url, db):
         newest = table(db, "SELECT stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1")[0]["stats"]
         assert newest["version_number"] == 2
         assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 4  # others not re-processed
-        assert any("Porto" in h.text for h in search(db, database_url, "acme", "Where is the venue?"))
+        assert any("Porto" in h.text for h in search(db, database, "acme", "Where is the venue?"))
 
         # Delete one: deactivated, nothing deleted, search stops returning it.
         chunks_before = table(db, "SELECT count(*) AS n FROM chunks")[0]["n"]
@@ -105,7 +111,7 @@ def test_initial_sync_modify_delete_and_unchanged(kb, database_url, db):
         assert payroll == [{"is_active": False}]
         assert table(db, "SELECT status FROM source_objects WHERE key = 'kb/payroll.md'")[0]["status"] == "deleted"
         assert table(db, "SELECT count(*) AS n FROM chunks")[0]["n"] == chunks_before
-        assert all("Salaries" not in h.text for h in search(db, database_url, "acme", "when are salaries paid"))
+        assert all("Salaries" not in h.text for h in search(db, database, "acme", "when are salaries paid"))
         ledger = table(db, "SELECT stats FROM ingestion_runs WHERE source_key = 'kb/payroll.md' ORDER BY run_id")
         assert ledger[-1]["stats"]["action"] == "deactivated"
 
@@ -148,7 +154,7 @@ def test_paused_source_launches_nothing_and_resumes(kb, db):
         assert len(tick(instance).run_requests) == 1
 
 
-def test_two_tenants_with_the_same_bucket_content_stay_isolated(kb, database_url, db, s3_env):
+def test_two_tenants_with_the_same_bucket_content_stay_isolated(kb, database, db, s3_env):
     client, bucket, _ = kb
     add_source(db, f"s3://{bucket}/kb/", tenant_id="globex", name="globex-kb", endpoint_url=s3_env)
     with dg.instance_for_test() as instance:
@@ -159,9 +165,10 @@ def test_two_tenants_with_the_same_bucket_content_stay_isolated(kb, database_url
         client.delete_object(Bucket=bucket, Key="kb/launch.md")
     with dg.instance_for_test() as instance:
         # only globex syncs again: acme keeps serving launch.md
-        sync_active_sources(PostgresResource(), DocumentPipelineResource(), S3Resource(), names=["globex-kb"])
-    acme = search(db, database_url, "acme", "Project Heron Lisbon")
-    globex = search(db, database_url, "globex", "Project Heron Lisbon")
+        sync_active_sources(database, load_settings(), S3Clients(S3Resource()), UploadStoreResource().metrics(),
+                            names=["globex-kb"])
+    acme = search(db, database, "acme", "Project Heron Lisbon")
+    globex = search(db, database, "globex", "Project Heron Lisbon")
     assert any("Lisbon" in h.text for h in acme)
     assert all("Lisbon" not in h.text for h in globex)
     per_tenant = table(
@@ -170,7 +177,7 @@ def test_two_tenants_with_the_same_bucket_content_stay_isolated(kb, database_url
     assert per_tenant == [{"tenant_id": "acme", "n": 3}, {"tenant_id": "globex", "n": 2}]
 
 
-def test_five_thousand_keys_are_listed_across_ticks_within_budget(bucket, database_url, db, s3_env):
+def test_five_thousand_keys_are_listed_across_ticks_within_budget(bucket, database, db, s3_env):
     client, name = bucket
     from concurrent.futures import ThreadPoolExecutor
 
@@ -178,10 +185,10 @@ def test_five_thousand_keys_are_listed_across_ticks_within_budget(bucket, databa
         list(pool.map(lambda i: put(client, name, f"many/k{i:05d}.txt", f"note {i}"), range(5000)))
     source = add_source(db, f"s3://{name}/many/", tenant_id="acme", name="many", endpoint_url=s3_env)
     reports = []
-    with connect(database_url) as conn:
+    with connect(database.url) as conn:
         while True:
             current = get_source(conn, "many")
-            report = sync_source(database_url, current, client, max_bytes=10**6, page_size=500, max_pages=3)
+            report = sync_source(database, current, client, max_bytes=10**6, page_size=500, max_pages=3)
             reports.append(report)
             assert report.listed <= 1500 and report.pages <= 3
             if report.pass_completed:
@@ -192,12 +199,12 @@ def test_five_thousand_keys_are_listed_across_ticks_within_budget(bucket, databa
     assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 5000
     # A second pass over the unchanged prefix queues nothing.
     current = get_source(db, "many")
-    report = sync_source(database_url, current, client, max_bytes=10**6, page_size=1000, max_pages=None)
+    report = sync_source(database, current, client, max_bytes=10**6, page_size=1000, max_pages=None)
     assert report.pass_completed and report.unchanged == 5000 and report.new == report.changed == 0
     assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 5000
 
 
-def test_a_crash_mid_pass_resumes_without_duplicates(bucket, database_url, db, s3_env):
+def test_a_crash_mid_pass_resumes_without_duplicates(bucket, database, db, s3_env):
     client, name = bucket
     for i in range(30):
         put(client, name, f"p/{i:02d}.md", f"# Doc {i}\n\ntext {i}")
@@ -216,15 +223,15 @@ def test_a_crash_mid_pass_resumes_without_duplicates(bucket, database_url, db, s
             return client.list_objects_v2(**kwargs)
 
     with pytest.raises(ConnectionError):
-        sync_source(database_url, get_source(db, "resume"), Flaky(), max_bytes=10**6, page_size=10, max_pages=None)
+        sync_source(database, get_source(db, "resume"), Flaky(), max_bytes=10**6, page_size=10, max_pages=None)
     assert get_source(db, "resume").list_cursor == "p/19.md"
-    report = sync_source(database_url, get_source(db, "resume"), client, max_bytes=10**6, page_size=10,
+    report = sync_source(database, get_source(db, "resume"), client, max_bytes=10**6, page_size=10,
                          max_pages=None)
     assert report.pass_completed and report.new == 10 and report.deleted == 0
     assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 30
 
 
-def test_two_syncs_of_one_source_never_overlap(kb, database_url, db):
+def test_two_syncs_of_one_source_never_overlap(kb, database, db):
     client, _, _ = kb
     entered = threading.Event()
     release = threading.Event()
@@ -238,17 +245,17 @@ def test_two_syncs_of_one_source_never_overlap(kb, database_url, db):
     source = get_source(db, "handbook")
     first = {}
     t = threading.Thread(target=lambda: first.update(
-        r=sync_source(database_url, source, Slow(), max_bytes=10**6, max_pages=None)))
+        r=sync_source(database, source, Slow(), max_bytes=10**6, max_pages=None)))
     t.start()
     assert entered.wait(10)
-    second = sync_source(database_url, source, client, max_bytes=10**6, max_pages=None)
+    second = sync_source(database, source, client, max_bytes=10**6, max_pages=None)
     release.set()
     t.join()
     assert second.busy and second.listed == 0
     assert first["r"].pass_completed and first["r"].new == 3
 
 
-def test_version_race_last_to_complete_is_active(kb, database_url, db, monkeypatch):
+def test_version_race_last_to_complete_is_active(kb, database, db, monkeypatch):
     """Two versions of one key in flight: exactly one active version at every moment; the last promoted wins."""
     client, bucket, _ = kb
     with dg.instance_for_test() as instance:
@@ -263,7 +270,7 @@ def test_version_race_last_to_complete_is_active(kb, database_url, db, monkeypat
         violations = []
 
         def watch():
-            with connect(database_url) as conn:
+            with connect(database.url) as conn:
                 while not stop.is_set():
                     n = conn.execute("""SELECT count(*) AS n FROM document_versions v JOIN documents d USING (doc_id)
                                          WHERE d.source_uri LIKE '%%launch.md' AND v.is_active""").fetchone()["n"]

@@ -5,26 +5,26 @@ import dagster as dg
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.ledger.run_status_sensors import ledger_on_run_failure
 from ingestion_pipeline.defs.partitions import BATCH_TAG, document_batches
-from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+from ingestion_pipeline.defs.resources import DocumentPipelineResource, EmbedderResource, PostgresResource
 from ingestion_pipeline.defs.sources.upload_sensor import upload_sensor
 from ingestion_pipeline_tests.helpers import materialize_batch, submit, table
 
 
 def _tick(instance) -> dg.SensorResult:
-    context = dg.build_sensor_context(
+    with dg.build_sensor_context(
         instance=instance,
         resources={"postgres": PostgresResource(), "document_pipeline": DocumentPipelineResource(batch_max_files=50)},
-    )
-    return upload_sensor(context)
+    ) as context:
+        return upload_sensor(context)
 
 
-def test_upload_sensor_batches_200_files_into_a_handful_of_runs(database_url, db, tmp_path):
+def test_upload_sensor_batches_200_files_into_a_handful_of_runs(database, db, tmp_path):
     paths = []
     for i in range(200):
         p = tmp_path / f"doc-{i}.md"
         p.write_text(f"# Doc {i}\n\nBody of document {i}.")
         paths.append(p)
-    submit(database_url, "acme", *paths)
+    submit(database, "acme", *paths)
     with dg.instance_for_test() as instance:
         result = _tick(instance)
         assert len(result.run_requests) == 4
@@ -41,28 +41,27 @@ def test_upload_sensor_batches_200_files_into_a_handful_of_runs(database_url, db
         assert table(db, "SELECT count(DISTINCT partition_key) AS n FROM ingestion_runs")[0]["n"] == 4
 
 
-def test_upload_sensor_with_nothing_queued_requests_nothing(database_url):
+def test_upload_sensor_with_nothing_queued_requests_nothing(database):
     with dg.instance_for_test() as instance:
         result = _tick(instance)
         assert result.run_requests == [] and result.dynamic_partitions_requests == []
 
 
-def test_run_failure_sensor_marks_unfinished_rows_failed(database_url, db, corpus_dir):
-    submit(database_url, "acme", corpus_dir / "documents" / "fake-memo.pdf")
+def test_run_failure_sensor_marks_unfinished_rows_failed(database, db, corpus_dir):
+    submit(database, "acme", corpus_dir / "documents" / "fake-memo.pdf")
     with dg.instance_for_test() as instance:
         [request] = _tick(instance).run_requests
         key = request.partition_key
-        broken = {"postgres": PostgresResource(),
-                  "document_pipeline": DocumentPipelineResource(embedding_model_path="/nonexistent/model")}
+        broken = {"embedder": EmbedderResource(model_path="/nonexistent/model")}
         result = materialize_batch(instance, key, raise_on_error=False, resources=broken)
         assert not result.success
         run = instance.get_run_by_id(result.run_id)
         failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE)
-        context = dg.build_run_status_sensor_context(
+        with dg.build_run_status_sensor_context(
             sensor_name="ledger_on_run_failure", dagster_event=failure, dagster_instance=instance,
             dagster_run=run, resources={"postgres": PostgresResource()},
-        ).for_run_failure()
-        ledger_on_run_failure(context)
+        ) as context:
+            ledger_on_run_failure(context.for_run_failure())
     [row] = table(db, "SELECT * FROM ingestion_runs")
     assert row["status"] == "failed" and row["finished_at"] is not None
     assert f"Dagster run {result.run_id} failed" in row["error"]

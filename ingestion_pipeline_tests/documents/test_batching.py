@@ -19,17 +19,17 @@ def test_partition_keys_are_safe():
     assert key.endswith("-42")
 
 
-def test_two_hundred_files_become_a_handful_of_batches(database_url, db, tmp_path):
+def test_two_hundred_files_become_a_handful_of_batches(database, db, tmp_path):
     paths = []
     for i in range(200):
         p = tmp_path / f"note-{i:03d}.txt"
         p.write_text(f"Note number {i}. It says something unique: token{i}.")
         paths.append(p)
-    results = submit(database_url, "acme", *paths)
+    results = submit(database, "acme", *paths)
     assert {r.status for r in results} == {"queued"}
-    keys = batch_queued(database_url, BatchSettings(max_files=50, max_bytes=10 * 1024 * 1024))
+    keys = batch_queued(database, BatchSettings(max_files=50, max_bytes=10 * 1024 * 1024))
     assert len(keys) == 4
-    assert batch_queued(database_url) == []  # a repeated assignment claims nothing twice
+    assert batch_queued(database) == []  # a repeated assignment claims nothing twice
     sizes = db.execute(
         "SELECT partition_key, count(*) AS n FROM ingestion_runs GROUP BY partition_key ORDER BY 1"
     ).fetchall()

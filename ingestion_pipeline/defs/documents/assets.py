@@ -9,10 +9,15 @@ from collections import Counter
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
-from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.defs.partitions import document_batches
-from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, s3_client_factory
+from ingestion_pipeline.defs.resources import (
+    DocumentPipelineResource,
+    PostgresResource,
+    UploadStoreResource,
+    build_document_pipeline,
+)
 from ingestion_pipeline.documents import integrity
+from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import FileOutcome, batch_report
 
 GROUP = "documents"
@@ -58,22 +63,28 @@ def _log_failures(context: dg.AssetExecutionContext, outcomes: list[FileOutcome]
 def raw_documents(
     context: dg.AssetExecutionContext,
     postgres: PostgresResource,
+    upload_store: UploadStoreResource,
+    embedder: dg.ResourceParam[Embedder],
     document_pipeline: DocumentPipelineResource,
     s3: S3Resource,
 ) -> dg.MaterializeResult:
     """The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current."""
-    pipeline = document_pipeline.pipeline(postgres.url())
-    outcomes = pipeline.claim_batch(context.partition_key, context.run.run_id, s3_client_factory(s3))
+    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, s3)
+    outcomes = pipeline.claim_batch(context.partition_key, context.run.run_id)
     _log_failures(context, outcomes)
     return _result(outcomes)
 
 
 @dg.asset(partitions_def=document_batches, group_name=GROUP, deps=[raw_documents], kinds={"postgres"})
 def document_elements(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+    context: dg.AssetExecutionContext,
+    postgres: PostgresResource,
+    upload_store: UploadStoreResource,
+    embedder: dg.ResourceParam[Embedder],
+    document_pipeline: DocumentPipelineResource,
 ) -> dg.MaterializeResult:
     """Titles, paragraphs, list items and tables with page numbers and section paths (staging)."""
-    pipeline = document_pipeline.pipeline(postgres.url())
+    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline)
     outcomes = pipeline.extract_batch(context.partition_key, context.run.run_id)
     _log_failures(context, outcomes)
     return _result(outcomes, elements=sum(o.stats.get("elements", 0) for o in outcomes))
@@ -81,10 +92,14 @@ def document_elements(
 
 @dg.asset(partitions_def=document_batches, group_name=GROUP, deps=[document_elements], kinds={"postgres"})
 def document_chunks(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+    context: dg.AssetExecutionContext,
+    postgres: PostgresResource,
+    upload_store: UploadStoreResource,
+    embedder: dg.ResourceParam[Embedder],
+    document_pipeline: DocumentPipelineResource,
 ) -> dg.MaterializeResult:
     """Structure-aware chunks within the embedding model's token budget (staging)."""
-    pipeline = document_pipeline.pipeline(postgres.url())
+    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline)
     outcomes = pipeline.chunk_batch(context.partition_key, context.run.run_id)
     _log_failures(context, outcomes)
     return _result(
@@ -96,10 +111,14 @@ def document_chunks(
 
 @dg.asset(partitions_def=document_batches, group_name=GROUP, deps=[document_chunks], kinds={"pgvector"})
 def chunk_embeddings(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+    context: dg.AssetExecutionContext,
+    postgres: PostgresResource,
+    upload_store: UploadStoreResource,
+    embedder: dg.ResourceParam[Embedder],
+    document_pipeline: DocumentPipelineResource,
 ) -> dg.MaterializeResult:
     """One vector per chunk; unchanged chunk text under the same model reuses its stored vector."""
-    pipeline = document_pipeline.pipeline(postgres.url())
+    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline)
     outcomes = pipeline.embed_batch(context.partition_key, context.run.run_id)
     _log_failures(context, outcomes)
     return _result(
@@ -122,14 +141,17 @@ def chunk_embeddings(
     ],
 )
 def promoted_documents(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, document_pipeline: DocumentPipelineResource
+    context: dg.AssetExecutionContext,
+    postgres: PostgresResource,
+    upload_store: UploadStoreResource,
+    embedder: dg.ResourceParam[Embedder],
+    document_pipeline: DocumentPipelineResource,
 ) -> dg.MaterializeResult:
     """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version."""
-    url = postgres.url()
-    pipeline = document_pipeline.pipeline(url)
+    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline)
     promoted = pipeline.promote_batch(context.partition_key, context.run.run_id)
     _log_failures(context, promoted)
-    with connect(url, autocommit=True) as conn:
+    with postgres.db.connection() as conn:
         every_file = batch_report(conn, context.partition_key)
         done = integrity.promoted_in_partition(conn, context.partition_key)
         doc_ids = [r["doc_id"] for r in done]

@@ -3,15 +3,15 @@
 
 import dagster as dg
 
-from ingestion_pipeline.core.db import connect
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import fail_unfinished_rows, fail_unstarted_partition
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.resources import PostgresResource
 
 
-def finalize_ledger_for_run(database_url: str, run: dg.DagsterRun, reason: str) -> list[int]:
+def finalize_ledger_for_run(db: Database, run: dg.DagsterRun, reason: str) -> list[int]:
     """Mark the run's rows (and its partition's never-started rows) failed with ``reason``."""
-    with connect(database_url) as conn, conn.transaction():
+    with db.transaction() as conn:
         failed = fail_unfinished_rows(conn, run.run_id, reason)
         partition_key = run.tags.get("dagster/partition")
         if partition_key:
@@ -27,7 +27,7 @@ def finalize_ledger_for_run(database_url: str, run: dg.DagsterRun, reason: str) 
 def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> None:
     message = context.failure_event.message if context.failure_event else "run failed"
     reason = f"Dagster run {context.dagster_run.run_id} failed before this file finished: {message}"
-    failed = finalize_ledger_for_run(postgres.url(), context.dagster_run, reason[:2000])
+    failed = finalize_ledger_for_run(postgres.db, context.dagster_run, reason[:2000])
     context.log.info(f"marked {len(failed)} ledger row(s) failed for run {context.dagster_run.run_id}")
 
 
@@ -39,7 +39,7 @@ def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: Postgre
 )
 def ledger_on_run_canceled(context: dg.RunStatusSensorContext, postgres: PostgresResource) -> None:
     reason = f"Dagster run {context.dagster_run.run_id} was canceled before this file finished"
-    failed = finalize_ledger_for_run(postgres.url(), context.dagster_run, reason)
+    failed = finalize_ledger_for_run(postgres.db, context.dagster_run, reason)
     context.log.info(f"marked {len(failed)} ledger row(s) failed for canceled run {context.dagster_run.run_id}")
 
 

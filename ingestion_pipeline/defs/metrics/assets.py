@@ -19,7 +19,7 @@ def _fail(exc: UploadFailed) -> dg.Failure:
 def raw_metric_files(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
     """The uploaded export, verified against its SHA-256; the upload moves to `processing`."""
     try:
-        upload = pipeline.claim_upload(postgres.url(), context.partition_key, context.run.run_id)
+        upload = pipeline.claim_upload(postgres.db, context.partition_key, context.run.run_id)
     except UploadFailed as exc:
         raise _fail(exc) from exc
     return dg.MaterializeResult(metadata={
@@ -39,12 +39,11 @@ def raw_metric_files(context: dg.AssetExecutionContext, postgres: PostgresResour
 )
 def staged_metric_rows(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
     """Every row normalised, classified, keyed and validated in `staging_rows` (COPY, bounded memory)."""
-    url = postgres.url()
     try:
-        upload, counts = pipeline.stage(url, context.partition_key)
+        upload, counts = pipeline.stage(postgres.db, context.partition_key)
     except UploadFailed as exc:
         raise _fail(exc) from exc
-    threshold = pipeline.evaluate_threshold(url, context.partition_key)
+    threshold = pipeline.evaluate_threshold(postgres.db, context.partition_key)
     if not threshold.passed:
         context.log.warning(f"upload {upload['upload_id']}: {threshold.describe()}")
     return dg.MaterializeResult(
@@ -62,7 +61,7 @@ def staged_metric_rows(context: dg.AssetExecutionContext, postgres: PostgresReso
 def promoted_metrics(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
     """Campaigns, ad sets, ads and daily metrics upserted in one transaction; one completion event."""
     try:
-        result = pipeline.promote(postgres.url(), context.partition_key)
+        result = pipeline.promote(postgres.db, context.partition_key)
     except UploadFailed as exc:
         raise _fail(exc) from exc
     return dg.MaterializeResult(metadata={

@@ -2,7 +2,6 @@
 
 import dagster as dg
 
-from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.defs.resources import PostgresResource
 from ingestion_pipeline.metrics.cleanup import delete_old_staging_rows
@@ -17,7 +16,7 @@ def delete_expired_staging_rows(
     context: dg.OpExecutionContext, config: StagingCleanupConfig, postgres: PostgresResource
 ) -> int:
     days = config.retention_days or load_settings().metrics.staging_retention_days
-    with connect(postgres.url()) as conn, conn.transaction():
+    with postgres.db.transaction() as conn:
         deleted = delete_old_staging_rows(conn, days)
     context.log.info(f"deleted {deleted} staging rows older than {days} days")
     return deleted

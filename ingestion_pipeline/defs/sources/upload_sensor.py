@@ -3,8 +3,8 @@
 import dagster as dg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
+from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
-from ingestion_pipeline.defs.sources.batch_runs import plan_batch_runs
 
 
 @dg.sensor(
@@ -18,8 +18,8 @@ def upload_sensor(
     postgres: PostgresResource,
     document_pipeline: DocumentPipelineResource,
 ) -> dg.SensorResult:
-    batches = plan_batch_runs(context.instance, postgres, document_pipeline, run_type="upload")
-    return batches.sensor_result()
+    plan = plan_document_runs(context.instance, postgres.db, document_pipeline.settings().batch, run_type="upload")
+    return plan.sensor_result()
 
 
 @dg.definitions
