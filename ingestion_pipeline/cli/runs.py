@@ -1,4 +1,4 @@
-"""`runs`: the run ledger."""
+"""`runs`: the run runs."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ from ingestion_pipeline.cli.output import print_json, print_table
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.core import ledger
+    from ingestion_pipeline.documents import runs
 
     with bootstrap() as ctx, ctx.db.connection() as conn:
         if args.runs_command == "show":
-            row = ledger.get_run(conn, args.run_id)
+            row = runs.get_run(conn, args.run_id)
             if row is None:
                 print(f"no ledger row {args.run_id}", file=sys.stderr)
                 return 1
             print_json(row)
             return 0
-        rows = ledger.list_runs(conn, tenant_id=args.tenant, status=args.status, limit=args.limit)
+        rows = runs.list_runs(conn, tenant_id=args.tenant, status=args.status, limit=args.limit)
     if args.json:
         for r in rows:
             print_json(r)

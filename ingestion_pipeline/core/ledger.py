@@ -1,200 +1,147 @@
-"""The run ledger (``ingestion_runs``): one row per file per submission, and its transitions.
+"""The ledger mechanism: the state transitions of a unit of work, written once for both kinds of work.
 
-queued -> running -> succeeded | failed. ``started_at`` is set once (kept across retries),
-``updated_at`` is the heartbeat, ``finished_at`` closes the row. Every finished file also emits one
-JSON log line with its stage timings.
+A unit of work is a row of a ledger table: a document file (``ingestion_runs``) or a metric upload
+(``data_uploads``). Each kind names its own states in a ``LedgerTable``; the transitions are the same:
+
+    queued --claim--> working --finish--> succeeded
+                         |  \\--fail----> failed
+                         \\--advance--> working (the next stage of a multi-stage kind)
+
+``started_at`` is set once (kept across retries), ``updated_at`` is the heartbeat, ``finished_at``
+closes the row; ``attempts`` counts claims; ``stats`` merges what each step reports.
 """
 
 from __future__ import annotations
 
-import json
-import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
-QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
-_log = logging.getLogger("ingestion_pipeline.ledger")
+
+@dataclass(frozen=True)
+class LedgerTable:
+    """One kind of work: its table, key column and the names of its states."""
+
+    kind: str  # document | metric_upload
+    table: str
+    key: str
+    queued: str
+    working: tuple[str, ...]  # claimed and not finished; the first is the state a claim sets
+    succeeded: tuple[str, ...]
+    failed: str = "failed"
+    fields: tuple[str, ...] = ()  # other columns a transition may set
+
+    @property
+    def unfinished(self) -> tuple[str, ...]:
+        return (self.queued, *self.working)
+
+    @property
+    def terminal(self) -> tuple[str, ...]:
+        return (*self.succeeded, self.failed)
 
 
-def create_queued_run(
-    conn: psycopg.Connection,
-    *,
-    tenant_id: str,
-    doc_id: int,
-    source_uri: str,
-    raw_path: str,
-    content_hash: str,
-    size_bytes: int,
-    config: dict[str, Any],
-    run_type: str = "upload",
-) -> int:
-    row = conn.execute(
-        """INSERT INTO ingestion_runs
-               (tenant_id, doc_id, run_type, status, source_uri, raw_path, content_hash, size_bytes, config)
-           VALUES (%s, %s, %s, 'queued', %s, %s, %s, %s, %s)
-           RETURNING run_id""",
-        (tenant_id, doc_id, run_type, source_uri, raw_path, content_hash, size_bytes, Jsonb(config)),
-    ).fetchone()
-    return row["run_id"]
+DOCUMENT_RUNS = LedgerTable("document", "ingestion_runs", "run_id", "queued", ("running",), ("succeeded",))
+METRIC_UPLOADS = LedgerTable(
+    "metric_upload", "data_uploads", "upload_id", "pending", ("processing", "staging_complete", "promoting"),
+    ("completed", "partial"),
+    fields=("total_rows", "valid_rows", "invalid_rows", "promoted_rows", "unpromotable_rows"),
+)
 
 
-def claim_for_run(conn: psycopg.Connection, partition_key: str, dagster_run_id: str) -> list[dict]:
-    """Mark the partition's unfinished rows running under this Dagster run; return every row of it.
-
-    Succeeded rows are returned too (untouched): re-materialising a batch skips them.
-    """
-    conn.execute(
-        """UPDATE ingestion_runs
-              SET status = 'running', started_at = COALESCE(started_at, now()), updated_at = now(),
-                  dagster_run_id = %s, attempts = attempts + 1, error = NULL, finished_at = NULL
-            WHERE partition_key = %s AND status IN ('queued', 'failed', 'running')""",
-        (dagster_run_id, partition_key),
-    )
-    return conn.execute(
-        "SELECT * FROM ingestion_runs WHERE partition_key = %s ORDER BY run_id", (partition_key,)
-    ).fetchall()
+def _sql(text: str, t: LedgerTable) -> sql.Composed:
+    return sql.SQL(text).format(table=sql.Identifier(t.table), key=sql.Identifier(t.key))
 
 
-def active_rows(conn: psycopg.Connection, partition_key: str, dagster_run_id: str) -> list[dict]:
-    """Rows of the partition this run is still working on (not failed, not finished)."""
-    return conn.execute(
-        """SELECT * FROM ingestion_runs
-            WHERE partition_key = %s AND status = 'running' AND dagster_run_id = %s ORDER BY run_id""",
-        (partition_key, dagster_run_id),
-    ).fetchall()
-
-
-def partition_rows(conn: psycopg.Connection, partition_key: str) -> list[dict]:
-    return conn.execute(
-        "SELECT * FROM ingestion_runs WHERE partition_key = %s ORDER BY run_id", (partition_key,)
-    ).fetchall()
-
-
-def heartbeat(conn: psycopg.Connection, run_id: int, stats: dict[str, Any] | None = None) -> None:
-    conn.execute(
-        "UPDATE ingestion_runs SET updated_at = now(), stats = stats || %s WHERE run_id = %s",
-        (Jsonb(stats or {}), run_id),
-    )
-
-
-def mark_succeeded(conn: psycopg.Connection, run_id: int, stats: dict[str, Any]) -> dict:
-    row = conn.execute(
-        """UPDATE ingestion_runs
-              SET status = 'succeeded', stats = stats || %s, error = NULL,
-                  started_at = COALESCE(started_at, now()), updated_at = now(), finished_at = now()
-            WHERE run_id = %s
-        RETURNING *""",
-        (Jsonb(stats), run_id),
-    ).fetchone()
-    log_finished(row)
-    return row
-
-
-def mark_failed(
-    conn: psycopg.Connection,
-    run_id: int,
-    error: str,
-    stats: dict[str, Any] | None = None,
-    *,
-    dagster_run_id: str | None = None,
-) -> dict | None:
-    """Fail a row; with ``dagster_run_id``, only while that run still owns it (never a finished row)."""
-    row = conn.execute(
-        """UPDATE ingestion_runs
-              SET status = 'failed', error = %s, stats = stats || %s,
-                  started_at = COALESCE(started_at, now()), updated_at = now(), finished_at = now()
-            WHERE run_id = %s
-              AND (%s::text IS NULL OR (dagster_run_id = %s AND status = 'running'))
-        RETURNING *""",
-        (error, Jsonb(stats or {}), run_id, dagster_run_id, dagster_run_id),
-    ).fetchone()
-    if row is not None:
-        _mirror_failure_to_source_objects(conn, [row["run_id"]])
-    log_finished(row)
-    return row
-
-
-def _mirror_failure_to_source_objects(conn: psycopg.Connection, run_ids: list[int]) -> None:
-    """An S3 object whose latest run failed shows as failed in source_objects too."""
-    if run_ids:
-        conn.execute(
-            "UPDATE source_objects SET status = 'failed', updated_at = now() WHERE last_run_id = ANY(%s)",
-            (run_ids,),
-        )
-
-
-def fail_unfinished_rows(conn: psycopg.Connection, dagster_run_id: str, reason: str) -> list[int]:
-    """Run-status sensor path: the Dagster run died; its rows still running or queued become failed."""
-    rows = conn.execute(
-        """UPDATE ingestion_runs
-              SET status = 'failed', error = %s, updated_at = now(), finished_at = now()
-            WHERE dagster_run_id = %s AND status IN ('queued', 'running')
-        RETURNING *""",
-        (reason, dagster_run_id),
-    ).fetchall()
-    _mirror_failure_to_source_objects(conn, [r["run_id"] for r in rows])
-    for row in rows:
-        log_finished(row)
-    return [r["run_id"] for r in rows]
-
-
-def fail_unstarted_partition(conn: psycopg.Connection, partition_key: str, reason: str) -> list[int]:
-    """A run of the partition failed before claiming its rows: fail the rows still queued."""
-    rows = conn.execute(
-        """UPDATE ingestion_runs
-              SET status = 'failed', error = %s, updated_at = now(), finished_at = now()
-            WHERE partition_key = %s AND status = 'queued'
-        RETURNING *""",
-        (reason, partition_key),
-    ).fetchall()
-    _mirror_failure_to_source_objects(conn, [r["run_id"] for r in rows])
-    for row in rows:
-        log_finished(row)
-    return [r["run_id"] for r in rows]
-
-
-def log_finished(row: dict | None) -> None:
-    if row is None:
-        return
-    stats = row.get("stats") or {}
-    _log.info(
-        json.dumps(
-            {
-                "event": "file_finished",
-                "run_id": row["run_id"],
-                "tenant_id": row["tenant_id"],
-                "doc_id": row["doc_id"],
-                "source_uri": row["source_uri"],
-                "filename": (row.get("config") or {}).get("filename"),
-                "status": row["status"],
-                "error": row["error"],
-                "partition_key": row["partition_key"],
-                "dagster_run_id": row["dagster_run_id"],
-                "chunks": stats.get("chunks"),
-                "tokens": stats.get("tokens"),
-                "timings_ms": stats.get("timings_ms"),
-            },
-            default=str,
-        )
-    )
-
-
-def list_runs(
-    conn: psycopg.Connection, *, tenant_id: str | None = None, status: str | None = None, limit: int = 100
+def claim(
+    conn: psycopg.Connection, t: LedgerTable, *, partition_key: str, dagster_run_id: str,
+    claimable: Sequence[str] | None = None,
 ) -> list[dict]:
+    """Move the partition's claimable rows (default: queued, working or failed) to the first working
+    state under ``dagster_run_id``; return them."""
+    statuses = list(claimable or (*t.unfinished, t.failed))
     return conn.execute(
-        """SELECT run_id, tenant_id, doc_id, run_type, status, source_uri, config, stats, error, attempts,
-                  partition_key, dagster_run_id, created_at, started_at, updated_at, finished_at
-             FROM ingestion_runs
-            WHERE (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
-              AND (%(status)s::text IS NULL OR status = %(status)s)
-            ORDER BY run_id DESC
-            LIMIT %(limit)s""",
-        {"tenant": tenant_id, "status": status, "limit": limit},
+        _sql(
+            """UPDATE {table}
+                  SET status = %(claimed)s, dagster_run_id = %(run)s, attempts = attempts + 1,
+                      started_at = coalesce(started_at, now()), updated_at = now(), finished_at = NULL, error = NULL
+                WHERE partition_key = %(partition)s AND status = ANY(%(statuses)s)
+            RETURNING *""", t),
+        {"claimed": t.working[0], "run": dagster_run_id, "partition": partition_key, "statuses": statuses},
     ).fetchall()
 
 
-def get_run(conn: psycopg.Connection, run_id: int) -> dict | None:
-    return conn.execute("SELECT * FROM ingestion_runs WHERE run_id = %s", (run_id,)).fetchone()
+def heartbeat(conn: psycopg.Connection, t: LedgerTable, item_id: int, stats: Mapping[str, Any] | None = None) -> None:
+    conn.execute(_sql("UPDATE {table} SET updated_at = now(), stats = stats || %s WHERE {key} = %s", t),
+                 (Jsonb(dict(stats or {})), item_id))
+
+
+def _transition(
+    conn: psycopg.Connection, t: LedgerTable, item_id: int, status: str, *, error: str | None,
+    stats: Mapping[str, Any] | None, fields: Mapping[str, Any], only_working_under: str | None = None,
+) -> dict | None:
+    unknown = set(fields) - set(t.fields)
+    if unknown:
+        raise ValueError(f"not a {t.table} field: {', '.join(sorted(unknown))}")
+    assignments = [
+        sql.SQL("status = %(status)s"), sql.SQL("error = %(error)s"), sql.SQL("stats = stats || %(stats)s"),
+        sql.SQL("updated_at = now()"), sql.SQL("started_at = coalesce(started_at, now())"),
+        sql.SQL("finished_at = now()" if status in t.terminal else "finished_at = NULL"),
+    ]
+    assignments += [sql.SQL("{} = {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in fields]
+    guard = sql.SQL("")
+    if only_working_under is not None:
+        guard = sql.SQL(" AND dagster_run_id = %(owner)s AND status = ANY(%(working)s)")
+    query = sql.SQL("UPDATE {table} SET {assignments} WHERE {key} = %(item)s{guard} RETURNING *").format(
+        table=sql.Identifier(t.table), assignments=sql.SQL(", ").join(assignments), key=sql.Identifier(t.key),
+        guard=guard,
+    )
+    return conn.execute(query, {
+        "status": status, "error": error, "stats": Jsonb(dict(stats or {})), "item": item_id,
+        "owner": only_working_under, "working": list(t.working), **fields,
+    }).fetchone()
+
+
+def advance(conn: psycopg.Connection, t: LedgerTable, item_id: int, status: str,
+            stats: Mapping[str, Any] | None = None, **fields: Any) -> dict:
+    """Move a claimed row to another working state (a later stage of the same attempt)."""
+    if status not in t.working:
+        raise ValueError(f"{status!r} is not a working state of {t.table}")
+    return _transition(conn, t, item_id, status, error=None, stats=stats, fields=fields)
+
+
+def finish(conn: psycopg.Connection, t: LedgerTable, item_id: int, status: str | None = None,
+           stats: Mapping[str, Any] | None = None, **fields: Any) -> dict:
+    """The unit of work succeeded (``status``: one of the kind's success states)."""
+    status = status or t.succeeded[0]
+    if status not in t.succeeded:
+        raise ValueError(f"{status!r} is not a success state of {t.table}")
+    return _transition(conn, t, item_id, status, error=None, stats=stats, fields=fields)
+
+
+def fail(conn: psycopg.Connection, t: LedgerTable, item_id: int, error: str, stats: Mapping[str, Any] | None = None,
+         *, only_working_under: str | None = None, **fields: Any) -> dict | None:
+    """The unit of work failed with ``error`` (a reason a person can act on).
+
+    With ``only_working_under``, only while that Dagster run still works on it (never a finished row).
+    """
+    return _transition(conn, t, item_id, t.failed, error=error, stats=stats, fields=fields,
+                       only_working_under=only_working_under)
+
+
+def fail_unfinished(conn: psycopg.Connection, t: LedgerTable, *, dagster_run_id: str,
+                    partition_key: str | None, reason: str) -> list[dict]:
+    """A Dagster run died: its working rows, and its partition's rows still queued, end failed."""
+    return conn.execute(
+        _sql(
+            """UPDATE {table}
+                  SET status = %(failed)s, error = %(reason)s, updated_at = now(), finished_at = now()
+                WHERE (dagster_run_id = %(run)s AND status = ANY(%(unfinished)s))
+                   OR (%(partition)s::text IS NOT NULL AND partition_key = %(partition)s AND status = %(queued)s)
+            RETURNING *""", t),
+        {"failed": t.failed, "reason": reason, "run": dagster_run_id, "unfinished": list(t.unfinished),
+         "partition": partition_key, "queued": t.queued},
+    ).fetchall()

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
 from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.documents import runs
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 
 QUEUED, SKIPPED, DUPLICATE, REJECTED = "queued", "skipped", "duplicate", "rejected"
@@ -137,7 +137,7 @@ def _record_submission(db, tenant_id, stored, source_uri, config, result) -> boo
             result.reason = "identical content is already queued"
             result.run_id = in_flight["run_id"]
         else:
-            result.run_id = ledger.create_queued_run(
+            result.run_id = runs.create_queued_run(
                 conn,
                 tenant_id=tenant_id,
                 doc_id=doc_id,

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
-from ingestion_pipeline.documents import staging
+from ingestion_pipeline.documents import runs, staging
 from ingestion_pipeline.documents.chunking import chunk_elements, effective_budgets
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.extraction import extract
@@ -84,7 +83,7 @@ class DocumentPipeline:
     ) -> list[FileOutcome]:
         outcomes: list[FileOutcome] = []
         with self.db.connection() as conn:
-            rows = ledger.active_rows(conn, partition_key, dagster_run_id)
+            rows = runs.active_rows(conn, partition_key, dagster_run_id)
         for row in rows:
             filename = (row["config"] or {}).get("filename", row["source_uri"])
             try:
@@ -93,8 +92,8 @@ class DocumentPipeline:
                 reason = _describe(exc)
                 _log.warning("file %s (run %s) failed: %s", filename, row["run_id"], reason)
                 with self.db.transaction() as conn:
-                    ledger.mark_failed(conn, row["run_id"], reason, dagster_run_id=dagster_run_id)
-                outcome = FileOutcome(row["run_id"], filename, ledger.FAILED, reason)
+                    runs.mark_failed(conn, row["run_id"], reason, dagster_run_id=dagster_run_id)
+                outcome = FileOutcome(row["run_id"], filename, runs.FAILED, reason)
             if outcome is not None:
                 outcomes.append(outcome)
         return outcomes
@@ -103,10 +102,10 @@ class DocumentPipeline:
     def claim_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
         """Claim the batch's rows, fetch S3 objects, verify each stored file, skip what is already current."""
         with self.db.transaction() as conn:
-            rows = ledger.claim_for_run(conn, partition_key, dagster_run_id)
+            rows = runs.claim_partition(conn, partition_key, dagster_run_id)
         already = [
-            FileOutcome(r["run_id"], (r["config"] or {}).get("filename", ""), ledger.SUCCEEDED, "already done")
-            for r in rows if r["status"] == ledger.SUCCEEDED
+            FileOutcome(r["run_id"], (r["config"] or {}).get("filename", ""), runs.SUCCEEDED, "already done")
+            for r in rows if r["status"] == runs.SUCCEEDED
         ]
         return already + self._for_each(partition_key, dagster_run_id, self._verify_raw)
 
@@ -128,7 +127,7 @@ class DocumentPipeline:
                 (row["tenant_id"], row["doc_id"], row["content_hash"], self.fingerprint),
             ).fetchone()
             if current is not None:
-                ledger.mark_succeeded(conn, row["run_id"], {"skipped": "already the active version",
+                runs.mark_succeeded(conn, row["run_id"], {"skipped": "already the active version",
                                                             "version_id": current["version_id"]})
                 if row.get("source_id") is not None:  # new ETag, same bytes: the object is current
                     conn.execute(
@@ -140,8 +139,8 @@ class DocumentPipeline:
                 outcome = FileOutcome(row["run_id"], filename, "skipped", "already the active version")
             else:
                 staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
-                ledger.heartbeat(conn, row["run_id"], {"timings_ms": {"verify": _ms(start)}})
-                return FileOutcome(row["run_id"], filename, ledger.RUNNING, "verified")
+                runs.heartbeat(conn, row["run_id"], {"timings_ms": {"verify": _ms(start)}})
+                return FileOutcome(row["run_id"], filename, runs.RUNNING, "verified")
         self._release_raw(row)
         return outcome
 
@@ -191,7 +190,7 @@ class DocumentPipeline:
         with self.db.connection() as conn:
             state = staging.staging_state(conn, row["run_id"])
         if state is not None and state["elements_done"]:
-            return FileOutcome(row["run_id"], filename, ledger.RUNNING, "elements already staged")
+            return FileOutcome(row["run_id"], filename, runs.RUNNING, "elements already staged")
         start = time.perf_counter()
         document = extract(Path(row["raw_path"]), config.get("extension") or Path(filename).suffix)
         elapsed = _ms(start)
@@ -199,8 +198,8 @@ class DocumentPipeline:
         with self.db.transaction() as conn:
             staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
             staging.write_elements(conn, row["run_id"], document.elements, document.page_count, stats)
-            ledger.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, extract=elapsed)})
-        return FileOutcome(row["run_id"], filename, ledger.RUNNING, f"{len(document.elements)} elements", stats)
+            runs.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, extract=elapsed)})
+        return FileOutcome(row["run_id"], filename, runs.RUNNING, f"{len(document.elements)} elements", stats)
 
     # -- step 3: document_chunks ----------------------------------------------------------------------
     def chunk_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
@@ -213,7 +212,7 @@ class DocumentPipeline:
             if state is None or not state["elements_done"]:
                 raise ExtractionError("extraction did not complete for this file")
             if state["chunks_done"]:
-                return FileOutcome(row["run_id"], filename, ledger.RUNNING, "chunks already staged")
+                return FileOutcome(row["run_id"], filename, runs.RUNNING, "chunks already staged")
             elements = staging.read_elements(conn, row["run_id"])
         start = time.perf_counter()
         target, hard_max = effective_budgets(
@@ -227,8 +226,8 @@ class DocumentPipeline:
                  max(c.token_count for c in chunks)}
         with self.db.transaction() as conn:
             staging.write_chunks(conn, row["run_id"], chunks, stats)
-            ledger.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, chunk=elapsed)})
-        return FileOutcome(row["run_id"], filename, ledger.RUNNING, f"{len(chunks)} chunks", stats)
+            runs.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, chunk=elapsed)})
+        return FileOutcome(row["run_id"], filename, runs.RUNNING, f"{len(chunks)} chunks", stats)
 
     # -- step 4: chunk_embeddings ----------------------------------------------------------------------
     def embed_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
@@ -255,13 +254,13 @@ class DocumentPipeline:
                 vectors = self.embedder.embed([p["text"] for p in pending])
                 model_ms += _ms(model_start)
                 staging.write_embeddings(conn, run_id, [p["ordinal"] for p in pending], vectors)
-                ledger.heartbeat(conn, run_id)
+                runs.heartbeat(conn, run_id)
             embedded += len(pending)
         stats = {"embedded": embedded, "embeddings_reused": reused, "model_ms": model_ms}
         with self.db.transaction() as conn:
             staging.mark_embeddings_done(conn, run_id, stats)
-            ledger.heartbeat(conn, run_id, {**stats, "timings_ms": _timings(row, embed=_ms(start))})
-        return FileOutcome(run_id, filename, ledger.RUNNING, f"{embedded} embedded, {reused} reused", stats)
+            runs.heartbeat(conn, run_id, {**stats, "timings_ms": _timings(row, embed=_ms(start))})
+        return FileOutcome(run_id, filename, runs.RUNNING, f"{embedded} embedded, {reused} reused", stats)
 
     # -- step 5: promoted_documents ----------------------------------------------------------------------
     def promote_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
@@ -279,7 +278,7 @@ class DocumentPipeline:
             )
         self._release_raw(row)
         return FileOutcome(
-            row["run_id"], filename, ledger.SUCCEEDED,
+            row["run_id"], filename, runs.SUCCEEDED,
             f"version {version.version_number}: {version.chunk_count} chunks",
             {"version_id": version.version_id, "chunks": version.chunk_count, "tokens": version.token_count},
         )
@@ -301,13 +300,13 @@ class DocumentPipeline:
 def batch_report(conn, partition_key: str) -> list[FileOutcome]:
     """Every file of the batch with its final ledger outcome."""
     outcomes = []
-    for r in ledger.partition_rows(conn, partition_key):
+    for r in runs.partition_rows(conn, partition_key):
         stats = r["stats"] or {}
-        if r["status"] == ledger.FAILED:
+        if r["status"] == runs.FAILED:
             detail = r["error"] or ""
         elif stats.get("skipped"):
             detail = f"skipped: {stats['skipped']}"
-        elif r["status"] == ledger.SUCCEEDED:
+        elif r["status"] == runs.SUCCEEDED:
             detail = f"version {stats.get('version_number')}: {stats.get('chunks')} chunks"
         else:
             detail = r["status"]

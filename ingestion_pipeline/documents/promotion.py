@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from ingestion_pipeline.core import ledger
+from ingestion_pipeline.documents import runs
 from ingestion_pipeline.documents.staging import discard
 
 # Text search configuration of chunk_fts; search.py must use the same one.
@@ -115,7 +115,7 @@ def promote_document_version(
     conn.execute("UPDATE documents SET title = %s, updated_at = now() WHERE doc_id = %s",
                  (config.get("title"), doc_id))
     timings_ms = {**timings_ms, "promote": int((time.perf_counter() - started) * 1000)}
-    ledger.mark_succeeded(
+    runs.mark_succeeded(
         conn,
         run_id,
         {"timings_ms": timings_ms, "chunks": totals["chunks"], "tokens": int(totals["tokens"]),

@@ -6,12 +6,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.hashing import file_sha256
+from ingestion_pipeline.core.ledger import METRIC_UPLOADS
 from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
 from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload
-from ingestion_pipeline.metrics.uploads import merge_stats, set_status, upload_for_partition
+from ingestion_pipeline.metrics.uploads import upload_for_partition
 
 
 class UploadFailed(Exception):
@@ -40,14 +42,13 @@ def claim_upload(db: Database, partition_key: str, dagster_run_id: str) -> dict:
             return upload  # already promoted: the rerun is a no-op
         raw = Path(upload["raw_path"] or "")
         if not raw.is_file():
-            set_status(conn, upload["upload_id"], "failed", error=f"the stored file is missing ({raw})")
+            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], f"the stored file is missing ({raw})")
             raise UploadFailed(f"the stored file is missing ({raw}); submit it again")
         if file_sha256(raw) != upload["content_hash"]:
-            set_status(conn, upload["upload_id"], "failed", error="the stored file does not match its SHA-256")
+            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], "the stored file does not match its SHA-256")
             raise UploadFailed("the stored file does not match its SHA-256 (corrupted in storage)")
-        conn.execute("UPDATE data_uploads SET dagster_run_id = %s WHERE upload_id = %s",
-                     (dagster_run_id, upload["upload_id"]))
-        return set_status(conn, upload["upload_id"], "processing")
+        [claimed] = ledger.claim(conn, METRIC_UPLOADS, partition_key=partition_key, dagster_run_id=dagster_run_id)
+        return claimed
 
 
 def stage(db: Database, partition_key: str) -> tuple[dict, StagingCounts]:
@@ -61,17 +62,18 @@ def stage(db: Database, partition_key: str) -> tuple[dict, StagingCounts]:
     except (MalformedFileError, UnicodeDecodeError) as exc:
         message = f"malformed file: {exc}"
         with db.transaction() as conn:
-            set_status(conn, upload["upload_id"], "failed", error=message)
+            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], message)
         raise UploadFailed(message) from exc
     if counts.total == 0:
         with db.transaction() as conn:
-            set_status(conn, upload["upload_id"], "failed", error="the file has no data rows", total_rows=0)
+            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], "the file has no data rows", total_rows=0)
         raise UploadFailed("the file has no data rows")
     with db.transaction() as conn:
-        merge_stats(conn, upload["upload_id"], {"staging_ms": int((time.perf_counter() - start) * 1000),
-                                                "resumed_after_row": counts.resumed_after})
-        upload = set_status(conn, upload["upload_id"], "staging_complete", total_rows=counts.total,
-                            valid_rows=counts.valid, invalid_rows=counts.invalid)
+        upload = ledger.advance(
+            conn, METRIC_UPLOADS, upload["upload_id"], "staging_complete",
+            {"staging_ms": int((time.perf_counter() - start) * 1000), "resumed_after_row": counts.resumed_after},
+            total_rows=counts.total, valid_rows=counts.valid, invalid_rows=counts.invalid,
+        )
     return upload, counts
 
 
@@ -96,10 +98,9 @@ def evaluate_threshold(db: Database, partition_key: str) -> ThresholdResult:
         forced = not passed and upload["force_partial"] and row["valid"] > 0
         result = ThresholdResult(passed or forced, ratio, threshold, forced, row["total"], row["valid"])
         if not result.passed and upload["status"] not in ("completed", "partial"):
-            set_status(conn, upload["upload_id"], "failed",
-                       error=f"validation threshold missed: {result.describe()}")
-        merge_stats(conn, upload["upload_id"], {"valid_ratio": round(ratio, 6), "threshold": threshold,
-                                                "forced": forced})
+            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], f"validation threshold missed: {result.describe()}")
+        ledger.heartbeat(conn, METRIC_UPLOADS, upload["upload_id"],
+                         {"valid_ratio": round(ratio, 6), "threshold": threshold, "forced": forced})
     return result
 
 
@@ -111,7 +112,8 @@ def promote(db: Database, partition_key: str) -> PromotionResult:
                                    upload["unpromotable_rows"], {}, False)
         if upload["status"] not in ("staging_complete", "promoting"):
             raise UploadFailed(f"upload {upload['upload_id']} is {upload['status']}, not ready to promote")
-        set_status(conn, upload["upload_id"], "promoting")  # visible while the promotion transaction runs
+        # visible while the promotion transaction runs
+        ledger.advance(conn, METRIC_UPLOADS, upload["upload_id"], "promoting")
     with db.transaction() as conn:
         upload = upload_for_partition(conn, partition_key)
         ratio = upload["valid_rows"] / upload["total_rows"] if upload["total_rows"] else 0.0

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ingestion_pipeline.metrics.uploads import set_status
+from ingestion_pipeline.core import ledger
+from ingestion_pipeline.core.ledger import METRIC_UPLOADS
 
 VALID = "validation_status = 'valid' AND upload_id = %(upload)s"
 
@@ -163,12 +164,13 @@ def promote_upload(conn: psycopg.Connection, upload: dict, *, below_threshold: b
                VALUES (%s, %s, %s, %s) ON CONFLICT (upload_id) DO NOTHING""",
             (upload["upload_id"], upload["workspace_id"], f"upload.{status}", Jsonb(payload)),
         ).rowcount == 1
-    set_status(
-        conn, upload["upload_id"], status, promoted_rows=summary["promoted"], invalid_rows=summary["invalid"],
-        unpromotable_rows=summary["unpromotable"], valid_rows=summary["promoted"] + summary["unpromotable"],
-        total_rows=summary["total"],
-        **({"error": "no valid row could be promoted (every parent reference is unresolved)"}
-           if status == "failed" else {}),
-    )
+    counts = {"promoted_rows": summary["promoted"], "invalid_rows": summary["invalid"],
+              "unpromotable_rows": summary["unpromotable"], "valid_rows": summary["promoted"] + summary["unpromotable"],
+              "total_rows": summary["total"]}
+    if status == "failed":
+        ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"],
+                    "no valid row could be promoted (every parent reference is unresolved)", **counts)
+    else:
+        ledger.finish(conn, METRIC_UPLOADS, upload["upload_id"], status, **counts)
     return PromotionResult(status, summary["promoted"], summary["invalid"], summary["unpromotable"], upserted,
                            event_created)

@@ -1,6 +1,7 @@
-"""Metric uploads (`data_uploads`): intake, the status machine, and read-side listings.
+"""Metric uploads (`data_uploads`): intake and read-side listings.
 
-pending -> processing -> staging_complete -> promoting -> completed | partial | failed
+The status machine (pending -> processing -> staging_complete -> promoting -> completed | partial |
+failed) runs through the shared ledger mechanism, ``core.ledger`` with ``METRIC_UPLOADS``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from dataclasses import asdict, dataclass
 from typing import BinaryIO
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
@@ -18,8 +18,6 @@ from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.core.tenants import validate_tenant_id
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
-
-TERMINAL = ("completed", "partial", "failed")
 
 
 @dataclass
@@ -102,34 +100,6 @@ def upload_for_partition(conn: psycopg.Connection, partition_key: str) -> dict:
     if row is None:
         raise ValueError(f"no metric upload for partition {partition_key!r}")
     return row
-
-
-def set_status(conn: psycopg.Connection, upload_id: int, status: str, **fields) -> dict:
-    """Move an upload to ``status``; terminal states set finished_at, processing sets started_at once."""
-    assignments = ["status = %(status)s", "updated_at = now()"]
-    if status == "processing":
-        assignments.append("started_at = coalesce(started_at, now())")
-    if status in TERMINAL:
-        assignments.append("finished_at = now()")
-    else:
-        assignments.append("finished_at = NULL")
-    params = {"status": status, "upload_id": upload_id}
-    for name, value in fields.items():
-        if name not in ("error", "total_rows", "valid_rows", "invalid_rows", "promoted_rows", "unpromotable_rows",
-                        "dagster_run_id"):
-            raise ValueError(f"not an upload field: {name}")
-        assignments.append(f"{name} = %({name})s")
-        params[name] = value
-    if "error" not in fields and status != "failed":
-        assignments.append("error = NULL")
-    return conn.execute(
-        f"UPDATE data_uploads SET {', '.join(assignments)} WHERE upload_id = %(upload_id)s RETURNING *", params
-    ).fetchone()
-
-
-def merge_stats(conn: psycopg.Connection, upload_id: int, stats: dict) -> None:
-    conn.execute("UPDATE data_uploads SET stats = stats || %s, updated_at = now() WHERE upload_id = %s",
-                 (Jsonb(stats), upload_id))
 
 
 def pending_partitions(conn: psycopg.Connection) -> list[dict]:

@@ -4,19 +4,15 @@
 import dagster as dg
 
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.ledger import fail_unfinished_rows, fail_unstarted_partition
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.documents.runs import fail_unfinished_rows
 
 
 def finalize_ledger_for_run(db: Database, run: dg.DagsterRun, reason: str) -> list[int]:
     """Mark the run's rows (and its partition's never-started rows) failed with ``reason``."""
     with db.transaction() as conn:
-        failed = fail_unfinished_rows(conn, run.run_id, reason)
-        partition_key = run.tags.get("dagster/partition")
-        if partition_key:
-            failed += fail_unstarted_partition(conn, partition_key, reason)
-    return failed
+        return fail_unfinished_rows(conn, run.run_id, run.tags.get("dagster/partition"), reason)
 
 
 @dg.run_failure_sensor(

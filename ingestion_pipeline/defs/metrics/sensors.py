@@ -2,11 +2,12 @@
 
 import dagster as dg
 
+from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.ledger import METRIC_UPLOADS
 from ingestion_pipeline.defs.launching import plan_metric_runs
 from ingestion_pipeline.defs.metrics.assets import metric_upload_job
 from ingestion_pipeline.defs.resources import PostgresResource
-from ingestion_pipeline.metrics.uploads import set_status, upload_for_partition
 
 
 @dg.sensor(
@@ -21,15 +22,10 @@ def metric_upload_sensor(context: dg.SensorEvaluationContext, postgres: Postgres
 
 def finalize_upload_for_run(db: Database, run: dg.DagsterRun, reason: str) -> bool:
     """A run died before the upload reached a terminal state: it ends `failed` with the reason."""
-    partition_key = run.tags.get("dagster/partition")
-    if not partition_key:
-        return False
     with db.transaction() as conn:
-        upload = upload_for_partition(conn, partition_key)
-        if upload["status"] in ("completed", "partial", "failed"):
-            return False
-        set_status(conn, upload["upload_id"], "failed", error=reason)
-    return True
+        failed = ledger.fail_unfinished(conn, METRIC_UPLOADS, dagster_run_id=run.run_id,
+                                        partition_key=run.tags.get("dagster/partition"), reason=reason)
+    return bool(failed)
 
 
 @dg.run_failure_sensor(monitored_jobs=[metric_upload_job], default_status=dg.DefaultSensorStatus.RUNNING)
