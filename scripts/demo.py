@@ -61,7 +61,7 @@ def s3_demo(corpus: Path, tenant: str) -> None:
         ):
             if action:
                 action()
-            output = _quiet(["sync", "demo-s3", "--wait"])
+            output = _quiet(["sync", "demo-s3", "--wait", "--json"])
             report = json.loads(output.splitlines()[0])["sync"]
             print(f"   {step}: {report['new']} new, {report['changed']} changed, {report['unchanged']} unchanged, "
                   f"{report['skipped']} skipped, {report['deleted']} deleted")
@@ -80,9 +80,10 @@ def metrics_demo(workspace: str) -> None:
     folder = Path(tempfile.mkdtemp(prefix="demo-metrics-"))
     export = write_export(folder / "meta-export.csv", "meta", with_invalid_share(daily_rows(3, 4, 5, 7), 0.05))
     print(f"\n== Metrics: {export.name}, 420 daily rows (5 % invalid) for workspace '{workspace}' ==")
-    submitted = json.loads(_quiet(["metrics", "submit", str(export), "--workspace", workspace, "--platform", "meta"]))
+    submitted = json.loads(_quiet(["metrics", "submit", str(export), "--workspace", workspace, "--platform", "meta",
+                                   "--json"]))
     print(f"   submit: {submitted['status']}" + (f" ({submitted['reason']})" if submitted.get("reason") else ""))
-    for line in _quiet(["process"]).splitlines():
+    for line in _quiet(["process", "--json"]).splitlines():
         if '"metric_upload"' in line:
             upload = json.loads(line)["metric_upload"]
             print(f"   upload {upload['upload_id']}: {upload['status']}, {upload['promoted_rows']} rows promoted, "
@@ -110,14 +111,14 @@ def main() -> int:
     files = sorted((corpus / "documents").iterdir()) + sorted((corpus / "broken").iterdir())
     print(f"== Submitting {len(files)} files for tenant '{args.tenant}' (good and broken) ==")
     counts: dict[str, int] = {}
-    for line in _quiet(["submit", *map(str, files), "--tenant", args.tenant]).splitlines():
+    for line in _quiet(["submit", *map(str, files), "--tenant", args.tenant, "--json"]).splitlines():
         result = json.loads(line)
         counts[result["status"]] = counts.get(result["status"], 0) + 1
     print("   " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
 
     print("== Processing the queue (document_batch_job, one run per batch; the first file loads the model) ==")
     start = time.perf_counter()
-    output = _quiet(["process"])
+    output = _quiet(["process", "--json"])
     elapsed = time.perf_counter() - start
     for line in output.splitlines():
         if not line.startswith("{"):

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import argparse
 
-from ingestion_pipeline.cli.bootstrap import bootstrap
+from ingestion_pipeline.cli.output import add_json_flag, emit
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
-
     if args.db_command == "url":
+        from ingestion_pipeline.cli.bootstrap import bootstrap
+
         with bootstrap() as ctx:
-            print(ctx.url)
+            emit(args, [{"url": ctx.url}], lambda r: print(ctx.url))
     elif args.db_command == "stop":
-        print("stopped" if stop_embedded_postgres() else "not running")
+        from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
+
+        stopped = stop_embedded_postgres()
+        emit(args, [{"stopped": stopped}], lambda r: print("stopped" if stopped else "not running"))
     elif args.db_command == "migrate":
         from ingestion_pipeline.core.db import resolve_database_url
         from ingestion_pipeline.core.migrations import apply_migrations
 
         applied = apply_migrations(resolve_database_url())
-        print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+        emit(args, [{"applied": applied}],
+             lambda r: print("applied: " + (", ".join(applied) if applied else "nothing (up to date)")))
     return 0
 
 
@@ -28,4 +32,5 @@ def register(sub) -> None:
     """Add `db` to the top-level subparsers."""
     p = sub.add_parser("db", help="the application database")
     p.add_argument("db_command", choices=["url", "stop", "migrate"])
+    add_json_flag(p)
     p.set_defaults(func=cmd_db)

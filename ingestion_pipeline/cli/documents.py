@@ -7,25 +7,48 @@ from collections import Counter
 from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import Context, bootstrap
-from ingestion_pipeline.cli.output import print_json, print_rows
+from ingestion_pipeline.cli.output import add_json_flag, count_line, emit, print_rows, print_table, wants_json
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from ingestion_pipeline.documents.intake import REJECTED, submit_upload
 
     with bootstrap() as ctx:
-        rejected = 0
-        for name in args.files:
-            result = submit_upload(
+        results = [
+            submit_upload(
                 ctx.db, ctx.document_store, tenant_id=args.tenant, path=Path(name), fingerprint=ctx.fingerprint,
                 max_bytes=ctx.settings.upload.max_bytes, title=args.title,
-            )
-            rejected += result.status == REJECTED
-            print_json(result.as_dict())
-    return 1 if rejected and rejected == len(args.files) else 0
+            ).as_dict()
+            for name in args.files
+        ]
+
+    def render(records: list[dict]) -> None:
+        print_table(records, ["filename", "status", "run_id", "doc_id", "reason"])
+        print(f"{len(records)} file(s): {count_line([r['status'] for r in records])}")
+
+    emit(args, results, render)
+    rejected = sum(r["status"] == REJECTED for r in results)
+    return 1 if rejected and rejected == len(results) else 0
 
 
-def process_queued(ctx: Context) -> list[dict]:
+def _print_batch(records: list[dict]) -> None:
+    for record in records:
+        batch = record["batch"]
+        statuses = [f["status"] for f in record["files"]]
+        print(f"batch {batch['partition_key']} (Dagster run {batch['dagster_run_id'][:8]}"
+              f"{'' if batch['run_success'] else ', run failed'}): {len(statuses)} file(s), {count_line(statuses)}")
+        for f in record["files"]:
+            print(f"  {f['status']:<9} {f['file']:<45} {f['detail']}")
+
+
+def _print_upload(records: list[dict]) -> None:
+    for record in records:
+        u = record["metric_upload"]
+        print(f"metric upload {u['upload_id']} ({u['partition_key']}): {u['status']}, {u['promoted_rows'] or 0} rows "
+              f"promoted, {u['invalid_rows'] or 0} invalid" + (f": {u['error']}" if u["error"] else ""))
+
+
+def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     """Run everything queued now, in this process, through the jobs and the project's instance; print each run."""
     import dagster as dg
 
@@ -43,20 +66,21 @@ def process_queued(ctx: Context) -> list[dict]:
                 upload = upload_for_partition(conn, run.partition_key)
                 summary = {"partition_key": run.partition_key, "dagster_run_id": run.dagster_run_id,
                            "run_success": run.success, "upload_id": upload["upload_id"], "status": upload["status"]}
-                print_json({"metric_upload": {**summary, "total_rows": upload["total_rows"],
-                                              "valid_rows": upload["valid_rows"],
-                                              "invalid_rows": upload["invalid_rows"],
-                                              "promoted_rows": upload["promoted_rows"], "error": upload["error"]}})
+                record = {"metric_upload": {**summary, "total_rows": upload["total_rows"],
+                                            "valid_rows": upload["valid_rows"], "invalid_rows": upload["invalid_rows"],
+                                            "promoted_rows": upload["promoted_rows"], "error": upload["error"]}}
                 # A failed upload is an answer, not a crash of `process`: it is reported, with its reason.
                 summaries.append({**summary, "run_success": True})
+                emit(args, [record], _print_upload)
                 return
             files = batch_report(conn, run.partition_key)
         summary = {"partition_key": run.partition_key, "dagster_run_id": run.dagster_run_id,
                    "run_success": run.success, "files": len(files), **Counter(o.status for o in files)}
         summaries.append(summary)
-        print_json({"batch": summary, "files": [
+        record = {"batch": summary, "files": [
             {"run_id": o.run_id, "file": o.filename, "status": o.status, "detail": o.detail} for o in files
-        ]})
+        ]}
+        emit(args, [record], _print_batch)
 
     resources = {"postgres": PostgresResource(database_url=ctx.url), "embedder": ctx.embedder}
     run_queued_in_process(dg.DagsterInstance.get(), defs(), ctx.db, ctx.settings.batch, resources, on_run=report)
@@ -65,8 +89,8 @@ def process_queued(ctx: Context) -> list[dict]:
 
 def cmd_process(args: argparse.Namespace) -> int:
     with bootstrap() as ctx:
-        summaries = process_queued(ctx)
-    if not summaries:
+        summaries = process_queued(ctx, args)
+    if not summaries and not wants_json(args):
         print("nothing queued")
     return 0 if all(s["run_success"] for s in summaries) else 1
 
@@ -82,7 +106,7 @@ def cmd_documents(args: argparse.Namespace) -> int:
 
     with bootstrap() as ctx, ctx.db.connection() as conn:
         rows = list_documents(conn, args.tenant, include_inactive=args.all)
-    print_rows(rows, args.json, ["doc_id", "title", "filename", "version_number", "versions", "page_count",
+    print_rows(args, rows, ["doc_id", "title", "filename", "version_number", "versions", "page_count",
                                   "chunk_count", "token_count"])
     return 0
 
@@ -94,15 +118,14 @@ def cmd_search(args: argparse.Namespace) -> int:
         vector = ctx.embedder.embed([args.query])[0]
         with ctx.db.connection() as conn:
             hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k)
-    if args.json:
-        for h in hits:
-            print_json(h.as_dict())
-        return 0
-    if not hits:
-        print("no results")
-    for rank, h in enumerate(hits, start=1):
-        snippet = " ".join(h.text.split())[:300]
-        print(f"{rank}. [{h.score:.4f}] {h.citation()}\n   {snippet}\n")
+    def render(records: list[dict]) -> None:
+        if not records:
+            print("no results")
+        for rank, h in enumerate(hits, start=1):
+            snippet = " ".join(h.text.split())[:300]
+            print(f"{rank}. [{h.score:.4f}] {h.citation()}\n   {snippet}\n")
+
+    emit(args, [h.as_dict() for h in hits], render)
     return 0
 
 
@@ -114,26 +137,29 @@ def register(sub) -> None:
         p.add_argument("--tenant", required=True)
         p.add_argument("--title", help="title for the document(s); default: the file name")
 
-    p = sub.add_parser("submit", help="queue uploads; one JSON line per file")
+    p = sub.add_parser("submit", help="queue uploads (a table of what happened to each file)")
     add_files(p)
+    add_json_flag(p)
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("process", help="run everything queued, now, and wait")
+    add_json_flag(p)
     p.set_defaults(func=cmd_process)
 
     p = sub.add_parser("ingest", help="submit + process")
     add_files(p)
+    add_json_flag(p)
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("documents", help="a tenant's documents and their active versions")
     p.add_argument("--tenant", required=True)
     p.add_argument("--all", action="store_true", help="include documents with no active version")
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.set_defaults(func=cmd_documents)
 
     p = sub.add_parser("search", help="hybrid search over a tenant's active versions, with citations")
     p.add_argument("query")
     p.add_argument("--tenant", required=True)
     p.add_argument("-k", type=int, default=5)
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.set_defaults(func=cmd_search)

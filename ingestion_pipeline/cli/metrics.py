@@ -6,72 +6,76 @@ import argparse
 import sys
 from pathlib import Path
 
-from ingestion_pipeline.cli.bootstrap import bootstrap
-from ingestion_pipeline.cli.output import print_json, print_rows, print_table
+from ingestion_pipeline.cli.bootstrap import Context, bootstrap
+from ingestion_pipeline.cli.output import add_json_flag, emit, print_rows, print_table
+from ingestion_pipeline.metrics import uploads
 from ingestion_pipeline.metrics.formats import PLATFORMS
 
 
-def cmd_metrics(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.metrics import uploads
+def _print_submitted(records: list[dict]) -> None:
+    r = records[0]
+    if r["status"] == "pending":
+        print(f"upload {r['upload_id']}: pending (partition {r['partition_key']}, {r['size_bytes']:,} bytes)")
+    else:
+        print(f"{r['filename']}: {r['status']} ({r['reason']})")
 
-    with bootstrap() as ctx:
-        return _metrics(ctx, args, uploads)
+
+def _print_errors(records: list[dict]) -> None:
+    for r in records:
+        reasons = "; ".join(f"{e['field']}: {e['error']}" for e in r["validation_errors"])
+        print(f"row {r['row_index']} (line {r['line_number']}, {r['validation_status']}): {reasons}")
+    if not records:
+        print("(no invalid rows)")
 
 
-def _metrics(ctx, args: argparse.Namespace, uploads) -> int:
+def _submit(ctx: Context, args: argparse.Namespace) -> int:
     settings = ctx.settings.metrics
-    if args.metrics_command == "submit":
-        path = Path(args.file)
-        if not path.is_file():
-            raise ValueError(f"not a readable file: {path}")
-        if path.stat().st_size > settings.max_bytes:
-            print_json({"status": "rejected", "filename": path.name,
-                         "reason": f"file is {path.stat().st_size:,} bytes, over the {settings.max_bytes:,} limit"})
-            return 1
-        with path.open("rb") as stream:
-            result = uploads.submit_metric_file(
-                ctx.db, ctx.metric_store, workspace_id=args.workspace, platform=args.platform,
-                filename=path.name, stream=stream, max_bytes=settings.max_bytes, client_id=args.client,
-                force_partial=args.force_partial,
-                valid_threshold=args.threshold if args.threshold is not None else settings.valid_threshold,
-            )
-        print_json(result.as_dict())
-        return 1 if result.status == "rejected" else 0
-    with ctx.db.connection() as conn:
-        if args.metrics_command == "uploads":
-            rows = uploads.list_uploads(conn, workspace_id=args.workspace)
-            print_rows(rows, args.json, ["upload_id", "workspace_id", "platform", "filename", "status",
-                                          "total_rows", "valid_rows", "invalid_rows", "promoted_rows", "error"])
-        elif args.metrics_command == "errors":
-            if uploads.get_upload(conn, args.upload_id) is None:
-                print(f"no metric upload {args.upload_id}", file=sys.stderr)
-                return 1
-            rows = uploads.upload_errors(conn, args.upload_id)
-            if args.json:
-                for r in rows:
-                    print_json(r)
-            else:
-                for r in rows:
-                    reasons = "; ".join(f"{e['field']}: {e['error']}" for e in r["validation_errors"])
-                    print(f"row {r['row_index']} (line {r['line_number']}, {r['validation_status']}): {reasons}")
-                if not rows:
-                    print("(no invalid rows)")
+    path = Path(args.file)
+    if not path.is_file():
+        raise ValueError(f"not a readable file: {path}")
+    if path.stat().st_size > settings.max_bytes:
+        emit(args, [{"status": "rejected", "filename": path.name,
+                     "reason": f"file is {path.stat().st_size:,} bytes, over the {settings.max_bytes:,} limit"}],
+             _print_submitted)
+        return 1
+    with path.open("rb") as stream:
+        result = uploads.submit_metric_file(
+            ctx.db, ctx.metric_store, workspace_id=args.workspace, platform=args.platform,
+            filename=path.name, stream=stream, max_bytes=settings.max_bytes, client_id=args.client,
+            force_partial=args.force_partial,
+            valid_threshold=args.threshold if args.threshold is not None else settings.valid_threshold,
+        )
+    emit(args, [result.as_dict()], _print_submitted)
+    return 1 if result.status == "rejected" else 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    with bootstrap() as ctx:
+        if args.metrics_command == "submit":
+            return _submit(ctx, args)
+        with ctx.db.connection() as conn:
+            if args.metrics_command == "uploads":
+                rows = uploads.list_uploads(conn, workspace_id=args.workspace)
+                print_rows(args, rows, ["upload_id", "workspace_id", "platform", "filename", "status", "total_rows",
+                                        "valid_rows", "invalid_rows", "promoted_rows", "error"])
+            elif args.metrics_command == "errors":
+                if uploads.get_upload(conn, args.upload_id) is None:
+                    print(f"no metric upload {args.upload_id}", file=sys.stderr)
+                    return 1
+                emit(args, uploads.upload_errors(conn, args.upload_id), _print_errors)
     return 0
 
 
-def cmd_events(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.metrics.uploads import list_events
-
-    with bootstrap() as ctx, ctx.db.connection() as conn:
-        rows = list_events(conn, workspace_id=args.workspace)
-    if args.json:
-        for r in rows:
-            print_json(r)
-        return 0
-    for r in rows:
-        r["promoted_rows"] = r["payload"].get("promoted_rows")
-        r["dates"] = " .. ".join(d or "" for d in r["payload"].get("date_range", []))
+def _print_events(records: list[dict]) -> None:
+    rows = [{**r, "promoted_rows": r["payload"].get("promoted_rows"),
+             "dates": " .. ".join(d or "" for d in r["payload"].get("date_range", []))} for r in records]
     print_table(rows, ["event_id", "upload_id", "workspace_id", "event_type", "promoted_rows", "dates", "created_at"])
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    with bootstrap() as ctx, ctx.db.connection() as conn:
+        rows = uploads.list_events(conn, workspace_id=args.workspace)
+    emit(args, rows, _print_events)
     return 0
 
 
@@ -86,15 +90,16 @@ def register(sub) -> None:
     msubmit.add_argument("--client")
     msubmit.add_argument("--force-partial", action="store_true", help="promote the valid rows below the threshold")
     msubmit.add_argument("--threshold", type=float, help="valid-row ratio required (default 0.9)")
+    add_json_flag(msubmit)
     muploads = metrics_sub.add_parser("uploads", help="status, counts, errors")
     muploads.add_argument("--workspace")
-    muploads.add_argument("--json", action="store_true")
+    add_json_flag(muploads)
     merrors = metrics_sub.add_parser("errors", help="the invalid rows of an upload and why")
     merrors.add_argument("upload_id", type=int)
-    merrors.add_argument("--json", action="store_true")
+    add_json_flag(merrors)
     p.set_defaults(func=cmd_metrics)
 
     p = sub.add_parser("events", help="completion events (one per promoted metric upload)")
     p.add_argument("--workspace")
-    p.add_argument("--json", action="store_true")
+    add_json_flag(p)
     p.set_defaults(func=cmd_events)

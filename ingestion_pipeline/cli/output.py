@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+from collections import Counter
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -30,10 +33,31 @@ def print_table(rows: list[dict], columns: list[str]) -> None:
         print("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)))
 
 
-def print_rows(rows: list[dict], as_json: bool, columns: list[str]) -> None:
+def print_rows(args: argparse.Namespace, rows: list[dict], columns: list[str]) -> None:
     """One JSON object per line with --json, else an aligned table of ``columns``."""
-    if as_json:
-        for row in rows:
-            print_json(row)
+    emit(args, rows, lambda records: print_table(records, columns))
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """``--json``: one JSON object per line instead of text for people (every command has it)."""
+    # SUPPRESS: a subcommand's flag must not reset one given to its parent command (argparse quirk).
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print one JSON object per line")
+
+
+def wants_json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def emit(args: argparse.Namespace, records: list[dict], render: Callable[[list[dict]], None]) -> None:
+    """JSON lines with --json, else ``render(records)`` for people."""
+    if wants_json(args):
+        for record in records:
+            print_json(record)
     else:
-        print_table(rows, columns)
+        render(records)
+
+
+def count_line(statuses: list[str]) -> str:
+    """'3 queued, 1 rejected' in a stable order."""
+    return ", ".join(f"{n} {status}" for status, n in sorted(Counter(statuses).items())) or "nothing"

@@ -6,7 +6,7 @@ import argparse
 
 from ingestion_pipeline.cli.bootstrap import bootstrap
 from ingestion_pipeline.cli.documents import process_queued
-from ingestion_pipeline.cli.output import print_json, print_rows
+from ingestion_pipeline.cli.output import add_json_flag, emit, print_rows
 from ingestion_pipeline.metrics.formats import PLATFORMS
 
 
@@ -17,20 +17,34 @@ def cmd_source(args: argparse.Namespace) -> int:
         if args.source_command == "add":
             source = sources.add_source(conn, args.uri, tenant_id=args.tenant, name=args.name,
                                         endpoint_url=args.endpoint_url, kind=args.kind, platform=args.platform)
-            print_json({"added": source.name, "uri": source.uri, "tenant_id": source.tenant_id, "kind": source.kind,
-                         "endpoint_url": source.endpoint_url,
-                         **({"platform": source.platform} if source.platform else {})})
+            record = {"added": source.name, "uri": source.uri, "tenant_id": source.tenant_id, "kind": source.kind,
+                      "endpoint_url": source.endpoint_url, **({"platform": source.platform} if source.platform else {})}
+            emit(args, [record], lambda r: print(f"added source {source.name}: {source.uri} for tenant "
+                                                  f"{source.tenant_id} ({source.kind})"))
         elif args.source_command == "list":
             rows = sources.source_status(conn)
-            print_rows(rows, args.json, ["name", "tenant_id", "kind", "uri", "paused", "active_objects",
+            print_rows(args, rows, ["name", "tenant_id", "kind", "uri", "paused", "active_objects",
                                           "queued_objects", "skipped_objects", "failed_objects", "deleted_objects"])
         elif args.source_command in ("pause", "resume"):
             source = sources.set_paused(conn, args.name, args.source_command == "pause")
-            print_json({"source": source.name, "paused": source.paused})
+            emit(args, [{"source": source.name, "paused": source.paused}],
+                 lambda r: print(f"source {source.name} is {'paused' if source.paused else 'active'}"))
         elif args.source_command == "remove":
             sources.remove_source(conn, args.name)
-            print_json({"removed": args.name, "note": "documents already ingested stay as they are"})
+            emit(args, [{"removed": args.name, "note": "documents already ingested stay as they are"}],
+                 lambda r: print(f"removed source {args.name}; documents already ingested stay as they are"))
     return 0
+
+
+def _print_sync(records: list[dict]) -> None:
+    if not records:
+        print("no active sources")
+    for record in records:
+        r = record["sync"]
+        state = "busy (another sync holds the source)" if r["busy"] else (
+            "pass completed" if r["pass_completed"] else "pass continues on the next sync")
+        print(f"{r['source']}: listed {r['listed']}, new {r['new']}, changed {r['changed']}, unchanged "
+              f"{r['unchanged']}, skipped {r['skipped']}, deleted {r['deleted']} ({state})")
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
@@ -49,12 +63,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 raise ValueError(f"source {args.name!r} is paused; resume it first")
         reports = sync_active_sources(ctx.db, ctx.settings, S3Clients(S3Resource()), ctx.metric_store,
                                       names=[args.name] if args.name else None, max_pages=None)
-        for report in reports:
-            print_json({"sync": report.as_dict()})
-        if not reports:
-            print("no active sources")
+        emit(args, [{"sync": r.as_dict()} for r in reports], _print_sync)
         if args.wait:
-            summaries = process_queued(ctx)
+            summaries = process_queued(ctx, args)
             return 0 if all(s["run_success"] for s in summaries) else 1
     return 0
 
@@ -71,13 +82,16 @@ def register(sub) -> None:
     add.add_argument("--kind", choices=["documents", "metrics"], default="documents",
                      help="metrics: CSV/JSON objects become metric uploads (workspace = --tenant)")
     add.add_argument("--platform", choices=PLATFORMS, help="for --kind metrics")
-    lst = source_sub.add_parser("list")
-    lst.add_argument("--json", action="store_true")
+    add_json_flag(add)
+    add_json_flag(source_sub.add_parser("list"))
     for verb in ("pause", "resume", "remove"):
-        source_sub.add_parser(verb).add_argument("name")
+        action = source_sub.add_parser(verb)
+        action.add_argument("name")
+        add_json_flag(action)
     p.set_defaults(func=cmd_source)
 
     p = sub.add_parser("sync", help="one sync of the active S3 sources now, without the daemon")
     p.add_argument("name", nargs="?")
     p.add_argument("--wait", action="store_true", help="also process the batches it queued, and wait")
+    add_json_flag(p)
     p.set_defaults(func=cmd_sync)

@@ -42,10 +42,10 @@ def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, co
     broken = sorted((corpus_dir / "broken").iterdir())
     files = [str(p) for p in documents + broken]
 
-    submitted = json_lines(run_cli("submit", *files, "--tenant", "acme").stdout)
+    submitted = json_lines(run_cli("submit", *files, "--tenant", "acme", "--json").stdout)
     assert len(submitted) == len(files) and {s["status"] for s in submitted} == {"queued"}
 
-    processed = run_cli("process")
+    processed = run_cli("process", "--json")
     batches = [line["batch"] for line in json_lines(processed.stdout) if "batch" in line]
     assert batches and all(b["run_success"] for b in batches)
 
@@ -82,7 +82,7 @@ def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, co
     # Inspecting: ledger, documents and a search with citations.
     ledger_rows = json_lines(run_cli("runs", "--tenant", "acme", "--status", "failed", "--json").stdout)
     assert {r["config"]["filename"] for r in ledger_rows} == set(BROKEN_REASONS)
-    shown = json_lines(run_cli("runs", "show", str(runs["password.pdf"]["run_id"])).stdout)[0]
+    shown = json_lines(run_cli("runs", "show", str(runs["password.pdf"]["run_id"]), "--json").stdout)[0]
     assert shown["error"] == BROKEN_REASONS["password.pdf"]
     docs = json_lines(run_cli("documents", "--tenant", "acme", "--json").stdout)
     assert len(docs) == len(documents) + len(RECOVERED_PDFS)
@@ -92,7 +92,7 @@ def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, co
 
     # Second, unchanged run: every file is skipped at submit, nothing is embedded or promoted again.
     versions_before = table(db, "SELECT count(*) AS n FROM document_versions")[0]["n"]
-    again = json_lines(run_cli("submit", *[str(p) for p in documents], "--tenant", "acme").stdout)
+    again = json_lines(run_cli("submit", *[str(p) for p in documents], "--tenant", "acme", "--json").stdout)
     assert {a["status"] for a in again} == {"skipped"}
     assert "nothing queued" in run_cli("process").stdout
     assert table(db, "SELECT count(*) AS n FROM document_versions")[0]["n"] == versions_before
@@ -103,7 +103,7 @@ def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, co
     for path in documents:
         client.upload_file(str(path), name, f"corpus/{path.name}")
     run_cli("source", "add", f"s3://{name}/corpus/", "--tenant", "acme", "--name", "corpus", "--endpoint-url", s3_env)
-    report = json_lines(run_cli("sync", "corpus", "--wait").stdout)[0]["sync"]
+    report = json_lines(run_cli("sync", "corpus", "--wait", "--json").stdout)[0]["sync"]
     assert report["new"] == len(documents) and report["pass_completed"]
     s3_runs = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 's3_sync'")
     assert len(s3_runs) == len(documents)
@@ -116,7 +116,7 @@ def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, co
 def test_cli_reports_bad_input_clearly(database_url, project_dagster_home, tmp_path):
     exe = tmp_path / "x.exe"
     exe.write_bytes(b"MZ")
-    result = run_cli("submit", str(exe), "--tenant", "acme", check=False)
+    result = run_cli("submit", str(exe), "--tenant", "acme", "--json", check=False)
     assert result.returncode == 1
     [line] = json_lines(result.stdout)
     assert line["status"] == "rejected" and "not allowed" in line["reason"]

@@ -10,16 +10,17 @@ def test_metrics_submit_process_uploads_errors_events(database_url, project_dags
     bad = tmp_path / "google.json"
     bad.write_text('[{"Ad ID": "1", "Day": "2024-03-01"},\n{"Ad ID": "2", "Da')
     [submitted] = json_lines(run_cli("metrics", "submit", str(good), "--workspace", "acme", "--platform", "meta",
-                                     "--client", "c-1").stdout)
+                                     "--client", "c-1", "--json").stdout)
     assert submitted["status"] == "pending"
     run_cli("metrics", "submit", str(bad), "--workspace", "acme", "--platform", "google")
-    [dup] = json_lines(run_cli("metrics", "submit", str(good), "--workspace", "acme", "--platform", "meta").stdout)
+    [dup] = json_lines(run_cli("metrics", "submit", str(good), "--workspace", "acme", "--platform", "meta",
+                               "--json").stdout)
     assert dup["status"] == "duplicate" and dup["duplicate_of"] == submitted["upload_id"]
     rejected = run_cli("metrics", "submit", str(tmp_path / "meta.csv"), "--workspace", "acme", "--platform",
                        "myspace", check=False)
     assert rejected.returncode == 2 and "invalid choice: 'myspace'" in rejected.stderr
 
-    processed = json_lines(run_cli("process").stdout)
+    processed = json_lines(run_cli("process", "--json").stdout)
     outcomes = {p["metric_upload"]["upload_id"]: p["metric_upload"] for p in processed if "metric_upload" in p}
     assert outcomes[submitted["upload_id"]]["status"] == "completed"
     failed = next(o for o in outcomes.values() if o["upload_id"] != submitted["upload_id"])
@@ -47,10 +48,10 @@ def test_metrics_s3_source(database_url, project_dagster_home, db, tmp_path, buc
     assert missing_platform.returncode == 2 and "needs --platform" in missing_platform.stderr
     run_cli("source", "add", f"s3://{name}/exports/", "--tenant", "acme", "--name", "tiktok-exports", "--kind",
             "metrics", "--platform", "tiktok", "--endpoint-url", s3_env)
-    report = json_lines(run_cli("sync", "tiktok-exports", "--wait").stdout)[0]["sync"]
+    report = json_lines(run_cli("sync", "tiktok-exports", "--wait", "--json").stdout)[0]["sync"]
     assert (report["new"], report["skipped"]) == (1, 1)
     [upload] = table(db, "SELECT * FROM data_uploads")
     assert (upload["status"], upload["platform"], upload["source_key"]) == ("completed", "tiktok", "exports/day1.jsonl")
     assert table(db, "SELECT count(*) AS n FROM daily_metrics")[0]["n"] == 12
-    again = json_lines(run_cli("sync", "tiktok-exports", "--wait").stdout)[0]["sync"]
+    again = json_lines(run_cli("sync", "tiktok-exports", "--wait", "--json").stdout)[0]["sync"]
     assert again["unchanged"] == 2 and len(table(db, "SELECT * FROM data_uploads")) == 1
