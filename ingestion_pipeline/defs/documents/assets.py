@@ -1,10 +1,11 @@
-"""The document assets on `document_batches`: each reads its batch, calls lib/, returns metadata.
+"""The document assets on `document_batches`: each reads its batch, calls documents/, returns metadata.
 
 raw_documents -> document_elements -> document_chunks -> chunk_embeddings -> promoted_documents
 """
 
 
 from collections import Counter
+from collections.abc import Callable
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
@@ -18,7 +19,7 @@ from ingestion_pipeline.defs.resources import (
 )
 from ingestion_pipeline.documents import integrity
 from ingestion_pipeline.documents.embedding import Embedder
-from ingestion_pipeline.documents.pipeline import FileOutcome, batch_report
+from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report
 
 GROUP = "documents"
 
@@ -59,74 +60,53 @@ def _log_failures(context: dg.AssetExecutionContext, outcomes: list[FileOutcome]
             context.log.warning(f"{o.filename} (ledger run {o.run_id}) failed: {o.detail}")
 
 
-@dg.asset(partitions_def=document_batches, group_name=GROUP, kinds={"postgres", "s3"})
-def raw_documents(
-    context: dg.AssetExecutionContext,
-    postgres: PostgresResource,
-    upload_store: UploadStoreResource,
-    embedder: dg.ResourceParam[Embedder],
-    document_pipeline: DocumentPipelineResource,
-    s3: S3Resource,
-) -> dg.MaterializeResult:
-    """The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current."""
-    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, s3)
-    outcomes = pipeline.claim_batch(context.partition_key, context.run.run_id)
-    _log_failures(context, outcomes)
-    return _result(outcomes)
+def _sum(outcomes: list[FileOutcome], key: str) -> int:
+    return sum(o.stats.get(key, 0) for o in outcomes)
 
 
-@dg.asset(partitions_def=document_batches, group_name=GROUP, deps=[raw_documents], kinds={"postgres"})
-def document_elements(
-    context: dg.AssetExecutionContext,
-    postgres: PostgresResource,
-    upload_store: UploadStoreResource,
-    embedder: dg.ResourceParam[Embedder],
-    document_pipeline: DocumentPipelineResource,
-) -> dg.MaterializeResult:
-    """Titles, paragraphs, list items and tables with page numbers and section paths (staging)."""
-    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline)
-    outcomes = pipeline.extract_batch(context.partition_key, context.run.run_id)
-    _log_failures(context, outcomes)
-    return _result(outcomes, elements=sum(o.stats.get("elements", 0) for o in outcomes))
+StepWork = Callable[[DocumentPipeline, str, str], list[FileOutcome]]
 
 
-@dg.asset(partitions_def=document_batches, group_name=GROUP, deps=[document_elements], kinds={"postgres"})
-def document_chunks(
-    context: dg.AssetExecutionContext,
-    postgres: PostgresResource,
-    upload_store: UploadStoreResource,
-    embedder: dg.ResourceParam[Embedder],
-    document_pipeline: DocumentPipelineResource,
-) -> dg.MaterializeResult:
-    """Structure-aware chunks within the embedding model's token budget (staging)."""
-    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline)
-    outcomes = pipeline.chunk_batch(context.partition_key, context.run.run_id)
-    _log_failures(context, outcomes)
-    return _result(
-        outcomes,
-        chunks=sum(o.stats.get("chunks", 0) for o in outcomes),
-        tokens=sum(o.stats.get("tokens", 0) for o in outcomes),
-    )
+def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds: set[str],
+               totals: tuple[str, ...] = ()) -> dg.AssetsDefinition:
+    """A step that works the batch file by file: it calls ``work`` and reports every file's outcome."""
+
+    @dg.asset(name=name, description=description, partitions_def=document_batches, group_name=GROUP, deps=deps,
+              kinds=kinds)
+    def step(
+        context: dg.AssetExecutionContext,
+        postgres: PostgresResource,
+        upload_store: UploadStoreResource,
+        embedder: dg.ResourceParam[Embedder],
+        document_pipeline: DocumentPipelineResource,
+        s3: S3Resource,
+    ) -> dg.MaterializeResult:
+        pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, s3)
+        outcomes = work(pipeline, context.partition_key, context.run.run_id)
+        _log_failures(context, outcomes)
+        return _result(outcomes, **{key: _sum(outcomes, key) for key in totals})
+
+    return step
 
 
-@dg.asset(partitions_def=document_batches, group_name=GROUP, deps=[document_chunks], kinds={"pgvector"})
-def chunk_embeddings(
-    context: dg.AssetExecutionContext,
-    postgres: PostgresResource,
-    upload_store: UploadStoreResource,
-    embedder: dg.ResourceParam[Embedder],
-    document_pipeline: DocumentPipelineResource,
-) -> dg.MaterializeResult:
-    """One vector per chunk; unchanged chunk text under the same model reuses its stored vector."""
-    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline)
-    outcomes = pipeline.embed_batch(context.partition_key, context.run.run_id)
-    _log_failures(context, outcomes)
-    return _result(
-        outcomes,
-        embedded=sum(o.stats.get("embedded", 0) for o in outcomes),
-        embeddings_reused=sum(o.stats.get("embeddings_reused", 0) for o in outcomes),
-        model_ms=sum(o.stats.get("model_ms", 0) for o in outcomes),
-    )
+raw_documents = _file_step(
+    "raw_documents",
+    "The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current.",
+    DocumentPipeline.claim_batch, deps=[], kinds={"postgres", "s3"},
+)
+document_elements = _file_step(
+    "document_elements", "Titles, paragraphs, list items and tables with page numbers and section paths (staging).",
+    DocumentPipeline.extract_batch, deps=[raw_documents], kinds={"postgres"}, totals=("elements",),
+)
+document_chunks = _file_step(
+    "document_chunks", "Structure-aware chunks within the embedding model's token budget (staging).",
+    DocumentPipeline.chunk_batch, deps=[document_elements], kinds={"postgres"}, totals=("chunks", "tokens"),
+)
+chunk_embeddings = _file_step(
+    "chunk_embeddings", "One vector per chunk; unchanged chunk text under the same model reuses its stored vector.",
+    DocumentPipeline.embed_batch, deps=[document_chunks], kinds={"pgvector"},
+    totals=("embedded", "embeddings_reused", "model_ms"),
+)
 
 
 @dg.asset(
