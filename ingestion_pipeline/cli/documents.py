@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
+import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import Context, bootstrap
@@ -83,13 +88,39 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
         emit(args, [record], _print_batch)
 
     resources = {"postgres": PostgresResource(database_url=ctx.url), "embedder": ctx.embedder}
-    run_queued_in_process(dg.DagsterInstance.get(), defs(), ctx.db, ctx.settings.batch, resources, on_run=report)
+    with interruptible() as interrupted:
+        run_queued_in_process(dg.DagsterInstance.get(), defs(), ctx.db, ctx.settings, resources, on_run=report,
+                              interrupted=interrupted.is_set)
     return summaries
 
 
+@contextmanager
+def interruptible() -> Iterator[threading.Event]:
+    """Ctrl-C and SIGTERM interrupt the run in progress (once); the event tells that it happened."""
+    interrupted = threading.Event()
+
+    def on_signal(signum, _frame) -> None:
+        if not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield interrupted
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def cmd_process(args: argparse.Namespace) -> int:
-    with bootstrap() as ctx:
-        summaries = process_queued(ctx, args)
+    from ingestion_pipeline.defs.launching import Interrupted
+
+    try:
+        with bootstrap() as ctx:
+            summaries = process_queued(ctx, args)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        print(f"interrupted: {exc}", file=sys.stderr)
+        return 130
     if not summaries and not wants_json(args):
         print("nothing queued")
     return 0 if all(s["run_success"] for s in summaries) else 1

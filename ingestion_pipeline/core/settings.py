@@ -33,6 +33,27 @@ def _int_env(name: str, default: int) -> int:
         raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
 
 
+def _float_env(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def _floats_env(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
+    """A comma-separated list of seconds, e.g. INGESTION_RETRY_BACKOFF=5,10,30 (empty: no retries)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return tuple(float(part) for part in raw.split(",") if part.strip())
+    except ValueError as exc:
+        raise ValueError(f"{name} must be comma-separated seconds like 5,10,30, got {raw!r}") from exc
+
+
 @dataclass(frozen=True)
 class UploadSettings:
     upload_dir: Path
@@ -78,6 +99,38 @@ class MetricsSettings:
 
 
 @dataclass(frozen=True)
+class ReliabilitySettings:
+    """Leases, retries and retention (README: Failure and recovery)."""
+
+    lease_seconds: float = 900.0  # a claim expires without a heartbeat for this long
+    retry_backoff_seconds: tuple[float, ...] = (5.0, 10.0, 30.0)  # waits before attempts 2, 3, 4
+    relaunch_queued_after_seconds: float = 3600.0  # a queued row with no live run is relaunched
+    failed_ttl_days: float = 7.0  # raw bytes of failed / dead-lettered / canceled work are kept this long
+    orphan_ttl_hours: float = 24.0  # stored files no ledger row refers to
+
+    @property
+    def max_attempts(self) -> int:
+        return len(self.retry_backoff_seconds) + 1
+
+    def backoff_after(self, attempts_used: int) -> float | None:
+        """Seconds to wait before the next attempt, or None when the attempts are spent."""
+        if attempts_used < 1 or attempts_used > len(self.retry_backoff_seconds):
+            return None
+        return self.retry_backoff_seconds[attempts_used - 1]
+
+
+@dataclass(frozen=True)
+class ExtractionLimits:
+    """Per-file bounds: a file over one fails with the reason; the rest of its batch goes on."""
+
+    timeout_seconds: float = 300.0
+    memory_mb: int = 3072  # address space of the extraction worker process
+    max_text_chars: int = 20_000_000  # HTML, Markdown, text after decoding
+    max_member_bytes: int = 200 * 1024 * 1024  # one uncompressed part of a DOCX (zip)
+    max_compression_ratio: float = 100.0  # uncompressed / compressed, for parts over 1 MiB
+
+
+@dataclass(frozen=True)
 class Settings:
     upload: UploadSettings
     batch: BatchSettings = field(default_factory=BatchSettings)
@@ -85,6 +138,8 @@ class Settings:
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     s3: S3SyncSettings = field(default_factory=S3SyncSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    reliability: ReliabilitySettings = field(default_factory=ReliabilitySettings)
+    limits: ExtractionLimits = field(default_factory=ExtractionLimits)
 
 
 def load_settings() -> Settings:
@@ -114,5 +169,19 @@ def load_settings() -> Settings:
         s3=S3SyncSettings(
             page_size=min(1000, _int_env("INGESTION_S3_PAGE_SIZE", 1000)),
             pages_per_tick=_int_env("INGESTION_S3_PAGES_PER_TICK", 5),
+        ),
+        reliability=ReliabilitySettings(
+            lease_seconds=_float_env("INGESTION_LEASE_SECONDS", 900.0),
+            retry_backoff_seconds=_floats_env("INGESTION_RETRY_BACKOFF", (5.0, 10.0, 30.0)),
+            relaunch_queued_after_seconds=_float_env("INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS", 3600.0),
+            failed_ttl_days=_float_env("INGESTION_FAILED_TTL_DAYS", 7.0),
+            orphan_ttl_hours=_float_env("INGESTION_ORPHAN_TTL_HOURS", 24.0),
+        ),
+        limits=ExtractionLimits(
+            timeout_seconds=_float_env("INGESTION_EXTRACTION_TIMEOUT_SECONDS", 300.0),
+            memory_mb=_int_env("INGESTION_EXTRACTION_MEMORY_MB", 3072),
+            max_text_chars=_int_env("INGESTION_MAX_TEXT_CHARS", 20_000_000),
+            max_member_bytes=_int_env("INGESTION_MAX_ZIP_MEMBER_BYTES", 200 * 1024 * 1024),
+            max_compression_ratio=_float_env("INGESTION_MAX_COMPRESSION_RATIO", 100.0),
         ),
     )

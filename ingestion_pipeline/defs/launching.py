@@ -3,29 +3,43 @@
 ``plan_document_runs`` assigns queued ledger rows to batch partitions and describes one run per batch;
 ``plan_metric_runs`` one run per pending metric upload. Each plan carries the run requests (partition
 key, run key, tags) and the dynamic partitions to add. The sensors return a plan as their
-``SensorResult``; ``run_plan_in_process`` executes the same requests in this process, through the
+``SensorResult``; ``run_queued_in_process`` executes the same requests in this process, through the
 same jobs and the project's instance, so `process` runs show in the UI exactly like sensor runs.
 """
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import dagster as dg
 
+from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.settings import BatchSettings
-from ingestion_pipeline.defs.partitions import BATCH_TAG, SOURCE_TAG, WORKSPACE_TAG, document_batches, metric_uploads
+from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS
+from ingestion_pipeline.core.settings import BatchSettings, Settings
+from ingestion_pipeline.defs.partitions import (
+    BATCH_TAG,
+    LAUNCH_GEN_TAG,
+    LAUNCHED_BY_TAG,
+    SOURCE_TAG,
+    WORKSPACE_TAG,
+    document_batches,
+    metric_uploads,
+)
 from ingestion_pipeline.documents.batching import (
     assign_queued_to_batches,
+    due_batches,
+    next_due_at,
     partition_sources,
-    partitions_with_queued_rows,
 )
 from ingestion_pipeline.metrics.uploads import pending_partitions
 
 DOCUMENT_JOB = "document_batch_job"
 METRIC_JOB = "metric_upload_job"
+MAX_RETRIES_TAG = "dagster/max_retries"
 
 
 @dataclass(frozen=True)
@@ -47,54 +61,39 @@ def _unknown(instance: dg.DagsterInstance, partitions_def: dg.DynamicPartitionsD
     return [k for k in keys if k not in known]
 
 
+def run_key(partition_key: str, launch_gen: int) -> str:
+    """The partition key for a first launch; ``<key>:r<gen>`` for a relaunch (a retry, the janitor,
+    a replay). A repeated tick computes the same key, so Dagster launches it once."""
+    return partition_key if not launch_gen else f"{partition_key}:r{launch_gen}"
+
+
 def plan_document_runs(
     instance: dg.DagsterInstance, db: Database, limits: BatchSettings, run_type: str | None = None
 ) -> RunPlan:
-    """Assign queued rows (of ``run_type``, or all) to batches; one run per batch with queued work.
-
-    run_key = partition key: a repeated tick (or a batch whose run is still queued) launches nothing twice.
-    """
+    """Assign queued rows (of ``run_type``, or all) to batches; one run per batch with work due now."""
     with db.connection() as conn:
         assign_queued_to_batches(conn, limits, run_type=run_type)
-        keys = partitions_with_queued_rows(conn, run_type=run_type)
+        due = due_batches(conn, run_type=run_type)
+        keys = [b["partition_key"] for b in due]
         sources = partition_sources(conn, keys)
     requests = [
-        dg.RunRequest(run_key=key, partition_key=key,
-                      tags={BATCH_TAG: key, **({SOURCE_TAG: sources[key]} if key in sources else {})})
-        for key in keys
+        dg.RunRequest(run_key=run_key(b["partition_key"], b["launch_gen"]), partition_key=b["partition_key"],
+                      tags={BATCH_TAG: b["partition_key"], LAUNCH_GEN_TAG: str(b["launch_gen"]),
+                            **({SOURCE_TAG: sources[b["partition_key"]]} if b["partition_key"] in sources else {})})
+        for b in due
     ]
     return RunPlan(DOCUMENT_JOB, requests, document_batches, _unknown(instance, document_batches, keys))
 
 
 def plan_metric_runs(instance: dg.DagsterInstance, db: Database) -> RunPlan:
-    """One run per pending metric upload (run_key = partition key)."""
+    """One run per metric upload due now."""
     with db.connection() as conn:
         pending = pending_partitions(conn)
-    requests = [dg.RunRequest(run_key=p["partition_key"], partition_key=p["partition_key"],
-                              tags={WORKSPACE_TAG: p["workspace_id"]}) for p in pending]
+    requests = [dg.RunRequest(run_key=run_key(p["partition_key"], p["launch_gen"]), partition_key=p["partition_key"],
+                              tags={WORKSPACE_TAG: p["workspace_id"], LAUNCH_GEN_TAG: str(p["launch_gen"])})
+                for p in pending]
     keys = [p["partition_key"] for p in pending]
     return RunPlan(METRIC_JOB, requests, metric_uploads, _unknown(instance, metric_uploads, keys))
-
-
-def run_plan_in_process(
-    instance: dg.DagsterInstance, definitions: dg.Definitions, plan: RunPlan, resources: Mapping[str, object],
-    *, skip: set[str], log_level: str = "WARNING",
-) -> list[tuple[dg.RunRequest, dg.ExecuteInProcessResult]]:
-    """Execute the plan's runs one after the other in this process (partition keys in ``skip`` are not run)."""
-    if plan.new_partition_keys:
-        instance.add_dynamic_partitions(plan.partitions_def.name, plan.new_partition_keys)
-    job = definitions.resolve_job_def(plan.job_name)
-    results = []
-    for request in plan.run_requests:
-        if request.partition_key in skip:
-            continue
-        skip.add(request.partition_key)
-        result = job.execute_in_process(
-            instance=instance, partition_key=request.partition_key, tags=request.tags, resources=resources,
-            raise_on_error=False, run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-        )
-        results.append((request, result))
-    return results
 
 
 @dataclass(frozen=True)
@@ -107,38 +106,69 @@ class ProcessedRun:
     success: bool
 
 
+class Interrupted(Exception):
+    """`process` was interrupted (Ctrl-C, SIGTERM); the claims of its run were released."""
+
+
 def run_queued_in_process(
-    instance: dg.DagsterInstance, definitions: dg.Definitions, db: Database, limits: BatchSettings,
+    instance: dg.DagsterInstance, definitions: dg.Definitions, db: Database, settings: Settings,
     resources: Mapping[str, object], on_run: Callable[[ProcessedRun], None] | None = None,
+    interrupted: Callable[[], bool] = lambda: False, log_level: str = "WARNING",
 ) -> list[ProcessedRun]:
-    """Run every pending metric upload and every queued batch now, in this process, until none is left.
+    """Run everything due now in this process, through the jobs and the project's instance, until nothing
+    is left; wait for retries that fall due within the longest backoff.
 
-    A run that fails has its unfinished ledger rows (or its upload) finalised exactly as the run-status
-    sensors would, since no daemon may be watching.
+    The janitor runs first (work a dead worker left behind is handed back). Runs are tagged as
+    launched by `process`, so Dagster does not retry them (no daemon may be watching) and they never
+    replay failed files; a failed run's unfinished work is finalised here as the run-status sensor
+    would. If ``interrupted()`` turns true, the current run's claims go back to the queue and
+    ``Interrupted`` is raised.
     """
-    from ingestion_pipeline.defs.ledger.run_status_sensors import finalize_ledger_for_run
-    from ingestion_pipeline.defs.metrics.sensors import finalize_upload_for_run
+    from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run
+    from ingestion_pipeline.defs.ledger.janitor import run_janitor
 
+    policy = settings.reliability
+    run_janitor(instance, db, policy)
     processed: list[ProcessedRun] = []
-    done: set[str] = set()
+    launched: set[str] = set()  # run keys: a relaunch (new launch generation) runs again
     while True:
-        ran = 0
-        for plan in (plan_metric_runs(instance, db), plan_document_runs(instance, db, limits)):
-            for request, result in run_plan_in_process(instance, definitions, plan, resources, skip=done):
-                ran += 1
+        ran = False
+        for plan in (plan_metric_runs(instance, db), plan_document_runs(instance, db, settings.batch)):
+            if plan.new_partition_keys:
+                instance.add_dynamic_partitions(plan.partitions_def.name, plan.new_partition_keys)
+            job = definitions.resolve_job_def(plan.job_name)
+            for request in plan.run_requests:
+                if request.run_key in launched:
+                    continue
+                launched.add(request.run_key)
+                run_id = str(uuid.uuid4())  # known before the run starts: its claims are ours to release
+                result = job.execute_in_process(
+                    instance=instance, partition_key=request.partition_key, run_id=run_id, resources=resources,
+                    tags={**request.tags, LAUNCHED_BY_TAG: "process", MAX_RETRIES_TAG: "0"},
+                    raise_on_error=False, run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+                )
+                if interrupted():
+                    with db.transaction() as conn:
+                        for t in (DOCUMENT_RUNS, METRIC_UPLOADS):
+                            ledger.release(conn, t, owner=run_id, reason="`process` was interrupted")
+                    raise Interrupted(f"interrupted during run {run_id}; its claims are back in the queue")
+                ran = True
                 if not result.success:
-                    run = instance.get_run_by_id(result.run_id)
-                    if plan.job_name == METRIC_JOB:
-                        finalize_upload_for_run(db, run, f"Dagster run {result.run_id} failed")
-                    else:
-                        finalize_ledger_for_run(db, run, f"Dagster run {result.run_id} failed before this file "
-                                                         "finished")
-                outcome = ProcessedRun(plan.job_name, request.partition_key, result.run_id, result.success)
+                    finalize_failed_run(instance, db, instance.get_run_by_id(run_id),
+                                        f"Dagster run {run_id} failed before this work finished", policy)
+                outcome = ProcessedRun(plan.job_name, request.partition_key, run_id, result.success)
                 processed.append(outcome)
                 if on_run is not None:
                     on_run(outcome)
-        if not ran:
+        if ran:
+            continue
+        with db.connection() as conn:
+            due_at = next_due_at(conn)
+        wait = (due_at.timestamp() - time.time()) if due_at is not None else None
+        longest = max(policy.retry_backoff_seconds, default=0.0)
+        if wait is None or wait > longest + 1:
             return processed
+        time.sleep(max(0.0, wait) + 0.05)
 
 
 @dg.definitions

@@ -15,6 +15,11 @@ metric_uploads = dg.DynamicPartitionsDefinition(name=METRIC_UPLOADS)
 BATCH_TAG = "ingestion/batch"
 SOURCE_TAG = "ingestion/source"
 WORKSPACE_TAG = "ingestion/workspace"  # at most 3 uploads of one workspace at once
+# The launch generation a run was planned for (core/ledger.py: launch_gen); a failed run's finalisation
+# only counts an attempt for rows it was launched for.
+LAUNCH_GEN_TAG = "ingestion/launch_gen"
+# Who launched a run outside the sensors (`process`); such runs never replay failed files.
+LAUNCHED_BY_TAG = "ingestion/launched_by"
 
 
 @dg.definitions

@@ -17,6 +17,8 @@ from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 from ingestion_pipeline.core.db import Database, resolve_database_url
+from ingestion_pipeline.core.leases import LeaseKeeper
+from ingestion_pipeline.core.ledger import Worker
 from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.core.settings import Settings, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
@@ -44,6 +46,36 @@ class PostgresResource(dg.ConfigurableResource):
         if self._db is None:
             raise RuntimeError("PostgresResource is used outside a Dagster run or tick")
         return self._db
+
+
+class HeartbeatResource(dg.ConfigurableResource):
+    """Keeps a run's claims alive: while the run works, a thread extends the lease of every ledger row
+    the run owns and records that its worker is alive (core/leases.py). The owner is the root run, so
+    a re-execution continues what its parent claimed."""
+
+    database_url: str | None = Field(default=None, description="Defaults to DATABASE_URL or the embedded server")
+    lease_seconds: float | None = Field(default=None, description="Defaults to INGESTION_LEASE_SECONDS (900)")
+    _worker: Worker | None = PrivateAttr(default=None)
+
+    @contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[HeartbeatResource]:
+        run = context.run
+        if run is None:  # not in a run (a sensor): nothing to keep alive
+            yield self
+            return
+        url = self.database_url or resolve_database_url()
+        apply_migrations(url)
+        owner = run.root_run_id or run.run_id
+        lease = self.lease_seconds or load_settings().reliability.lease_seconds
+        self._worker = Worker(owner=owner, dagster_run_id=run.run_id, lease_seconds=lease)
+        with LeaseKeeper(url, dagster_run_id=run.run_id, owner=owner, lease_seconds=lease):
+            yield self
+
+    @property
+    def worker(self) -> Worker:
+        if self._worker is None:
+            raise RuntimeError("HeartbeatResource is used outside a Dagster run")
+        return self._worker
 
 
 class UploadStoreResource(dg.ConfigurableResource):
@@ -127,11 +159,12 @@ class S3Clients:
 
 def build_document_pipeline(
     postgres: PostgresResource, uploads: UploadStoreResource, embedder: Embedder,
-    settings: DocumentPipelineResource, s3: S3Resource | None = None,
+    settings: DocumentPipelineResource, s3: S3Resource | None = None, heartbeat: HeartbeatResource | None = None,
 ) -> DocumentPipeline:
     """The pipeline of one step, wired from the run's resources."""
     return DocumentPipeline(postgres.db, uploads.documents(), embedder, settings.settings(),
-                            S3Clients(s3) if s3 is not None else None)
+                            S3Clients(s3) if s3 is not None else None,
+                            worker=heartbeat.worker if heartbeat is not None else None)
 
 
 def default_resources() -> dict:
@@ -141,6 +174,7 @@ def default_resources() -> dict:
         "embedder": EmbedderResource(),
         "document_pipeline": DocumentPipelineResource(),
         "s3": S3Resource(),
+        "heartbeat": HeartbeatResource(),
     }
 
 

@@ -68,7 +68,9 @@ def assign_queued_to_batches(
         rows = conn.execute(
             """SELECT r.run_id, r.tenant_id, r.size_bytes, r.source_id, s.name AS source_name
                  FROM ingestion_runs r LEFT JOIN ingestion_sources s ON s.source_id = r.source_id
-                WHERE r.status = 'queued' AND r.partition_key IS NULL
+                 JOIN tenants t ON t.tenant_id = r.tenant_id
+                WHERE r.status = 'queued' AND r.partition_key IS NULL AND NOT t.paused
+                  AND NOT coalesce(s.paused, false)
                   AND (%(run_type)s::text IS NULL OR r.run_type = %(run_type)s)
                 ORDER BY r.tenant_id, r.source_id NULLS FIRST, r.run_id
                 LIMIT %(limit)s""",
@@ -87,16 +89,42 @@ def assign_queued_to_batches(
     return batches
 
 
-def partitions_with_queued_rows(conn: psycopg.Connection, run_type: str | None = None) -> list[str]:
-    """Batches that still have work waiting (new ones, and ones whose run never started)."""
-    rows = conn.execute(
-        """SELECT partition_key, min(run_id) AS first_run FROM ingestion_runs
-            WHERE status = 'queued' AND partition_key IS NOT NULL
-              AND (%(run_type)s::text IS NULL OR run_type = %(run_type)s)
-            GROUP BY partition_key ORDER BY first_run""",
+def due_batches(conn: psycopg.Connection, run_type: str | None = None) -> list[dict]:
+    """Batches with work due now: {partition_key, launch_gen}, oldest first.
+
+    Rows waiting for a retry (``next_attempt_at`` in the future) and rows of a paused tenant or source
+    are not due. ``launch_gen`` (the highest of the batch's due rows) goes up whenever a row needs a new
+    run, so the run key of a relaunch differs from the run that came before.
+    """
+    return conn.execute(
+        """SELECT r.partition_key, max(r.launch_gen) AS launch_gen, min(r.run_id) AS first_run
+             FROM ingestion_runs r
+             JOIN tenants t ON t.tenant_id = r.tenant_id
+             LEFT JOIN ingestion_sources s ON s.source_id = r.source_id
+            WHERE r.status = 'queued' AND r.partition_key IS NOT NULL AND r.next_attempt_at <= now()
+              AND NOT t.paused AND NOT coalesce(s.paused, false)
+              AND (%(run_type)s::text IS NULL OR r.run_type = %(run_type)s)
+            GROUP BY r.partition_key ORDER BY first_run""",
         {"run_type": run_type},
     ).fetchall()
-    return [r["partition_key"] for r in rows]
+
+
+def partitions_with_queued_rows(conn: psycopg.Connection, run_type: str | None = None) -> list[str]:
+    """Batches that still have work waiting now (new ones, relaunched ones, retries that are due)."""
+    return [r["partition_key"] for r in due_batches(conn, run_type)]
+
+
+def next_due_at(conn: psycopg.Connection):
+    """When the earliest queued row or pending upload that is waiting for a retry becomes due (or None)."""
+    return conn.execute(
+        """SELECT min(next_attempt_at) AS at FROM (
+               SELECT r.next_attempt_at FROM ingestion_runs r JOIN tenants t ON t.tenant_id = r.tenant_id
+                 LEFT JOIN ingestion_sources s ON s.source_id = r.source_id
+                WHERE r.status = 'queued' AND NOT t.paused AND NOT coalesce(s.paused, false)
+               UNION ALL
+               SELECT u.next_attempt_at FROM data_uploads u LEFT JOIN tenants t ON t.tenant_id = u.workspace_id
+                WHERE u.status = 'pending' AND NOT coalesce(t.paused, false)) due"""
+    ).fetchone()["at"]
 
 
 def partition_sources(conn: psycopg.Connection, partition_keys: list[str]) -> dict[str, str]:

@@ -1,8 +1,11 @@
 """The document pipeline's steps over one batch (partition), as plain functions the assets call.
 
-Each step works file by file: a failure marks only that file's ledger row failed (with a reason a
-person can act on) and the step goes on with the others. State between steps lives in the staging
-tables, so a retried step resumes instead of starting over, and each step ends with a heartbeat.
+Each step works file by file on the rows its worker holds (``core.ledger``): every write first holds
+the row, so a worker that lost a file (lease taken over, canceled, paused) stops touching it. A file
+that fails is failed (permanent), retried later with backoff (transient: S3 throttling, a worker out
+of memory …) or dead-lettered, and the step goes on with the others; an error of the database itself
+is the step's, and the step is retried. State between steps lives in the staging tables, so any
+retry — Dagster's re-execution, a relaunch, a replay — resumes instead of starting over.
 """
 
 from __future__ import annotations
@@ -14,8 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.failpoints import failpoint
+from ingestion_pipeline.core.failures import FailureInfo, classify
 from ingestion_pipeline.core.hashing import file_sha256
+from ingestion_pipeline.core.ledger import LeaseLost, Worker
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents import runs, staging
@@ -30,43 +37,49 @@ _log = logging.getLogger("ingestion_pipeline.documents")
 
 # endpoint URL (None: the default) -> a boto3 S3 client
 S3ClientFor = Callable[[str | None], Any]
+# (path, extension) -> ExtractedDocument; the default runs in a bounded worker process (extraction/isolation)
+Extractor = Callable[[Path, str], Any]
 
-# Errors whose message is already what a person needs; anything else is prefixed with its type.
-_EXPECTED_ERRORS = (ExtractionError, PromotionError)
+# Errors of the database itself: not a file's fault, so the step (not the file) is retried.
+_STEP_ERRORS = ("db_unavailable", "db_conflict")
+
+# outcome statuses besides the ledger's: the step is done and more follow; the file was handed back
+STEP_DONE, RETRY, LOST, RELEASED, SKIPPED = "running", "retry", "lost", "released", "skipped"
 
 
 @dataclass
 class FileOutcome:
     run_id: int
     filename: str
-    status: str  # running (step done, more to come) | succeeded | skipped | failed
+    status: str  # running (step done, more to come) | succeeded | skipped | failed | retry | dead_letter | lost …
     detail: str = ""
     stats: dict = field(default_factory=dict)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, _EXPECTED_ERRORS):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _ms(start: float) -> int:
     return int((time.perf_counter() - start) * 1000)
 
 
+def _filename(row: dict) -> str:
+    return (row.get("config") or {}).get("filename") or row["source_uri"]
+
+
 class DocumentPipeline:
-    """The steps of one batch, with what they need handed in: database, raw store, embedder, S3."""
+    """The steps of one batch, with what they need handed in: database, raw store, embedder, S3, and
+    the worker (owner, Dagster run, lease) on whose behalf it claims and writes."""
 
     def __init__(
         self, db: Database, store: LocalUploadStore, embedder: Embedder, settings: Settings,
-        s3_client_for: S3ClientFor | None = None,
+        s3_client_for: S3ClientFor | None = None, *, worker: Worker | None = None, extractor: Extractor | None = None,
     ) -> None:
         self.db = db
         self.store = store
         self.embedder = embedder
         self.settings = settings
         self.model = embedder.info
+        self.worker = worker
         self._s3_client_for = s3_client_for
+        self._extract = extractor or extract
         if self.model.dimension != 384:
             raise ValueError(
                 f"embedding model has dimension {self.model.dimension}, the schema stores vector(384); "
@@ -78,76 +91,134 @@ class DocumentPipeline:
     def fingerprint(self) -> str:
         return pipeline_fingerprint(self.model, self.settings.chunk.target_tokens, self.settings.chunk.max_tokens)
 
-    def _for_each(
-        self, partition_key: str, dagster_run_id: str, work: Callable[[dict], FileOutcome | None]
-    ) -> list[FileOutcome]:
-        outcomes: list[FileOutcome] = []
+    @property
+    def owner(self) -> str:
+        if self.worker is None:
+            raise RuntimeError("this pipeline has no worker: it can only be used to read")
+        return self.worker.owner
+
+    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome]) -> list[FileOutcome]:
+        """Run ``work`` on every file of the partition this worker holds; one file's failure is its own."""
+        outcomes = self._release_paused(partition_key)
         with self.db.connection() as conn:
-            rows = runs.active_rows(conn, partition_key, dagster_run_id)
+            rows = runs.held_rows(conn, partition_key, self.owner)
         for row in rows:
-            filename = (row["config"] or {}).get("filename", row["source_uri"])
             try:
-                outcome = work(row)
-            except Exception as exc:  # one bad file never fails the batch
-                reason = _describe(exc)
-                _log.warning("file %s (run %s) failed: %s", filename, row["run_id"], reason)
-                with self.db.transaction() as conn:
-                    runs.mark_failed(conn, row["run_id"], reason, dagster_run_id=dagster_run_id)
-                outcome = FileOutcome(row["run_id"], filename, runs.FAILED, reason)
-            if outcome is not None:
-                outcomes.append(outcome)
+                outcomes.append(work(row))
+            except LeaseLost as exc:
+                _log.warning("file %s (run %s): %s", _filename(row), row["run_id"], exc)
+                outcomes.append(FileOutcome(row["run_id"], _filename(row), LOST, str(exc)))
+            except Exception as exc:
+                failure = classify(exc)
+                if failure.code in _STEP_ERRORS:
+                    raise  # the database, not the file: the step is retried, the file stays held
+                outcomes.append(self._fail(row, failure))
         return outcomes
 
-    # -- step 1: raw_documents ----------------------------------------------------------------------
-    def claim_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
-        """Claim the batch's rows, fetch S3 objects, verify each stored file, skip what is already current."""
+    def _fail(self, row: dict, failure: FailureInfo) -> FileOutcome:
+        _log.warning("file %s (run %s) failed: %s: %s", _filename(row), row["run_id"], failure.code, failure.message)
+        try:
+            with self.db.transaction() as conn:
+                failed = runs.mark_failed(conn, row["run_id"], self.owner, failure, self.settings.reliability)
+        except LeaseLost as exc:
+            return FileOutcome(row["run_id"], _filename(row), LOST, str(exc))
+        if failed["status"] == runs.QUEUED:
+            detail = f"retry at {failed['next_attempt_at']:%H:%M:%S} ({failure.code}): {failure.message}"
+            return FileOutcome(row["run_id"], _filename(row), RETRY, detail)
+        return FileOutcome(row["run_id"], _filename(row), failed["status"], failure.message)
+
+    def _release_paused(self, partition_key: str) -> list[FileOutcome]:
+        """At a step boundary, files of a paused tenant or source go back to the queue (staging kept)."""
         with self.db.transaction() as conn:
-            rows = runs.claim_partition(conn, partition_key, dagster_run_id)
-        already = [
-            FileOutcome(r["run_id"], (r["config"] or {}).get("filename", ""), runs.SUCCEEDED, "already done")
-            for r in rows if r["status"] == runs.SUCCEEDED
-        ]
-        return already + self._for_each(partition_key, dagster_run_id, self._verify_raw)
+            paused = conn.execute(
+                """SELECT r.run_id FROM ingestion_runs r
+                     JOIN tenants t ON t.tenant_id = r.tenant_id
+                     LEFT JOIN ingestion_sources s ON s.source_id = r.source_id
+                    WHERE r.partition_key = %s AND r.owner = %s AND r.status = 'running'
+                      AND (t.paused OR coalesce(s.paused, false))""",
+                (partition_key, self.owner),
+            ).fetchall()
+            if not paused:
+                return []
+            released = ledger.release(conn, ledger.DOCUMENT_RUNS, owner=self.owner, reason="paused",
+                                      event="paused", item_ids=[r["run_id"] for r in paused])
+        return [FileOutcome(r["run_id"], _filename(r), RELEASED, "paused: back in the queue") for r in released]
+
+    # -- step 1: raw_documents ----------------------------------------------------------------------
+    def claim_batch(self, partition_key: str, *, replay_finished: bool = False) -> list[FileOutcome]:
+        """Claim the batch's files, fetch S3 objects, verify each stored file, skip what is already current.
+
+        ``replay_finished``: a person re-materialised the batch, so failed and dead-lettered files are
+        tried again too (automatic runs leave them to ``retry``).
+        """
+        assert self.worker is not None
+        with self.db.transaction() as conn:
+            claimed = {r["run_id"] for r in runs.claim(conn, self.worker, partition_key,
+                                                       replay_finished=replay_finished)}
+            others = [r for r in runs.partition_rows(conn, partition_key) if r["run_id"] not in claimed]
+        return [self._not_claimed(r) for r in others] + self._for_each(partition_key, self._verify_raw)
+
+    def _not_claimed(self, row: dict) -> FileOutcome:
+        """Why a file of the batch is not this run's to work on."""
+        status = row["status"]
+        if status == runs.SUCCEEDED:
+            detail = "already done"
+        elif status == runs.RUNNING:
+            detail = f"held by run {row['owner']} (lease until {row['lease_expires_at']:%H:%M:%S})"
+        elif status == runs.QUEUED:
+            detail = f"waiting: next attempt at {row['next_attempt_at']:%H:%M:%S}"
+            with self.db.connection() as conn:
+                paused = conn.execute(
+                    """SELECT t.paused OR coalesce(s.paused, false) AS paused FROM tenants t
+                         LEFT JOIN ingestion_sources s ON s.source_id = %s WHERE t.tenant_id = %s""",
+                    (row["source_id"], row["tenant_id"]),
+                ).fetchone()
+            if paused and paused["paused"]:
+                detail = "paused"
+        elif status == runs.CANCELED:
+            detail = f"canceled by {row['canceled_by']}"
+        else:
+            detail = row["error"] or status
+        return FileOutcome(row["run_id"], _filename(row), status, detail)
 
     def _verify_raw(self, row: dict) -> FileOutcome:
         start = time.perf_counter()
-        filename = (row["config"] or {}).get("filename", "")
         if row.get("source_id") is not None and not (row["raw_path"] and Path(row["raw_path"]).is_file()):
             row = self._fetch_s3_object(row)
         raw = Path(row["raw_path"] or "")
         if not raw.is_file():
-            raise ExtractionError(f"stored upload is missing ({raw}); submit the file again")
+            raise ExtractionError(f"stored upload is missing ({raw}); submit the file again", code="raw_missing")
         if file_sha256(raw) != row["content_hash"]:
-            raise ExtractionError("stored upload does not match its SHA-256 (corrupted in storage); submit again")
+            raise ExtractionError("stored upload does not match its SHA-256 (corrupted in storage); submit again",
+                                  code="raw_checksum_mismatch")
         with self.db.transaction() as conn:
+            runs.hold(conn, row["run_id"], self.owner)
             current = conn.execute(
                 """SELECT version_id FROM document_versions
                     WHERE tenant_id = %s AND doc_id = %s AND is_active AND content_hash = %s
                       AND pipeline_fingerprint = %s""",
                 (row["tenant_id"], row["doc_id"], row["content_hash"], self.fingerprint),
             ).fetchone()
-            if current is not None:
-                runs.mark_succeeded(conn, row["run_id"], {"skipped": "already the active version",
-                                                            "version_id": current["version_id"]})
-                if row.get("source_id") is not None:  # new ETag, same bytes: the object is current
-                    conn.execute(
-                        """UPDATE source_objects SET status = 'active', updated_at = now()
-                            WHERE source_id = %s AND key = %s AND last_run_id = %s""",
-                        (row["source_id"], row["source_key"], row["run_id"]),
-                    )
-                staging.discard(conn, row["run_id"])
-                outcome = FileOutcome(row["run_id"], filename, "skipped", "already the active version")
-            else:
+            if current is None:
                 staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
-                runs.heartbeat(conn, row["run_id"], {"timings_ms": {"verify": _ms(start)}})
-                return FileOutcome(row["run_id"], filename, runs.RUNNING, "verified")
+                runs.heartbeat(conn, row["run_id"], self.owner, {"timings_ms": {"verify": _ms(start)}})
+                return FileOutcome(row["run_id"], _filename(row), STEP_DONE, "verified")
+            runs.mark_succeeded(conn, row["run_id"], self.owner,
+                                {"skipped": "already the active version", "version_id": current["version_id"]})
+            if row.get("source_id") is not None:  # new ETag, same bytes: the object is current
+                conn.execute(
+                    """UPDATE source_objects SET status = 'active', updated_at = now()
+                        WHERE source_id = %s AND key = %s AND last_run_id = %s""",
+                    (row["source_id"], row["source_key"], row["run_id"]),
+                )
+            staging.discard(conn, row["run_id"])
         self._release_raw(row)
-        return outcome
+        return FileOutcome(row["run_id"], _filename(row), SKIPPED, "already the active version")
 
     def _fetch_s3_object(self, row: dict) -> dict:
         """Stream the listed object version into the raw store, hashing on the way; record hash and size."""
         if self._s3_client_for is None:
-            raise ExtractionError("no S3 connection configured for this run")
+            raise ExtractionError("no S3 connection configured for this run", code="s3_not_configured")
         with self.db.connection() as conn:
             source = conn.execute(
                 "SELECT bucket, endpoint_url FROM ingestion_sources WHERE source_id = %s", (row["source_id"],)
@@ -159,126 +230,126 @@ class DocumentPipeline:
         except Exception as exc:  # botocore ClientError carries the S3 error code
             code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
             if code in ("NoSuchKey", "404"):
-                raise ExtractionError(f"{location} no longer exists (deleted after it was listed)") from exc
+                raise ExtractionError(f"{location} no longer exists (deleted after it was listed)",
+                                      code="s3_object_deleted") from exc
             if code in ("PreconditionFailed", "412"):
                 raise ExtractionError(
-                    f"{location} changed after it was listed (ETag {row['source_etag']}); the next sync queues it"
+                    f"{location} changed after it was listed (ETag {row['source_etag']}); the next sync queues it",
+                    code="s3_precondition_failed", suggestion="nothing to do: the next sync queues the new version",
                 ) from exc
-            raise ExtractionError(f"cannot read {location}: {exc}") from exc
+            raise  # classified: throttling, 5xx and timeouts are retried with backoff
         body = response["Body"]
         try:
             stored = self.store.put(row["tenant_id"], body, max_bytes=self.settings.upload.max_bytes)
         finally:
             body.close()
         with self.db.transaction() as conn:
-            return conn.execute(
-                """UPDATE ingestion_runs
-                      SET raw_path = %s, content_hash = %s, size_bytes = %s,
-                          config = config || jsonb_build_object('sha256', %s::text, 'size_bytes', %s::bigint),
-                          updated_at = now()
-                    WHERE run_id = %s RETURNING *""",
-                (str(stored.path), stored.sha256, stored.size, stored.sha256, stored.size, row["run_id"]),
-            ).fetchone()
+            return runs.record_fetched_object(conn, row["run_id"], self.owner, raw_path=str(stored.path),
+                                              sha256=stored.sha256, size=stored.size)
 
     # -- step 2: document_elements ------------------------------------------------------------------
-    def extract_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, dagster_run_id, self._extract_one)
+    def extract_batch(self, partition_key: str) -> list[FileOutcome]:
+        return self._for_each(partition_key, self._extract_one)
 
     def _extract_one(self, row: dict) -> FileOutcome:
         config = row["config"] or {}
-        filename = config.get("filename", "")
         with self.db.connection() as conn:
             state = staging.staging_state(conn, row["run_id"])
         if state is not None and state["elements_done"]:
-            return FileOutcome(row["run_id"], filename, runs.RUNNING, "elements already staged")
+            return FileOutcome(row["run_id"], _filename(row), STEP_DONE, "elements already staged")
         start = time.perf_counter()
-        document = extract(Path(row["raw_path"]), config.get("extension") or Path(filename).suffix)
+        failpoint("extract.file")
+        document = self._extract(Path(row["raw_path"]), config.get("extension") or Path(_filename(row)).suffix)
         elapsed = _ms(start)
         stats = {"elements": len(document.elements), "pages": document.page_count, "notes": document.notes}
         with self.db.transaction() as conn:
+            runs.hold(conn, row["run_id"], self.owner)
             staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
             staging.write_elements(conn, row["run_id"], document.elements, document.page_count, stats)
-            runs.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, extract=elapsed)})
-        return FileOutcome(row["run_id"], filename, runs.RUNNING, f"{len(document.elements)} elements", stats)
+            runs.heartbeat(conn, row["run_id"], self.owner, {**stats, "timings_ms": _timings(row, extract=elapsed)})
+        return FileOutcome(row["run_id"], _filename(row), STEP_DONE, f"{len(document.elements)} elements", stats)
 
     # -- step 3: document_chunks ----------------------------------------------------------------------
-    def chunk_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, dagster_run_id, self._chunk_one)
+    def chunk_batch(self, partition_key: str) -> list[FileOutcome]:
+        return self._for_each(partition_key, self._chunk_one)
 
     def _chunk_one(self, row: dict) -> FileOutcome:
-        filename = (row["config"] or {}).get("filename", "")
         with self.db.connection() as conn:
             state = staging.staging_state(conn, row["run_id"])
             if state is None or not state["elements_done"]:
-                raise ExtractionError("extraction did not complete for this file")
+                raise ExtractionError("extraction did not complete for this file", code="step_out_of_order")
             if state["chunks_done"]:
-                return FileOutcome(row["run_id"], filename, runs.RUNNING, "chunks already staged")
+                return FileOutcome(row["run_id"], _filename(row), STEP_DONE, "chunks already staged")
             elements = staging.read_elements(conn, row["run_id"])
         start = time.perf_counter()
-        target, hard_max = effective_budgets(
-            self.settings.chunk.target_tokens, self.settings.chunk.max_tokens, self.embedder.token_counter
-        )
-        chunks = chunk_elements(elements, self.embedder.token_counter, target=target, hard_max=hard_max)
+        counter = self.embedder.token_counter
+        target, hard_max = effective_budgets(self.settings.chunk.target_tokens, self.settings.chunk.max_tokens,
+                                             counter)
+        chunks = chunk_elements(elements, counter, target=target, hard_max=hard_max)
         if not chunks:
-            raise ExtractionError("the file produced no text chunks")
+            raise ExtractionError("the file produced no text chunks", code="no_chunks")
         elapsed = _ms(start)
-        stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks), "max_chunk_tokens":
-                 max(c.token_count for c in chunks)}
+        stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
+                 "max_chunk_tokens": max(c.token_count for c in chunks)}
         with self.db.transaction() as conn:
+            runs.hold(conn, row["run_id"], self.owner)
             staging.write_chunks(conn, row["run_id"], chunks, stats)
-            runs.heartbeat(conn, row["run_id"], {**stats, "timings_ms": _timings(row, chunk=elapsed)})
-        return FileOutcome(row["run_id"], filename, runs.RUNNING, f"{len(chunks)} chunks", stats)
+            runs.heartbeat(conn, row["run_id"], self.owner, {**stats, "timings_ms": _timings(row, chunk=elapsed)})
+        return FileOutcome(row["run_id"], _filename(row), STEP_DONE, f"{len(chunks)} chunks", stats)
 
     # -- step 4: chunk_embeddings ----------------------------------------------------------------------
-    def embed_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, dagster_run_id, self._embed_one)
+    def embed_batch(self, partition_key: str) -> list[FileOutcome]:
+        return self._for_each(partition_key, self._embed_one)
 
     def _embed_one(self, row: dict) -> FileOutcome:
-        filename = (row["config"] or {}).get("filename", "")
         run_id = row["run_id"]
         with self.db.connection() as conn:
             state = staging.staging_state(conn, run_id)
             if state is None or not state["chunks_done"]:
-                raise ExtractionError("chunking did not complete for this file")
+                raise ExtractionError("chunking did not complete for this file", code="step_out_of_order")
+        with self.db.transaction() as conn:
+            runs.hold(conn, run_id, self.owner)
             reused = staging.reuse_stored_embeddings(conn, run_id, row["tenant_id"], self.model.name)
         start = time.perf_counter()
-        embedded = 0
-        model_ms = 0
-        batch = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
+        embedded = model_ms = 0
+        unit = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
         while True:
+            with self.db.connection() as conn:
+                pending = staging.chunks_missing_embeddings(conn, run_id, unit)
+            if not pending:
+                break
+            model_start = time.perf_counter()
+            vectors = self.embedder.embed([p["text"] for p in pending])  # outside any transaction
+            model_ms += _ms(model_start)
             with self.db.transaction() as conn:
-                pending = staging.chunks_missing_embeddings(conn, run_id, batch)
-                if not pending:
-                    break
-                model_start = time.perf_counter()
-                vectors = self.embedder.embed([p["text"] for p in pending])
-                model_ms += _ms(model_start)
+                runs.hold(conn, run_id, self.owner)
                 staging.write_embeddings(conn, run_id, [p["ordinal"] for p in pending], vectors)
-                runs.heartbeat(conn, run_id)
+                runs.heartbeat(conn, run_id, self.owner)
             embedded += len(pending)
+            failpoint("embed.unit")  # one unit committed, the next not yet
         stats = {"embedded": embedded, "embeddings_reused": reused, "model_ms": model_ms}
         with self.db.transaction() as conn:
+            runs.hold(conn, run_id, self.owner)
             staging.mark_embeddings_done(conn, run_id, stats)
-            runs.heartbeat(conn, run_id, {**stats, "timings_ms": _timings(row, embed=_ms(start))})
-        return FileOutcome(run_id, filename, runs.RUNNING, f"{embedded} embedded, {reused} reused", stats)
+            runs.heartbeat(conn, run_id, self.owner, {**stats, "timings_ms": _timings(row, embed=_ms(start))})
+        return FileOutcome(run_id, _filename(row), STEP_DONE, f"{embedded} embedded, {reused} reused", stats)
 
     # -- step 5: promoted_documents ----------------------------------------------------------------------
-    def promote_batch(self, partition_key: str, dagster_run_id: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, dagster_run_id, self._promote_one)
+    def promote_batch(self, partition_key: str) -> list[FileOutcome]:
+        return self._for_each(partition_key, self._promote_one)
 
     def _promote_one(self, row: dict) -> FileOutcome:
-        filename = (row["config"] or {}).get("filename", "")
         with self.db.transaction() as conn:
             state = staging.staging_state(conn, row["run_id"])
             if state is None or not state["embeddings_done"]:
-                raise PromotionError("embedding did not complete for this file")
+                raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
             version = promote_document_version(
-                conn, row, fingerprint=self.fingerprint, model=self.model.name,
+                conn, row, owner=self.owner, fingerprint=self.fingerprint, model=self.model.name,
                 timings_ms=dict((row["stats"] or {}).get("timings_ms") or {}),
             )
         self._release_raw(row)
         return FileOutcome(
-            row["run_id"], filename, runs.SUCCEEDED,
+            row["run_id"], _filename(row), runs.SUCCEEDED,
             f"version {version.version_number}: {version.chunk_count} chunks",
             {"version_id": version.version_id, "chunks": version.chunk_count, "tokens": version.token_count},
         )
@@ -298,23 +369,26 @@ class DocumentPipeline:
 
 
 def batch_report(conn, partition_key: str) -> list[FileOutcome]:
-    """Every file of the batch with its final ledger outcome."""
+    """Every file of the batch with its ledger outcome."""
     outcomes = []
     for r in runs.partition_rows(conn, partition_key):
         stats = r["stats"] or {}
-        if r["status"] == runs.FAILED:
+        if r["status"] in (runs.FAILED, runs.DEAD_LETTER):
             detail = r["error"] or ""
+        elif r["status"] == runs.CANCELED:
+            detail = f"canceled by {r['canceled_by']}"
+        elif r["status"] == runs.QUEUED and r["error"]:
+            detail = f"retry at {r['next_attempt_at']:%H:%M:%S} ({r['error_code']}): {r['error']}"
         elif stats.get("skipped"):
             detail = f"skipped: {stats['skipped']}"
         elif r["status"] == runs.SUCCEEDED:
             detail = f"version {stats.get('version_number')}: {stats.get('chunks')} chunks"
         else:
             detail = r["status"]
-        outcomes.append(FileOutcome(r["run_id"], (r["config"] or {}).get("filename", ""), r["status"], detail, stats))
+        outcomes.append(FileOutcome(r["run_id"], _filename(r), r["status"], detail, stats))
     return outcomes
 
 
 def _timings(row: dict, **new: int) -> dict:
     """Merge a step's milliseconds into what the ledger row already holds."""
     return {**((row.get("stats") or {}).get("timings_ms") or {}), **new}
-

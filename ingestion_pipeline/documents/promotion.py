@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import psycopg
 
+from ingestion_pipeline.core.failpoints import failpoint
+from ingestion_pipeline.core.failures import CodedError
 from ingestion_pipeline.documents import runs
 from ingestion_pipeline.documents.staging import discard
 
@@ -19,8 +21,11 @@ from ingestion_pipeline.documents.staging import discard
 FTS_CONFIG = "english"
 
 
-class PromotionError(Exception):
-    pass
+class PromotionError(CodedError):
+    """The staged work cannot become a version (the message says why)."""
+
+    def __init__(self, message: str, *, code: str = "promotion_failed") -> None:
+        super().__init__(code, message)
 
 
 @dataclass(frozen=True)
@@ -33,14 +38,15 @@ class PromotedVersion:
 
 
 def promote_document_version(
-    conn: psycopg.Connection, run: dict, *, fingerprint: str, model: str, timings_ms: dict[str, int]
+    conn: psycopg.Connection, run: dict, *, owner: str, fingerprint: str, model: str, timings_ms: dict[str, int]
 ) -> PromotedVersion:
-    """Promote the staged chunks of ledger row ``run``. The caller commits (or rolls back).
+    """Promote the staged chunks of ledger row ``run``, held by ``owner``. The caller commits (or rolls back).
 
     ``timings_ms`` (the earlier steps) is completed with this step's duration on the ledger row.
     """
     started = time.perf_counter()
     tenant_id, doc_id, run_id = run["tenant_id"], run["doc_id"], run["run_id"]
+    runs.hold(conn, run_id, owner)  # first: a run that lost this file promotes nothing
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"doc:{doc_id}",))
     totals = conn.execute(
         """SELECT count(*) AS chunks, coalesce(sum(token_count), 0) AS tokens,
@@ -49,9 +55,9 @@ def promote_document_version(
         (run_id,),
     ).fetchone()
     if totals["chunks"] == 0:
-        raise PromotionError("no chunks were produced; nothing to promote")
+        raise PromotionError("no chunks were produced; nothing to promote", code="no_chunks")
     if totals["unembedded"]:
-        raise PromotionError(f"{totals['unembedded']} chunk(s) have no embedding")
+        raise PromotionError(f"{totals['unembedded']} chunk(s) have no embedding", code="embeddings_missing")
     page_count = conn.execute(
         "SELECT page_count FROM staging_documents WHERE run_id = %s", (run_id,)
     ).fetchone()["page_count"]
@@ -62,7 +68,8 @@ def promote_document_version(
             (run["source_id"], run["source_key"]),
         ).fetchone()
         if listed is not None and listed["status"] == "deleted":
-            raise PromotionError("the object was deleted from the bucket while this version was processed")
+            raise PromotionError("the object was deleted from the bucket while this version was processed",
+                                 code="s3_object_deleted")
     previous = conn.execute(
         """UPDATE document_versions SET is_active = false, deactivated_at = now()
             WHERE tenant_id = %s AND doc_id = %s AND is_active RETURNING version_id""",
@@ -118,9 +125,11 @@ def promote_document_version(
     runs.mark_succeeded(
         conn,
         run_id,
+        owner,
         {"timings_ms": timings_ms, "chunks": totals["chunks"], "tokens": int(totals["tokens"]),
          "version_id": version_id, "version_number": version["version_number"]},
     )
     discard(conn, run_id)
+    failpoint("promote.transaction")  # everything written, nothing committed
     return PromotedVersion(version_id, version["version_number"], totals["chunks"], int(totals["tokens"]),
                            previous["version_id"] if previous else None)

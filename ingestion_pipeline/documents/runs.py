@@ -1,23 +1,29 @@
 """The document ledger (``ingestion_runs``): one row per file per submission.
 
-The transitions are the shared mechanism of ``core.ledger`` (queued -> running -> succeeded | failed);
-this module adds what is particular to documents: creating a row for a file, reading a batch's rows,
-mirroring a failure onto the S3 object it came from, and one JSON log line per finished file.
+The transitions are the shared mechanism of ``core.ledger`` (claims with owners and leases,
+retries, dead letters, cancel); this module adds what is particular to documents: creating a row for
+a file, reading a batch's rows, mirroring an outcome onto the S3 object the file came from, and one
+JSON log line per finished file (``"event": "file_finished"``) or retry (``"file_retry_scheduled"``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core import ledger
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS
+from ingestion_pipeline.core.failures import FailureInfo
+from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, Worker
+from ingestion_pipeline.core.settings import ReliabilitySettings
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
+DEAD_LETTER, CANCELED = "dead_letter", "canceled"
+STATUSES = (QUEUED, RUNNING, SUCCEEDED, FAILED, DEAD_LETTER, CANCELED)
 _log = logging.getLogger("ingestion_pipeline.ledger")
 
 
@@ -43,21 +49,16 @@ def create_queued_run(
     return row["run_id"]
 
 
-def claim_partition(conn: psycopg.Connection, partition_key: str, dagster_run_id: str) -> list[dict]:
-    """Mark the partition's unfinished rows running under this Dagster run; return every row of it.
-
-    Succeeded rows are returned too (untouched): re-materialising a batch skips them.
-    """
-    ledger.claim(conn, DOCUMENT_RUNS, partition_key=partition_key, dagster_run_id=dagster_run_id)
-    return partition_rows(conn, partition_key)
+def claim(conn: psycopg.Connection, worker: Worker, partition_key: str, *, replay_finished: bool) -> list[dict]:
+    return ledger.claim(conn, DOCUMENT_RUNS, worker, partition_key=partition_key, replay_finished=replay_finished)
 
 
-def active_rows(conn: psycopg.Connection, partition_key: str, dagster_run_id: str) -> list[dict]:
-    """Rows of the partition this run is still working on (not failed, not finished)."""
+def held_rows(conn: psycopg.Connection, partition_key: str, owner: str) -> list[dict]:
+    """Rows of the partition this owner is still working on."""
     return conn.execute(
-        """SELECT * FROM ingestion_runs
-            WHERE partition_key = %s AND status = 'running' AND dagster_run_id = %s ORDER BY run_id""",
-        (partition_key, dagster_run_id),
+        """SELECT * FROM ingestion_runs WHERE partition_key = %s AND status = 'running' AND owner = %s
+            ORDER BY run_id""",
+        (partition_key, owner),
     ).fetchall()
 
 
@@ -67,46 +68,58 @@ def partition_rows(conn: psycopg.Connection, partition_key: str) -> list[dict]:
     ).fetchall()
 
 
-def heartbeat(conn: psycopg.Connection, run_id: int, stats: dict[str, Any] | None = None) -> None:
-    ledger.heartbeat(conn, DOCUMENT_RUNS, run_id, stats)
+def hold(conn: psycopg.Connection, run_id: int, owner: str) -> dict:
+    return ledger.hold(conn, DOCUMENT_RUNS, run_id, owner)
 
 
-def mark_succeeded(conn: psycopg.Connection, run_id: int, stats: dict[str, Any]) -> dict:
-    row = ledger.finish(conn, DOCUMENT_RUNS, run_id, stats=stats)
-    log_finished(row)
+def heartbeat(conn: psycopg.Connection, run_id: int, owner: str, stats: dict[str, Any] | None = None) -> dict:
+    return ledger.heartbeat(conn, DOCUMENT_RUNS, run_id, owner, stats)
+
+
+def record_fetched_object(conn: psycopg.Connection, run_id: int, owner: str, *, raw_path: str, sha256: str,
+                          size: int) -> dict:
+    """Where an S3 object's bytes were stored, and their hash and size (known only after download)."""
+    hold(conn, run_id, owner)
+    return conn.execute(
+        """UPDATE ingestion_runs
+              SET raw_path = %s, content_hash = %s, size_bytes = %s, updated_at = now(),
+                  config = config || jsonb_build_object('sha256', %s::text, 'size_bytes', %s::bigint)
+            WHERE run_id = %s RETURNING *""",
+        (raw_path, sha256, size, sha256, size, run_id),
+    ).fetchone()
+
+
+def mark_succeeded(conn: psycopg.Connection, run_id: int, owner: str, stats: dict[str, Any]) -> dict:
+    row = ledger.finish(conn, DOCUMENT_RUNS, run_id, owner, stats=stats)
+    report(conn, [row])
     return row
 
 
-def mark_failed(
-    conn: psycopg.Connection, run_id: int, error: str, stats: dict[str, Any] | None = None,
-    *, dagster_run_id: str | None = None,
-) -> dict | None:
-    """Fail a row; with ``dagster_run_id``, only while that run still owns it (never a finished row)."""
-    row = ledger.fail(conn, DOCUMENT_RUNS, run_id, error, stats, only_working_under=dagster_run_id)
-    if row is not None:
-        _mirror_failure_to_source_objects(conn, [row["run_id"]])
-    log_finished(row)
+def mark_failed(conn: psycopg.Connection, run_id: int, owner: str, failure: FailureInfo,
+                policy: ReliabilitySettings) -> dict:
+    """A held file failed: failed, retried later, or dead-lettered (``LeaseLost`` if no longer held)."""
+    row = ledger.fail(conn, DOCUMENT_RUNS, run_id, owner, failure, policy)
+    report(conn, [row])
     return row
 
 
-def fail_unfinished_rows(conn: psycopg.Connection, dagster_run_id: str, partition_key: str | None,
-                         reason: str) -> list[int]:
-    """Run-status path: the Dagster run died; its rows still running, and its batch's rows still queued, fail."""
-    rows = ledger.fail_unfinished(conn, DOCUMENT_RUNS, dagster_run_id=dagster_run_id, partition_key=partition_key,
-                                  reason=reason)
-    _mirror_failure_to_source_objects(conn, [r["run_id"] for r in rows])
+def report(conn: psycopg.Connection, rows: Iterable[dict]) -> None:
+    """After transitions: the S3 objects the files came from follow, and each row logs one JSON line."""
+    rows = list(rows)
+    by_status: dict[str, list[int]] = {}
     for row in rows:
-        log_finished(row)
-    return [r["run_id"] for r in rows]
-
-
-def _mirror_failure_to_source_objects(conn: psycopg.Connection, run_ids: list[int]) -> None:
-    """An S3 object whose latest run failed shows as failed in source_objects too."""
-    if run_ids:
+        object_status = {FAILED: "failed", DEAD_LETTER: "failed", CANCELED: "failed", QUEUED: "queued"}.get(
+            row["status"])
+        if object_status and row.get("source_id") is not None:
+            by_status.setdefault(object_status, []).append(row["run_id"])
+    for status, run_ids in by_status.items():
         conn.execute(
-            "UPDATE source_objects SET status = 'failed', updated_at = now() WHERE last_run_id = ANY(%s)",
-            (run_ids,),
+            "UPDATE source_objects SET status = %s, updated_at = now() WHERE last_run_id = ANY(%s)",
+            (status, run_ids),
         )
+    for row in rows:
+        if row["status"] != RUNNING:
+            log_finished(row)
 
 
 def log_finished(row: dict | None) -> None:
@@ -116,14 +129,17 @@ def log_finished(row: dict | None) -> None:
     _log.info(
         json.dumps(
             {
-                "event": "file_finished",
+                "event": "file_retry_scheduled" if row["status"] == QUEUED else "file_finished",
                 "run_id": row["run_id"],
                 "tenant_id": row["tenant_id"],
                 "doc_id": row["doc_id"],
                 "source_uri": row["source_uri"],
                 "filename": (row.get("config") or {}).get("filename"),
                 "status": row["status"],
+                "error_code": row.get("error_code"),
                 "error": row["error"],
+                "attempts": row.get("attempts"),
+                "next_attempt_at": row.get("next_attempt_at") if row["status"] == QUEUED else None,
                 "partition_key": row["partition_key"],
                 "dagster_run_id": row["dagster_run_id"],
                 "chunks": stats.get("chunks"),
@@ -136,20 +152,22 @@ def log_finished(row: dict | None) -> None:
 
 
 def list_runs(
-    conn: psycopg.Connection, *, tenant_id: str | None = None, status: str | None = None, limit: int = 100
+    conn: psycopg.Connection, *, tenant_id: str | None = None, status: str | None = None, limit: int = 100,
+    since_seconds: float | None = None,
 ) -> list[dict]:
     return conn.execute(
-        """SELECT run_id, tenant_id, doc_id, run_type, status, source_uri, config, stats, error, attempts,
-                  partition_key, dagster_run_id, created_at, started_at, updated_at, finished_at
+        """SELECT run_id, tenant_id, doc_id, run_type, status, source_uri, config, stats, error_code, error,
+                  suggestion, attempts, partition_key, dagster_run_id, created_at, started_at, updated_at,
+                  finished_at, next_attempt_at
              FROM ingestion_runs
             WHERE (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
               AND (%(status)s::text IS NULL OR status = %(status)s)
+              AND (%(since)s::float8 IS NULL OR updated_at >= now() - make_interval(secs => %(since)s))
             ORDER BY run_id DESC
             LIMIT %(limit)s""",
-        {"tenant": tenant_id, "status": status, "limit": limit},
+        {"tenant": tenant_id, "status": status, "limit": limit, "since": since_seconds},
     ).fetchall()
 
 
 def get_run(conn: psycopg.Connection, run_id: int) -> dict | None:
     return conn.execute("SELECT * FROM ingestion_runs WHERE run_id = %s", (run_id,)).fetchone()
-

@@ -1,4 +1,10 @@
-"""The metric pipeline's steps over one upload (partition), as plain functions the assets call."""
+"""The metric pipeline's steps over one upload (partition), as plain functions the assets call.
+
+The upload is claimed by a worker (``core.ledger``: owner, lease, attempts) and every write holds it,
+so two runs of one upload never both stage or promote it. A data problem (malformed file, no rows,
+threshold missed) fails the upload at once (``UploadFailed``, permanent); anything transient is
+retried by the caller. Each step returns ``None`` when the upload is not this worker's to work on.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +14,18 @@ from pathlib import Path
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.failpoints import failpoint
+from ingestion_pipeline.core.failures import CodedError
 from ingestion_pipeline.core.hashing import file_sha256
-from ingestion_pipeline.core.ledger import METRIC_UPLOADS
+from ingestion_pipeline.core.ledger import METRIC_UPLOADS, Worker
+from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
 from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload
 from ingestion_pipeline.metrics.uploads import upload_for_partition
 
 
-class UploadFailed(Exception):
+class UploadFailed(CodedError):
     """The upload ended `failed`; the message is what the person who sent it needs to know."""
 
 
@@ -34,43 +43,65 @@ class ThresholdResult:
                 f"threshold {self.threshold:.0%}" + ("; promoted anyway (force-partial)" if self.forced else ""))
 
 
-def claim_upload(db: Database, partition_key: str, dagster_run_id: str) -> dict:
-    """pending (or a rerun) -> processing; the stored file must still match its SHA-256."""
+def _fail(db: Database, upload: dict, owner: str, error: UploadFailed, policy: ReliabilitySettings,
+          **fields) -> UploadFailed:
     with db.transaction() as conn:
-        upload = upload_for_partition(conn, partition_key)
-        if upload["status"] in ("completed", "partial"):
-            return upload  # already promoted: the rerun is a no-op
-        raw = Path(upload["raw_path"] or "")
-        if not raw.is_file():
-            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], f"the stored file is missing ({raw})")
-            raise UploadFailed(f"the stored file is missing ({raw}); submit it again")
-        if file_sha256(raw) != upload["content_hash"]:
-            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], "the stored file does not match its SHA-256")
-            raise UploadFailed("the stored file does not match its SHA-256 (corrupted in storage)")
-        [claimed] = ledger.claim(conn, METRIC_UPLOADS, partition_key=partition_key, dagster_run_id=dagster_run_id)
-        return claimed
+        ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], owner, error.info(), policy, **fields)
+    return error
 
 
-def stage(db: Database, partition_key: str) -> tuple[dict, StagingCounts]:
+def _held(db: Database, partition_key: str, owner: str) -> dict | None:
+    """The upload of the partition if ``owner`` holds it, else None."""
     with db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)
-    if upload["status"] in ("completed", "partial", "promoting"):  # staged already: a rerun reads the counts
+    if upload["owner"] != owner or upload["status"] not in METRIC_UPLOADS.working:
+        return None
+    return upload
+
+
+def claim_upload(db: Database, partition_key: str, worker: Worker, policy: ReliabilitySettings, *,
+                 replay_finished: bool = False) -> dict | None:
+    """pending (or held by this owner, or abandoned) -> processing; the stored file must match its SHA-256.
+
+    Returns None when the upload is not this run's: already promoted, held by a live run, waiting
+    for its next attempt, or paused.
+    """
+    with db.transaction() as conn:
+        claimed = ledger.claim(conn, METRIC_UPLOADS, worker, partition_key=partition_key,
+                               replay_finished=replay_finished)
+    if not claimed:
+        return None
+    upload = claimed[0]
+    raw = Path(upload["raw_path"] or "")
+    if not raw.is_file():
+        raise _fail(db, upload, worker.owner, UploadFailed(
+            "file_missing", f"the stored file is missing ({raw}); submit it again"), policy)
+    if file_sha256(raw) != upload["content_hash"]:
+        raise _fail(db, upload, worker.owner, UploadFailed(
+            "checksum_mismatch", "the stored file does not match its SHA-256 (corrupted in storage)"), policy)
+    return upload
+
+
+def stage(db: Database, partition_key: str, owner: str,
+          policy: ReliabilitySettings) -> tuple[dict, StagingCounts] | None:
+    upload = _held(db, partition_key, owner)
+    if upload is None:
+        return None
+    if upload["status"] in ("staging_complete", "promoting"):  # staged already: a rerun reads the counts
         return upload, staged_counts(db, upload["upload_id"])
     start = time.perf_counter()
     try:
-        counts = stage_upload(db, upload)
+        counts = stage_upload(db, upload, owner=owner)
     except (MalformedFileError, UnicodeDecodeError) as exc:
-        message = f"malformed file: {exc}"
-        with db.transaction() as conn:
-            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], message)
-        raise UploadFailed(message) from exc
+        raise _fail(db, upload, owner, UploadFailed("malformed_file", f"malformed file: {exc}"), policy) from exc
     if counts.total == 0:
-        with db.transaction() as conn:
-            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], "the file has no data rows", total_rows=0)
-        raise UploadFailed("the file has no data rows")
+        raise _fail(db, upload, owner, UploadFailed("no_data_rows", "the file has no data rows"), policy,
+                    total_rows=0)
+    with db.connection() as conn:
+        conn.execute("ANALYZE staging_rows")  # the promotion's plans see this upload's rows
     with db.transaction() as conn:
         upload = ledger.advance(
-            conn, METRIC_UPLOADS, upload["upload_id"], "staging_complete",
+            conn, METRIC_UPLOADS, upload["upload_id"], owner, "staging_complete",
             {"staging_ms": int((time.perf_counter() - start) * 1000), "resumed_after_row": counts.resumed_after},
             total_rows=counts.total, valid_rows=counts.valid, invalid_rows=counts.invalid,
         )
@@ -85,39 +116,53 @@ def staged_counts(db: Database, upload_id: int) -> StagingCounts:
     return StagingCounts(row["total"], row["valid"], row["total"] - row["valid"], row["total"])
 
 
-def evaluate_threshold(db: Database, partition_key: str) -> ThresholdResult:
+def evaluate_threshold(db: Database, partition_key: str, owner: str,
+                       policy: ReliabilitySettings) -> ThresholdResult | None:
     """The blocking check: valid rows >= threshold, unless the upload was sent with force-partial."""
-    with db.connection() as conn:
-        upload = upload_for_partition(conn, partition_key)
+    upload = _held(db, partition_key, owner)
+    if upload is None:
+        return None
     counts = staged_counts(db, upload["upload_id"])
-    row = {"total": counts.total, "valid": counts.valid}
+    ratio = counts.valid / counts.total if counts.total else 0.0
+    threshold = float(upload["valid_threshold"])
+    passed = ratio >= threshold
+    forced = not passed and upload["force_partial"] and counts.valid > 0
+    result = ThresholdResult(passed or forced, ratio, threshold, forced, counts.total, counts.valid)
     with db.transaction() as conn:
-        ratio = row["valid"] / row["total"] if row["total"] else 0.0
-        threshold = float(upload["valid_threshold"])
-        passed = ratio >= threshold
-        forced = not passed and upload["force_partial"] and row["valid"] > 0
-        result = ThresholdResult(passed or forced, ratio, threshold, forced, row["total"], row["valid"])
-        if not result.passed and upload["status"] not in ("completed", "partial"):
-            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], f"validation threshold missed: {result.describe()}")
-        ledger.heartbeat(conn, METRIC_UPLOADS, upload["upload_id"],
+        ledger.heartbeat(conn, METRIC_UPLOADS, upload["upload_id"], owner,
                          {"valid_ratio": round(ratio, 6), "threshold": threshold, "forced": forced})
+        if not result.passed:
+            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], owner, UploadFailed(
+                "threshold_missed", f"validation threshold missed: {result.describe()}",
+                suggestion="fix the invalid rows (`ingestion-pipeline metrics errors`) and submit again, or submit "
+                           "with --force-partial").info(), policy)
     return result
 
 
-def promote(db: Database, partition_key: str) -> PromotionResult:
-    with db.transaction() as conn:
+def promote(db: Database, partition_key: str, owner: str) -> PromotionResult | None:
+    with db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)
-        if upload["status"] in ("completed", "partial"):  # a retried run or a second materialisation
-            return PromotionResult(upload["status"], upload["promoted_rows"], upload["invalid_rows"],
-                                   upload["unpromotable_rows"], {}, False)
-        if upload["status"] not in ("staging_complete", "promoting"):
-            raise UploadFailed(f"upload {upload['upload_id']} is {upload['status']}, not ready to promote")
-        # visible while the promotion transaction runs
-        ledger.advance(conn, METRIC_UPLOADS, upload["upload_id"], "promoting")
+    if upload["status"] in METRIC_UPLOADS.succeeded:  # a retried run or a second materialisation
+        return PromotionResult(upload["status"], upload["promoted_rows"], upload["invalid_rows"],
+                               upload["unpromotable_rows"], {}, False)
+    if _held(db, partition_key, owner) is None:
+        return None
+    with db.transaction() as conn:  # visible while the promotion transaction runs
+        upload = ledger.advance(conn, METRIC_UPLOADS, upload["upload_id"], owner, "promoting")
     with db.transaction() as conn:
-        upload = upload_for_partition(conn, partition_key)
+        ledger.hold(conn, METRIC_UPLOADS, upload["upload_id"], owner)  # first: a run that lost it promotes nothing
         ratio = upload["valid_rows"] / upload["total_rows"] if upload["total_rows"] else 0.0
         result = promote_upload(conn, upload, below_threshold=ratio < float(upload["valid_threshold"]))
+        failpoint("metrics.promote")  # everything written, nothing committed
+        if result.status == "failed":
+            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], owner, UploadFailed(
+                "no_promotable_rows", "no valid row could be promoted (every parent reference is unresolved)").info(),
+                ReliabilitySettings(), **result.counts)
+        else:
+            ledger.finish(conn, METRIC_UPLOADS, upload["upload_id"], owner, result.status, **result.counts)
+    with db.connection() as conn:  # statistics for the next promotions, after commit and outside the lock
+        conn.execute("ANALYZE campaigns, ad_sets, ads, daily_metrics")
     if result.status == "failed":
-        raise UploadFailed("no valid row could be promoted (every parent reference is unresolved)")
+        raise UploadFailed("no_promotable_rows",
+                           "no valid row could be promoted (every parent reference is unresolved)")
     return result

@@ -9,15 +9,15 @@ the same transaction, at most once per upload (unique upload_id).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ingestion_pipeline.core import ledger
-from ingestion_pipeline.core.ledger import METRIC_UPLOADS
-
 VALID = "validation_status = 'valid' AND upload_id = %(upload)s"
+# A stored row is only overwritten by an upload newer than the one that wrote it (uploads are numbered
+# in the order they were submitted): an older export promoted late never replaces newer figures.
+NEWER = "(t.last_upload_id IS NULL OR t.last_upload_id <= EXCLUDED.last_upload_id)"
 
 _CAMPAIGNS = f"""
 INSERT INTO campaigns AS t (workspace_id, platform, campaign_id, name, status, last_upload_id)
@@ -30,7 +30,8 @@ SELECT DISTINCT ON (normalized->>'campaign_id') %(ws)s, %(platform)s, normalized
 ON CONFLICT (workspace_id, platform, campaign_id) DO UPDATE
    SET name = coalesce(EXCLUDED.name, t.name), status = coalesce(EXCLUDED.status, t.status),
        last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
- WHERE (t.name, t.status) IS DISTINCT FROM (coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
+ WHERE {NEWER}
+   AND (t.name, t.status) IS DISTINCT FROM (coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
 """
 
 _AD_SETS = f"""
@@ -43,7 +44,8 @@ SELECT DISTINCT ON (normalized->>'ad_set_id') %(ws)s, %(platform)s, normalized->
 ON CONFLICT (workspace_id, platform, ad_set_id) DO UPDATE
    SET campaign_id = EXCLUDED.campaign_id, name = coalesce(EXCLUDED.name, t.name),
        status = coalesce(EXCLUDED.status, t.status), last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
- WHERE (t.campaign_id, t.name, t.status) IS DISTINCT FROM
+ WHERE {NEWER}
+   AND (t.campaign_id, t.name, t.status) IS DISTINCT FROM
        (EXCLUDED.campaign_id, coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
 """
 
@@ -70,7 +72,8 @@ SELECT DISTINCT ON (s.normalized->>'ad_id') %(ws)s, %(platform)s, s.normalized->
 ON CONFLICT (workspace_id, platform, ad_id) DO UPDATE
    SET ad_set_id = EXCLUDED.ad_set_id, name = coalesce(EXCLUDED.name, t.name),
        status = coalesce(EXCLUDED.status, t.status), last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
- WHERE (t.ad_set_id, t.name, t.status) IS DISTINCT FROM
+ WHERE {NEWER}
+   AND (t.ad_set_id, t.name, t.status) IS DISTINCT FROM
        (EXCLUDED.ad_set_id, coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
 """
 
@@ -95,7 +98,8 @@ ON CONFLICT (workspace_id, platform, ad_id, date) DO UPDATE
    SET impressions = EXCLUDED.impressions, clicks = EXCLUDED.clicks, spend = EXCLUDED.spend,
        currency = EXCLUDED.currency, conversions = EXCLUDED.conversions, last_upload_id = EXCLUDED.last_upload_id,
        updated_at = now()
- WHERE (t.impressions, t.clicks, t.spend, t.currency, t.conversions) IS DISTINCT FROM
+ WHERE {NEWER}
+   AND (t.impressions, t.clicks, t.spend, t.currency, t.conversions) IS DISTINCT FROM
        (EXCLUDED.impressions, EXCLUDED.clicks, EXCLUDED.spend, EXCLUDED.currency, EXCLUDED.conversions)
 """
 
@@ -124,24 +128,25 @@ class PromotionResult:
     unpromotable_rows: int
     upserted: dict[str, int]
     event_created: bool
+    counts: dict[str, int] = field(default_factory=dict)  # the upload's row counts, for the ledger
 
 
 def promote_upload(conn: psycopg.Connection, upload: dict, *, below_threshold: bool) -> PromotionResult:
-    """Promote the upload's valid staged rows. The caller's transaction commits everything at once."""
+    """Promote the upload's valid staged rows. The caller's transaction (which holds the upload in the
+    ledger and records the outcome) commits it all.
+
+    Promotions of one workspace are serialised (an advisory lock per workspace), and a stored row is
+    only overwritten by a newer upload; statistics are refreshed by the caller after commit, outside
+    the lock (ANALYZE in here would serialise promotions across all workspaces).
+    """
     params = {"ws": upload["workspace_id"], "platform": upload["platform"], "upload": upload["upload_id"]}
-    # One promotion per workspace+platform at a time: upserts of overlapping keys never interleave.
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                 (f"metrics:promote:{upload['workspace_id']}:{upload['platform']}",))
-    # Statistics that include this transaction's own rows: without them the planner takes the freshly
-    # upserted dimension tables for empty and probes them row by row (20k facts: 8 s instead of 20 ms).
+                 (f"metrics:promote:{upload['workspace_id']}",))
     conn.execute("SET LOCAL work_mem = '256MB'")
-    conn.execute("ANALYZE staging_rows")
     upserted = {"campaigns": conn.execute(_CAMPAIGNS, params).rowcount,
                 "ad_sets": conn.execute(_AD_SETS, params).rowcount}
-    conn.execute("ANALYZE ad_sets")
     conn.execute(_UNRESOLVED_AD_PARENTS, params)
     upserted["ads"] = conn.execute(_ADS, params).rowcount
-    conn.execute("ANALYZE ads")
     conn.execute(_UNRESOLVED_FACTS, params)
     upserted["daily_metrics"] = conn.execute(_DAILY_METRICS, params).rowcount
     summary = conn.execute(_SUMMARY, params).fetchone()
@@ -167,10 +172,5 @@ def promote_upload(conn: psycopg.Connection, upload: dict, *, below_threshold: b
     counts = {"promoted_rows": summary["promoted"], "invalid_rows": summary["invalid"],
               "unpromotable_rows": summary["unpromotable"], "valid_rows": summary["promoted"] + summary["unpromotable"],
               "total_rows": summary["total"]}
-    if status == "failed":
-        ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"],
-                    "no valid row could be promoted (every parent reference is unresolved)", **counts)
-    else:
-        ledger.finish(conn, METRIC_UPLOADS, upload["upload_id"], status, **counts)
     return PromotionResult(status, summary["promoted"], summary["invalid"], summary["unpromotable"], upserted,
-                           event_created)
+                           event_created, counts)

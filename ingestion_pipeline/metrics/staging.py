@@ -12,7 +12,10 @@ from pathlib import Path
 
 from psycopg.types.json import Jsonb
 
+from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.failpoints import failpoint
+from ingestion_pipeline.core.ledger import METRIC_UPLOADS
 from ingestion_pipeline.metrics.normalization import normalize_row
 from ingestion_pipeline.metrics.readers import MalformedFileError, read_rows
 
@@ -36,8 +39,11 @@ def _json_default(value):
     return str(value)
 
 
-def stage_upload(db: Database, upload: dict, *, chunk_rows: int = 10_000) -> StagingCounts:
-    """Stage every row of the upload's file; raises MalformedFileError (with the line) on a broken file."""
+def stage_upload(db: Database, upload: dict, *, owner: str, chunk_rows: int = 10_000) -> StagingCounts:
+    """Stage every row of the upload's file; raises MalformedFileError (with the line) on a broken file.
+
+    Each chunk is written only while ``owner`` still holds the upload (``LeaseLost`` otherwise).
+    """
     upload_id = upload["upload_id"]
     with db.connection() as conn:
         already = conn.execute(
@@ -52,10 +58,13 @@ def stage_upload(db: Database, upload: dict, *, chunk_rows: int = 10_000) -> Sta
     def flush() -> None:
         if not pending:
             return
-        with db.transaction() as conn, conn.cursor().copy(_COPY) as copy:
-            for record in pending:
-                copy.write_row(record)
+        with db.transaction() as conn:
+            ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
+            with conn.cursor().copy(_COPY) as copy:
+                for record in pending:
+                    copy.write_row(record)
         pending.clear()
+        failpoint("metrics.stage")  # one chunk committed, the rest not yet
 
     with raw_path.open("rb") as stream:
         for line_number, raw in read_rows(stream, upload["file_format"]):

@@ -15,7 +15,7 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.identifiers import key_part
-from ingestion_pipeline.core.tenants import validate_tenant_id
+from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
 
@@ -66,6 +66,7 @@ def submit_metric_file(
         return result
     result.sha256, result.size_bytes = stored.sha256, stored.size
     with db.transaction() as conn:
+        ensure_tenant(conn, workspace_id)  # a workspace is a tenant: it can be paused like one
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                      (f"metrics:{workspace_id}:{platform}:{stored.sha256}",))
         previous = conn.execute(
@@ -103,8 +104,13 @@ def upload_for_partition(conn: psycopg.Connection, partition_key: str) -> dict:
 
 
 def pending_partitions(conn: psycopg.Connection) -> list[dict]:
+    """Uploads due now ({partition_key, workspace_id, launch_gen}): pending, not waiting for a retry,
+    not of a paused workspace."""
     return conn.execute(
-        "SELECT partition_key, workspace_id FROM data_uploads WHERE status = 'pending' ORDER BY upload_id"
+        """SELECT u.partition_key, u.workspace_id, u.launch_gen FROM data_uploads u
+             LEFT JOIN tenants t ON t.tenant_id = u.workspace_id
+            WHERE u.status = 'pending' AND u.next_attempt_at <= now() AND NOT coalesce(t.paused, false)
+            ORDER BY u.upload_id"""
     ).fetchall()
 
 

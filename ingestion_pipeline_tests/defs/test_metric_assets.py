@@ -3,12 +3,14 @@
 import dagster as dg
 import pytest
 
+from ingestion_pipeline.core.ledger import Worker
+from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.metrics.assets import promoted_metrics, raw_metric_files, staged_metric_rows
 from ingestion_pipeline.defs.metrics.cleanup import staging_cleanup_job, staging_cleanup_schedule
 from ingestion_pipeline.defs.metrics.sensors import metric_upload_sensor
 from ingestion_pipeline.defs.partitions import WORKSPACE_TAG, metric_uploads
-from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResource
 from ingestion_pipeline.metrics.uploads import submit_metric_file
 from ingestion_pipeline.samples.metric_exports import daily_rows, with_invalid_share, write_export
 from ingestion_pipeline_tests.helpers import table
@@ -33,7 +35,8 @@ def run_upload(instance, partition_key):
     if partition_key not in instance.get_dynamic_partitions(metric_uploads.name):
         instance.add_dynamic_partitions(metric_uploads.name, [partition_key])
     return dg.materialize(ASSETS, partition_key=partition_key, instance=instance,
-                          resources={"postgres": PostgresResource()}, raise_on_error=False)
+                          resources={"postgres": PostgresResource(), "heartbeat": HeartbeatResource()},
+                          raise_on_error=False)
 
 
 def upload_row(db, upload_id):
@@ -194,9 +197,10 @@ def test_promoting_the_same_upload_twice_changes_nothing(database, db, tmp_path)
 
     path = write_export(tmp_path / "e.csv", "meta", daily_rows(1, 2, 2, 3))
     submitted = submit(database, tmp_path, path)
-    pipeline.claim_upload(database, submitted.partition_key, "run-1")
-    pipeline.stage(database, submitted.partition_key)
-    pipeline.promote(database, submitted.partition_key)
+    policy = load_settings().reliability
+    pipeline.claim_upload(database, submitted.partition_key, Worker("run-1", "run-1", 60), policy)
+    pipeline.stage(database, submitted.partition_key, "run-1", policy)
+    pipeline.promote(database, submitted.partition_key, "run-1")
     snapshot = {t: table(db, f"SELECT * FROM {t} ORDER BY 1, 2, 3") for t in ("campaigns", "ad_sets", "ads")}
     facts = table(db, "SELECT * FROM daily_metrics ORDER BY ad_id, date")
     with connect(database.url) as conn, conn.transaction():  # the SQL itself, bypassing the status guard

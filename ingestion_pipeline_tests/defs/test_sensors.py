@@ -47,24 +47,35 @@ def test_upload_sensor_with_nothing_queued_requests_nothing(database):
         assert result.run_requests == [] and result.dynamic_partitions_requests == []
 
 
-def test_run_failure_sensor_marks_unfinished_rows_failed(database, db, corpus_dir):
+def test_failed_runs_retry_their_files_with_backoff_then_dead_letter(database, db, corpus_dir, monkeypatch):
+    """The run-failure sensor hands a failed run's files back as a failed attempt; after the last
+    attempt they end dead_letter, with a way to replay them."""
+    monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0,0")  # 3 attempts, no waiting
     submit(database, "acme", corpus_dir / "documents" / "fake-memo.pdf")
+    broken = {"embedder": EmbedderResource(model_path="/nonexistent/model")}
+    run_keys = []
     with dg.instance_for_test() as instance:
-        [request] = _tick(instance).run_requests
-        key = request.partition_key
-        broken = {"embedder": EmbedderResource(model_path="/nonexistent/model")}
-        result = materialize_batch(instance, key, raise_on_error=False, resources=broken)
-        assert not result.success
-        run = instance.get_run_by_id(result.run_id)
-        failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE)
-        with dg.build_run_status_sensor_context(
-            sensor_name="ledger_on_run_failure", dagster_event=failure, dagster_instance=instance,
-            dagster_run=run, resources={"postgres": PostgresResource()},
-        ) as context:
-            ledger_on_run_failure(context.for_run_failure())
-    [row] = table(db, "SELECT * FROM ingestion_runs")
-    assert row["status"] == "failed" and row["finished_at"] is not None
-    assert f"Dagster run {result.run_id} failed" in row["error"]
+        for attempt in (1, 2, 3):
+            [request] = _tick(instance).run_requests  # each failure bumps the launch generation: a new run key
+            run_keys.append(request.run_key)
+            result = materialize_batch(instance, request.partition_key, raise_on_error=False, resources=broken)
+            assert not result.success
+            run = instance.get_run_by_id(result.run_id)
+            failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE)
+            with dg.build_run_status_sensor_context(
+                sensor_name="ledger_on_run_failure", dagster_event=failure, dagster_instance=instance,
+                dagster_run=run, resources={"postgres": PostgresResource()},
+            ) as context:
+                ledger_on_run_failure(context.for_run_failure())
+            [row] = table(db, "SELECT * FROM ingestion_runs")
+            assert row["attempts"] == attempt and row["error_code"] == "run_failed"
+            assert f"Dagster run {result.run_id} failed" in row["error"]
+            assert row["status"] == ("queued" if attempt < 3 else "dead_letter")
+        assert _tick(instance).run_requests == []  # nothing left to launch
+    assert len(set(run_keys)) == 3 and run_keys[0] == run_keys[1].split(":")[0]
+    assert row["finished_at"] is not None and f"retry {row['run_id']}" in row["suggestion"]
+    events = [h["event"] for h in table(db, "SELECT event FROM ledger_history ORDER BY history_id")]
+    assert events == ["retry_scheduled", "retry_scheduled", "dead_letter"]
 
 
 def test_job_is_defined_on_the_document_batches():

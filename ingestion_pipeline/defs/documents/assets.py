@@ -10,9 +10,11 @@ from collections.abc import Callable
 import dagster as dg
 from dagster_aws.s3 import S3Resource
 
+from ingestion_pipeline.defs.ledger.steps import launched_by_a_person, retrying_transient_errors
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import (
     DocumentPipelineResource,
+    HeartbeatResource,
     PostgresResource,
     UploadStoreResource,
     build_document_pipeline,
@@ -64,7 +66,7 @@ def _sum(outcomes: list[FileOutcome], key: str) -> int:
     return sum(o.stats.get(key, 0) for o in outcomes)
 
 
-StepWork = Callable[[DocumentPipeline, str, str], list[FileOutcome]]
+StepWork = Callable[[DocumentPipeline, dg.AssetExecutionContext], list[FileOutcome]]
 
 
 def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds: set[str],
@@ -80,9 +82,10 @@ def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds
         embedder: dg.ResourceParam[Embedder],
         document_pipeline: DocumentPipelineResource,
         s3: S3Resource,
+        heartbeat: HeartbeatResource,
     ) -> dg.MaterializeResult:
-        pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, s3)
-        outcomes = work(pipeline, context.partition_key, context.run.run_id)
+        pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, s3, heartbeat)
+        outcomes = retrying_transient_errors(context, lambda: work(pipeline, context))
         _log_failures(context, outcomes)
         return _result(outcomes, **{key: _sum(outcomes, key) for key in totals})
 
@@ -92,19 +95,24 @@ def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds
 raw_documents = _file_step(
     "raw_documents",
     "The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current.",
-    DocumentPipeline.claim_batch, deps=[], kinds={"postgres", "s3"},
+    lambda pipeline, context: pipeline.claim_batch(context.partition_key,
+                                                   replay_finished=launched_by_a_person(context.run)),
+    deps=[], kinds={"postgres", "s3"},
 )
 document_elements = _file_step(
     "document_elements", "Titles, paragraphs, list items and tables with page numbers and section paths (staging).",
-    DocumentPipeline.extract_batch, deps=[raw_documents], kinds={"postgres"}, totals=("elements",),
+    lambda pipeline, context: pipeline.extract_batch(context.partition_key),
+    deps=[raw_documents], kinds={"postgres"}, totals=("elements",),
 )
 document_chunks = _file_step(
     "document_chunks", "Structure-aware chunks within the embedding model's token budget (staging).",
-    DocumentPipeline.chunk_batch, deps=[document_elements], kinds={"postgres"}, totals=("chunks", "tokens"),
+    lambda pipeline, context: pipeline.chunk_batch(context.partition_key),
+    deps=[document_elements], kinds={"postgres"}, totals=("chunks", "tokens"),
 )
 chunk_embeddings = _file_step(
     "chunk_embeddings", "One vector per chunk; unchanged chunk text under the same model reuses its stored vector.",
-    DocumentPipeline.embed_batch, deps=[document_chunks], kinds={"pgvector"},
+    lambda pipeline, context: pipeline.embed_batch(context.partition_key), deps=[document_chunks],
+    kinds={"pgvector"},
     totals=("embedded", "embeddings_reused", "model_ms"),
 )
 
@@ -126,10 +134,11 @@ def promoted_documents(
     upload_store: UploadStoreResource,
     embedder: dg.ResourceParam[Embedder],
     document_pipeline: DocumentPipelineResource,
+    heartbeat: HeartbeatResource,
 ) -> dg.MaterializeResult:
     """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version."""
-    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline)
-    promoted = pipeline.promote_batch(context.partition_key, context.run.run_id)
+    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, heartbeat=heartbeat)
+    promoted = retrying_transient_errors(context, lambda: pipeline.promote_batch(context.partition_key))
     _log_failures(context, promoted)
     with postgres.db.connection() as conn:
         every_file = batch_report(conn, context.partition_key)
@@ -160,6 +169,8 @@ def promoted_documents(
             "file_count": len(every_file),
             "succeeded": counts.get("succeeded", 0),
             "failed": counts.get("failed", 0),
+            "dead_letter": counts.get("dead_letter", 0),
+            "waiting_for_retry": counts.get("queued", 0),
             "promoted_now": sum(1 for o in promoted if o.status == "succeeded"),
             "chunks_promoted": sum(o.stats.get("chunks", 0) for o in promoted),
         },
@@ -173,6 +184,8 @@ document_batch_job = dg.define_asset_job(
         raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents
     ),
     description="Ingest one batch of documents: extract, chunk, embed, promote.",
+    # One process runs every step: the model loads once and one heartbeat keeps the run's claims.
+    executor_def=dg.in_process_executor,
 )
 
 

@@ -1,42 +1,44 @@
-"""Run-status sensors: when a batch run fails or is canceled, its unfinished ledger rows say so."""
+"""Run-status sensors: when a document or metric run fails or is canceled, its unfinished work says so.
 
+A failed run with a Dagster retry coming (``dagster/will_retry``) is left alone: the retry is the same
+owner and continues the work from the staging tables. Otherwise the run's unfinished files (or its
+upload) are a failed attempt — retried with backoff, or dead-lettered after the last attempt.
+"""
 
 import dagster as dg
 
-from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.defs.documents.assets import document_batch_job
+from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.defs.ledger.finalization import cancel_run_work, finalize_failed_run, retry_follows
 from ingestion_pipeline.defs.resources import PostgresResource
-from ingestion_pipeline.documents.runs import fail_unfinished_rows
 
 
-def finalize_ledger_for_run(db: Database, run: dg.DagsterRun, reason: str) -> list[int]:
-    """Mark the run's rows (and its partition's never-started rows) failed with ``reason``."""
-    with db.transaction() as conn:
-        return fail_unfinished_rows(conn, run.run_id, run.tags.get("dagster/partition"), reason)
-
-
+# No monitored_jobs: a materialisation or backfill from the UI runs under Dagster's implicit asset job;
+# finalization.table_for_run tells which runs claim ledger rows.
 @dg.run_failure_sensor(
-    monitored_jobs=[document_batch_job],
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Marks the failed run's unfinished files failed in the ledger.",
+    description="A failed run with no retry coming: its unfinished work is retried with backoff or dead-lettered.",
 )
 def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> None:
+    run = context.dagster_run
+    if retry_follows(run):
+        context.log.info(f"run {run.run_id} failed; a Dagster retry follows and continues its work")
+        return
     message = context.failure_event.message if context.failure_event else "run failed"
-    reason = f"Dagster run {context.dagster_run.run_id} failed before this file finished: {message}"
-    failed = finalize_ledger_for_run(postgres.db, context.dagster_run, reason[:2000])
-    context.log.info(f"marked {len(failed)} ledger row(s) failed for run {context.dagster_run.run_id}")
+    rows = finalize_failed_run(context.instance, postgres.db, run,
+                               f"Dagster run {run.run_id} failed before this work finished: {message}",
+                               load_settings().reliability)
+    context.log.info(f"run {run.run_id}: {len(rows)} unfinished ledger row(s) retried later or dead-lettered")
 
 
 @dg.run_status_sensor(
     run_status=dg.DagsterRunStatus.CANCELED,
-    monitored_jobs=[document_batch_job],
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Marks the canceled run's unfinished files failed in the ledger.",
+    description="A canceled run: its unfinished work is canceled and its staged data removed.",
 )
 def ledger_on_run_canceled(context: dg.RunStatusSensorContext, postgres: PostgresResource) -> None:
-    reason = f"Dagster run {context.dagster_run.run_id} was canceled before this file finished"
-    failed = finalize_ledger_for_run(postgres.db, context.dagster_run, reason)
-    context.log.info(f"marked {len(failed)} ledger row(s) failed for canceled run {context.dagster_run.run_id}")
+    run = context.dagster_run
+    rows = cancel_run_work(context.instance, postgres.db, run, actor=f"dagster (run {run.run_id} canceled)")
+    context.log.info(f"run {run.run_id} canceled: {len(rows)} ledger row(s) canceled")
 
 
 @dg.definitions

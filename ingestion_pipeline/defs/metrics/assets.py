@@ -1,31 +1,53 @@
-"""Metric assets on `metric_uploads`: raw file -> staged rows -[blocking threshold check]-> promoted tables."""
+"""Metric assets on `metric_uploads`: raw file -> staged rows -[blocking threshold check]-> promoted tables.
+
+Each step works only on an upload its run holds (the claim in ``raw_metric_files``): a second run of
+the same upload, or a run that lost it, reports "not this run's" and changes nothing. A data problem
+fails the step for good (``Failure(allow_retries=False)``); a transient error retries the step.
+"""
 
 import dagster as dg
 
+from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.defs.ledger.steps import launched_by_a_person, retrying_transient_errors
 from ingestion_pipeline.defs.partitions import metric_uploads
-from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResource
 from ingestion_pipeline.metrics import pipeline
 from ingestion_pipeline.metrics.pipeline import UploadFailed
+from ingestion_pipeline.metrics.uploads import upload_for_partition
 
 GROUP = "metrics"
 
 
 def _fail(exc: UploadFailed) -> dg.Failure:
     # A data problem: retrying the run cannot fix it.
-    return dg.Failure(description=str(exc), allow_retries=False)
+    return dg.Failure(description=str(exc), allow_retries=False, metadata={"error_code": exc.code})
+
+
+def _not_this_runs(postgres: PostgresResource, partition_key: str) -> dict:
+    with postgres.db.connection() as conn:
+        upload = upload_for_partition(conn, partition_key)
+    holder = f" (held by run {upload['owner']})" if upload["owner"] else ""
+    return {"upload_id": upload["upload_id"], "status": upload["status"],
+            "note": f"not worked on by this run: the upload is {upload['status']}{holder}"}
 
 
 @dg.asset(partitions_def=metric_uploads, group_name=GROUP, kinds={"postgres"})
-def raw_metric_files(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
-    """The uploaded export, verified against its SHA-256; the upload moves to `processing`."""
+def raw_metric_files(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource
+) -> dg.MaterializeResult:
+    """The uploaded export, claimed by this run and verified against its SHA-256 (`processing`)."""
     try:
-        upload = pipeline.claim_upload(postgres.db, context.partition_key, context.run.run_id)
+        upload = retrying_transient_errors(context, lambda: pipeline.claim_upload(
+            postgres.db, context.partition_key, heartbeat.worker, load_settings().reliability,
+            replay_finished=launched_by_a_person(context.run)))
     except UploadFailed as exc:
         raise _fail(exc) from exc
+    if upload is None:
+        return dg.MaterializeResult(metadata=_not_this_runs(postgres, context.partition_key))
     return dg.MaterializeResult(metadata={
         "upload_id": upload["upload_id"], "workspace_id": upload["workspace_id"], "platform": upload["platform"],
         "filename": upload["filename"], "format": upload["file_format"], "size_bytes": upload["size_bytes"],
-        "status": upload["status"],
+        "status": upload["status"], "attempt": upload["attempts"],
     })
 
 
@@ -37,13 +59,23 @@ def raw_metric_files(context: dg.AssetExecutionContext, postgres: PostgresResour
     check_specs=[dg.AssetCheckSpec("valid_row_threshold", asset="staged_metric_rows", blocking=True,
                                    description="valid rows >= the threshold (90 % by default) unless force-partial")],
 )
-def staged_metric_rows(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
+def staged_metric_rows(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource
+) -> dg.MaterializeResult:
     """Every row normalised, classified, keyed and validated in `staging_rows` (COPY, bounded memory)."""
+    owner, policy = heartbeat.worker.owner, load_settings().reliability
     try:
-        upload, counts = pipeline.stage(postgres.db, context.partition_key)
+        staged = retrying_transient_errors(context, lambda: pipeline.stage(postgres.db, context.partition_key,
+                                                                           owner, policy))
     except UploadFailed as exc:
         raise _fail(exc) from exc
-    threshold = pipeline.evaluate_threshold(postgres.db, context.partition_key)
+    threshold = staged and retrying_transient_errors(
+        context, lambda: pipeline.evaluate_threshold(postgres.db, context.partition_key, owner, policy))
+    if staged is None or threshold is None:
+        metadata = _not_this_runs(postgres, context.partition_key)
+        return dg.MaterializeResult(metadata=metadata, check_results=[dg.AssetCheckResult(
+            check_name="valid_row_threshold", passed=True, metadata={"note": metadata["note"]})])
+    upload, counts = staged
     if not threshold.passed:
         context.log.warning(f"upload {upload['upload_id']}: {threshold.describe()}")
     return dg.MaterializeResult(
@@ -58,12 +90,17 @@ def staged_metric_rows(context: dg.AssetExecutionContext, postgres: PostgresReso
 
 
 @dg.asset(partitions_def=metric_uploads, group_name=GROUP, deps=[staged_metric_rows], kinds={"postgres"})
-def promoted_metrics(context: dg.AssetExecutionContext, postgres: PostgresResource) -> dg.MaterializeResult:
+def promoted_metrics(
+    context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource
+) -> dg.MaterializeResult:
     """Campaigns, ad sets, ads and daily metrics upserted in one transaction; one completion event."""
     try:
-        result = pipeline.promote(postgres.db, context.partition_key)
+        result = retrying_transient_errors(
+            context, lambda: pipeline.promote(postgres.db, context.partition_key, heartbeat.worker.owner))
     except UploadFailed as exc:
         raise _fail(exc) from exc
+    if result is None:
+        return dg.MaterializeResult(metadata=_not_this_runs(postgres, context.partition_key))
     return dg.MaterializeResult(metadata={
         "status": result.status, "promoted_rows": result.promoted_rows, "invalid_rows": result.invalid_rows,
         "unpromotable_rows": result.unpromotable_rows, "event_created": result.event_created,
@@ -75,6 +112,7 @@ metric_upload_job = dg.define_asset_job(
     "metric_upload_job",
     selection=dg.AssetSelection.assets(raw_metric_files, staged_metric_rows, promoted_metrics),
     description="Stage, validate and promote one ad-platform metric upload.",
+    executor_def=dg.in_process_executor,
 )
 
 

@@ -34,10 +34,10 @@ __all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError
 def extract(path: Path, extension: str) -> ExtractedDocument:
     extractor = _EXTRACTORS.get(extension.lower())
     if extractor is None:
-        raise ExtractionError(f"no extractor for {extension!r} files")
+        raise ExtractionError(f"no extractor for {extension!r} files", code="unsupported_format")
     path = Path(path)
     if path.stat().st_size == 0:
-        raise ExtractionError("file is empty (0 bytes)")
+        raise ExtractionError("file is empty (0 bytes)", code="file_empty")
     document = extractor(path)
     document.elements = list(assign_section_paths(document.elements))
     return document

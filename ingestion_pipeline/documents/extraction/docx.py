@@ -83,11 +83,12 @@ def extract_docx(path: Path) -> ExtractedDocument:
     try:
         document = Document(str(path))
     except (zipfile.BadZipFile, PackageNotFoundError) as exc:
-        raise ExtractionError("DOCX is corrupt: not a valid Office Open XML (zip) package") from exc
+        raise ExtractionError("DOCX is corrupt: not a valid Office Open XML (zip) package",
+                              code="docx_corrupt") from exc
     except KeyError as exc:
-        raise ExtractionError(f"DOCX is corrupt: missing part {exc}") from exc
+        raise ExtractionError(f"DOCX is corrupt: missing part {exc}", code="docx_corrupt") from exc
     except Exception as exc:  # python-docx raises assorted errors on malformed XML
-        raise ExtractionError(f"DOCX cannot be read: {type(exc).__name__}: {exc}") from exc
+        raise ExtractionError(f"DOCX cannot be read: {type(exc).__name__}: {exc}", code="docx_unreadable") from exc
 
     style_names = {style.style_id: style.name or "" for style in document.styles}
     elements: list[Element] = []
@@ -113,5 +114,5 @@ def extract_docx(path: Path) -> ExtractedDocument:
             if text.strip():
                 elements.append(Element(TABLE, text, page))
     if not elements:
-        raise ExtractionError("DOCX contains no text (empty document or images only)")
+        raise ExtractionError("DOCX contains no text (empty document or images only)", code="docx_no_text")
     return ExtractedDocument(elements, page_count=page)

@@ -28,5 +28,6 @@ def decode_text(data: bytes) -> tuple[str, str]:
         pass
     best = from_bytes(data).best()
     if best is None or best.encoding is None:
-        raise ExtractionError("text encoding could not be detected (binary file with a text extension?)")
+        raise ExtractionError("text encoding could not be detected (binary file with a text extension?)",
+                              code="text_encoding_unknown")
     return str(best), best.encoding

@@ -112,11 +112,11 @@ def extract_html(path: Path) -> ExtractedDocument:
             warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)  # XHTML (SEC filings) parses fine
             soup = BeautifulSoup(data, "lxml")
     except Exception as exc:
-        raise ExtractionError(f"HTML cannot be parsed: {exc}") from exc
+        raise ExtractionError(f"HTML cannot be parsed: {exc}", code="html_unparseable") from exc
     root = soup.body or soup
     walker = _Walker()
     walker.walk(root)
     walker.flush()
     if not walker.elements:
-        raise ExtractionError("HTML has no visible text (only markup, scripts or styles)")
+        raise ExtractionError("HTML has no visible text (only markup, scripts or styles)", code="html_no_text")
     return ExtractedDocument(walker.elements, page_count=None)

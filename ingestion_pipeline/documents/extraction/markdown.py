@@ -25,7 +25,8 @@ _parser = MarkdownIt("commonmark").enable("table")
 def extract_markdown(path: Path) -> ExtractedDocument:
     text, _ = decode_text(path.read_bytes())
     if not text.strip():
-        raise ExtractionError("Markdown file is empty" if not text else "Markdown file contains only whitespace")
+        raise ExtractionError("Markdown file is empty" if not text else "Markdown file contains only whitespace",
+                              code="file_empty")
     tokens = _parser.parse(text)
     elements: list[Element] = []
     list_depth = 0
@@ -71,5 +72,5 @@ def extract_markdown(path: Path) -> ExtractedDocument:
             if content:
                 elements.append(Element(NARRATIVE_TEXT, content))
     if not elements:
-        raise ExtractionError("Markdown file has no text content")
+        raise ExtractionError("Markdown file has no text content", code="markdown_no_text")
     return ExtractedDocument(elements, page_count=None)

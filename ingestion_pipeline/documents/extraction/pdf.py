@@ -34,10 +34,11 @@ def _open(path: Path) -> pdfium.PdfDocument:
     except pdfium.PdfiumError as exc:
         message = str(exc)
         if "password" in message.lower():
-            raise ExtractionError("PDF is password-protected; upload an unencrypted copy") from exc
+            raise ExtractionError("PDF is password-protected; upload an unencrypted copy",
+                                  code="pdf_password_protected") from exc
         if "format" in message.lower() or "file" in message.lower():
-            raise ExtractionError(f"PDF is corrupt and cannot be opened ({message})") from exc
-        raise ExtractionError(f"PDF cannot be opened: {message}") from exc
+            raise ExtractionError(f"PDF is corrupt and cannot be opened ({message})", code="pdf_corrupt") from exc
+        raise ExtractionError(f"PDF cannot be opened: {message}", code="pdf_corrupt") from exc
 
 
 def _outline_titles(pdf: pdfium.PdfDocument) -> dict[int, list[tuple[int, str]]]:
@@ -92,7 +93,7 @@ def extract_pdf(path: Path) -> ExtractedDocument:
     try:
         page_count = len(pdf)
         if page_count == 0:
-            raise ExtractionError("PDF has no pages")
+            raise ExtractionError("PDF has no pages", code="pdf_no_pages")
         notes: list[str] = []
         permissions = pdfium_c.FPDF_GetDocPermissions(pdf.raw)
         if permissions != 0xFFFFFFFF and not permissions & _PERMISSION_COPY:
@@ -109,7 +110,8 @@ def extract_pdf(path: Path) -> ExtractedDocument:
                 text = textpage.get_text_bounded()
                 textpage.close()
             except pdfium.PdfiumError as exc:
-                raise ExtractionError(f"PDF page {page_number} cannot be read ({exc})") from exc
+                raise ExtractionError(f"PDF page {page_number} cannot be read ({exc})",
+                                      code="pdf_page_unreadable") from exc
             finally:
                 page.close()
             for paragraph in _paragraphs(text):
@@ -122,7 +124,8 @@ def extract_pdf(path: Path) -> ExtractedDocument:
         if not any(e.text.strip() for e in elements if e.type != TITLE):
             raise ExtractionError(
                 f"PDF has no text layer on any of its {page_count} page(s) (scanned or image-only); "
-                "OCR is not supported"
+                "OCR is not supported",
+                code="pdf_no_text_layer",
             )
         return ExtractedDocument(elements, page_count=page_count, notes=notes)
     finally:

@@ -30,10 +30,11 @@ def _is_heading(paragraph: str) -> bool:
 def extract_text(path: Path) -> ExtractedDocument:
     data = path.read_bytes()
     if not data:
-        raise ExtractionError("file is empty (0 bytes)")
+        raise ExtractionError("file is empty (0 bytes)", code="file_empty")
     text, _ = decode_text(data)
     if not text.strip():
-        raise ExtractionError(f"file contains only whitespace ({len(data)} bytes, no text)")
+        raise ExtractionError(f"file contains only whitespace ({len(data)} bytes, no text)",
+                              code="file_whitespace_only")
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):
         try:
@@ -41,7 +42,8 @@ def extract_text(path: Path) -> ExtractedDocument:
         except json.JSONDecodeError as exc:
             raise ExtractionError(
                 f"text file holds JSON that is truncated or invalid at line {exc.lineno}, column {exc.colno}: "
-                f"{exc.msg}"
+                f"{exc.msg}",
+                code="text_truncated_json",
             ) from exc
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     elements: list[Element] = []

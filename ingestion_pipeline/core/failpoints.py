@@ -1,0 +1,28 @@
+"""Named points where a fault-injection test can stop a real worker process (no-ops otherwise).
+
+With ``INGESTION_FAILPOINT=<name>`` and ``INGESTION_FAILPOINT_DIR=<folder>``, the first time this
+process reaches ``failpoint(<name>)`` it writes ``<folder>/<pid>.<name>`` and sleeps, so the test
+can SIGKILL the process at exactly that point (inside the promotion transaction, between two
+committed embedding units …). Without the variables nothing happens.
+
+Points: ``model.load``, ``extract.file``, ``embed.unit``, ``promote.transaction``, ``metrics.stage``,
+``metrics.promote``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+_reached: set[str] = set()
+
+
+def failpoint(name: str) -> None:
+    if os.environ.get("INGESTION_FAILPOINT") != name or name in _reached:
+        return
+    _reached.add(name)
+    folder = os.environ.get("INGESTION_FAILPOINT_DIR")
+    if folder:
+        Path(folder, f"{os.getpid()}.{name}").touch()
+    time.sleep(float(os.environ.get("INGESTION_FAILPOINT_SLEEP", "120")))

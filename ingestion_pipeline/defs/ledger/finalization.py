@@ -1,0 +1,98 @@
+"""What happens to a run's unfinished work when the run ends without finishing it.
+
+One place for the run-status sensors, the janitor and `process`: a failed run whose Dagster retry
+follows (``dagster/will_retry``) keeps its rows (the retry is the same owner and continues them); a
+failed run with no retry hands its rows back as a failed attempt (retried with backoff, or dead-lettered
+after the last attempt); a canceled run's rows are canceled and their staged work removed.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from ingestion_pipeline.core import ledger
+from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.failures import FailureInfo
+from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS, LedgerTable
+from ingestion_pipeline.core.settings import ReliabilitySettings
+from ingestion_pipeline.defs.launching import DOCUMENT_JOB, METRIC_JOB
+from ingestion_pipeline.defs.partitions import LAUNCH_GEN_TAG
+from ingestion_pipeline.documents import runs, staging
+
+WILL_RETRY_TAG = "dagster/will_retry"
+TABLE_OF_JOB = {DOCUMENT_JOB: DOCUMENT_RUNS, METRIC_JOB: METRIC_UPLOADS}
+# A materialisation or backfill from the UI runs the assets under Dagster's implicit asset job: the
+# claiming asset tells which ledger the run works on.
+TABLE_OF_CLAIMING_ASSET = {"raw_documents": DOCUMENT_RUNS, "raw_metric_files": METRIC_UPLOADS}
+
+
+def table_for_run(run: dg.DagsterRun, instance: dg.DagsterInstance) -> LedgerTable | None:
+    """The ledger a run works on, or None for runs that claim no ledger rows."""
+    if run.job_name in TABLE_OF_JOB:
+        return TABLE_OF_JOB[run.job_name]
+    if not run.tags.get("dagster/partition"):
+        return None
+    steps = {key.to_user_string() for key in run.asset_selection or ()}
+    if not steps and run.execution_plan_snapshot_id:
+        plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+        steps = {step.key for step in plan.steps}
+    return next((TABLE_OF_CLAIMING_ASSET[s] for s in steps if s in TABLE_OF_CLAIMING_ASSET), None)
+
+
+def owner_of(run: dg.DagsterRun) -> str:
+    """Claims belong to the root run: a re-execution continues its parent's work."""
+    return run.root_run_id or run.run_id
+
+
+def retry_follows(run: dg.DagsterRun) -> bool:
+    return run.tags.get(WILL_RETRY_TAG) == "true"
+
+
+def _launch_gen(run: dg.DagsterRun) -> int | None:
+    raw = run.tags.get(LAUNCH_GEN_TAG)
+    return int(raw) if raw and raw.isdigit() else None
+
+
+def discard_staged_work(conn, t: LedgerTable, rows: list[dict]) -> None:
+    """Canceled work leaves nothing staged behind (nothing of it can ever be promoted)."""
+    ids = [r[t.key] for r in rows]
+    if not ids:
+        return
+    if t is DOCUMENT_RUNS:
+        for run_id in ids:
+            staging.discard(conn, run_id)
+        runs.report(conn, rows)
+    else:
+        conn.execute("DELETE FROM staging_rows WHERE upload_id = ANY(%s)", (ids,))
+
+
+def finalize_failed_run(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun, message: str,
+                        policy: ReliabilitySettings) -> list[dict]:
+    """The run failed and no Dagster retry follows: its unfinished work is a failed attempt."""
+    t = table_for_run(run, instance)
+    if t is None or retry_follows(run):
+        return []
+    failure = FailureInfo("run_failed", message[:2000], transient=True,
+                          suggestion="retried with backoff; see the Dagster run's logs for the cause")
+    with db.transaction() as conn:
+        rows = ledger.finalize_run(conn, t, owner=owner_of(run), partition_key=run.tags.get("dagster/partition"),
+                                   launch_gen=_launch_gen(run), failure=failure, policy=policy)
+        if t is DOCUMENT_RUNS:
+            runs.report(conn, rows)
+    return rows
+
+
+def cancel_run_work(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun, actor: str) -> list[dict]:
+    """The run was canceled (terminated from the UI, or by `ingestion-pipeline cancel`)."""
+    t = table_for_run(run, instance)
+    if t is None:
+        return []
+    with db.transaction() as conn:
+        rows = ledger.cancel(conn, t, ledger.held_by(conn, t, owner_of(run)), actor=actor)
+        discard_staged_work(conn, t, rows)
+    return rows
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions()

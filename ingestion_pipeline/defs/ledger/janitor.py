@@ -1,0 +1,143 @@
+"""The janitor: re-surfaces work that a dead worker or a lost launch left behind.
+
+Runs every minute (``ledger_janitor_schedule``, which does its work at evaluation time and launches
+nothing) and at the start of every `ingestion-pipeline process`:
+
+1. a Dagster run still STARTED whose worker stopped beating (SIGKILL, out of memory) is marked failed,
+   so Dagster's run retries continue it (daemon runs) or its work is handed back (`process` runs);
+2. rows whose lease expired go back to the queue as a failed attempt (or dead_letter after the last),
+   unless a Dagster retry of their run is about to continue them;
+3. queued work that no run picked up for ``INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS`` (1 h) gets a new
+   launch generation, so the sensors launch its batch again;
+4. heartbeats of runs that are over are forgotten.
+"""
+
+
+import time
+from dataclasses import dataclass, field
+
+import dagster as dg
+
+from ingestion_pipeline.core import leases, ledger
+from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, TABLES
+from ingestion_pipeline.core.settings import ReliabilitySettings, load_settings
+from ingestion_pipeline.defs.ledger.finalization import owner_of, retry_follows, table_for_run
+from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.documents import runs
+
+IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+               dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+STARTUP_GRACE_SECONDS = 60.0
+
+
+@dataclass
+class JanitorReport:
+    dead_runs: list[str] = field(default_factory=list)
+    expired: list[dict] = field(default_factory=list)  # ledger rows handed back (or dead-lettered)
+    relaunched: list[str] = field(default_factory=list)  # partitions whose launch generation went up
+
+    def describe(self) -> str:
+        if not (self.dead_runs or self.expired or self.relaunched):
+            return "nothing to recover"
+        parts = []
+        if self.dead_runs:
+            parts.append(f"{len(self.dead_runs)} run(s) with a dead worker marked failed")
+        if self.expired:
+            dead = sum(1 for r in self.expired if r["status"] == "dead_letter")
+            parts.append(f"{len(self.expired)} expired claim(s) handed back ({dead} dead-lettered)")
+        if self.relaunched:
+            parts.append(f"{len(self.relaunched)} batch(es) relaunched: {', '.join(self.relaunched[:5])}")
+        return "; ".join(parts)
+
+
+def _records(instance: dg.DagsterInstance, statuses: list[dg.DagsterRunStatus],
+             limit: int | None = None) -> list[dg.RunRecord]:
+    """Runs in these states that claim ledger rows (the two jobs, or their assets materialised from the UI)."""
+    records = instance.get_run_records(filters=dg.RunsFilter(statuses=statuses), limit=limit)
+    return [r for r in records if table_for_run(r.dagster_run, instance) is not None]
+
+
+def fail_runs_with_dead_workers(instance: dg.DagsterInstance, db: Database, lease_seconds: float) -> list[str]:
+    """STARTED runs whose worker stopped beating (or never beat, long after starting) are marked failed."""
+    started = _records(instance, [dg.DagsterRunStatus.STARTED])
+    if not started:
+        return []
+    with db.connection() as conn:
+        beats = leases.last_beats(conn, [r.dagster_run.run_id for r in started])
+    now = time.time()
+    dead = []
+    for record in started:
+        run = record.dagster_run
+        beat = beats.get(run.run_id)
+        if beat is not None:
+            silent = float(beat["seconds_since"])
+        else:
+            silent = now - (record.start_time or record.create_timestamp.timestamp()) - STARTUP_GRACE_SECONDS
+        if silent <= lease_seconds:
+            continue
+        instance.report_run_failed(run, f"the run worker is lost: no heartbeat for {silent:.0f} s (killed, out of "
+                                        "memory, or its machine is gone); its claims are handed back")
+        dead.append(run.run_id)
+    return dead
+
+
+def _owners_to_keep(instance: dg.DagsterInstance, lease_seconds: float) -> set[str]:
+    """Owners whose rows are being continued: runs in progress, and failed runs a Dagster retry follows."""
+    keep = {owner_of(r.dagster_run) for r in _records(instance, IN_PROGRESS)}
+    grace = max(lease_seconds, 120.0)
+    for record in _records(instance, [dg.DagsterRunStatus.FAILURE], limit=200):
+        ended = record.end_time or 0
+        if retry_follows(record.dagster_run) and time.time() - ended < grace:
+            keep.add(owner_of(record.dagster_run))
+    return keep
+
+
+def _partitions_in_flight(instance: dg.DagsterInstance) -> set[str]:
+    return {r.dagster_run.tags.get("dagster/partition") for r in _records(instance, IN_PROGRESS)} - {None}
+
+
+def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilitySettings) -> JanitorReport:
+    report = JanitorReport(dead_runs=fail_runs_with_dead_workers(instance, db, policy.lease_seconds))
+    keep = _owners_to_keep(instance, policy.lease_seconds)
+    in_flight = _partitions_in_flight(instance)
+    with db.transaction() as conn:
+        for t in TABLES:
+            expired = ledger.expire_leases(conn, t, policy, keep_owners=keep)
+            if t is DOCUMENT_RUNS:
+                runs.report(conn, expired)
+            report.expired += expired
+            report.relaunched += ledger.relaunch_stale_queued(
+                conn, t, older_than_seconds=policy.relaunch_queued_after_seconds, keep_partitions=in_flight)
+        conn.execute(
+            "DELETE FROM run_heartbeats WHERE beat_at < now() - make_interval(secs => %s)",
+            (max(policy.lease_seconds * 10, 3600.0),),
+        )
+    return report
+
+
+@dg.op(description="Recover work left behind by dead workers and lost launches (see the janitor schedule).")
+def recover_stalled_work(context: dg.OpExecutionContext, postgres: PostgresResource) -> None:
+    context.log.info(run_janitor(context.instance, postgres.db, load_settings().reliability).describe())
+
+
+@dg.job(description="The janitor, on demand: what ledger_janitor_schedule does every minute.")
+def ledger_janitor_job():
+    recover_stalled_work()
+
+
+@dg.schedule(
+    job=ledger_janitor_job,
+    cron_schedule="* * * * *",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Every minute: fail runs whose worker died, hand back expired claims, relaunch forgotten "
+    "batches. Works at evaluation time and launches no run.",
+)
+def ledger_janitor_schedule(context: dg.ScheduleEvaluationContext, postgres: PostgresResource) -> dg.SkipReason:
+    report = run_janitor(context.instance, postgres.db, load_settings().reliability)
+    return dg.SkipReason(f"janitor: {report.describe()}")
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(jobs=[ledger_janitor_job], schedules=[ledger_janitor_schedule])
