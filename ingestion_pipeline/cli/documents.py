@@ -22,7 +22,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         results = [
             submit_upload(
                 ctx.db, ctx.document_store, tenant_id=args.tenant, path=Path(name), fingerprint=ctx.fingerprint,
-                max_bytes=ctx.settings.upload.max_bytes, title=args.title,
+                max_bytes=ctx.settings.upload.max_bytes, title=args.title, follow_symlinks=args.follow_symlinks,
             ).as_dict()
             for name in args.files
         ]
@@ -167,6 +167,8 @@ def register(sub) -> None:
         p.add_argument("files", nargs="+", metavar="FILE")
         p.add_argument("--tenant", required=True)
         p.add_argument("--title", help="title for the document(s); default: the file name")
+        p.add_argument("--follow-symlinks", action="store_true",
+                       help="read what a symbolic link points to (refused by default)")
 
     p = sub.add_parser("submit", help="queue uploads (a table of what happened to each file)")
     add_files(p)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import Context, bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, emit, print_rows, print_table
+from ingestion_pipeline.core.upload_store import SymlinkRefused, open_submitted_file
 from ingestion_pipeline.metrics import uploads
 from ingestion_pipeline.metrics.formats import PLATFORMS
 
@@ -31,14 +33,20 @@ def _print_errors(records: list[dict]) -> None:
 def _submit(ctx: Context, args: argparse.Namespace) -> int:
     settings = ctx.settings.metrics
     path = Path(args.file)
-    if not path.is_file():
-        raise ValueError(f"not a readable file: {path}")
-    if path.stat().st_size > settings.max_bytes:
-        emit(args, [{"status": "rejected", "filename": path.name,
-                     "reason": f"file is {path.stat().st_size:,} bytes, over the {settings.max_bytes:,} limit"}],
-             _print_submitted)
+    try:
+        stream = open_submitted_file(path, follow_symlinks=args.follow_symlinks)
+    except SymlinkRefused as exc:
+        emit(args, [{"status": "rejected", "filename": path.name, "reason": str(exc)}], _print_submitted)
         return 1
-    with path.open("rb") as stream:
+    except OSError as exc:
+        raise ValueError(f"not a readable file: {path}") from exc
+    size = os.fstat(stream.fileno()).st_size
+    if size > settings.max_bytes:
+        stream.close()
+        emit(args, [{"status": "rejected", "filename": path.name,
+                     "reason": f"file is {size:,} bytes, over the {settings.max_bytes:,} limit"}], _print_submitted)
+        return 1
+    with stream:
         result = uploads.submit_metric_file(
             ctx.db, ctx.metric_store, workspace_id=args.workspace, platform=args.platform,
             filename=path.name, stream=stream, max_bytes=settings.max_bytes, client_id=args.client,
@@ -90,6 +98,8 @@ def register(sub) -> None:
     msubmit.add_argument("--client")
     msubmit.add_argument("--force-partial", action="store_true", help="promote the valid rows below the threshold")
     msubmit.add_argument("--threshold", type=float, help="valid-row ratio required (default 0.9)")
+    msubmit.add_argument("--follow-symlinks", action="store_true",
+                         help="read what a symbolic link points to (refused by default)")
     add_json_flag(msubmit)
     muploads = metrics_sub.add_parser("uploads", help="status, counts, errors")
     muploads.add_argument("--workspace")

@@ -92,7 +92,8 @@ class Worker:
     lease_seconds: float
 
 
-def _q(text: str, t: LedgerTable) -> sql.Composed:
+def table_sql(text: str, t: LedgerTable) -> sql.Composed:
+    """``text`` with ``{table}``, ``{key}`` and ``{tenant}`` filled in for ``t`` (identifiers, not values)."""
     return sql.SQL(text).format(table=sql.Identifier(t.table), key=sql.Identifier(t.key),
                                 tenant=sql.Identifier(t.tenant_column))
 
@@ -125,7 +126,7 @@ def claim(conn: psycopg.Connection, t: LedgerTable, worker: Worker, *, partition
     and dead-lettered rows, with a fresh retry budget. Rows of a paused tenant or source are left.
     """
     rows = conn.execute(
-        _q("""
+        table_sql("""
         WITH candidate AS (
             SELECT w.{key} AS id, w.status AS previous_status, w.owner AS previous_owner
               FROM {table} w
@@ -163,16 +164,40 @@ def claim(conn: psycopg.Connection, t: LedgerTable, worker: Worker, *, partition
     return sorted(rows, key=lambda r: r[t.key])
 
 
+def states(conn: psycopg.Connection, t: LedgerTable, item_ids: Sequence[int]) -> dict[int, dict]:
+    """id -> {status, dagster_run_id, owner} for the given rows."""
+    rows = conn.execute(
+        table_sql("SELECT {key} AS id, status, dagster_run_id, owner FROM {table} WHERE {key} = ANY(%s)", t),
+        (list(item_ids),),
+    ).fetchall()
+    return {r["id"]: r for r in rows}
+
+
+def select_replayable(conn: psycopg.Connection, t: LedgerTable, *, status: str, tenant_id: str | None = None,
+                      since_seconds: float | None = None, limit: int = 10_000) -> list[int]:
+    """Ids of rows in ``status`` (failed or dead_letter), of one tenant, finished within ``since_seconds``."""
+    if status not in t.replayable:
+        raise ValueError(f"only {', '.join(t.replayable)} work can be replayed, not {status!r}")
+    rows = conn.execute(
+        table_sql("""SELECT {key} AS id FROM {table}
+               WHERE status = %(status)s AND (%(tenant)s::text IS NULL OR {tenant} = %(tenant)s)
+                 AND (%(since)s::float8 IS NULL OR finished_at >= now() - make_interval(secs => %(since)s))
+               ORDER BY {key} LIMIT %(limit)s""", t),
+        {"status": status, "tenant": tenant_id, "since": since_seconds, "limit": limit},
+    ).fetchall()
+    return [r["id"] for r in rows]
+
+
 def held_by(conn: psycopg.Connection, t: LedgerTable, owner: str) -> list[int]:
     """The ids of the rows ``owner`` works on."""
     return [r["id"] for r in conn.execute(
-        _q("SELECT {key} AS id FROM {table} WHERE owner = %s AND status = ANY(%s) ORDER BY {key}", t),
+        table_sql("SELECT {key} AS id FROM {table} WHERE owner = %s AND status = ANY(%s) ORDER BY {key}", t),
         (owner, list(t.working))).fetchall()]
 
 
 def hold(conn: psycopg.Connection, t: LedgerTable, item_id: int, owner: str) -> dict:
     """Lock the row for this transaction if ``owner`` still works on it; else raise ``LeaseLost``."""
-    row = conn.execute(_q("SELECT * FROM {table} WHERE {key} = %s FOR NO KEY UPDATE", t), (item_id,)).fetchone()
+    row = conn.execute(table_sql("SELECT * FROM {table} WHERE {key} = %s FOR NO KEY UPDATE", t), (item_id,)).fetchone()
     if row is None:
         raise LeaseLost(f"{t.kind} {item_id} does not exist")
     if row["owner"] != owner or row["status"] not in t.working:
@@ -193,7 +218,7 @@ def extend_leases(conn: psycopg.Connection, owner: str, lease_seconds: float) ->
     extended = 0
     for t in TABLES:
         extended += conn.execute(
-            _q("""UPDATE {table} SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+            table_sql("""UPDATE {table} SET lease_expires_at = now() + make_interval(secs => %(lease)s)
                    WHERE {key} IN (SELECT {key} FROM {table} WHERE owner = %(owner)s AND status = ANY(%(working)s)
                                       FOR NO KEY UPDATE SKIP LOCKED)""", t),
             {"lease": lease_seconds, "owner": owner, "working": list(t.working)},
@@ -304,7 +329,7 @@ def fail(conn: psycopg.Connection, t: LedgerTable, item_id: int, owner: str, fai
 def fail_unclaimed(conn: psycopg.Connection, t: LedgerTable, item_id: int, failure: FailureInfo,
                    policy: ReliabilitySettings, **fields: Any) -> dict | None:
     """A queued row that cannot even be claimed (its stored file is gone …): fail it, if still queued."""
-    row = conn.execute(_q("SELECT * FROM {table} WHERE {key} = %s AND status = ANY(%s) FOR NO KEY UPDATE", t),
+    row = conn.execute(table_sql("SELECT * FROM {table} WHERE {key} = %s AND status = ANY(%s) FOR NO KEY UPDATE", t),
                        (item_id, list(t.unfinished))).fetchone()
     return _fail_locked(conn, t, row, failure, policy, fields=fields, count_attempt=True) if row else None
 
@@ -313,7 +338,7 @@ def release(conn: psycopg.Connection, t: LedgerTable, *, owner: str, reason: str
             item_ids: Sequence[int] | None = None) -> list[dict]:
     """Give held rows back to the queue (interrupted or paused): this attempt is not counted."""
     rows = conn.execute(
-        _q("""UPDATE {table}
+        table_sql("""UPDATE {table}
                  SET status = %(queued)s, owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),
                      attempts = greatest(attempts - 1, attempts_before_replay), launch_gen = launch_gen + 1,
                      updated_at = now()
@@ -334,7 +359,7 @@ def expire_leases(conn: psycopg.Connection, t: LedgerTable, policy: ReliabilityS
     ``keep_owners``: owners whose rows a Dagster retry is about to continue.
     """
     expired = conn.execute(
-        _q("""SELECT * FROM {table}
+        table_sql("""SELECT * FROM {table}
                WHERE status = ANY(%(working)s) AND lease_expires_at < now()
                  AND NOT (owner = ANY(%(keep)s))
                ORDER BY {key} FOR NO KEY UPDATE SKIP LOCKED""", t),
@@ -357,13 +382,13 @@ def finalize_run(conn: psycopg.Connection, t: LedgerTable, *, owner: str, partit
     keep failing before they claim anything ends in dead_letter instead of relaunching forever.
     """
     held = conn.execute(
-        _q("SELECT * FROM {table} WHERE owner = %s AND status = ANY(%s) ORDER BY {key} FOR NO KEY UPDATE", t),
+        table_sql("SELECT * FROM {table} WHERE owner = %s AND status = ANY(%s) ORDER BY {key} FOR NO KEY UPDATE", t),
         (owner, list(t.working)),
     ).fetchall()
     finalized = [_fail_locked(conn, t, row, failure, policy) for row in held]
     if partition_key is not None:
         waiting = conn.execute(
-            _q("""SELECT * FROM {table}
+            table_sql("""SELECT * FROM {table}
                    WHERE partition_key = %(partition)s AND status = %(queued)s AND next_attempt_at <= now()
                      AND (%(gen)s::int IS NULL OR launch_gen <= %(gen)s)
                    ORDER BY {key} FOR NO KEY UPDATE SKIP LOCKED""", t),
@@ -377,7 +402,7 @@ def finalize_run(conn: psycopg.Connection, t: LedgerTable, *, owner: str, partit
 def requeue(conn: psycopg.Connection, t: LedgerTable, item_ids: Sequence[int], *, actor: str) -> list[dict]:
     """Replay failed, dead-lettered or canceled rows as a new attempt with a fresh retry budget."""
     rows = conn.execute(
-        _q("""UPDATE {table}
+        table_sql("""UPDATE {table}
                  SET status = %(queued)s, owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),
                      attempts_before_replay = attempts, launch_gen = launch_gen + 1, finished_at = NULL,
                      error = NULL, error_code = NULL, suggestion = NULL, canceled_at = NULL, canceled_by = NULL,
@@ -393,7 +418,7 @@ def requeue(conn: psycopg.Connection, t: LedgerTable, item_ids: Sequence[int], *
 def cancel(conn: psycopg.Connection, t: LedgerTable, item_ids: Sequence[int], *, actor: str) -> list[dict]:
     """Cancel queued or working rows; a worker holding one loses it at its next write."""
     rows = conn.execute(
-        _q("""UPDATE {table}
+        table_sql("""UPDATE {table}
                  SET status = %(canceled)s, owner = NULL, lease_expires_at = NULL, finished_at = now(),
                      canceled_at = now(), canceled_by = %(actor)s, error = %(message)s, error_code = 'canceled',
                      updated_at = now()
@@ -411,7 +436,7 @@ def relaunch_stale_queued(conn: psycopg.Connection, t: LedgerTable, *, older_tha
     """Queued rows that no run picked up for a long time get a new launch generation (a new run key,
     so the sensors launch their batch again); returns the partitions relaunched."""
     rows = conn.execute(
-        _q("""UPDATE {table} SET launch_gen = launch_gen + 1, updated_at = now()
+        table_sql("""UPDATE {table} SET launch_gen = launch_gen + 1, updated_at = now()
                WHERE status = %(queued)s AND partition_key IS NOT NULL AND next_attempt_at <= now()
                  AND updated_at < now() - make_interval(secs => %(older)s)
                  AND NOT (partition_key = ANY(%(keep)s))

@@ -23,6 +23,7 @@ from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.core.settings import Settings, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents.embedding import Embedder, resolve_model_path
+from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
 
 
@@ -162,9 +163,11 @@ def build_document_pipeline(
     settings: DocumentPipelineResource, s3: S3Resource | None = None, heartbeat: HeartbeatResource | None = None,
 ) -> DocumentPipeline:
     """The pipeline of one step, wired from the run's resources."""
-    return DocumentPipeline(postgres.db, uploads.documents(), embedder, settings.settings(),
+    pipeline_settings = settings.settings()
+    return DocumentPipeline(postgres.db, uploads.documents(), embedder, pipeline_settings,
                             S3Clients(s3) if s3 is not None else None,
-                            worker=heartbeat.worker if heartbeat is not None else None)
+                            worker=heartbeat.worker if heartbeat is not None else None,
+                            extractor=IsolatedExtractor(pipeline_settings.limits))
 
 
 def default_resources() -> dict:

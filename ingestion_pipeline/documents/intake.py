@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import LocalUploadStore, SymlinkRefused, open_submitted_file
 from ingestion_pipeline.documents import runs
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 
@@ -53,6 +55,7 @@ def submit_upload(
     fingerprint: str,
     max_bytes: int,
     title: str | None = None,
+    follow_symlinks: bool = False,
 ) -> SubmitResult:
     path = Path(path)
     tenant_id = validate_tenant_id(tenant_id)
@@ -62,20 +65,27 @@ def submit_upload(
     except UnsupportedFileType as exc:
         result.reason = str(exc)
         return result
-    if not path.is_file():
-        result.reason = "not a readable file"
-        return result
-    size = path.stat().st_size
-    if size > max_bytes:
-        result.reason = f"file is {size:,} bytes, over the {max_bytes:,} byte limit"
-        return result
-
     try:
-        with path.open("rb") as stream:
-            stored = store.put(tenant_id, stream, max_bytes=max_bytes)
-    except SizeLimitExceeded as exc:  # the file grew while being read
+        stream = open_submitted_file(path, follow_symlinks=follow_symlinks)
+    except SymlinkRefused as exc:
         result.reason = str(exc)
         return result
+    except OSError:
+        result.reason = "not a readable file"
+        return result
+    with stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            result.reason = "not a regular file"
+            return result
+        size = os.fstat(stream.fileno()).st_size
+        if size > max_bytes:
+            result.reason = f"file is {size:,} bytes, over the {max_bytes:,} byte limit"
+            return result
+        try:
+            stored = store.put(tenant_id, stream, max_bytes=max_bytes)
+        except SizeLimitExceeded as exc:  # the file grew while being read
+            result.reason = str(exc)
+            return result
 
     source_uri = upload_uri(stored.sha256)
     result.sha256, result.size_bytes, result.source_uri = stored.sha256, stored.size, source_uri

@@ -37,7 +37,7 @@ _log = logging.getLogger("ingestion_pipeline.documents")
 
 # endpoint URL (None: the default) -> a boto3 S3 client
 S3ClientFor = Callable[[str | None], Any]
-# (path, extension) -> ExtractedDocument; the default runs in a bounded worker process (extraction/isolation)
+# (path, extension) -> ExtractedDocument; runs use a bounded worker process (extraction/isolation.py)
 Extractor = Callable[[Path, str], Any]
 
 # Errors of the database itself: not a file's fault, so the step (not the file) is retried.
@@ -79,12 +79,18 @@ class DocumentPipeline:
         self.model = embedder.info
         self.worker = worker
         self._s3_client_for = s3_client_for
-        self._extract = extractor or extract
+        self._extract = extractor or (lambda path, extension: extract(path, extension, settings.limits))
         if self.model.dimension != 384:
             raise ValueError(
                 f"embedding model has dimension {self.model.dimension}, the schema stores vector(384); "
                 "add a migration for another dimension"
             )
+
+    def close(self) -> None:
+        """Stop the extraction worker, if this pipeline started one."""
+        close = getattr(self._extract, "close", None)
+        if close is not None:
+            close()
 
     # -- shared ---------------------------------------------------------------------------------
     @property

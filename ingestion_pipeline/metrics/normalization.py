@@ -38,6 +38,9 @@ COLUMN_ALIASES: dict[str, dict[str, str]] = {
 _ID_FIELDS = ("campaign_id", "ad_set_id", "ad_id")
 _METRIC_FIELDS = ("impressions", "clicks", "spend", "spend_micros", "conversions")
 _HEADER_CLEAN = re.compile(r"[^a-z0-9]+")
+# The columns' ranges (sql/004_metrics.sql): counts are bigint, amounts numeric(20, 6).
+MAX_COUNT = 2**63 - 1
+MAX_AMOUNT = Decimal(10) ** 14
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _AMOUNT_CURRENCY = re.compile(r"^amount_spent_([a-z]{3})$")
 
@@ -79,6 +82,12 @@ def _integer(raw, name: str, errors: list[dict]) -> int | None:
     except InvalidOperation:
         _error(errors, name, f"not a number ({text!r})")
         return None
+    if not number.is_finite():
+        _error(errors, name, f"not a finite number ({text!r})")
+        return None
+    if abs(number) > MAX_COUNT:
+        _error(errors, name, f"out of range ({text}; at most {MAX_COUNT:,})")
+        return None
     if number != number.to_integral_value():
         _error(errors, name, f"not a whole number ({text!r})")
         return None
@@ -88,7 +97,7 @@ def _integer(raw, name: str, errors: list[dict]) -> int | None:
     return int(number)
 
 
-def _decimal(raw, name: str, errors: list[dict]) -> Decimal | None:
+def _decimal(raw, name: str, errors: list[dict], maximum: Decimal = MAX_AMOUNT) -> Decimal | None:
     text = _text(raw)
     if text is None:
         return None
@@ -103,6 +112,9 @@ def _decimal(raw, name: str, errors: list[dict]) -> Decimal | None:
         return None
     if number < 0:
         _error(errors, name, f"negative ({text})")
+        return None
+    if number >= maximum:
+        _error(errors, name, f"out of range ({text}; below {maximum:,})")
         return None
     return number
 
@@ -209,7 +221,7 @@ def normalize_row(raw: object, *, workspace_id: str, platform: str) -> Normalize
         clicks = _integer(mapped.get("clicks"), "clicks", errors)
         spend = _decimal(mapped.get("spend"), "spend", errors)
         if spend is None and _text(mapped.get("spend_micros")) is not None:
-            micros = _decimal(mapped.get("spend_micros"), "spend", errors)
+            micros = _decimal(mapped.get("spend_micros"), "spend", errors, maximum=MAX_AMOUNT * 1_000_000)
             spend = micros / Decimal(1_000_000) if micros is not None else None
         conversions = _decimal(mapped.get("conversions"), "conversions", errors)
         currency = (_text(mapped.get("currency")) or "").upper()

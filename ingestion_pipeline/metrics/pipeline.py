@@ -19,6 +19,7 @@ from ingestion_pipeline.core.failures import CodedError
 from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.ledger import METRIC_UPLOADS, Worker
 from ingestion_pipeline.core.settings import ReliabilitySettings
+from ingestion_pipeline.core.tenants import is_paused
 from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
 from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload
@@ -51,11 +52,16 @@ def _fail(db: Database, upload: dict, owner: str, error: UploadFailed, policy: R
 
 
 def _held(db: Database, partition_key: str, owner: str) -> dict | None:
-    """The upload of the partition if ``owner`` holds it, else None."""
-    with db.connection() as conn:
+    """The upload of the partition if ``owner`` holds it, else None. At this step boundary an upload of a
+    paused workspace goes back to the queue (its staged rows are kept) and is not this run's any more."""
+    with db.transaction() as conn:
         upload = upload_for_partition(conn, partition_key)
-    if upload["owner"] != owner or upload["status"] not in METRIC_UPLOADS.working:
-        return None
+        if upload["owner"] != owner or upload["status"] not in METRIC_UPLOADS.working:
+            return None
+        if is_paused(conn, upload["workspace_id"]):
+            ledger.release(conn, METRIC_UPLOADS, owner=owner, reason="paused", event="paused",
+                           item_ids=[upload["upload_id"]])
+            return None
     return upload
 
 

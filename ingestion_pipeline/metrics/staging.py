@@ -7,6 +7,7 @@ Memory stays bounded by ``chunk_rows`` whatever the file size. A rerun resumes a
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,17 @@ def stage_upload(db: Database, upload: dict, *, owner: str, chunk_rows: int = 10
     return StagingCounts(counts["total"], counts["valid"], counts["total"] - counts["valid"], already)
 
 
+def _finite(value):
+    """jsonb has no Infinity or NaN: keep them as the strings the file held."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _dumps(value) -> str:
     # jsonb cannot hold NUL characters; exports occasionally carry them
-    return json.dumps(value, default=_json_default, ensure_ascii=False).replace("\\u0000", "")
+    return json.dumps(_finite(value), default=_json_default, ensure_ascii=False).replace("\\u0000", "")

@@ -85,7 +85,10 @@ def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds
         heartbeat: HeartbeatResource,
     ) -> dg.MaterializeResult:
         pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, s3, heartbeat)
-        outcomes = retrying_transient_errors(context, lambda: work(pipeline, context))
+        try:
+            outcomes = retrying_transient_errors(context, lambda: work(pipeline, context))
+        finally:
+            pipeline.close()
         _log_failures(context, outcomes)
         return _result(outcomes, **{key: _sum(outcomes, key) for key in totals})
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction.docx import extract_docx
 from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, assign_section_paths
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
@@ -31,13 +32,14 @@ _EXTRACTORS = {
 __all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError", "extract"]
 
 
-def extract(path: Path, extension: str) -> ExtractedDocument:
+def extract(path: Path, extension: str, limits: ExtractionLimits | None = None) -> ExtractedDocument:
+    """Extract one file; ``limits`` bounds what it may expand to (characters, zip members)."""
     extractor = _EXTRACTORS.get(extension.lower())
     if extractor is None:
         raise ExtractionError(f"no extractor for {extension!r} files", code="unsupported_format")
     path = Path(path)
     if path.stat().st_size == 0:
         raise ExtractionError("file is empty (0 bytes)", code="file_empty")
-    document = extractor(path)
+    document = extractor(path, limits or ExtractionLimits())
     document.elements = list(assign_section_paths(document.elements))
     return document

@@ -17,6 +17,7 @@ from docx.oxml.ns import qn
 from docx.table import Table
 from docx.text.paragraph import Paragraph
 
+from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction.elements import (
     LIST_ITEM,
     NARRATIVE_TEXT,
@@ -79,7 +80,44 @@ def _table_text(table: Table) -> str:
     return "\n".join(rows)
 
 
-def extract_docx(path: Path) -> ExtractedDocument:
+def _human(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:.1f}".removesuffix(".0") + f" {unit}"
+        n /= 1024
+    return f"{n} bytes"
+
+
+def check_zip_members(path: Path, limits: ExtractionLimits) -> None:
+    """Refuse a package whose parts expand beyond the limits, before anything is decompressed.
+
+    A DOCX is a zip: a few kilobytes can declare gigabytes of XML (a "zip bomb"). The sizes come from
+    the zip directory; zipfile never decompresses more than a member declares.
+    """
+    try:
+        with zipfile.ZipFile(path) as package:
+            members = package.infolist()
+    except (zipfile.BadZipFile, OSError):
+        return  # python-docx reports the corrupt package with its own reason
+    total = 0
+    for member in members:
+        total += member.file_size
+        if member.file_size > limits.max_member_bytes:
+            raise ExtractionError(
+                f"{member.filename} expands to {_human(member.file_size)} (limit {_human(limits.max_member_bytes)})",
+                code="docx_too_large")
+        ratio = member.file_size / max(member.compress_size, 1)
+        if member.file_size > 1024 * 1024 and ratio > limits.max_compression_ratio:
+            raise ExtractionError(
+                f"{member.filename} is compressed {ratio:,.0f}:1 (limit {limits.max_compression_ratio:,.0f}:1); "
+                "refusing a likely zip bomb", code="docx_compression_ratio")
+    if total > 4 * limits.max_member_bytes:
+        raise ExtractionError(f"the package expands to {_human(total)} in all (limit "
+                              f"{_human(4 * limits.max_member_bytes)})", code="docx_too_large")
+
+
+def extract_docx(path: Path, limits: ExtractionLimits | None = None) -> ExtractedDocument:
+    check_zip_members(path, limits or ExtractionLimits())
     try:
         document = Document(str(path))
     except (zipfile.BadZipFile, PackageNotFoundError) as exc:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
+from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction.elements import (
     CODE_BLOCK,
     LIST_ITEM,
@@ -16,14 +17,14 @@ from ingestion_pipeline.documents.extraction.elements import (
     ExtractedDocument,
     clean_text,
 )
-from ingestion_pipeline.documents.extraction.encoding import decode_text
+from ingestion_pipeline.documents.extraction.encoding import read_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _parser = MarkdownIt("commonmark").enable("table")
 
 
-def extract_markdown(path: Path) -> ExtractedDocument:
-    text, _ = decode_text(path.read_bytes())
+def extract_markdown(path: Path, limits: ExtractionLimits | None = None) -> ExtractedDocument:
+    text = read_text(path, limits or ExtractionLimits(), "Markdown")
     if not text.strip():
         raise ExtractionError("Markdown file is empty" if not text else "Markdown file contains only whitespace",
                               code="file_empty")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction.elements import (
     NARRATIVE_TEXT,
     TITLE,
@@ -88,7 +89,8 @@ def _looks_like_heading(line: str) -> bool:
     return len(letters) >= 4 and all(c.isupper() for c in letters) and not line.endswith((".", ","))
 
 
-def extract_pdf(path: Path) -> ExtractedDocument:
+def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> ExtractedDocument:
+    """The text layer of every page (``limits`` unused: PDFium reads a page at a time)."""
     pdf = _open(path)
     try:
         page_count = len(pdf)

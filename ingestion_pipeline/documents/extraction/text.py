@@ -10,8 +10,9 @@ import json
 import re
 from pathlib import Path
 
+from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction.elements import NARRATIVE_TEXT, TITLE, Element, ExtractedDocument
-from ingestion_pipeline.documents.extraction.encoding import decode_text
+from ingestion_pipeline.documents.extraction.encoding import read_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _CHAPTER = re.compile(r"^(chapter|book|part|section|article|epilogue|prologue)\b[\w .:,'-]{0,60}$", re.I)
@@ -27,13 +28,13 @@ def _is_heading(paragraph: str) -> bool:
     return len(letters) >= 4 and all(c.isupper() for c in letters) and not paragraph.endswith((".", ","))
 
 
-def extract_text(path: Path) -> ExtractedDocument:
-    data = path.read_bytes()
-    if not data:
+def extract_text(path: Path, limits: ExtractionLimits | None = None) -> ExtractedDocument:
+    size = path.stat().st_size
+    if not size:
         raise ExtractionError("file is empty (0 bytes)", code="file_empty")
-    text, _ = decode_text(data)
+    text = read_text(path, limits or ExtractionLimits(), "text")
     if not text.strip():
-        raise ExtractionError(f"file contains only whitespace ({len(data)} bytes, no text)",
+        raise ExtractionError(f"file contains only whitespace ({size} bytes, no text)",
                               code="file_whitespace_only")
     stripped = text.lstrip()
     if stripped[:1] in ("{", "["):

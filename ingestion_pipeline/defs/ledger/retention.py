@@ -1,0 +1,34 @@
+"""Raw-file retention: expired bytes of finished-for-good work and orphaned stored files are removed
+(core/retention.py), hourly."""
+
+import dagster as dg
+
+from ingestion_pipeline.core.retention import remove_expired_raw_files, remove_orphans
+from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.defs.resources import PostgresResource, UploadStoreResource
+
+
+@dg.op(description="Remove raw bytes past INGESTION_FAILED_TTL_DAYS and orphans past INGESTION_ORPHAN_TTL_HOURS.")
+def remove_expired_raw_bytes(
+    context: dg.OpExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource
+) -> int:
+    policy = load_settings().reliability
+    report = remove_expired_raw_files(postgres.db, policy)
+    remove_orphans(postgres.db, [upload_store.documents().root, upload_store.metrics().root], policy, report)
+    context.log.info(report.describe())
+    return report.expired_files + report.orphan_files
+
+
+@dg.job(description="Remove raw bytes that nothing will process again (failed, dead-lettered, canceled, orphans).")
+def raw_file_retention_job():
+    remove_expired_raw_bytes()
+
+
+raw_file_retention_schedule = dg.ScheduleDefinition(
+    job=raw_file_retention_job, cron_schedule="40 * * * *", default_status=dg.DefaultScheduleStatus.RUNNING
+)
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(jobs=[raw_file_retention_job], schedules=[raw_file_retention_schedule])

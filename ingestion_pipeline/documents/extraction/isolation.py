@@ -1,0 +1,134 @@
+"""Extraction in a worker process, bounded in time and memory.
+
+Parsers are C code (PDFium, libxml2) fed untrusted files: a file can make them run for hours or ask
+for gigabytes, and a Python timeout cannot interrupt C. So the pipeline extracts in a separate
+process (spawned once, reused file after file): the worker caps its own address space
+(``INGESTION_EXTRACTION_MEMORY_MB``) and is killed when a file takes longer than
+``INGESTION_EXTRACTION_TIMEOUT_SECONDS``. Either fails that one file with the reason; the next file
+gets a fresh worker. A worker that dies for another reason (the kernel's OOM killer) is a transient
+failure: the file is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from ingestion_pipeline.core.failures import TransientError
+from ingestion_pipeline.core.settings import ExtractionLimits
+from ingestion_pipeline.documents.extraction import extract
+from ingestion_pipeline.documents.extraction.elements import ExtractedDocument
+from ingestion_pipeline.documents.extraction.errors import ExtractionError
+
+_log = logging.getLogger("ingestion_pipeline.extraction")
+
+
+def _serve(conn, memory_mb: int) -> None:
+    """The worker: extract file after file until the pipe closes."""
+    limit = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            return
+        if task is None:
+            return
+        path, extension, limits = task
+        try:
+            reply = ("ok", extract(Path(path), extension, limits))
+        except MemoryError:
+            reply = ("memory", None)
+        except ExtractionError as exc:
+            reply = ("error", (exc.code, str(exc), exc.suggestion))
+        except Exception as exc:  # a parser bug: reported as such, the worker stays usable
+            reply = ("unexpected", f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(reply)
+        except MemoryError:
+            conn.send(("memory", None))
+
+
+class IsolatedExtractor:
+    """``extract(path, extension)`` run in a bounded worker process (one at a time).
+
+    The worker is a fresh interpreter (``python -m`` this module: no torch, no threads, nothing of the
+    caller's ``__main__``) talking over a socket pair.
+    """
+
+    def __init__(self, limits: ExtractionLimits) -> None:
+        self.limits = limits
+        self._process: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+
+    def _alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(theirs.fileno()), str(self.limits.memory_mb)],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        self._conn = Connection(ours.detach())
+
+    def _discard(self) -> None:
+        if self._alive():
+            self._process.kill()
+        if self._process is not None:
+            self._process.wait(10)
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = None
+
+    def __call__(self, path: Path, extension: str) -> ExtractedDocument:
+        if not self._alive():
+            self._discard()
+            self._start()
+        self._conn.send((str(path), extension, self.limits))
+        if not self._conn.poll(self.limits.timeout_seconds):
+            self._discard()
+            raise ExtractionError(f"extraction took longer than {self.limits.timeout_seconds:g} s and was stopped",
+                                  code="extraction_timeout")
+        try:
+            status, value = self._conn.recv()
+        except (EOFError, OSError) as exc:  # the worker died without answering
+            code = self._process.poll() if self._process is not None else None
+            self._discard()
+            raise TransientError("worker_out_of_memory", f"the extraction worker died (exit code {code}); "
+                                 "killed by the system, out of memory?") from exc
+        if status == "ok":
+            return value
+        if status == "memory":
+            self._discard()  # its heap may be fragmented: start clean
+            raise ExtractionError(f"extracting the file needs more than {self.limits.memory_mb:,} MB of memory",
+                                  code="extraction_memory_exceeded")
+        if status == "error":
+            code, message, suggestion = value
+            raise ExtractionError(message, code=code, suggestion=suggestion)
+        raise ExtractionError(f"the extractor failed: {value}", code="extraction_failed")
+
+    def close(self) -> None:
+        if self._conn is not None and self._alive():
+            try:
+                self._conn.send(None)
+                self._process.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self._discard()
+
+    def __enter__(self) -> IsolatedExtractor:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]))
