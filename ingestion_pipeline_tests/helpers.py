@@ -82,3 +82,34 @@ def ingest(instance: dg.DagsterInstance, database: Database, tenant: str, *paths
 
 def table(conn, query: str, *params) -> list[dict]:
     return conn.execute(query, params).fetchall()
+
+
+def code_location() -> dg.Definitions:
+    """The project's definitions with the test session's shared embedding model."""
+    from ingestion_pipeline.definitions import defs
+
+    project = defs()
+    return dg.Definitions(assets=project.assets, asset_checks=project.asset_checks, jobs=project.jobs,
+                          sensors=project.sensors, schedules=project.schedules,
+                          resources={**project.resources, "embedder": shared_embedder()})
+
+
+def document_batch_job() -> dg.JobDefinition:
+    """For ``dg.reconstructable``: Dagster's re-execution rebuilds the job from this function."""
+    return code_location().resolve_job_def("document_batch_job")
+
+
+def process_in_process(instance: dg.DagsterInstance, database: Database) -> list:
+    """What `ingestion-pipeline process` does (janitor, planning, runs, finalisation), in this process."""
+    from ingestion_pipeline.defs.launching import run_queued_in_process
+    from ingestion_pipeline.defs.resources import PostgresResource
+
+    return run_queued_in_process(instance, code_location(), database, load_settings(),
+                                 {"postgres": PostgresResource(database_url=database.url),
+                                  "embedder": shared_embedder()}, log_level="CRITICAL")
+
+
+def history(conn, run_id: int, kind: str = "document") -> list[str]:
+    return [r["event"] for r in conn.execute(
+        "SELECT event FROM ledger_history WHERE kind = %s AND item_id = %s ORDER BY history_id",
+        (kind, run_id)).fetchall()]

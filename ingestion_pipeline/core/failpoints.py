@@ -1,9 +1,9 @@
 """Named points where a fault-injection test can stop a real worker process (no-ops otherwise).
 
-With ``INGESTION_FAILPOINT=<name>`` and ``INGESTION_FAILPOINT_DIR=<folder>``, the first time this
-process reaches ``failpoint(<name>)`` it writes ``<folder>/<pid>.<name>`` and sleeps, so the test
-can SIGKILL the process at exactly that point (inside the promotion transaction, between two
-committed embedding units …). Without the variables nothing happens.
+With ``INGESTION_FAILPOINT=<name>`` and ``INGESTION_FAILPOINT_DIR=<folder>``, the first process to
+reach ``failpoint(<name>)`` writes ``<folder>/<pid>.<name>`` and sleeps, so the test can SIGKILL it
+at exactly that point (inside the promotion transaction, between two committed embedding units …);
+processes that come after the marker exists run through. Without the variables nothing happens.
 
 Points: ``model.load``, ``extract.file``, ``embed.unit``, ``promote.transaction``, ``metrics.stage``,
 ``metrics.promote``.
@@ -24,5 +24,7 @@ def failpoint(name: str) -> None:
     _reached.add(name)
     folder = os.environ.get("INGESTION_FAILPOINT_DIR")
     if folder:
+        if any(Path(folder).glob(f"*.{name}")):
+            return  # once across processes: a retry that comes after the kill runs through
         Path(folder, f"{os.getpid()}.{name}").touch()
     time.sleep(float(os.environ.get("INGESTION_FAILPOINT_SLEEP", "120")))

@@ -23,7 +23,7 @@ _log = logging.getLogger("ingestion_pipeline.leases")
 
 def beat(conn: psycopg.Connection, *, dagster_run_id: str, owner: str, lease_seconds: float) -> int:
     """One heartbeat: extend the owner's leases and stamp this worker as alive."""
-    extended = ledger.extend_leases(conn, owner, lease_seconds)
+    extended = ledger.extend_leases(conn, owner, lease_seconds, dagster_run_id)
     conn.execute(
         """INSERT INTO run_heartbeats (dagster_run_id, owner, pid, hostname) VALUES (%s, %s, %s, %s)
            ON CONFLICT (dagster_run_id) DO UPDATE SET beat_at = now(), pid = EXCLUDED.pid""",

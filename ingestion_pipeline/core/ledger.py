@@ -213,15 +213,17 @@ def heartbeat(conn: psycopg.Connection, t: LedgerTable, item_id: int, owner: str
                         {"stats": Jsonb(dict(stats or {}))})
 
 
-def extend_leases(conn: psycopg.Connection, owner: str, lease_seconds: float) -> int:
-    """The owner's heartbeat: every row it holds, in both ledgers, keeps its claim a lease longer."""
+def extend_leases(conn: psycopg.Connection, owner: str, lease_seconds: float, dagster_run_id: str) -> int:
+    """The owner's heartbeat: every row it holds, in both ledgers, keeps its claim a lease longer and
+    names the run now working on it (a re-execution continues what its parent run claimed)."""
     extended = 0
     for t in TABLES:
         extended += conn.execute(
-            table_sql("""UPDATE {table} SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+            table_sql("""UPDATE {table} SET lease_expires_at = now() + make_interval(secs => %(lease)s),
+                                dagster_run_id = %(run)s
                    WHERE {key} IN (SELECT {key} FROM {table} WHERE owner = %(owner)s AND status = ANY(%(working)s)
                                       FOR NO KEY UPDATE SKIP LOCKED)""", t),
-            {"lease": lease_seconds, "owner": owner, "working": list(t.working)},
+            {"lease": lease_seconds, "owner": owner, "working": list(t.working), "run": dagster_run_id},
         ).rowcount
     return extended
 

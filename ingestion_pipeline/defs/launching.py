@@ -154,8 +154,7 @@ def run_queued_in_process(
                     raise Interrupted(f"interrupted during run {run_id}; its claims are back in the queue")
                 ran = True
                 if not result.success:
-                    finalize_failed_run(instance, db, instance.get_run_by_id(run_id),
-                                        f"Dagster run {run_id} failed before this work finished", policy)
+                    finalize_failed_run(instance, db, instance.get_run_by_id(run_id), policy)
                 outcome = ProcessedRun(plan.job_name, request.partition_key, run_id, result.success)
                 processed.append(outcome)
                 if on_run is not None:

@@ -1,5 +1,8 @@
 """Metric uploads through the real assets, the blocking check, promotion and the completion event."""
 
+import json
+from datetime import date
+
 import dagster as dg
 import pytest
 
@@ -31,10 +34,10 @@ def submit(database, tmp_path, path, workspace="acme", platform="meta", **kwargs
                                   **kwargs)
 
 
-def run_upload(instance, partition_key):
+def run_upload(instance, partition_key, tags=None):
     if partition_key not in instance.get_dynamic_partitions(metric_uploads.name):
         instance.add_dynamic_partitions(metric_uploads.name, [partition_key])
-    return dg.materialize(ASSETS, partition_key=partition_key, instance=instance,
+    return dg.materialize(ASSETS, partition_key=partition_key, instance=instance, tags=tags,
                           resources={"postgres": PostgresResource(), "heartbeat": HeartbeatResource()},
                           raise_on_error=False)
 
@@ -240,3 +243,57 @@ def test_cleanup_deletes_old_staging_rows_only(database, db, tmp_path, instance)
     assert table(db, "SELECT count(*) AS n FROM staging_rows")[0]["n"] == 2
     assert table(db, "SELECT count(*) AS n FROM daily_metrics")[0]["n"] == 4
     assert staging_cleanup_schedule.cron_schedule == "15 3 * * *"
+
+
+def test_an_older_upload_promoted_late_never_overwrites_newer_figures(instance, database, db, tmp_path):
+    """Two exports of one workspace with overlapping keys, promoted out of order: the newer figures stay."""
+    older_rows = list(daily_rows(1, 1, 2, 4, seed=1))
+    newer_rows = list(daily_rows(1, 1, 2, 4, seed=2, start=date(2024, 3, 3)))
+    older = submit(database, tmp_path, write_export(tmp_path / "older.csv", "meta", older_rows))
+    newer = submit(database, tmp_path, write_export(tmp_path / "newer.csv", "meta", newer_rows))
+    assert older.upload_id < newer.upload_id
+    assert run_upload(instance, newer.partition_key).success
+    assert run_upload(instance, older.partition_key).success  # promoted last
+    stored = {(r["ad_id"], str(r["date"])): r for r in table(db, "SELECT * FROM daily_metrics")}
+    for row in newer_rows:
+        fact = stored[(row["ad_id"], row["date"])]
+        assert (fact["impressions"], fact["last_upload_id"]) == (row["impressions"], newer.upload_id)
+    for row in older_rows:
+        if row["date"] < "2024-03-03":  # keys only the older upload has are still promoted
+            fact = stored[(row["ad_id"], row["date"])]
+            assert (fact["impressions"], fact["last_upload_id"]) == (row["impressions"], older.upload_id)
+    assert len(stored) == 2 * 6
+
+
+def test_non_finite_and_out_of_range_values_are_row_errors(instance, database, db, tmp_path):
+    path = tmp_path / "odd.json"
+    records = [{"campaign_id": r["campaign_id"], "adset_id": r["ad_set_id"], "ad_id": r["ad_id"],
+                "date_start": r["date"], "impressions": r["impressions"], "clicks": r["clicks"], "spend": r["spend"],
+                "account_currency": "USD"} for r in daily_rows(1, 1, 1, 30)]
+    records[3]["impressions"] = float("inf")
+    records[7]["impressions"] = 1e30
+    path.write_text(json.dumps(records))  # json writes Infinity, as some exporters do
+    assert "Infinity" in path.read_text()
+    submitted = submit(database, tmp_path, path)
+    assert run_upload(instance, submitted.partition_key).success
+    upload = upload_row(db, submitted.upload_id)
+    assert (upload["status"], upload["invalid_rows"], upload["promoted_rows"]) == ("completed", 2, 28)
+    errors = [e["error"] for r in table(db, "SELECT validation_errors FROM staging_rows WHERE validation_status "
+                                            "= 'invalid' ORDER BY row_index") for e in r["validation_errors"]]
+    assert errors == ["not a finite number ('inf')", "out of range (1e+30; at most 9,223,372,036,854,775,807)"]
+
+
+def test_a_failed_upload_is_not_run_again_by_automation(instance, database, db, tmp_path):
+    """A permanent failure (threshold missed) fails once: a repeated automated run changes nothing."""
+    path = write_export(tmp_path / "e.csv", "meta", with_invalid_share(daily_rows(2, 2, 5, 10), 0.15))
+    submitted = submit(database, tmp_path, path)
+    assert not run_upload(instance, submitted.partition_key).success
+    staged = table(db, "SELECT count(*) AS n FROM staging_rows")[0]["n"]
+    again = run_upload(instance, submitted.partition_key, tags={"dagster/sensor_name": "metric_upload_sensor"})
+    assert again.success  # nothing to do: the upload is not this run's
+    upload = upload_row(db, submitted.upload_id)
+    assert (upload["status"], upload["error_code"], upload["attempts"]) == ("failed", "threshold_missed", 1)
+    assert table(db, "SELECT count(*) AS n FROM staging_rows")[0]["n"] == staged
+    events = [r["event"] for r in table(db, "SELECT event FROM ledger_history WHERE kind = 'metric_upload' "
+                                            "ORDER BY history_id")]
+    assert events == ["claimed", "staging_complete", "failed"]

@@ -66,12 +66,27 @@ def discard_staged_work(conn, t: LedgerTable, rows: list[dict]) -> None:
         conn.execute("DELETE FROM staging_rows WHERE upload_id = ANY(%s)", (ids,))
 
 
-def finalize_failed_run(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun, message: str,
+def failure_reason(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
+    """Why a run failed, in a person's terms: the first failed step's error, else the run's message."""
+    for record in instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records:
+        event = record.event_log_entry.dagster_event
+        error = event.step_failure_data.error if event and event.step_failure_data else None
+        while error is not None and error.cause is not None and "DagsterExecutionStepExecutionError" in error.cls_name:
+            error = error.cause  # the user's exception, not Dagster's wrapper
+        if error is not None:
+            return f"step {event.step_key} failed: {error.cls_name}: {error.message.strip()}"
+    records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
+    event = records[-1].event_log_entry.dagster_event if records else None
+    return event.message if event is not None and event.message else "the run failed"
+
+
+def finalize_failed_run(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun,
                         policy: ReliabilitySettings) -> list[dict]:
     """The run failed and no Dagster retry follows: its unfinished work is a failed attempt."""
     t = table_for_run(run, instance)
     if t is None or retry_follows(run):
         return []
+    message = f"Dagster run {run.run_id} failed before this work finished: {failure_reason(instance, run)}"
     failure = FailureInfo("run_failed", message[:2000], transient=True,
                           suggestion="retried with backoff; see the Dagster run's logs for the cause")
     with db.transaction() as conn:

@@ -23,10 +23,7 @@ def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: Postgre
     if retry_follows(run):
         context.log.info(f"run {run.run_id} failed; a Dagster retry follows and continues its work")
         return
-    message = context.failure_event.message if context.failure_event else "run failed"
-    rows = finalize_failed_run(context.instance, postgres.db, run,
-                               f"Dagster run {run.run_id} failed before this work finished: {message}",
-                               load_settings().reliability)
+    rows = finalize_failed_run(context.instance, postgres.db, run, load_settings().reliability)
     context.log.info(f"run {run.run_id}: {len(rows)} unfinished ledger row(s) retried later or dead-lettered")
 
 

@@ -54,8 +54,8 @@ def read_text(path: Path, limits: ExtractionLimits, what: str, *, html: bool = F
     """The file decoded, or ``text_too_large`` if it holds more than ``limits.max_text_chars`` characters."""
     size = Path(path).stat().st_size
     if size > limits.max_text_chars * _MAX_BYTES_PER_CHAR:
-        raise ExtractionError(f"{what} file is {size:,} bytes, more than the {limits.max_text_chars:,} characters "
-                              "a text file may hold", code="text_too_large")
+        raise ExtractionError(f"{what} file is {size:,} bytes, more text than allowed "
+                              f"(limit {limits.max_text_chars:,} characters)", code="text_too_large")
     data = Path(path).read_bytes()
     declared = _declared_html_encoding(data) if html and not data.startswith(tuple(b for b, _ in _BOMS)) else None
     if declared is not None and declared != "utf-8":
@@ -63,6 +63,6 @@ def read_text(path: Path, limits: ExtractionLimits, what: str, *, html: bool = F
     else:
         text, _ = decode_text(data)
     if len(text) > limits.max_text_chars:
-        raise ExtractionError(f"{what} is {len(text):,} characters long (limit {limits.max_text_chars:,})",
+        raise ExtractionError(f"{what} is {len(text):,} characters long (limit {limits.max_text_chars:,} characters)",
                               code="text_too_large")
     return text

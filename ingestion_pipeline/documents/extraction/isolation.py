@@ -28,6 +28,17 @@ from ingestion_pipeline.documents.extraction.errors import ExtractionError
 _log = logging.getLogger("ingestion_pipeline.extraction")
 
 
+def _peak_address_space() -> int:
+    """This process's peak virtual memory in bytes (VmPeak), 0 if unknown."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def _serve(conn, memory_mb: int) -> None:
     """The worker: extract file after file until the pipe closes."""
     limit = memory_mb * 1024 * 1024
@@ -46,8 +57,11 @@ def _serve(conn, memory_mb: int) -> None:
             reply = ("memory", None)
         except ExtractionError as exc:
             reply = ("error", (exc.code, str(exc), exc.suggestion))
-        except Exception as exc:  # a parser bug: reported as such, the worker stays usable
-            reply = ("unexpected", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            # C parsers report a failed allocation in their own words ("unknown error"): near the cap,
+            # it was the memory limit; otherwise a parser bug, reported as such.
+            near_cap = _peak_address_space() >= 0.9 * limit
+            reply = ("memory", None) if near_cap else ("unexpected", f"{type(exc).__name__}: {exc}")
         try:
             conn.send(reply)
         except MemoryError:

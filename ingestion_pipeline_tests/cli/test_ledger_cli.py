@@ -1,0 +1,67 @@
+"""The operator's commands through the real `ingestion-pipeline` executable: runs show (with the
+history of attempts), retry, cancel, pause / resume, and submit refusing a symbolic link."""
+
+import os
+
+from ingestion_pipeline_tests.cli.test_corpus_cli import json_lines, run_cli
+from ingestion_pipeline_tests.helpers import table
+
+
+def test_retry_cancel_pause_resume(database, project_dagster_home, db, corpus_dir, tmp_path):
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nThe meeting moved to Thursday.\n")
+    locked = corpus_dir / "broken" / "password.pdf"
+
+    # a permanent failure, shown with its code and its attempts; a replay runs it again
+    [failed] = json_lines(run_cli("submit", str(locked), "--tenant", "acme", "--json").stdout)
+    run_cli("process")
+    shown = json_lines(run_cli("runs", "show", str(failed["run_id"]), "--json").stdout)[0]
+    assert (shown["status"], shown["error_code"]) == ("failed", "pdf_password_protected")
+    assert [h["event"] for h in shown["history"]] == ["claimed", "failed"]
+    text = run_cli("runs", "show", str(failed["run_id"])).stdout
+    assert "attempts:" in text and "pdf_password_protected" in text
+    [replayed] = json_lines(run_cli("retry", str(failed["run_id"]), "--by", "ops", "--json").stdout)
+    assert replayed == {"kind": "document", "id": failed["run_id"], "outcome": "queued"}
+    run_cli("process")
+    row = table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", failed["run_id"])[0]
+    assert (row["status"], row["attempts"]) == ("failed", 2)
+    again = run_cli("retry", "--failed", "--since", "1h", "--tenant", "acme", "--json")
+    assert json_lines(again.stdout)[0]["outcome"] == "queued"
+    nothing = run_cli("retry", "999999", check=False)
+    assert nothing.returncode == 1 and "not found" in nothing.stdout
+
+    # a paused tenant's work waits (the replayed file and a new one); canceled work never runs
+    assert "tenant acme paused" in run_cli("pause", "--tenant", "acme").stdout
+    [queued] = json_lines(run_cli("submit", str(note), "--tenant", "acme", "--json").stdout)
+    assert "nothing queued" in run_cli("process").stdout
+    assert table(db, "SELECT status FROM ingestion_runs WHERE run_id = %s", queued["run_id"])[0]["status"] == "queued"
+    run_cli("cancel", str(failed["run_id"]), "--by", "ops")
+    row = table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", failed["run_id"])[0]
+    assert (row["status"], row["canceled_by"], row["attempts"]) == ("canceled", "ops", 2)
+
+    # resumed, the new file runs; the canceled one does not
+    run_cli("resume", "--tenant", "acme")
+    run_cli("process")
+    statuses = {r["run_id"]: r["status"] for r in table(db, "SELECT run_id, status FROM ingestion_runs")}
+    assert statuses == {failed["run_id"]: "canceled", queued["run_id"]: "succeeded"}
+    done = run_cli("cancel", str(queued["run_id"]), check=False)
+    assert done.returncode == 1 and "already succeeded" in done.stdout
+    canceled = json_lines(run_cli("runs", "--status", "canceled", "--json").stdout)
+    assert [r["run_id"] for r in canceled] == [failed["run_id"]]
+
+
+def test_submit_refuses_symbolic_links(database, project_dagster_home, db, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the real file")
+    link = tmp_path / "x.txt"
+    os.symlink("/etc/passwd", link)
+    result = run_cli("submit", str(link), "--tenant", "acme", "--json", check=False)
+    [line] = json_lines(result.stdout)
+    assert result.returncode == 1 and line["status"] == "rejected"
+    assert line["reason"] == ("x.txt is a symbolic link (to /etc/passwd); pass --follow-symlinks to read what it "
+                              "points to")
+    assert table(db, "SELECT * FROM ingestion_runs") == []
+    own = tmp_path / "own.txt"
+    os.symlink(secret, own)
+    [followed] = json_lines(run_cli("submit", str(own), "--tenant", "acme", "--follow-symlinks", "--json").stdout)
+    assert followed["status"] == "queued"

@@ -1,0 +1,302 @@
+"""Failure paths in one process, through Dagster's real machinery: re-execution from failure, the
+run-failure sensor with and without a retry coming, transient and permanent errors, dead letters and
+replay, cancel, pause and resume, bounded extraction. (Killed processes: ingestion_pipeline_tests/faults.)"""
+
+import threading
+import zipfile
+
+import dagster as dg
+import pytest
+
+from ingestion_pipeline.core import ledger
+from ingestion_pipeline.core.failures import TransientError
+from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, Worker
+from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.core.tenants import set_paused
+from ingestion_pipeline.defs.launching import plan_document_runs
+from ingestion_pipeline.defs.ledger import operations
+from ingestion_pipeline.defs.ledger.run_status_sensors import ledger_on_run_failure
+from ingestion_pipeline.defs.partitions import document_batches
+from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.documents.extraction.errors import ExtractionError
+from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
+from ingestion_pipeline.documents.pipeline import DocumentPipeline
+from ingestion_pipeline_tests.helpers import (
+    batch_queued,
+    document_batch_job,
+    history,
+    materialize_batch,
+    process_in_process,
+    shared_embedder,
+    submit,
+    table,
+)
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def three_notes(tmp_path):
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"note-{i}.md"
+        path.write_text(f"# Note {i}\n\nNote {i} says the launch moves to week {i + 10}.\n\n## Detail\n\nMore {i}.\n")
+        paths.append(path)
+    return paths
+
+
+def _run_failure_sensor(instance, run_id: str) -> None:
+    run = instance.get_run_by_id(run_id)
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
+    with dg.build_run_status_sensor_context(
+        sensor_name="ledger_on_run_failure", dagster_event=records[-1].event_log_entry.dagster_event,
+        dagster_instance=instance, dagster_run=run, resources={"postgres": PostgresResource()},
+    ) as context:
+        ledger_on_run_failure(context.for_run_failure())
+
+
+def test_reexecution_from_failure_continues_the_batch_and_the_sensor_waits_for_it(
+        instance, database, db, three_notes, monkeypatch):
+    """A step fails; the run-failure sensor leaves the files alone while dagster/will_retry is set; Dagster's
+    re-execution from failure (a new run id, the same root) continues them from staging and finishes."""
+    submit(database, "acme", *three_notes)
+    [key] = batch_queued(database)
+    instance.add_dynamic_partitions(document_batches.name, [key])
+    embed_batch = DocumentPipeline.embed_batch
+    calls = {"extract": 0}
+    extract_batch = DocumentPipeline.extract_batch
+
+    def counting_extract(self, partition_key):
+        calls["extract"] += 1
+        return extract_batch(self, partition_key)
+
+    def crash(self, partition_key):
+        raise RuntimeError("the embedding host went away")
+
+    monkeypatch.setattr(DocumentPipeline, "extract_batch", counting_extract)
+    monkeypatch.setattr(DocumentPipeline, "embed_batch", crash)
+    job = dg.reconstructable(document_batch_job)
+    first = dg.execute_job(job, instance=instance, tags={"dagster/partition": key})
+    assert not first.success
+    held = table(db, "SELECT status, owner FROM ingestion_runs")
+    assert {(r["status"], r["owner"]) for r in held} == {("running", first.run_id)}
+    assert table(db, "SELECT count(*) AS n FROM staging_documents WHERE elements_done AND chunks_done")[0]["n"] == 3
+
+    instance.add_run_tags(first.run_id, {"dagster/will_retry": "true"})  # as the instance sets it for a retry
+    _run_failure_sensor(instance, first.run_id)
+    assert {r["status"] for r in table(db, "SELECT status FROM ingestion_runs")} == {"running"}  # left alone
+
+    monkeypatch.setattr(DocumentPipeline, "embed_batch", embed_batch)
+    retry = dg.execute_job(job, instance=instance, tags={"dagster/partition": key},  # as the UI keeps them
+                           reexecution_options=dg.ReexecutionOptions.from_failure(first.run_id, instance))
+    assert retry.success
+    retry_run = instance.get_run_by_id(retry.run_id)
+    assert retry_run.root_run_id == first.run_id
+    steps = {e.step_key for e in retry.all_events if e.event_type == dg.DagsterEventType.STEP_START}
+    assert steps == {"chunk_embeddings", "promoted_documents"}
+    rows = table(db, "SELECT * FROM ingestion_runs ORDER BY run_id")
+    assert {r["status"] for r in rows} == {"succeeded"} and {r["attempts"] for r in rows} == {1}
+    assert {r["dagster_run_id"] for r in rows} == {retry.run_id}
+    assert calls["extract"] == 1  # nothing extracted again
+    assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 3
+    assert history(db, rows[0]["run_id"]) == ["claimed", "succeeded"]
+
+
+def test_failure_without_retry_hands_files_back(instance, database, db, three_notes, monkeypatch):
+    submit(database, "acme", *three_notes)
+    [key] = batch_queued(database)
+    monkeypatch.setattr(DocumentPipeline, "chunk_batch", lambda self, key: 1 / 0)
+    result = materialize_batch(instance, key, raise_on_error=False)
+    assert not result.success
+    _run_failure_sensor(instance, result.run_id)  # no will_retry tag: no Dagster retry follows
+    rows = table(db, "SELECT * FROM ingestion_runs")
+    assert {(r["status"], r["error_code"], r["attempts"]) for r in rows} == {("queued", "run_failed", 1)}
+    assert all(r["owner"] is None and r["launch_gen"] == 1 for r in rows)
+    assert all("ZeroDivisionError" in r["error"] for r in rows)
+
+
+def test_transient_error_is_retried_with_backoff_and_succeeds(instance, database, db, three_notes, monkeypatch):
+    monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0.5,0.5,0.5")
+    submit(database, "acme", *three_notes)
+    original = IsolatedExtractor.__call__
+    calls = []
+
+    def flaky(self, path, extension):
+        calls.append(path)
+        if len(calls) == 2:  # the second file of the batch (note-1), its first attempt only
+            raise TransientError("s3_unavailable", "S3 is throttling (SlowDown)")
+        return original(self, path, extension)
+
+    monkeypatch.setattr(IsolatedExtractor, "__call__", flaky)
+    processed = process_in_process(instance, database)
+    assert len(processed) == 2  # the batch, then its relaunch for the retried file (a new run key)
+    rows = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
+    assert {r["status"] for r in rows.values()} == {"succeeded"}
+    flaky_row = rows["note-1.md"]
+    assert flaky_row["attempts"] == 2 and flaky_row["launch_gen"] == 1
+    assert history(db, flaky_row["run_id"]) == ["claimed", "retry_scheduled", "claimed", "succeeded"]
+    assert history(db, rows["note-0.md"]["run_id"]) == ["claimed", "succeeded"]
+    assert len(table(db, "SELECT * FROM document_versions")) == 3
+
+
+def test_permanent_error_fails_once(instance, database, db, corpus_dir):
+    submit(database, "acme", corpus_dir / "broken" / "password.pdf")
+    process_in_process(instance, database)
+    [row] = table(db, "SELECT * FROM ingestion_runs")
+    assert (row["status"], row["error_code"], row["attempts"]) == ("failed", "pdf_password_protected", 1)
+    assert history(db, row["run_id"]) == ["claimed", "failed"]
+
+
+def test_dead_letter_after_the_last_attempt_then_replay(instance, database, db, three_notes, monkeypatch):
+    monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0,0")
+    submit(database, "acme", three_notes[0])
+    original = IsolatedExtractor.__call__
+
+    def always_throttled(self, path, extension):
+        raise TransientError("s3_unavailable", "S3 is throttling (SlowDown)")
+
+    monkeypatch.setattr(IsolatedExtractor, "__call__", always_throttled)
+    process_in_process(instance, database)
+    [row] = table(db, "SELECT * FROM ingestion_runs")
+    assert (row["status"], row["attempts"], row["error_code"]) == ("dead_letter", 3, "s3_unavailable")
+    assert f"retry {row['run_id']}" in row["suggestion"]
+
+    monkeypatch.setattr(IsolatedExtractor, "__call__", original)  # the cause is fixed
+    with database.transaction() as conn:
+        [replayed] = ledger.requeue(conn, DOCUMENT_RUNS, [row["run_id"]], actor="tester")
+    assert replayed["status"] == "queued" and replayed["attempts_before_replay"] == 3
+    process_in_process(instance, database)
+    [row] = table(db, "SELECT * FROM ingestion_runs")
+    assert (row["status"], row["attempts"]) == ("succeeded", 4)
+    assert history(db, row["run_id"])[-4:] == ["dead_letter", "requeued", "claimed", "succeeded"]
+
+
+def test_cancel_mid_embedding_promotes_nothing_and_the_old_version_keeps_serving(
+        instance, database, db, corpus_dir, monkeypatch):
+    note = corpus_dir / "documents" / "norwich-city.txt"  # long enough that a new budget makes new chunks
+    submit(database, "acme", note)
+    process_in_process(instance, database)
+    [v1] = table(db, "SELECT * FROM document_versions")
+    monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "120")  # a new fingerprint: version 2 is queued
+    [queued] = submit(database, "acme", note)
+    embedder = shared_embedder()
+    original = type(embedder).embed
+    inside, release = threading.Event(), threading.Event()
+
+    def blocking_embed(self, texts):
+        inside.set()
+        release.wait(30)
+        return original(self, texts)
+
+    monkeypatch.setattr(type(embedder), "embed", blocking_embed)
+    [key] = batch_queued(database)
+    worker = threading.Thread(target=lambda: materialize_batch(instance, key))
+    worker.start()
+    assert inside.wait(60)
+    report = operations.cancel_files(instance, database, [queued.run_id], "tester")
+    release.set()
+    worker.join(60)
+    assert [r["run_id"] for r in report.canceled] == [queued.run_id]
+    row = table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", queued.run_id)[0]
+    assert (row["status"], row["canceled_by"], row["error_code"]) == ("canceled", "tester", "canceled")
+    assert table(db, "SELECT * FROM staging_documents") == [] and table(db, "SELECT * FROM staging_chunks") == []
+    assert [v["version_id"] for v in table(db, "SELECT * FROM document_versions WHERE is_active")] == [v1["version_id"]]
+    assert len(table(db, "SELECT * FROM document_versions")) == 1
+
+
+def test_pause_parks_in_flight_files_and_resume_continues_them(instance, database, db, three_notes, monkeypatch):
+    submit(database, "acme", *three_notes)
+    [key] = batch_queued(database)
+    extract_batch = DocumentPipeline.extract_batch
+
+    def pause_then_extract(self, partition_key):
+        with database.connection() as conn:  # the operator pauses while the run is between two steps
+            set_paused(conn, "acme", True)
+        return extract_batch(self, partition_key)
+
+    monkeypatch.setattr(DocumentPipeline, "extract_batch", pause_then_extract)
+    materialize_batch(instance, key)
+    rows = table(db, "SELECT * FROM ingestion_runs")
+    assert {(r["status"], r["owner"], r["attempts"]) for r in rows} == {("queued", None, 0)}
+    assert table(db, "SELECT count(*) AS n FROM staging_documents")[0]["n"] == 3  # staging kept
+    assert plan_document_runs(instance, database, load_settings().batch).run_requests == []  # paused: nothing
+
+    monkeypatch.setattr(DocumentPipeline, "extract_batch", extract_batch)
+    with database.connection() as conn:
+        set_paused(conn, "acme", False)
+    [request] = plan_document_runs(instance, database, load_settings().batch).run_requests
+    assert request.run_key == f"{key}:r1"
+    process_in_process(instance, database)
+    rows = table(db, "SELECT * FROM ingestion_runs")
+    assert {r["status"] for r in rows} == {"succeeded"}
+    assert history(db, rows[0]["run_id"]) == ["claimed", "paused", "claimed", "succeeded"]
+
+
+def test_exclusive_claims(database, db, three_notes):
+    """Two workers claim the same batch: each file goes to exactly one of them; the loser's writes fail."""
+    submit(database, "acme", *three_notes)
+    [key] = batch_queued(database)
+    a, b = Worker("run-a", "run-a", 60), Worker("run-b", "run-b", 60)
+    with database.transaction() as conn:
+        claimed_a = ledger.claim(conn, DOCUMENT_RUNS, a, partition_key=key)
+    with database.transaction() as conn:
+        claimed_b = ledger.claim(conn, DOCUMENT_RUNS, b, partition_key=key)
+    assert len(claimed_a) == 3 and claimed_b == []
+    run_id = claimed_a[0]["run_id"]
+    with database.transaction() as conn:  # run-a's lease runs out; run-b takes the file over
+        conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
+                     (run_id,))
+    with database.transaction() as conn:
+        [taken] = ledger.claim(conn, DOCUMENT_RUNS, b, partition_key=key)
+    assert (taken["run_id"], taken["claim_event"], taken["attempts"]) == (run_id, "taken_over", 2)
+    with pytest.raises(ledger.LeaseLost, match="held by run run-b"), database.transaction() as conn:
+        ledger.heartbeat(conn, DOCUMENT_RUNS, run_id, "run-a")  # the old owner stops touching it
+
+
+def test_bounded_extraction_fails_the_file_and_not_the_batch(instance, database, db, tmp_path, monkeypatch):
+    monkeypatch.setenv("INGESTION_MAX_TEXT_CHARS", "100000")
+    bomb = tmp_path / "bomb.docx"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as package:
+        package.writestr("[Content_Types].xml", "<Types/>")
+        with package.open("word/document.xml", "w", force_zip64=True) as member:
+            for _ in range(300):  # 300 MB of zeros in ~300 KB
+                member.write(bytes(1 << 20))
+    big = tmp_path / "big.html"
+    big.write_text("<html><body>" + "<div><p>word</p></div>" * 20_000 + "</body></html>")
+    deep = tmp_path / "deep.html"
+    deep.write_text("<html><body>" + "<div>x " * 5000 + "</div>" * 5000 + "</body></html>")
+    good = tmp_path / "good.md"
+    good.write_text("# Fine\n\nThis one is fine.\n")
+    submit(database, "acme", bomb, big, deep, good)
+    process_in_process(instance, database)
+    rows = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
+    assert (rows["bomb.docx"]["error_code"], rows["bomb.docx"]["status"]) == ("docx_too_large", "failed")
+    assert rows["bomb.docx"]["error"] == "word/document.xml expands to 300 MB (limit 200 MB)"
+    assert rows["big.html"]["error_code"] == "text_too_large"
+    assert "(limit 100,000 characters)" in rows["big.html"]["error"]
+    assert rows["deep.html"]["error_code"] == "html_too_deep"
+    assert rows["good.md"]["status"] == "succeeded"
+
+
+def test_extraction_time_and_memory_limits(tmp_path, monkeypatch, corpus_dir):
+    """A worker past its time limit is killed; one past its memory limit fails the file; the next file
+    gets a fresh worker."""
+    handbook = corpus_dir / "documents" / "handbook-872p.docx"
+    monkeypatch.setenv("INGESTION_EXTRACTION_TIMEOUT_SECONDS", "0.05")
+    with IsolatedExtractor(load_settings().limits) as extractor, \
+            pytest.raises(ExtractionError, match="took longer than 0.05 s") as timed_out:
+        extractor(handbook, ".docx")
+    assert timed_out.value.code == "extraction_timeout"
+    monkeypatch.setenv("INGESTION_EXTRACTION_TIMEOUT_SECONDS", "60")
+    monkeypatch.setenv("INGESTION_EXTRACTION_MEMORY_MB", "110")  # the worker idles at ~55 MB
+    wide = tmp_path / "wide.html"  # 6 MB of markup: libxml2's tree alone needs ~140 MB
+    wide.write_text("<html><body>" + "<div><p>x</p></div>" * 300_000 + "</body></html>")
+    with IsolatedExtractor(load_settings().limits) as extractor:
+        with pytest.raises(ExtractionError, match="more than 110 MB") as too_big:
+            extractor(wide, ".html")
+        assert too_big.value.code == "extraction_memory_exceeded"
+        assert extractor(corpus_dir / "documents" / "fake-memo.pdf", ".pdf").elements
