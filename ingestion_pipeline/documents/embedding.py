@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.documents.tokens import TokenCounter, load_token_counter
 
 # No hub traffic, no telemetry (invariant 8). Set before transformers is imported anywhere.
@@ -89,6 +90,7 @@ class Embedder:
     def model(self):
         with self._lock:
             if self._model is None:
+                failpoint("model.load")
                 from sentence_transformers import SentenceTransformer
 
                 self._model = SentenceTransformer(self.model_path, device="cpu", local_files_only=True)

@@ -66,3 +66,88 @@ def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, 
     finally:
         _stop(proc)
         log.close()
+
+
+def _wait(condition, timeout: float, proc: subprocess.Popen, log: Path, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-4000:]
+        value = condition()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"timed out waiting for {what}\n{log.read_text()[-4000:]}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
+        database, project_dagster_home, db, corpus_dir, tmp_path):
+    """`make dev` for real, when things go wrong:
+
+    1. the run worker is SIGKILLed mid-embedding (a failpoint marks the moment); the janitor schedule sees
+       its heartbeat stop and fails the run; the daemon's run retry re-executes it from failure, as the
+       same owner, and the retry finishes the files from the staging tables;
+    2. two `ingestion-pipeline process` and the daemon's sensors work the same queue at once: every file is
+       claimed once and processed once.
+    """
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    markers = tmp_path / "failpoints"
+    markers.mkdir()
+    env = {**os.environ, "INGESTION_LEASE_SECONDS": "3", "INGESTION_FAILPOINT": "embed.unit",
+           "INGESTION_FAILPOINT_DIR": str(markers), "INGESTION_BATCH_MAX_FILES": "3"}
+    [killed] = submit(database, "acme", corpus_dir / "documents" / "norwich-city.txt")
+    port = _free_port()
+    log_path = tmp_path / "dev.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(
+        ["env", "--default-signal=INT", str(Path(sys.executable).parent / "ingestion-pipeline"), "dev",
+         "--port", str(port)],
+        cwd=project_root(), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        marker = _wait(lambda: next(markers.glob("*.embed.unit"), None), 240, proc, log_path, "the failpoint")
+        worker_pid = int(marker.name.split(".")[0])
+        os.kill(worker_pid, signal.SIGKILL)  # the run worker dies between two committed embedding units
+
+        row = _wait(lambda: table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s AND status = 'succeeded'",
+                                  killed.run_id), 300, proc, log_path, "the retry to finish the file")[0]
+        with DagsterInstance.from_config(str(project_dagster_home)) as instance:
+            first = instance.get_run_by_id(row["owner"])  # the claim stays with the root run
+            statuses = {r.run_id: r.status for r in instance.get_run_group(first.run_id)[1]}
+        assert statuses[first.run_id] == DagsterRunStatus.FAILURE
+        retry_id = row["dagster_run_id"]
+        assert retry_id != first.run_id and statuses[retry_id] == DagsterRunStatus.SUCCESS
+        events = [r["event"] for r in table(db, """SELECT event FROM ledger_history WHERE item_id = %s
+                                                   AND kind = 'document' ORDER BY history_id""", killed.run_id)]
+        assert events == ["claimed", "succeeded"] and row["attempts"] == 1  # continued, not started over
+
+        notes = []
+        for i in range(12):
+            note = tmp_path / f"shared-{i}.md"
+            note.write_text(f"# Shared {i}\n\nFile {i} of the queue that three workers share.\n")
+            notes.append(note)
+        queued = submit(database, "acme", *notes)
+        cli = [str(Path(sys.executable).parent / "ingestion-pipeline"), "process"]
+        workers = [subprocess.Popen(cli, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   for _ in range(2)]
+        for worker in workers:
+            worker.wait(600)
+        ids = [q.run_id for q in queued]
+        _wait(lambda: table(db, "SELECT count(*) AS n FROM ingestion_runs WHERE run_id = ANY(%s) AND status = "
+                                "'succeeded'", ids)[0]["n"] == len(ids), 300, proc, log_path, "the shared queue")
+        claims = table(db, """SELECT item_id, count(*) FILTER (WHERE event IN ('claimed', 'taken_over')) AS claims,
+                                     count(*) FILTER (WHERE event = 'succeeded') AS successes
+                                FROM ledger_history WHERE kind = 'document' AND item_id = ANY(%s) GROUP BY item_id""",
+                       ids)
+        assert len(claims) == len(ids) and {(c["claims"], c["successes"]) for c in claims} == {(1, 1)}
+        assert len(table(db, """SELECT * FROM document_versions v JOIN ingestion_runs r
+                                 ON r.run_id = v.ingestion_run_id WHERE r.run_id = ANY(%s)""", ids)) == len(ids)
+        runners = {r["dagster_run_id"] for r in table(db, "SELECT dagster_run_id FROM ingestion_runs WHERE "
+                                                          "run_id = ANY(%s)", ids)}
+        assert len(runners) >= 2  # the work really was shared
+    finally:
+        _stop(proc)
+        log.close()
+

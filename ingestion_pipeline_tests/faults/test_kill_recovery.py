@@ -1,0 +1,104 @@
+"""SIGKILL the real `ingestion-pipeline process` at every failpoint and at random moments, at least 20
+times, while new versions of documents are processed; then recover (janitor + relaunch) and check that
+every file ended succeeded, failed with a reason or dead-lettered, that each document has exactly one
+active version (and had one at every sampled moment: the previous version kept serving), that chunks,
+embeddings and text vectors match, and that nothing was promoted twice. Metric uploads likewise,
+killed mid-staging and mid-promotion: no partial promotion, exactly one completion event."""
+
+import os
+import random
+
+import pytest
+
+from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
+from ingestion_pipeline_tests.faults.harness import (
+    METRIC_POINTS,
+    ActiveVersionWatcher,
+    FaultHarness,
+    invariant_violations,
+    kill_points,
+    unfinished,
+)
+from ingestion_pipeline_tests.helpers import table
+
+pytestmark = pytest.mark.slow
+
+KILLS = int(os.environ.get("INGESTION_FAULT_KILLS", "20"))
+
+
+@pytest.fixture
+def harness(database_url, project_dagster_home, isolated_storage, tmp_path):
+    env = {**os.environ,
+           "INGESTION_LEASE_SECONDS": "2",  # a dead worker's files are taken over after 2 s
+           "INGESTION_RETRY_BACKOFF": ",".join(["0.2"] * 15),  # room for many kills before a dead letter
+           "INGESTION_BATCH_MAX_FILES": "4"}
+    return FaultHarness(database_url, env, tmp_path / "faults")
+
+
+def _files(corpus_dir, tmp_path):
+    docs = corpus_dir / "documents"
+    notes = []
+    for i in range(5):
+        note = tmp_path / f"note-{i}.md"
+        body = " ".join(f"Sentence {j} of note {i} about the rollout." for j in range(40 * i + 5))
+        note.write_text(f"# Note {i}\n\n{body}\n")
+        notes.append(note)
+    return [docs / "fake-memo.pdf", docs / "simple.docx", docs / "ideas-page.html", docs / "a1977-backus-p21.pdf",
+            docs / "norwich-city.txt", corpus_dir / "broken" / "password.pdf", *notes]
+
+
+@pytest.mark.timeout(1500)
+def test_twenty_kills_of_process_converge(harness, database_url, db, corpus_dir, tmp_path):
+    files = [str(p) for p in _files(corpus_dir, tmp_path)]
+    assert harness.cli("submit", *files, "--tenant", "acme").returncode == 0
+    harness.converge()  # version 1 of everything, undisturbed
+    assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == len(files) - 1
+
+    watcher = ActiveVersionWatcher(database_url)
+    watcher.start()
+    kills, phase = [], 0
+    schedule = kill_points(KILLS * 3, random.Random(20261126))
+    try:
+        while len([k for k in kills if k.reached]) < KILLS and schedule:
+            if not unfinished(database_url):  # everything settled: new versions of every document
+                phase += 1
+                harness.env["INGESTION_CHUNK_TARGET_TOKENS"] = str(200 - 10 * phase)
+                assert harness.cli("submit", *files, "--tenant", "acme").returncode == 0
+            kills.append(harness.kill_process(**schedule.pop(0)))
+        recovery = harness.converge()
+    finally:
+        watcher.stop()
+
+    reached = [k for k in kills if k.reached]
+    assert len(reached) >= KILLS, [k.point for k in kills]
+    assert {k.point for k in reached} >= {"model.load", "extract.file", "embed.unit", "promote.transaction"}
+    assert watcher.violations == [] and watcher.samples > 100
+    assert invariant_violations(database_url) == []
+    states = {r["status"]: r["n"] for r in table(db, "SELECT status, count(*) AS n FROM ingestion_runs GROUP BY 1")}
+    assert states.get("failed", 0) == phase + 1  # password.pdf, once a phase: a permanent failure, never retried
+    assert states["succeeded"] >= (len(files) - 1) * (phase + 1) - states.get("dead_letter", 0)
+    versions = table(db, "SELECT doc_id, count(*) AS n FROM document_versions GROUP BY doc_id")
+    assert all(v["n"] <= phase + 1 for v in versions)
+    taken_over = table(db, "SELECT count(*) AS n FROM ledger_history WHERE event IN ('taken_over', 'retry_scheduled')")
+    assert taken_over[0]["n"] > 0  # killed work was recovered, not redone from nothing
+    print(f"{len(reached)} kills over {phase} phase(s); final states {states}; recovery took {recovery:.1f} s")
+
+
+@pytest.mark.timeout(900)
+def test_metric_uploads_killed_mid_staging_and_mid_promotion(harness, database_url, db, tmp_path):
+    exports = [write_export(tmp_path / "older.csv", "meta", daily_rows(10, 10, 10, 25)),  # 25,000 rows: 3 chunks
+               write_export(tmp_path / "newer.csv", "meta", daily_rows(10, 10, 10, 25, seed=3))]  # new figures
+    for export in exports:
+        result = harness.cli("metrics", "submit", str(export), "--workspace", "acme", "--platform", "meta")
+        assert result.returncode == 0, result.stderr
+        for point in METRIC_POINTS:  # killed after its first staged chunk, then inside the promotion
+            assert harness.kill_process(point=point).reached, point
+        harness.converge()
+    assert invariant_violations(database_url) == []
+    uploads = table(db, "SELECT * FROM data_uploads ORDER BY upload_id")
+    assert [(u["status"], u["promoted_rows"]) for u in uploads] == [("completed", 25_000)] * 2
+    assert any(u["stats"].get("resumed_after_row") for u in uploads)  # staging resumed after the last staged row
+    assert table(db, "SELECT count(*) AS n FROM daily_metrics")[0]["n"] == 25_000
+    assert table(db, "SELECT count(*) AS n FROM ingestion_events")[0]["n"] == 2
+    newest = table(db, "SELECT count(*) AS n FROM daily_metrics WHERE last_upload_id = %s", uploads[1]["upload_id"])
+    assert newest[0]["n"] == 25_000  # the newer upload's figures, all of them, and nothing half-promoted

@@ -1,0 +1,102 @@
+"""Postgres stops in the middle of a run and starts again: the run retries its step or dies, the
+janitor and the next `process` recover, and nothing is lost, duplicated or served half-done.
+
+The server here is a private one (not the test session's): stopping it disturbs no other test."""
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from ingestion_pipeline.core.embedded_postgres import embedded_dagster_url, ensure_embedded_postgres
+from ingestion_pipeline.core.migrations import apply_migrations
+from ingestion_pipeline.core.settings import project_root
+from ingestion_pipeline_tests.faults.harness import ActiveVersionWatcher, FaultHarness, invariant_violations
+
+pytestmark = pytest.mark.slow
+
+
+def _pg_ctl(pgdata: Path, *args: str) -> None:
+    from pgserver._commands import pg_ctl
+
+    user = "pgserver" if os.geteuid() == 0 else None  # pgserver runs the server as its own user under root
+    pg_ctl(list(args), pgdata=pgdata, user=user, timeout=60)
+
+
+def stop_postgres(pgdata: Path) -> None:
+    _pg_ctl(pgdata, "-w", "-m", "fast", "stop")
+
+
+def start_postgres(pgdata: Path) -> None:
+    _pg_ctl(pgdata, "-w", "-o", '-h ""', "-o", f"-k {pgdata}", "-l", str(pgdata / "log"), "start")
+
+
+@pytest.fixture
+def private_postgres(monkeypatch):
+    base = Path(tempfile.mkdtemp(prefix="ip-pg-restart-"))
+    pgdata = base / "pgdata"
+    url = ensure_embedded_postgres(pgdata, cleanup_mode="delete")
+    apply_migrations(url)
+    yield url, pgdata
+    with contextlib.suppress(Exception):  # already stopped
+        stop_postgres(pgdata)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.timeout(900)
+def test_postgres_restart_mid_run(private_postgres, isolated_storage, corpus_dir, tmp_path):
+    url, pgdata = private_postgres
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DATABASE_URL": url, "DAGSTER_PG_URL": embedded_dagster_url(url), "DAGSTER_HOME": str(home),
+           "INGESTION_LEASE_SECONDS": "3", "INGESTION_RETRY_BACKOFF": "2,4,8,8,8", "INGESTION_BATCH_MAX_FILES": "3"}
+    harness = FaultHarness(url, env, tmp_path / "faults")
+    docs = corpus_dir / "documents"
+    first = [docs / "fake-memo.pdf", docs / "simple.docx", docs / "ideas-page.html", docs / "codeblock.md"]
+    assert harness.cli("submit", *map(str, first), "--tenant", "acme").returncode == 0
+    harness.converge()  # version 1, undisturbed
+
+    harness.env["INGESTION_CHUNK_TARGET_TOKENS"] = "120"  # new versions of the same documents ...
+    more = [docs / "a1977-backus-p21.pdf", docs / "norwich-city.txt", docs / "layout-parser-paper-fast.pdf"]
+    assert harness.cli("submit", *map(str, first + more), "--tenant", "acme").returncode == 0
+    watcher = ActiveVersionWatcher(url)
+    watcher.start()
+    log = (tmp_path / "process.log").open("w")
+    worker = subprocess.Popen([str(Path(sys.executable).parent / "ingestion-pipeline"), "process"],
+                              env=harness.env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # ... until the run is busy: files claimed and being worked on
+            with psycopg.connect(url, autocommit=True) as conn:
+                running = conn.execute("SELECT count(*) FROM ingestion_runs WHERE status = 'running'").fetchone()[0]
+            if running:
+                break
+            time.sleep(0.2)
+        assert running, "the run never started working"
+        time.sleep(1.5)
+        stop_postgres(pgdata)  # the database goes away mid-run
+        time.sleep(4)
+        start_postgres(pgdata)
+        worker.wait(600)  # it either rides the outage out (step retries) or its run dies
+        log.close()
+        recovery = harness.converge()  # the janitor fails a dead run, hands its files back; they finish
+    finally:
+        watcher.stop()
+        if worker.poll() is None:
+            worker.kill()
+    assert invariant_violations(url) == []
+    assert watcher.violations == []
+    with psycopg.connect(url, autocommit=True) as conn:
+        states = dict(conn.execute("SELECT status, count(*) FROM ingestion_runs GROUP BY 1").fetchall())
+        active = conn.execute("SELECT count(*) FROM document_versions WHERE is_active").fetchone()[0]
+    assert states == {"succeeded": len(first) * 2 + len(more)}
+    assert active == len(first) + len(more)
+    print(f"process exited {worker.returncode}; recovery took {recovery:.1f} s")
