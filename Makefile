@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORPUS ?= $(firstword $(wildcard ../shared/corpus) $(wildcard /work/shared/corpus))
 
-.PHONY: demo test dev lint validate bench stop clean
+.PHONY: demo test test-fast dev lint validate bench soak stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
 	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider --durations=15 ingestion_pipeline_tests
 
+# The suite without the minutes-long end-to-end tests (fault injection, whole corpus, daemon); CI runs all.
+test-fast: $(STAMP)
+	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
+	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider -m "not slow" ingestion_pipeline_tests
+
 dev: $(STAMP)
 	$(BIN)/ingestion-pipeline dev
 
@@ -31,6 +36,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ingest_corpus.py --corpus "$(CORPUS)/documents"
+
+soak: $(STAMP)
+	$(BIN)/python benchmarks/fault_soak.py --kills 100 --corpus "$(CORPUS)"
 
 stop:
 	-$(BIN)/ingestion-pipeline db stop

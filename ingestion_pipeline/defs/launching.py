@@ -124,7 +124,7 @@ def run_queued_in_process(
     would. If ``interrupted()`` turns true, the current run's claims go back to the queue and
     ``Interrupted`` is raised.
     """
-    from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run
+    from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run, interrupted_by_a_signal
     from ingestion_pipeline.defs.ledger.janitor import run_janitor
 
     policy = settings.reliability
@@ -147,7 +147,8 @@ def run_queued_in_process(
                     tags={**request.tags, LAUNCHED_BY_TAG: "process", MAX_RETRIES_TAG: "0"},
                     raise_on_error=False, run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
                 )
-                if interrupted():
+                if interrupted() or (not result.success and interrupted_by_a_signal(instance, run_id)):
+                    # Dagster took the signal inside the run (it raises it in the step): give the files back
                     with db.transaction() as conn:
                         for t in (DOCUMENT_RUNS, METRIC_UPLOADS):
                             ledger.release(conn, t, owner=run_id, reason="`process` was interrupted")

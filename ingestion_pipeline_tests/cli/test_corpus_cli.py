@@ -36,6 +36,7 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, corpus_dir, bucket, s3_env):
     documents = sorted((corpus_dir / "documents").iterdir())

@@ -36,6 +36,7 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, corpus_dir, tmp_path):
     [queued] = submit(database, "acme", corpus_dir / "documents" / "fake-memo.pdf")

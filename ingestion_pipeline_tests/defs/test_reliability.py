@@ -300,3 +300,27 @@ def test_extraction_time_and_memory_limits(tmp_path, monkeypatch, corpus_dir):
             extractor(wide, ".html")
         assert too_big.value.code == "extraction_memory_exceeded"
         assert extractor(corpus_dir / "documents" / "fake-memo.pdf", ".pdf").elements
+
+
+def test_cancel_a_batch_and_a_metric_upload(instance, database, db, three_notes, tmp_path):
+    from ingestion_pipeline.core.upload_store import LocalUploadStore
+    from ingestion_pipeline.metrics.uploads import submit_metric_file
+    from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
+
+    submit(database, "acme", *three_notes)
+    [key] = batch_queued(database)
+    report = operations.cancel_batch(instance, database, key, "ops")
+    assert len(report.canceled) == 3
+    assert {r["status"] for r in table(db, "SELECT status FROM ingestion_runs")} == {"canceled"}
+    assert plan_document_runs(instance, database, load_settings().batch).run_requests == []
+
+    export = write_export(tmp_path / "e.csv", "meta", daily_rows(1, 1, 2, 3))
+    with export.open("rb") as stream:
+        upload = submit_metric_file(database, LocalUploadStore(tmp_path / "metrics"), workspace_id="acme",
+                                    platform="meta", filename=export.name, stream=stream, max_bytes=10**7)
+    report = operations.cancel_upload(instance, database, upload.upload_id, "ops")
+    assert [r["upload_id"] for r in report.canceled] == [upload.upload_id]
+    row = table(db, "SELECT * FROM data_uploads")[0]
+    assert (row["status"], row["canceled_by"]) == ("canceled", "ops")
+    again = operations.cancel_upload(instance, database, upload.upload_id, "ops")
+    assert again.canceled == [] and again.not_cancelable == [{"id": upload.upload_id, "status": "canceled"}]

@@ -295,3 +295,41 @@ def test_version_race_last_to_complete_is_active(kb, database, db, monkeypatch):
                            JOIN documents d ON d.doc_id = v.doc_id
                            WHERE v.is_active AND d.source_uri LIKE '%%launch.md'""")
     assert "Version C" in active[0]["text"]
+
+
+def test_s3_throttling_is_retried_with_backoff(kb, db, monkeypatch):
+    """A 503 SlowDown while fetching an object is transient: the file is retried after a backoff, its
+    batch relaunched, and the object fetched again."""
+    from botocore.exceptions import ClientError
+
+    monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0,0")
+    original = S3Clients.__call__
+    throttled = []
+
+    class Throttling:
+        def __init__(self, client):
+            self._client = client
+
+        def __getattr__(self, name):
+            return getattr(self._client, name)
+
+        def get_object(self, **kwargs):
+            if kwargs["Key"].endswith("travel.txt") and not throttled:
+                throttled.append(kwargs["Key"])
+                raise ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."},
+                                   "ResponseMetadata": {"HTTPStatusCode": 503}}, "GetObject")
+            return self._client.get_object(**kwargs)
+
+    monkeypatch.setattr(S3Clients, "__call__", lambda self, endpoint: Throttling(original(self, endpoint)))
+    with dg.instance_for_test() as instance:
+        first = tick(instance)
+        run_all(instance, first)
+        travel = table(db, "SELECT * FROM ingestion_runs WHERE source_key = 'kb/travel.txt'")[0]
+        assert (travel["status"], travel["error_code"], travel["attempts"]) == ("queued", "s3_unavailable", 1)
+        assert table(db, "SELECT status FROM source_objects WHERE key = 'kb/travel.txt'")[0]["status"] == "queued"
+        relaunch = tick(instance)
+        assert [r.run_key for r in relaunch.run_requests] == [f"{first.run_requests[0].run_key}:r1"]
+        run_all(instance, relaunch)
+    travel = table(db, "SELECT * FROM ingestion_runs WHERE source_key = 'kb/travel.txt'")[0]
+    assert (travel["status"], travel["attempts"]) == ("succeeded", 2) and throttled == ["kb/travel.txt"]
+    assert table(db, "SELECT status FROM source_objects WHERE key = 'kb/travel.txt'")[0]["status"] == "active"

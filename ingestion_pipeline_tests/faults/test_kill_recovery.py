@@ -102,3 +102,33 @@ def test_metric_uploads_killed_mid_staging_and_mid_promotion(harness, database_u
     assert table(db, "SELECT count(*) AS n FROM ingestion_events")[0]["n"] == 2
     newest = table(db, "SELECT count(*) AS n FROM daily_metrics WHERE last_upload_id = %s", uploads[1]["upload_id"])
     assert newest[0]["n"] == 25_000  # the newer upload's figures, all of them, and nothing half-promoted
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_on_process_gives_its_files_back(harness, database_url, db, corpus_dir):
+    """SIGTERM (or Ctrl-C) on `process`: the current run's files go back to the queue, not counted as an
+    attempt, before it exits; the next `process` finishes them from their staged data."""
+    import signal
+    import subprocess
+    import time
+
+    from ingestion_pipeline_tests.faults.harness import CLI
+
+    assert harness.cli("submit", str(corpus_dir / "documents" / "norwich-city.txt"), "--tenant", "acme").returncode == 0
+    env = {**harness.env, "INGESTION_FAILPOINT": "embed.unit", "INGESTION_FAILPOINT_DIR": str(harness.markers),
+           "INGESTION_FAILPOINT_SLEEP": "30"}
+    proc = subprocess.Popen([CLI, "process"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(harness.markers.glob("*.embed.unit")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in stderr, stderr[-3000:]
+    [row] = table(db, "SELECT * FROM ingestion_runs")
+    assert (row["status"], row["owner"], row["attempts"]) == ("queued", None, 0)
+    assert table(db, "SELECT embeddings_done FROM staging_documents") == [{"embeddings_done": False}]
+    harness.converge()
+    [row] = table(db, "SELECT * FROM ingestion_runs")
+    assert (row["status"], row["attempts"]) == ("succeeded", 1)
+    events = [r["event"] for r in table(db, "SELECT event FROM ledger_history ORDER BY history_id")]
+    assert events == ["claimed", "released", "claimed", "succeeded"]

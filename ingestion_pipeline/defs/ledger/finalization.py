@@ -80,6 +80,18 @@ def failure_reason(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
     return event.message if event is not None and event.message else "the run failed"
 
 
+def interrupted_by_a_signal(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Did the run stop because its process got SIGINT/SIGTERM? (Dagster turns the signal into an error.)"""
+    for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records:
+        event = record.event_log_entry.dagster_event
+        error = event.step_failure_data.error if event and event.step_failure_data else None
+        while error is not None:
+            if "DagsterExecutionInterruptedError" in error.cls_name or "KeyboardInterrupt" in error.cls_name:
+                return True
+            error = error.cause
+    return False
+
+
 def finalize_failed_run(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun,
                         policy: ReliabilitySettings) -> list[dict]:
     """The run failed and no Dagster retry follows: its unfinished work is a failed attempt."""
