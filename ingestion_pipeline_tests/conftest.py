@@ -17,6 +17,8 @@ from ingestion_pipeline.core.db import Database, connect
 from ingestion_pipeline.core.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.core.settings import project_root
+from ingestion_pipeline.sources import registry
+from ingestion_pipeline_tests.helpers import DOCS, put
 
 
 @pytest.fixture(scope="session")
@@ -133,3 +135,14 @@ def bucket(s3_env: str):
     name = f"b-{uuid.uuid4().hex[:12]}"
     client.create_bucket(Bucket=name)
     return client, name
+
+
+# A small knowledge base in a bucket, for the S3 source tests (defs/test_s3_sources.py, sources/).
+@pytest.fixture
+def kb(bucket, database, db, s3_env):
+    client, name = bucket
+    for key, body in DOCS.items():
+        put(client, name, key, body)
+    put(client, name, "kb/logo.png", b"\x89PNG....")
+    source = registry.add_source(db, f"s3://{name}/kb/", tenant_id="acme", name="handbook", endpoint_url=s3_env)
+    return client, name, source

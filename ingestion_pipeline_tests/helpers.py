@@ -113,3 +113,15 @@ def history(conn, run_id: int, kind: str = "document") -> list[str]:
     return [r["event"] for r in conn.execute(
         "SELECT event FROM ledger_history WHERE kind = %s AND item_id = %s ORDER BY history_id",
         (kind, run_id)).fetchall()]
+
+
+# A small knowledge base for the S3 source tests (the kb fixture puts it in a bucket).
+DOCS = {
+    "kb/launch.md": "# Launch\n\nProject Heron launches in Lisbon on the ninth of March.\n",
+    "kb/payroll.md": "# Payroll\n\nSalaries are paid on the last working day of each month.\n",
+    "kb/travel.txt": "TRAVEL POLICY\n\nEconomy class for flights under six hours; book through the portal.\n",
+}
+
+
+def put(client, bucket, key, body):
+    client.put_object(Bucket=bucket, Key=key, Body=body.encode() if isinstance(body, str) else body)

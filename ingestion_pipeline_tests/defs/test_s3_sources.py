@@ -4,7 +4,6 @@ import threading
 import time
 
 import dagster as dg
-import pytest
 from dagster_aws.s3 import S3Resource
 
 from ingestion_pipeline.core.db import connect
@@ -17,19 +16,8 @@ from ingestion_pipeline.defs.resources import (
 )
 from ingestion_pipeline.defs.sources.s3_sensor import s3_sensor, sync_active_sources
 from ingestion_pipeline.documents.search import hybrid_search
-from ingestion_pipeline.sources.registry import add_source, get_source, set_paused
-from ingestion_pipeline.sources.sync import sync_source
-from ingestion_pipeline_tests.helpers import materialize_batch, pipeline_for, table
-
-DOCS = {
-    "kb/launch.md": "# Launch\n\nProject Heron launches in Lisbon on the ninth of March.\n",
-    "kb/payroll.md": "# Payroll\n\nSalaries are paid on the last working day of each month.\n",
-    "kb/travel.txt": "TRAVEL POLICY\n\nEconomy class for flights under six hours; book through the portal.\n",
-}
-
-
-def put(client, bucket, key, body):
-    client.put_object(Bucket=bucket, Key=key, Body=body.encode() if isinstance(body, str) else body)
+from ingestion_pipeline.sources.registry import add_source, set_paused
+from ingestion_pipeline_tests.helpers import DOCS, materialize_batch, pipeline_for, put, table
 
 
 def resources(**pipeline):
@@ -52,16 +40,6 @@ def run_all(instance, result: dg.SensorResult) -> list[dg.ExecuteInProcessResult
 def search(db, database, tenant, query):
     vector = pipeline_for(database).embedder.embed([query])[0]
     return hybrid_search(db, tenant_id=tenant, query=query, query_vector=vector, k=10)
-
-
-@pytest.fixture
-def kb(bucket, database, db, s3_env):
-    client, name = bucket
-    for key, body in DOCS.items():
-        put(client, name, key, body)
-    put(client, name, "kb/logo.png", b"\x89PNG....")
-    source = add_source(db, f"s3://{name}/kb/", tenant_id="acme", name="handbook", endpoint_url=s3_env)
-    return client, name, source
 
 
 def test_initial_sync_modify_delete_and_unchanged(kb, database, db):
@@ -175,84 +153,6 @@ def test_two_tenants_with_the_same_bucket_content_stay_isolated(kb, database, db
         db, "SELECT tenant_id, count(*) AS n FROM document_versions WHERE is_active GROUP BY 1 ORDER BY 1"
     )
     assert per_tenant == [{"tenant_id": "acme", "n": 3}, {"tenant_id": "globex", "n": 2}]
-
-
-def test_five_thousand_keys_are_listed_across_ticks_within_budget(bucket, database, db, s3_env):
-    client, name = bucket
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda i: put(client, name, f"many/k{i:05d}.txt", f"note {i}"), range(5000)))
-    source = add_source(db, f"s3://{name}/many/", tenant_id="acme", name="many", endpoint_url=s3_env)
-    reports = []
-    with connect(database.url) as conn:
-        while True:
-            current = get_source(conn, "many")
-            report = sync_source(database, current, client, max_bytes=10**6, page_size=500, max_pages=3)
-            reports.append(report)
-            assert report.listed <= 1500 and report.pages <= 3
-            if report.pass_completed:
-                break
-    assert len(reports) == 4  # 5,000 keys / (3 pages x 500) per tick
-    assert sum(r.new for r in reports) == 5000
-    assert table(db, "SELECT count(*) AS n FROM source_objects WHERE source_id = %s", source.source_id)[0]["n"] == 5000
-    assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 5000
-    # A second pass over the unchanged prefix queues nothing.
-    current = get_source(db, "many")
-    report = sync_source(database, current, client, max_bytes=10**6, page_size=1000, max_pages=None)
-    assert report.pass_completed and report.unchanged == 5000 and report.new == report.changed == 0
-    assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 5000
-
-
-def test_a_crash_mid_pass_resumes_without_duplicates(bucket, database, db, s3_env):
-    client, name = bucket
-    for i in range(30):
-        put(client, name, f"p/{i:02d}.md", f"# Doc {i}\n\ntext {i}")
-    add_source(db, f"s3://{name}/p/", tenant_id="acme", name="resume", endpoint_url=s3_env)
-
-    class Flaky:
-        """Fails the third page: the first two pages and the cursor are committed."""
-
-        def __init__(self):
-            self.calls = 0
-
-        def list_objects_v2(self, **kwargs):
-            self.calls += 1
-            if self.calls == 3:
-                raise ConnectionError("network dropped")
-            return client.list_objects_v2(**kwargs)
-
-    with pytest.raises(ConnectionError):
-        sync_source(database, get_source(db, "resume"), Flaky(), max_bytes=10**6, page_size=10, max_pages=None)
-    assert get_source(db, "resume").list_cursor == "p/19.md"
-    report = sync_source(database, get_source(db, "resume"), client, max_bytes=10**6, page_size=10,
-                         max_pages=None)
-    assert report.pass_completed and report.new == 10 and report.deleted == 0
-    assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 30
-
-
-def test_two_syncs_of_one_source_never_overlap(kb, database, db):
-    client, _, _ = kb
-    entered = threading.Event()
-    release = threading.Event()
-
-    class Slow:
-        def list_objects_v2(self, **kwargs):
-            entered.set()
-            release.wait(10)
-            return client.list_objects_v2(**kwargs)
-
-    source = get_source(db, "handbook")
-    first = {}
-    t = threading.Thread(target=lambda: first.update(
-        r=sync_source(database, source, Slow(), max_bytes=10**6, max_pages=None)))
-    t.start()
-    assert entered.wait(10)
-    second = sync_source(database, source, client, max_bytes=10**6, max_pages=None)
-    release.set()
-    t.join()
-    assert second.busy and second.listed == 0
-    assert first["r"].pass_completed and first["r"].new == 3
 
 
 def test_version_race_last_to_complete_is_active(kb, database, db, monkeypatch):
