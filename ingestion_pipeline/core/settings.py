@@ -7,8 +7,10 @@ under the git-ignored ``.data/`` folder of the project (or ``INGESTION_HOME``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 
 def project_root() -> Path:
@@ -23,35 +25,32 @@ def data_dir() -> Path:
     return Path(os.environ.get("INGESTION_DATA_DIR", project_root() / ".data")).resolve()
 
 
-def _int_env(name: str, default: int) -> int:
+T = TypeVar("T")
+
+
+def _env(name: str, default: T, parse: Callable[[str], T], expected: str, *, empty_is_default: bool = True) -> T:
+    """``parse(os.environ[name])``, or ``default`` when unset; a bad value names the variable."""
     raw = os.environ.get(name)
-    if raw is None or raw == "":
+    if raw is None or (raw == "" and empty_is_default):
         return default
     try:
-        return int(raw)
+        return parse(raw)
     except ValueError as exc:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+        raise ValueError(f"{name} must be {expected}, got {raw!r}") from exc
+
+
+def _int_env(name: str, default: int) -> int:
+    return _env(name, default, int, "an integer")
 
 
 def _float_env(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+    return _env(name, default, float, "a number")
 
 
 def _floats_env(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
     """A comma-separated list of seconds, e.g. INGESTION_RETRY_BACKOFF=5,10,30 (empty: no retries)."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        return tuple(float(part) for part in raw.split(",") if part.strip())
-    except ValueError as exc:
-        raise ValueError(f"{name} must be comma-separated seconds like 5,10,30, got {raw!r}") from exc
+    return _env(name, default, lambda raw: tuple(float(part) for part in raw.split(",") if part.strip()),
+                "comma-separated seconds like 5,10,30", empty_is_default=False)
 
 
 @dataclass(frozen=True)
