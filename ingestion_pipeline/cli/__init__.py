@@ -12,6 +12,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
+import psycopg
+from psycopg_pool import PoolTimeout
+
 from ingestion_pipeline.cli import db, dev, documents, metrics, runs, sources
 
 
@@ -32,6 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # bad input: say what is wrong, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (psycopg.OperationalError, PoolTimeout) as exc:  # not the input's fault: say what to do
+        print(f"error: the database is unavailable ({exc}); nothing was lost: run the command again once it "
+              "is back (work in flight is handed back by the janitor)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":
