@@ -65,3 +65,18 @@ def test_submit_refuses_symbolic_links(database, project_dagster_home, db, tmp_p
     os.symlink(secret, own)
     [followed] = json_lines(run_cli("submit", str(own), "--tenant", "acme", "--follow-symlinks", "--json").stdout)
     assert followed["status"] == "queued"
+
+
+def test_unreachable_database_is_a_clear_error(tmp_path):
+    import socket
+    import subprocess
+
+    from ingestion_pipeline_tests.cli.test_corpus_cli import CLI
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": f"postgresql://nobody@127.0.0.1:{port}/nothing?connect_timeout=2"}
+    result = subprocess.run(CLI + ["runs"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("error: the database is unavailable") and "Traceback" not in result.stderr
