@@ -72,11 +72,15 @@ def _text(value) -> str | None:
     return text or None
 
 
-def _integer(raw, name: str, errors: list[dict]) -> int | None:
+def _non_negative_number(raw, name: str, errors: list[dict], currency: bool) -> tuple[str, Decimal] | None:
+    """The cell as a finite, non-negative Decimal (thousands separators and, for amounts, a leading
+    currency sign allowed), with its original text for messages; None after recording why not."""
     text = _text(raw)
     if text is None:
         return None
     cleaned = text.replace(",", "").replace(" ", "")
+    if currency:
+        cleaned = cleaned.lstrip("$€£¥")
     try:
         number = Decimal(cleaned)
     except InvalidOperation:
@@ -85,34 +89,31 @@ def _integer(raw, name: str, errors: list[dict]) -> int | None:
     if not number.is_finite():
         _error(errors, name, f"not a finite number ({text!r})")
         return None
-    if abs(number) > MAX_COUNT:
+    if number < 0:
+        _error(errors, name, f"negative ({text})")
+        return None
+    return text, number
+
+
+def _integer(raw, name: str, errors: list[dict]) -> int | None:
+    parsed = _non_negative_number(raw, name, errors, currency=False)
+    if parsed is None:
+        return None
+    text, number = parsed
+    if number > MAX_COUNT:
         _error(errors, name, f"out of range ({text}; at most {MAX_COUNT:,})")
         return None
     if number != number.to_integral_value():
         _error(errors, name, f"not a whole number ({text!r})")
         return None
-    if number < 0:
-        _error(errors, name, f"negative ({text})")
-        return None
     return int(number)
 
 
 def _decimal(raw, name: str, errors: list[dict], maximum: Decimal = MAX_AMOUNT) -> Decimal | None:
-    text = _text(raw)
-    if text is None:
+    parsed = _non_negative_number(raw, name, errors, currency=True)
+    if parsed is None:
         return None
-    cleaned = text.replace(",", "").replace(" ", "").lstrip("$€£¥")
-    try:
-        number = Decimal(cleaned)
-    except InvalidOperation:
-        _error(errors, name, f"not a number ({text!r})")
-        return None
-    if not number.is_finite():
-        _error(errors, name, f"not a finite number ({text!r})")
-        return None
-    if number < 0:
-        _error(errors, name, f"negative ({text})")
-        return None
+    text, number = parsed
     if number >= maximum:
         _error(errors, name, f"out of range ({text}; below {maximum:,})")
         return None
