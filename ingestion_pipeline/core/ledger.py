@@ -90,6 +90,7 @@ class Worker:
     owner: str
     dagster_run_id: str
     lease_seconds: float
+    max_attempts: int = 4  # a row whose attempts are spent is not taken over (expire_leases dead-letters it)
 
 
 def table_sql(text: str, t: LedgerTable) -> sql.Composed:
@@ -122,8 +123,10 @@ def claim(conn: psycopg.Connection, t: LedgerTable, worker: Worker, *, partition
     """Claim the partition's rows this worker may work on; return them (with ``claim_event``).
 
     Claimable: queued and due; held by this owner already (a re-execution); held by another owner
-    whose lease expired; with ``replay_finished`` (a person re-materialised the partition) also failed
-    and dead-lettered rows, with a fresh retry budget. Rows of a paused tenant or source are left.
+    whose lease expired, unless its attempts are spent (a file that keeps killing its workers ends in
+    dead_letter through ``expire_leases`` instead of killing the next one); with ``replay_finished``
+    (a person re-materialised the partition) also failed and dead-lettered rows, with a fresh retry
+    budget. Rows of a paused tenant or source are left.
     """
     rows = conn.execute(
         table_sql("""
@@ -136,7 +139,9 @@ def claim(conn: psycopg.Connection, t: LedgerTable, worker: Worker, *, partition
                AND NOT coalesce(tn.paused, false) AND NOT coalesce(src.paused, false)
                AND (   (w.status = %(queued)s AND w.next_attempt_at <= now())
                     OR (w.status = ANY(%(working)s)
-                        AND (w.owner = %(owner)s OR w.owner IS NULL OR w.lease_expires_at < now()))
+                        AND (w.owner = %(owner)s OR w.owner IS NULL
+                             OR (w.lease_expires_at < now()
+                                 AND w.attempts - w.attempts_before_replay < %(max_attempts)s)))
                     OR (%(replay)s AND w.status = ANY(%(replayable)s)))
              ORDER BY w.{key}
                FOR NO KEY UPDATE OF w SKIP LOCKED)
@@ -157,7 +162,7 @@ def claim(conn: psycopg.Connection, t: LedgerTable, worker: Worker, *, partition
                             ELSE 'taken_over' END AS claim_event""", t),
         {"partition": partition_key, "queued": t.queued, "working": list(t.working), "owner": worker.owner,
          "replay": replay_finished, "replayable": [t.failed, t.dead_letter], "claimed": t.working[0],
-         "run": worker.dagster_run_id, "lease": worker.lease_seconds},
+         "run": worker.dagster_run_id, "lease": worker.lease_seconds, "max_attempts": worker.max_attempts},
     ).fetchall()
     for event in ("claimed", "adopted", "taken_over", "replayed"):
         record(conn, t, [r for r in rows if r["claim_event"] == event], event, message="")

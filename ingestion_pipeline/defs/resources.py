@@ -67,8 +67,10 @@ class HeartbeatResource(dg.ConfigurableResource):
         url = self.database_url or resolve_database_url()
         apply_migrations(url)
         owner = run.root_run_id or run.run_id
-        lease = self.lease_seconds or load_settings().reliability.lease_seconds
-        self._worker = Worker(owner=owner, dagster_run_id=run.run_id, lease_seconds=lease)
+        policy = load_settings().reliability
+        lease = self.lease_seconds or policy.lease_seconds
+        self._worker = Worker(owner=owner, dagster_run_id=run.run_id, lease_seconds=lease,
+                              max_attempts=policy.max_attempts)
         with LeaseKeeper(url, dagster_run_id=run.run_id, owner=owner, lease_seconds=lease):
             yield self
 

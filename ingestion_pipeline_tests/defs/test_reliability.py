@@ -11,7 +11,7 @@ import pytest
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.failures import TransientError
 from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, Worker
-from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.core.settings import ReliabilitySettings, load_settings
 from ingestion_pipeline.core.tenants import set_paused
 from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.ledger import operations
@@ -255,6 +255,18 @@ def test_exclusive_claims(database, db, three_notes):
     assert (taken["run_id"], taken["claim_event"], taken["attempts"]) == (run_id, "taken_over", 2)
     with pytest.raises(ledger.LeaseLost, match="held by run run-b"), database.transaction() as conn:
         ledger.heartbeat(conn, DOCUMENT_RUNS, run_id, "run-a")  # the old owner stops touching it
+
+    # a file whose attempts are spent (it keeps killing its workers) is not taken over again: the
+    # janitor's lease expiry dead-letters it
+    c = Worker("run-c", "run-c", 60, max_attempts=2)
+    with database.transaction() as conn:
+        conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
+                     (run_id,))
+    with database.transaction() as conn:
+        assert ledger.claim(conn, DOCUMENT_RUNS, c, partition_key=key) == []
+    with database.transaction() as conn:
+        [dead] = ledger.expire_leases(conn, DOCUMENT_RUNS, ReliabilitySettings(retry_backoff_seconds=(1.0,)))
+    assert (dead["run_id"], dead["status"], dead["error_code"]) == (run_id, "dead_letter", "lease_expired")
 
 
 def test_bounded_extraction_fails_the_file_and_not_the_batch(instance, database, db, tmp_path, monkeypatch):
