@@ -1,6 +1,7 @@
 """`make dev` for real: `ingestion-pipeline dev` (webserver + daemon) picks up a queued upload through
 upload_sensor, runs the batch and finalizes the ledger, with no `process` call."""
 
+import json
 import os
 import signal
 import socket
@@ -45,7 +46,7 @@ def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, 
     log = (tmp_path / "dev.log").open("w")
     proc = subprocess.Popen(
         ["env", "--default-signal=INT", str(Path(sys.executable).parent / "ingestion-pipeline"), "dev",
-         "--port", str(port)],
+         "--port", str(port), "--json"],
         cwd=project_root(), env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
@@ -64,6 +65,9 @@ def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, 
         assert statuses[queued.run_id]["dagster_run_id"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=10) as response:
             assert response.status == 200
+        started = next(json.loads(line) for line in (tmp_path / "dev.log").read_text().splitlines()
+                       if line.startswith('{"ui"'))
+        assert started["ui"] == f"http://127.0.0.1:{port}"
     finally:
         _stop(proc)
         log.close()
