@@ -1,12 +1,12 @@
 """Fault soak: SIGKILL the real `ingestion-pipeline process` many times and measure recovery.
 
-Each cycle submits new versions of a set of documents (a changed chunk budget), starts `process`, kills
-it at the next point of the schedule (each failpoint in turn: while the model loads, mid-extraction,
-between two committed embedding units, inside the promotion transaction; and after a random delay),
-then lets `process` recover: one kill per cycle, about 20 s each on 2 cores. A watcher samples the
-active versions throughout. Prints the kills, the recoveries, the files by final state, the invariant
-violations (must be 0) and the mean time to recover (from the SIGKILL to every unit of work settled).
-Not part of the tests.
+Each cycle submits new versions of a set of documents (new note text and a chunk budget no cycle used
+before), starts `process`, kills it at the next point of the schedule (each failpoint in turn: while
+the model loads, mid-extraction, between two committed embedding units, inside the promotion
+transaction; and after a random delay), then lets `process` recover: one kill per cycle, about 20 s
+each on 2 cores. A watcher samples the active versions throughout. Prints the kills, the recoveries,
+the files by final state, the invariant violations (must be 0) and the mean time to recover (from the
+SIGKILL to every unit of work settled). Not part of the tests.
 
     .venv/bin/python benchmarks/fault_soak.py --kills 100
 """
@@ -59,10 +59,15 @@ def main() -> None:
     docs = corpus / "documents"
     files = [docs / "fake-memo.pdf", docs / "simple.docx", docs / "ideas-page.html", docs / "codeblock.md",
              docs / "norwich-city.txt", corpus / "broken" / "password.pdf"]
-    for i in range(4):
-        note = work / f"note-{i}.md"
-        note.write_text(f"# Note {i}\n\n" + " ".join(f"Sentence {j} of note {i}." for j in range(30 * i + 5)))
-        files.append(note)
+    notes = [work / f"note-{i}.md" for i in range(4)]
+    files += notes
+
+    def write_notes(phase: int) -> None:  # new text each phase: new chunks, so the model must load and embed
+        for i, note in enumerate(notes):
+            note.write_text(f"# Note {i}, phase {phase}\n\n"
+                            + " ".join(f"Sentence {j} of note {i} in phase {phase}." for j in range(30 * i + 5)))
+
+    write_notes(0)
     ctx = bootstrap()  # the embedded Postgres under the soak's own data folder; DATABASE_URL set
 
     def submit_all() -> None:  # in this process: a cycle should spend its time in `process`, not in start-up
@@ -93,8 +98,13 @@ def main() -> None:
         while len([k for k in report.kills if k.reached]) < args.kills and schedule:
             if not unfinished(ctx.url):
                 phase += 1
-                target = str(120 + (phase % 9) * 10)
-                harness.env["INGESTION_CHUNK_TARGET_TOKENS"] = os.environ["INGESTION_CHUNK_TARGET_TOKENS"] = target
+                # a chunk budget no earlier phase used: every document gets a new version (a budget seen
+                # before would rightly make a second version of the same content and fingerprint)
+                budget = {"INGESTION_CHUNK_TARGET_TOKENS": str(60 + phase % 140),
+                          "INGESTION_CHUNK_MAX_TOKENS": str(256 - phase // 140)}
+                harness.env.update(budget)
+                os.environ.update(budget)
+                write_notes(phase)
                 submit_all()
             kill = harness.kill_process(**schedule.pop(0))
             report.kills.append(kill)
