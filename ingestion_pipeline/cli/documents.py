@@ -23,6 +23,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             submit_upload(
                 ctx.db, ctx.document_store, tenant_id=args.tenant, path=Path(name), fingerprint=ctx.fingerprint,
                 max_bytes=ctx.settings.upload.max_bytes, title=args.title, follow_symlinks=args.follow_symlinks,
+                key=args.key,
             ).as_dict()
             for name in args.files
         ]
@@ -134,9 +135,23 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_documents(args: argparse.Namespace) -> int:
     from ingestion_pipeline.documents.listing import list_documents
+    from ingestion_pipeline.documents.promotion import deactivate_document
 
+    if not getattr(args, "tenant", None):
+        raise ValueError("--tenant is required")
+    if args.documents_command == "deactivate":
+        with bootstrap() as ctx, ctx.db.connection() as conn:
+            try:
+                version_id = deactivate_document(conn, args.tenant, args.doc_id)
+            except LookupError as exc:
+                raise ValueError(f"{exc} for tenant {args.tenant}") from exc
+        record = {"doc_id": args.doc_id, "deactivated_version_id": version_id}
+        emit(args, [record], lambda r: print(
+            f"document {args.doc_id}: " + (f"version id {version_id} deactivated" if version_id
+                                           else "no active version (nothing to do)")))
+        return 0
     with bootstrap() as ctx, ctx.db.connection() as conn:
-        rows = list_documents(conn, args.tenant, include_inactive=args.all)
+        rows = list_documents(conn, args.tenant, status="all" if args.all else "active")
     print_rows(args, rows, ["doc_id", "title", "filename", "version_number", "versions", "page_count",
                                   "chunk_count", "token_count"])
     return 0
@@ -169,6 +184,8 @@ def register(sub) -> None:
         p.add_argument("--title", help="title for the document(s); default: the file name")
         p.add_argument("--follow-symlinks", action="store_true",
                        help="read what a symbolic link points to (refused by default)")
+        p.add_argument("--key", help="a stable document key: a later upload under it is a new version of the "
+                                     "same document (default: identity by content)")
 
     p = sub.add_parser("submit", help="queue uploads (a table of what happened to each file)")
     add_files(p)
@@ -184,11 +201,16 @@ def register(sub) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_ingest)
 
-    p = sub.add_parser("documents", help="a tenant's documents and their active versions")
-    p.add_argument("--tenant", required=True)
+    p = sub.add_parser("documents", help="a tenant's documents and their active versions; `deactivate DOC_ID`")
+    p.add_argument("--tenant")
     p.add_argument("--all", action="store_true", help="include documents with no active version")
     add_json_flag(p)
-    p.set_defaults(func=cmd_documents)
+    p.set_defaults(func=cmd_documents, documents_command=None)
+    documents_sub = p.add_subparsers(dest="documents_command")
+    deactivate = documents_sub.add_parser("deactivate", help="stop serving a document (no row is deleted)")
+    deactivate.add_argument("doc_id", type=int)
+    deactivate.add_argument("--tenant", default=argparse.SUPPRESS)
+    add_json_flag(deactivate)
 
     p = sub.add_parser("search", help="hybrid search over a tenant's active versions, with citations")
     p.add_argument("query")

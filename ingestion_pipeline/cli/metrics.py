@@ -67,10 +67,10 @@ def cmd_metrics(args: argparse.Namespace) -> int:
                 print_rows(args, rows, ["upload_id", "workspace_id", "platform", "filename", "status", "total_rows",
                                         "valid_rows", "invalid_rows", "promoted_rows", "error"])
             elif args.metrics_command == "errors":
-                if uploads.get_upload(conn, args.upload_id) is None:
+                if uploads.get_upload(conn, args.upload_id, workspace_id=None) is None:
                     print(f"no metric upload {args.upload_id}", file=sys.stderr)
                     return 1
-                emit(args, uploads.upload_errors(conn, args.upload_id), _print_errors)
+                emit(args, uploads.upload_errors(conn, args.upload_id, workspace_id=None), _print_errors)
     return 0
 
 

@@ -48,7 +48,7 @@ def _print_runs(records: list[dict]) -> None:
 def cmd_runs(args: argparse.Namespace) -> int:
     with bootstrap() as ctx, ctx.db.connection() as conn:
         if args.runs_command == "show":
-            row = runs.get_run(conn, args.run_id)
+            row = runs.get_run(conn, args.run_id, tenant_id=None)
             if row is None:
                 print(f"no ledger row {args.run_id}", file=sys.stderr)
                 return 1

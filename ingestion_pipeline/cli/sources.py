@@ -52,8 +52,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from dagster_aws.s3 import S3Resource
 
     from ingestion_pipeline.defs.resources import S3Clients
-    from ingestion_pipeline.defs.sources.s3_sensor import sync_active_sources
     from ingestion_pipeline.sources import registry as sources
+    from ingestion_pipeline.sources.sync_pass import sync_sources
 
     with bootstrap() as ctx:
         if args.name:
@@ -61,7 +61,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
                 source = sources.get_source(conn, args.name)
             if source.paused:
                 raise ValueError(f"source {args.name!r} is paused; resume it first")
-        reports = sync_active_sources(ctx.db, ctx.settings, S3Clients(S3Resource()), ctx.metric_store,
+        reports = sync_sources(ctx.db, ctx.settings, S3Clients(S3Resource()), ctx.metric_store,
                                       names=[args.name] if args.name else None, max_pages=None)
         emit(args, [{"sync": r.as_dict()} for r in reports], _print_sync)
         if args.wait:

@@ -57,3 +57,14 @@ def apply_migrations(url: str, directory: Path | None = None) -> list[str]:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK_KEY,))
     return applied_now
 
+
+
+def pending_migrations(conn: psycopg.Connection, directory: Path | None = None) -> list[str]:
+    """Versions in ``sql/`` not yet recorded as applied (what a readiness check reports)."""
+    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS ok").fetchone()
+    ok = exists["ok"] if isinstance(exists, dict) else exists[0]
+    applied = set()
+    if ok:
+        applied = {(r["version"] if isinstance(r, dict) else r[0])
+                   for r in conn.execute("SELECT version FROM schema_migrations")}
+    return [p.stem for p in migration_files(directory) if p.stem not in applied]

@@ -141,6 +141,48 @@ class Settings:
     limits: ExtractionLimits = field(default_factory=ExtractionLimits)
 
 
+@dataclass(frozen=True)
+class ApiSettings:
+    """The HTTP API (README: HTTP API). ``jwt_secret`` is checked when the server starts."""
+
+    auth_enabled: bool = True
+    jwt_secret: str | None = None
+    jwt_expiry_hours: float = 24.0
+    max_inflight_uploads: int = 8
+    upload_bucket: str | None = None  # presigned uploads land here
+    upload_s3_endpoint: str | None = None  # None: the AWS environment
+    upload_prefix: str = "api-uploads/"
+    presign_seconds: int = 900
+    allowed_s3_endpoints: tuple[str, ...] = ()  # endpoints a tenant may give a source; empty: none
+
+    @property
+    def jwt_expiry_seconds(self) -> int:
+        return int(self.jwt_expiry_hours * 3600)
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
+
+
+def load_api_settings() -> ApiSettings:
+    return ApiSettings(
+        auth_enabled=_env("AUTH_ENABLED", True, _bool, "true or false"),
+        jwt_secret=os.environ.get("JWT_SECRET") or None,
+        jwt_expiry_hours=_float_env("JWT_EXPIRY_HOURS", 24.0),
+        max_inflight_uploads=_int_env("INGESTION_API_MAX_INFLIGHT_UPLOADS", 8),
+        upload_bucket=os.environ.get("INGESTION_UPLOAD_BUCKET") or None,
+        upload_s3_endpoint=os.environ.get("INGESTION_UPLOAD_S3_ENDPOINT") or None,
+        allowed_s3_endpoints=tuple(
+            e.strip().rstrip("/") for e in os.environ.get("INGESTION_ALLOWED_S3_ENDPOINTS", "").split(",") if e.strip()
+        ),
+    )
+
+
 def load_settings() -> Settings:
     return Settings(
         upload=UploadSettings(

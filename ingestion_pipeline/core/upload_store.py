@@ -8,13 +8,14 @@ copy; ``release`` removes it once nothing refers to it.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from ingestion_pipeline.core.hashing import copy_and_hash
+from ingestion_pipeline.core.hashing import CHUNK_BYTES, SizeLimitExceeded
 
 
 @dataclass(frozen=True)
@@ -25,27 +26,65 @@ class StoredFile:
     created: bool  # False when identical bytes were already stored for the tenant
 
 
+class IncomingFile:
+    """Bytes arriving piece by piece (an HTTP body, an S3 stream): hashed as they are written to a
+    temporary file in the store; ``commit`` renames it to its content address, ``abort`` removes it."""
+
+    def __init__(self, tenant_dir: Path, max_bytes: int | None) -> None:
+        self._tenant_dir = tenant_dir
+        self._max_bytes = max_bytes
+        self._digest = hashlib.sha256()
+        self.size = 0
+        fd, self._tmp_name = tempfile.mkstemp(dir=tenant_dir, prefix=".incoming-")
+        self._file = os.fdopen(fd, "wb")
+
+    def write(self, piece: bytes) -> None:
+        self.size += len(piece)
+        if self._max_bytes is not None and self.size > self._max_bytes:
+            raise SizeLimitExceeded(self._max_bytes)
+        self._digest.update(piece)
+        self._file.write(piece)
+
+    def commit(self) -> StoredFile:
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            sha = self._digest.hexdigest()
+            final = self._tenant_dir / sha
+            created = not final.exists()
+            os.replace(self._tmp_name, final)
+        except BaseException:
+            self.abort()
+            raise
+        return StoredFile(path=final, sha256=sha, size=self.size, created=created)
+
+    def abort(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        Path(self._tmp_name).unlink(missing_ok=True)
+
+
 class LocalUploadStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
-    def put(self, tenant_id: str, stream: BinaryIO, *, max_bytes: int | None = None) -> StoredFile:
-        """Stream into the store; a size-limit breach leaves nothing behind."""
+    def incoming(self, tenant_id: str, *, max_bytes: int | None = None) -> IncomingFile:
+        """A file to write into piece by piece; a size-limit breach raises ``SizeLimitExceeded``."""
         tenant_dir = self.root / tenant_id
         tenant_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=tenant_dir, prefix=".incoming-")
+        return IncomingFile(tenant_dir, max_bytes)
+
+    def put(self, tenant_id: str, stream: BinaryIO, *, max_bytes: int | None = None) -> StoredFile:
+        """Stream into the store; a size-limit breach leaves nothing behind."""
+        incoming = self.incoming(tenant_id, max_bytes=max_bytes)
         try:
-            with os.fdopen(fd, "wb") as tmp:
-                sha, size = copy_and_hash(stream, tmp, max_bytes=max_bytes)
-                tmp.flush()
-                os.fsync(tmp.fileno())
-            final = tenant_dir / sha
-            created = not final.exists()
-            os.replace(tmp_name, final)
+            while piece := stream.read(CHUNK_BYTES):
+                incoming.write(piece)
         except BaseException:
-            Path(tmp_name).unlink(missing_ok=True)
+            incoming.abort()
             raise
-        return StoredFile(path=final, sha256=sha, size=size, created=created)
+        return incoming.commit()
 
     def release(self, path: str | Path) -> None:
         Path(path).unlink(missing_ok=True)

@@ -133,3 +133,21 @@ def promote_document_version(
     failpoint("promote.transaction")  # everything written, nothing committed
     return PromotedVersion(version_id, version["version_number"], totals["chunks"], int(totals["tokens"]),
                            previous["version_id"] if previous else None)
+
+
+def deactivate_document(conn: psycopg.Connection, tenant_id: str, doc_id: int) -> int | None:
+    """Take a document of the tenant out of serving: its active version becomes inactive (no row is
+    deleted). Returns the deactivated version id, None when none was active; LookupError when the
+    document is not the tenant's."""
+    with conn.transaction():
+        doc = conn.execute("SELECT doc_id FROM documents WHERE tenant_id = %s AND doc_id = %s",
+                           (tenant_id, doc_id)).fetchone()
+        if doc is None:
+            raise LookupError(f"no document {doc_id}")
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"doc:{doc_id}",))
+        row = conn.execute(
+            """UPDATE document_versions SET is_active = false, deactivated_at = now()
+                WHERE tenant_id = %s AND doc_id = %s AND is_active RETURNING version_id""",
+            (tenant_id, doc_id),
+        ).fetchone()
+    return row["version_id"] if row else None

@@ -151,23 +151,34 @@ def log_finished(row: dict | None) -> None:
     )
 
 
-def list_runs(
-    conn: psycopg.Connection, *, tenant_id: str | None = None, status: str | None = None, limit: int = 100,
-    since_seconds: float | None = None,
-) -> list[dict]:
-    return conn.execute(
-        """SELECT run_id, tenant_id, doc_id, run_type, status, source_uri, config, stats, error_code, error,
-                  suggestion, attempts, partition_key, dagster_run_id, created_at, started_at, updated_at,
-                  finished_at, next_attempt_at
-             FROM ingestion_runs
-            WHERE (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
+_RUNS_WHERE = """(%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
               AND (%(status)s::text IS NULL OR status = %(status)s)
-              AND (%(since)s::float8 IS NULL OR updated_at >= now() - make_interval(secs => %(since)s))
-            ORDER BY run_id DESC
-            LIMIT %(limit)s""",
-        {"tenant": tenant_id, "status": status, "limit": limit, "since": since_seconds},
+              AND (%(since)s::float8 IS NULL OR updated_at >= now() - make_interval(secs => %(since)s))"""
+
+
+def list_runs(
+    conn: psycopg.Connection, *, tenant_id: str | None, status: str | None = None, limit: int = 100,
+    offset: int = 0, since_seconds: float | None = None,
+) -> list[dict]:
+    """Newest first; ``tenant_id=None`` (operator tools only) lists every tenant."""
+    return conn.execute(
+        f"""SELECT run_id, tenant_id, doc_id, run_type, status, source_uri, config, stats, error_code, error,
+                   suggestion, attempts, partition_key, dagster_run_id, created_at, started_at, updated_at,
+                   finished_at, next_attempt_at
+              FROM ingestion_runs WHERE {_RUNS_WHERE}
+             ORDER BY run_id DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        {"tenant": tenant_id, "status": status, "limit": limit, "offset": offset, "since": since_seconds},
     ).fetchall()
 
 
-def get_run(conn: psycopg.Connection, run_id: int) -> dict | None:
-    return conn.execute("SELECT * FROM ingestion_runs WHERE run_id = %s", (run_id,)).fetchone()
+def count_runs(conn: psycopg.Connection, *, tenant_id: str | None, status: str | None = None) -> int:
+    return conn.execute(f"SELECT count(*) AS n FROM ingestion_runs WHERE {_RUNS_WHERE}",
+                        {"tenant": tenant_id, "status": status, "since": None}).fetchone()["n"]
+
+
+def get_run(conn: psycopg.Connection, run_id: int, *, tenant_id: str | None) -> dict | None:
+    """One ledger row; ``tenant_id=None`` (operator tools only) finds it in any tenant."""
+    return conn.execute(
+        "SELECT * FROM ingestion_runs WHERE run_id = %s AND (%s::text IS NULL OR tenant_id = %s)",
+        (run_id, tenant_id, tenant_id),
+    ).fetchone()

@@ -7,6 +7,7 @@ failed) runs through the shared ledger mechanism, ``core.ledger`` with ``METRIC_
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import BinaryIO
 
 import psycopg
@@ -16,7 +17,7 @@ from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extens
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
 
 
@@ -41,6 +42,16 @@ def partition_key_for(workspace_id: str, platform: str, upload_id: int) -> str:
     return f"{key_part(workspace_id)}-{platform}-{upload_id}"
 
 
+def check_metric_file(filename: str, platform: str) -> str:
+    """The file format for an export's name and platform; raises ``ValueError`` with the reason."""
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}")
+    try:
+        return METRIC_FORMATS[check_extension(filename, METRIC_FORMATS)]
+    except UnsupportedFileType as exc:
+        raise ValueError(str(exc)) from exc
+
+
 def submit_metric_file(
     db: Database, store: LocalUploadStore, *, workspace_id: str, platform: str, filename: str,
     stream: BinaryIO, max_bytes: int, client_id: str | None = None, force_partial: bool = False,
@@ -49,12 +60,9 @@ def submit_metric_file(
     """Stream a CSV/JSON export into the raw store with SHA-256 and record a pending upload."""
     validate_tenant_id(workspace_id)
     result = MetricSubmitResult("rejected", filename, workspace_id, platform)
-    if platform not in PLATFORMS:
-        result.reason = f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}"
-        return result
     try:
-        file_format = METRIC_FORMATS[check_extension(filename, METRIC_FORMATS)]
-    except UnsupportedFileType as exc:
+        check_metric_file(filename, platform)
+    except ValueError as exc:
         result.reason = str(exc)
         return result
     if not 0 <= valid_threshold <= 1:
@@ -64,7 +72,43 @@ def submit_metric_file(
     except SizeLimitExceeded as exc:
         result.reason = str(exc)
         return result
+    return submit_stored_metric_file(
+        db, store, stored, workspace_id=workspace_id, platform=platform, filename=filename, client_id=client_id,
+        force_partial=force_partial, valid_threshold=valid_threshold, source_id=source_id, source_key=source_key,
+    )
+
+
+def submit_stored_metric_file(
+    db: Database, store: LocalUploadStore, stored: StoredFile, *, workspace_id: str, platform: str, filename: str,
+    client_id: str | None = None, force_partial: bool = False, valid_threshold: float = 0.9,
+    source_id: int | None = None, source_key: str | None = None,
+) -> MetricSubmitResult:
+    """Record a pending upload for an export already in the store (the CLI, S3 and the API all end here)."""
+    result = MetricSubmitResult("rejected", filename, workspace_id, platform)
+    try:
+        file_format = check_metric_file(filename, platform)
+        if not 0 <= valid_threshold <= 1:
+            raise ValueError("the valid-row threshold is a ratio between 0 and 1")
+    except ValueError:
+        if stored.created:
+            store.release(stored.path)
+        raise
     result.sha256, result.size_bytes = stored.sha256, stored.size
+    try:
+        row = _record_upload(db, stored, result, workspace_id, platform, client_id, filename, file_format,
+                             force_partial, valid_threshold, source_id, source_key)
+    except BaseException:
+        if stored.created:
+            store.release(stored.path)
+        raise
+    if row is None:  # a duplicate shares the stored bytes of the first upload
+        return result
+    result.status, result.upload_id, result.partition_key = "pending", row["upload_id"], row["partition_key"]
+    return result
+
+
+def _record_upload(db, stored, result, workspace_id, platform, client_id, filename, file_format, force_partial,
+                   valid_threshold, source_id, source_key) -> dict | None:
     with db.transaction() as conn:
         ensure_tenant(conn, workspace_id)  # a workspace is a tenant: it can be paused like one
         conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
@@ -77,7 +121,7 @@ def submit_metric_file(
         if previous is not None:
             result.status, result.duplicate_of = "duplicate", previous["upload_id"]
             result.reason = f"the same file was already uploaded as upload {previous['upload_id']}"
-            return result
+            return None
         row = conn.execute(
             """INSERT INTO data_uploads (workspace_id, platform, client_id, filename, file_format, raw_path,
                                          content_hash, size_bytes, force_partial, valid_threshold, source_id,
@@ -88,12 +132,15 @@ def submit_metric_file(
         ).fetchone()
         key = partition_key_for(workspace_id, platform, row["upload_id"])
         conn.execute("UPDATE data_uploads SET partition_key = %s WHERE upload_id = %s", (key, row["upload_id"]))
-    result.status, result.upload_id, result.partition_key = "pending", row["upload_id"], key
-    return result
+    return {"upload_id": row["upload_id"], "partition_key": key}
 
 
-def get_upload(conn: psycopg.Connection, upload_id: int) -> dict | None:
-    return conn.execute("SELECT * FROM data_uploads WHERE upload_id = %s", (upload_id,)).fetchone()
+def get_upload(conn: psycopg.Connection, upload_id: int, *, workspace_id: str | None) -> dict | None:
+    """One upload; ``workspace_id=None`` (operator tools only) finds it in any workspace."""
+    return conn.execute(
+        "SELECT * FROM data_uploads WHERE upload_id = %s AND (%s::text IS NULL OR workspace_id = %s)",
+        (upload_id, workspace_id, workspace_id),
+    ).fetchone()
 
 
 def upload_for_partition(conn: psycopg.Connection, partition_key: str) -> dict:
@@ -114,28 +161,65 @@ def pending_partitions(conn: psycopg.Connection) -> list[dict]:
     ).fetchall()
 
 
-def list_uploads(conn: psycopg.Connection, *, workspace_id: str | None = None, limit: int = 100) -> list[dict]:
+_UPLOADS_WHERE = "(%(ws)s::text IS NULL OR workspace_id = %(ws)s)"
+
+
+def list_uploads(
+    conn: psycopg.Connection, *, workspace_id: str | None, limit: int = 100, offset: int = 0,
+) -> list[dict]:
+    """Newest first; ``workspace_id=None`` (operator tools only) lists every workspace."""
     return conn.execute(
-        """SELECT upload_id, workspace_id, platform, client_id, filename, file_format, status, total_rows, valid_rows,
-                  invalid_rows, promoted_rows, unpromotable_rows, error, partition_key, created_at, finished_at
-             FROM data_uploads WHERE (%(ws)s::text IS NULL OR workspace_id = %(ws)s)
-            ORDER BY upload_id DESC LIMIT %(limit)s""",
-        {"ws": workspace_id, "limit": limit},
+        f"""SELECT upload_id, workspace_id, platform, client_id, filename, file_format, status, total_rows,
+                   valid_rows, invalid_rows, promoted_rows, unpromotable_rows, error, partition_key, created_at,
+                   finished_at
+              FROM data_uploads WHERE {_UPLOADS_WHERE}
+             ORDER BY upload_id DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        {"ws": workspace_id, "limit": limit, "offset": offset},
     ).fetchall()
 
 
-def upload_errors(conn: psycopg.Connection, upload_id: int, limit: int = 1000) -> list[dict]:
+def count_uploads(conn: psycopg.Connection, *, workspace_id: str | None) -> int:
+    return conn.execute(f"SELECT count(*) AS n FROM data_uploads WHERE {_UPLOADS_WHERE}",
+                        {"ws": workspace_id}).fetchone()["n"]
+
+
+def upload_errors(
+    conn: psycopg.Connection, upload_id: int, *, workspace_id: str | None, limit: int = 1000, offset: int = 0,
+) -> list[dict]:
+    """The rows of an upload that did not validate (none for an upload of another workspace)."""
     return conn.execute(
-        """SELECT row_index, line_number, entity_type, validation_status, validation_errors, raw_data
-             FROM staging_rows WHERE upload_id = %s AND validation_status <> 'valid'
-            ORDER BY row_index LIMIT %s""",
-        (upload_id, limit),
+        """SELECT s.row_index, s.line_number, s.entity_type, s.validation_status, s.validation_errors, s.raw_data
+             FROM staging_rows s JOIN data_uploads u ON u.upload_id = s.upload_id
+            WHERE s.upload_id = %(id)s AND s.validation_status <> 'valid'
+              AND (%(ws)s::text IS NULL OR u.workspace_id = %(ws)s)
+            ORDER BY s.row_index LIMIT %(limit)s OFFSET %(offset)s""",
+        {"id": upload_id, "ws": workspace_id, "limit": limit, "offset": offset},
     ).fetchall()
 
 
-def list_events(conn: psycopg.Connection, *, workspace_id: str | None = None, limit: int = 100) -> list[dict]:
+def count_upload_errors(conn: psycopg.Connection, upload_id: int) -> int:
     return conn.execute(
-        """SELECT event_id, upload_id, workspace_id, event_type, payload, created_at FROM ingestion_events
-            WHERE (%(ws)s::text IS NULL OR workspace_id = %(ws)s) ORDER BY event_id DESC LIMIT %(limit)s""",
-        {"ws": workspace_id, "limit": limit},
+        "SELECT count(*) AS n FROM staging_rows WHERE upload_id = %s AND validation_status <> 'valid'", (upload_id,)
+    ).fetchone()["n"]
+
+
+_EVENTS_WHERE = """(%(ws)s::text IS NULL OR workspace_id = %(ws)s)
+               AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s)"""
+
+
+def list_events(
+    conn: psycopg.Connection, *, workspace_id: str | None, since: datetime | None = None, limit: int = 100,
+    offset: int = 0,
+) -> list[dict]:
+    """Completion events; with ``since``, those at or after it, oldest first (a poller's feed)."""
+    order = "ASC" if since is not None else "DESC"
+    return conn.execute(
+        f"""SELECT event_id, upload_id, workspace_id, event_type, payload, created_at FROM ingestion_events
+             WHERE {_EVENTS_WHERE} ORDER BY event_id {order} LIMIT %(limit)s OFFSET %(offset)s""",
+        {"ws": workspace_id, "since": since, "limit": limit, "offset": offset},
     ).fetchall()
+
+
+def count_events(conn: psycopg.Connection, *, workspace_id: str | None, since: datetime | None = None) -> int:
+    return conn.execute(f"SELECT count(*) AS n FROM ingestion_events WHERE {_EVENTS_WHERE}",
+                        {"ws": workspace_id, "since": since}).fetchone()["n"]

@@ -88,6 +88,17 @@ def get_source(conn: psycopg.Connection, name: str) -> Source:
     return Source(**row)
 
 
+def get_tenant_source(conn: psycopg.Connection, source_id: int, *, tenant_id: str) -> Source:
+    """A source of the tenant by id; LookupError when there is none (or it is another tenant's)."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM ingestion_sources WHERE source_id = %s AND tenant_id = %s AND removed_at IS NULL",
+        (source_id, tenant_id),
+    ).fetchone()
+    if row is None:
+        raise LookupError(f"no source {source_id}")
+    return Source(**row)
+
+
 def list_sources(conn: psycopg.Connection, *, kind: str | None = None, active_only: bool = False) -> list[Source]:
     rows = conn.execute(
         f"""SELECT {_COLUMNS} FROM ingestion_sources
@@ -117,16 +128,18 @@ def remove_source(conn: psycopg.Connection, name: str) -> None:
     )
 
 
-def source_status(conn: psycopg.Connection) -> list[dict]:
-    """Every source that is not removed, with its objects counted by status (for `source list`)."""
+def source_status(conn: psycopg.Connection, *, tenant_id: str | None = None) -> list[dict]:
+    """Every source that is not removed (of one tenant, or all), with its objects counted by status."""
     return conn.execute(
-        """SELECT s.name, s.tenant_id, s.kind, 's3://' || s.bucket || '/' || s.prefix AS uri, s.endpoint_url,
-                  s.paused, s.pass_number - 1 AS passes_completed, s.last_pass_completed_at,
+        """SELECT s.source_id, s.name, s.tenant_id, s.kind, 's3://' || s.bucket || '/' || s.prefix AS uri,
+                  s.endpoint_url, s.paused, s.platform, s.pass_number - 1 AS passes_completed, s.last_pass_completed_at,
                   count(o.key) FILTER (WHERE o.status = 'active') AS active_objects,
                   count(o.key) FILTER (WHERE o.status = 'queued') AS queued_objects,
                   count(o.key) FILTER (WHERE o.status = 'skipped') AS skipped_objects,
                   count(o.key) FILTER (WHERE o.status = 'failed') AS failed_objects,
                   count(o.key) FILTER (WHERE o.status = 'deleted') AS deleted_objects
              FROM ingestion_sources s LEFT JOIN source_objects o ON o.source_id = s.source_id
-            WHERE s.removed_at IS NULL GROUP BY s.source_id ORDER BY s.name"""
+            WHERE s.removed_at IS NULL AND (%(t)s::text IS NULL OR s.tenant_id = %(t)s)
+            GROUP BY s.source_id ORDER BY s.name""",
+        {"t": tenant_id},
     ).fetchall()

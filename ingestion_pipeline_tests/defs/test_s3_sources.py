@@ -14,9 +14,10 @@ from ingestion_pipeline.defs.resources import (
     S3Clients,
     UploadStoreResource,
 )
-from ingestion_pipeline.defs.sources.s3_sensor import s3_sensor, sync_active_sources
+from ingestion_pipeline.defs.sources.s3_sensor import s3_sensor
 from ingestion_pipeline.documents.search import hybrid_search
 from ingestion_pipeline.sources.registry import add_source, set_paused
+from ingestion_pipeline.sources.sync_pass import sync_sources
 from ingestion_pipeline_tests.helpers import DOCS, materialize_batch, pipeline_for, put, table
 
 
@@ -143,7 +144,7 @@ def test_two_tenants_with_the_same_bucket_content_stay_isolated(kb, database, db
         client.delete_object(Bucket=bucket, Key="kb/launch.md")
     with dg.instance_for_test() as instance:
         # only globex syncs again: acme keeps serving launch.md
-        sync_active_sources(database, load_settings(), S3Clients(S3Resource()), UploadStoreResource().metrics(),
+        sync_sources(database, load_settings(), S3Clients(S3Resource()), UploadStoreResource().metrics(),
                             names=["globex-kb"])
     acme = search(db, database, "acme", "Project Heron Lisbon")
     globex = search(db, database, "globex", "Project Heron Lisbon")

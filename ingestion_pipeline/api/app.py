@@ -1,0 +1,34 @@
+"""``create_app``: the FastAPI application, its routers, its error shape and its shared services."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from ingestion_pipeline.api import errors
+from ingestion_pipeline.api.routes import auth, documents, health, ingest, metrics, runs, sources
+from ingestion_pipeline.api.routes.ingest import InflightLimit
+from ingestion_pipeline.api.services import ApiServices
+
+
+def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        if close_on_shutdown:
+            services.db.close()
+
+    app = FastAPI(
+        title="ingestion_pipeline",
+        version="1",
+        summary="Upload documents and metric exports, follow their runs, search with citations.",
+        lifespan=lifespan,
+        responses=errors.COMMON_ERRORS,
+    )
+    app.state.services = services
+    app.state.inflight = InflightLimit(services.api.max_inflight_uploads)
+    errors.install(app)
+    for module in (health, auth, ingest, runs, documents, sources, metrics):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,31 @@
+"""``page`` / ``limit`` on every list (limit at most 200), and the page envelope with ``total``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Query
+
+MAX_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class Paging:
+    page: int
+    limit: int
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.limit
+
+    def envelope(self, items: list, total: int) -> dict:
+        return {"items": items, "total": total, "page": self.page, "limit": self.limit}
+
+
+def _paging(page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+            limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50) -> Paging:
+    return Paging(page, limit)
+
+
+PageParams = Annotated[Paging, Depends(_paging)]

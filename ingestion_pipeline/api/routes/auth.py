@@ -1,0 +1,63 @@
+"""Tokens and the users of a tenant."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+
+from ingestion_pipeline.api.errors import ApiError, not_found
+from ingestion_pipeline.api.schemas import TokenRequest, TokenResponse, UserIn, UserOut
+from ingestion_pipeline.api.security import Admin, Services
+from ingestion_pipeline.core import users
+from ingestion_pipeline.core.access_tokens import Principal, issue_token
+
+router = APIRouter(prefix="/v1", tags=["auth"])
+
+
+@router.post("/auth/token", response_model=TokenResponse, responses={401: {"description": "bad credentials"}})
+async def token(body: TokenRequest, services: Services) -> dict:
+    """Exchange email and password for a bearer token. A wrong password and an unknown email get the same
+    answer in similar time."""
+    if not services.api.auth_enabled:
+        raise ApiError(400, "auth_disabled", "AUTH_ENABLED=false: no tokens are issued in development mode")
+
+    def check():
+        with services.db.connection() as conn:
+            return users.authenticate(conn, body.email, body.password)
+
+    user = await run_in_threadpool(check)
+    if user is None:
+        raise ApiError(401, "invalid_credentials", "wrong email or password", {"WWW-Authenticate": "Bearer"})
+    expiry = services.api.jwt_expiry_seconds
+    access = issue_token(Principal(user.user_id, user.tenant_id, user.role), services.api.jwt_secret or "",
+                         expiry_seconds=expiry)
+    return {"access_token": access, "token_type": "bearer", "expires_in": expiry}
+
+
+@router.get("/users", response_model=list[UserOut], tags=["users"])
+def list_users(who: Admin, services: Services) -> list[dict]:
+    with services.db.connection() as conn:
+        return [u.as_dict() for u in users.list_users(conn, tenant_id=who.tenant_id)]
+
+
+@router.post("/users", response_model=UserOut, status_code=201, tags=["users"],
+             responses={409: {"description": "the email is taken"}})
+def add_user(body: UserIn, who: Admin, services: Services) -> dict:
+    """Add a user to the caller's tenant."""
+    with services.db.connection() as conn:
+        try:
+            return users.add_user(conn, body.email, tenant_id=who.tenant_id, role=body.role,
+                                  password=body.password).as_dict()
+        except ValueError as exc:
+            if "already exists" in str(exc):
+                raise ApiError(409, "conflict", str(exc)) from exc
+            raise
+
+
+@router.post("/users/{email}/disable", response_model=UserOut, tags=["users"])
+def disable_user(email: str, who: Admin, services: Services) -> dict:
+    with services.db.connection() as conn:
+        try:
+            return users.disable_user(conn, email, tenant_id=who.tenant_id).as_dict()
+        except LookupError as exc:
+            raise not_found("user") from exc

@@ -1,0 +1,82 @@
+"""A tenant's documents, their versions, deactivation, and search with citations."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query
+
+from ingestion_pipeline.api.errors import not_found
+from ingestion_pipeline.api.paging import PageParams
+from ingestion_pipeline.api.schemas import MAX_ID, DeactivatedOut, DocumentDetail, DocumentOut, Page, SearchOut
+from ingestion_pipeline.api.security import Admin, Caller, Services
+from ingestion_pipeline.documents.listing import count_documents, get_document, list_documents
+from ingestion_pipeline.documents.promotion import deactivate_document
+from ingestion_pipeline.documents.search import hybrid_search
+
+router = APIRouter(prefix="/v1", tags=["documents"])
+DocId = Annotated[int, Path(ge=1, le=MAX_ID)]
+
+
+@router.get("/documents", response_model=Page[DocumentOut])
+def documents(
+    who: Caller, services: Services, paging: PageParams,
+    search: Annotated[str | None, Query(max_length=200, description="in title, file name or source")] = None,
+    status: Annotated[Literal["active", "inactive"] | None, Query()] = None,
+) -> dict:
+    """Documents with at least one version; ``status`` narrows to those served now or no longer served."""
+    which = status or "versioned"
+    with services.db.connection() as conn:
+        rows = list_documents(conn, who.tenant_id, status=which, search=search, limit=paging.limit,
+                              offset=paging.offset)
+        total = count_documents(conn, who.tenant_id, status=which, search=search)
+    return paging.envelope(rows, total)
+
+
+@router.get("/documents/{doc_id}", response_model=DocumentDetail)
+def document(doc_id: DocId, who: Caller, services: Services) -> dict:
+    with services.db.connection() as conn:
+        doc = get_document(conn, who.tenant_id, doc_id)
+    if doc is None:
+        raise not_found("document")
+    return doc
+
+
+def _deactivate(doc_id: int, who, services) -> dict:
+    with services.db.connection() as conn:
+        try:
+            version_id = deactivate_document(conn, who.tenant_id, doc_id)
+        except LookupError as exc:
+            raise not_found("document") from exc
+    return {"doc_id": doc_id, "deactivated_version_id": version_id, "is_active": False}
+
+
+@router.post("/documents/{doc_id}/deactivate", response_model=DeactivatedOut)
+def deactivate(doc_id: DocId, who: Admin, services: Services) -> dict:
+    """Stop serving the document (its versions stay; a new upload under its key activates again)."""
+    return _deactivate(doc_id, who, services)
+
+
+@router.delete("/documents/{doc_id}", response_model=DeactivatedOut)
+def delete(doc_id: DocId, who: Admin, services: Services) -> dict:
+    """The same as deactivate: no row is deleted."""
+    return _deactivate(doc_id, who, services)
+
+
+@router.get("/search", response_model=SearchOut, tags=["search"])
+def search(
+    who: Caller, services: Services,
+    q: Annotated[str, Query(min_length=1, max_length=1000, pattern=r"\S")],
+    k: Annotated[int, Query(ge=1, le=50)] = 5,
+) -> dict:
+    """Hybrid search (vectors + full text) over the tenant's active versions; each hit with its citation."""
+    vector = services.embedder.embed([q])[0]
+    with services.db.connection() as conn:
+        hits = hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k)
+    return {"query": q, "hits": [
+        {"chunk_id": h.chunk_id, "score": h.score, "citation": h.citation(),
+         "source": {"doc_id": h.doc_id, "title": h.title, "filename": h.filename, "source_uri": h.source_uri,
+                    "version_number": h.version_number, "page_start": h.page_start, "page_end": h.page_end,
+                    "section_path": h.section_path, "text": h.text}}
+        for h in hits
+    ]}

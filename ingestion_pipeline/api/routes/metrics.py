@@ -1,0 +1,110 @@
+"""Metric exports: upload (streamed multipart), status, row errors, and completion events."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from ingestion_pipeline.api.errors import ApiError, not_found
+from ingestion_pipeline.api.multipart import parse_upload
+from ingestion_pipeline.api.paging import PageParams
+from ingestion_pipeline.api.schemas import MAX_ID, EventOut, MetricRowErrorOut, MetricSubmitOut, MetricUploadOut, Page
+from ingestion_pipeline.api.security import Caller, Services
+from ingestion_pipeline.metrics import uploads
+from ingestion_pipeline.metrics.formats import PLATFORMS
+
+router = APIRouter(prefix="/v1", tags=["metrics"])
+UploadId = Annotated[int, Path(ge=1, le=MAX_ID)]
+
+_MULTIPART_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"multipart/form-data": {"schema": {
+            "type": "object", "required": ["file", "platform"],
+            "properties": {"file": {"type": "string", "format": "binary"},
+                           "platform": {"type": "string", "enum": list(PLATFORMS)},
+                           "force_partial": {"type": "boolean"},
+                           "client_id": {"type": "string", "maxLength": 200}},
+        }}},
+    }
+}
+
+
+@router.post("/metrics/uploads", status_code=202, response_model=MetricSubmitOut, openapi_extra=_MULTIPART_BODY,
+             responses={200: {"model": MetricSubmitOut, "description": "the same file was uploaded before"},
+                        413: {"description": "over the size limit"}, 415: {"description": "type not allowed"}})
+async def submit(request: Request, who: Caller, services: Services) -> JSONResponse:
+    """Upload a CSV/JSON export (multipart ``file``, ``platform``, optional ``force_partial``, ``client_id``)."""
+    max_bytes = services.settings.metrics.max_bytes
+    store = services.metric_store
+
+    def open_incoming(filename: str):
+        try:
+            uploads.check_metric_file(filename, PLATFORMS[0])
+        except ValueError as exc:
+            raise ApiError(415, "unsupported_type", str(exc)) from exc
+        return store.incoming(who.tenant_id, max_bytes=max_bytes)
+
+    with request.app.state.inflight:
+        form = await parse_upload(request.headers, request.stream(), open_incoming=open_incoming,
+                                  max_bytes=max_bytes, text_fields=("platform", "force_partial", "client_id"))
+    platform = form.fields.get("platform", "")
+    force = form.fields.get("force_partial", "false").strip().lower()
+    try:
+        if force not in ("true", "false", "1", "0"):
+            raise ValueError(f"force_partial must be true or false, got {force!r}")
+        result = await run_in_threadpool(
+            uploads.submit_stored_metric_file, services.db, store, form.stored, workspace_id=who.tenant_id,
+            platform=platform, filename=form.filename, client_id=form.fields.get("client_id"),
+            force_partial=force in ("true", "1"), valid_threshold=services.settings.metrics.valid_threshold,
+        )
+    except ValueError as exc:  # e.g. an unknown platform; the stored copy is already released
+        raise ApiError(400, "invalid_request", str(exc)) from exc
+    body = MetricSubmitOut.model_validate(result.as_dict()).model_dump(mode="json", exclude_none=True)
+    return JSONResponse(body, status_code=202 if result.status == "pending" else 200)
+
+
+@router.get("/metrics/uploads", response_model=Page[MetricUploadOut])
+def list_uploads(who: Caller, services: Services, paging: PageParams) -> dict:
+    with services.db.connection() as conn:
+        rows = uploads.list_uploads(conn, workspace_id=who.tenant_id, limit=paging.limit, offset=paging.offset)
+        total = uploads.count_uploads(conn, workspace_id=who.tenant_id)
+    return paging.envelope(rows, total)
+
+
+@router.get("/metrics/uploads/{upload_id}", response_model=MetricUploadOut)
+def get_upload(upload_id: UploadId, who: Caller, services: Services) -> dict:
+    """Status, row counts and the reason of a failed or partial upload."""
+    with services.db.connection() as conn:
+        row = uploads.get_upload(conn, upload_id, workspace_id=who.tenant_id)
+    if row is None:
+        raise not_found("metric upload")
+    return row
+
+
+@router.get("/metrics/uploads/{upload_id}/errors", response_model=Page[MetricRowErrorOut])
+def upload_errors(upload_id: UploadId, who: Caller, services: Services, paging: PageParams) -> dict:
+    """The rows that did not validate, with what is wrong with each."""
+    with services.db.connection() as conn:
+        if uploads.get_upload(conn, upload_id, workspace_id=who.tenant_id) is None:
+            raise not_found("metric upload")
+        rows = uploads.upload_errors(conn, upload_id, workspace_id=who.tenant_id, limit=paging.limit,
+                                     offset=paging.offset)
+        total = uploads.count_upload_errors(conn, upload_id)
+    return paging.envelope(rows, total)
+
+
+@router.get("/events", response_model=Page[EventOut])
+def events(who: Caller, services: Services, paging: PageParams,
+           since: Annotated[datetime | None, Query(description="events at or after this time, oldest first")] = None,
+           ) -> dict:
+    """Completion events of the tenant's metric uploads (newest first, or oldest first from ``since``)."""
+    with services.db.connection() as conn:
+        rows = uploads.list_events(conn, workspace_id=who.tenant_id, since=since, limit=paging.limit,
+                                   offset=paging.offset)
+        total = uploads.count_events(conn, workspace_id=who.tenant_id, since=since)
+    return paging.envelope(rows, total)

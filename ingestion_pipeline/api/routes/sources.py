@@ -1,0 +1,121 @@
+"""A tenant's S3 sources: add, list, pause, resume, sync now, remove (admin only except listing)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from fastapi.concurrency import run_in_threadpool
+
+from ingestion_pipeline.api.errors import ApiError, not_found
+from ingestion_pipeline.api.paging import PageParams
+from ingestion_pipeline.api.schemas import MAX_ID, Page, SourceIn, SourceOut, SyncOut
+from ingestion_pipeline.api.security import Admin, Caller, Services
+from ingestion_pipeline.core.identifiers import key_part
+from ingestion_pipeline.sources import registry
+from ingestion_pipeline.sources.sync_pass import sync_sources
+
+router = APIRouter(prefix="/v1/sources", tags=["sources"])
+SourceId = Annotated[int, Path(ge=1, le=MAX_ID)]
+
+
+def _status(conn, tenant_id: str, source_id: int) -> dict:
+    for row in registry.source_status(conn, tenant_id=tenant_id):
+        if row["source_id"] == source_id:
+            return row
+    raise not_found("source")
+
+
+def _allowed_endpoint(endpoint_url: str | None, allowed: tuple[str, ...]) -> str | None:
+    """A tenant may name an endpoint only from INGESTION_ALLOWED_S3_ENDPOINTS (never an internal address)."""
+    if endpoint_url is None:
+        return None
+    endpoint = endpoint_url.strip().rstrip("/")
+    if endpoint not in allowed:
+        raise ApiError(400, "endpoint_not_allowed",
+                       "this endpoint is not in the server's INGESTION_ALLOWED_S3_ENDPOINTS"
+                       if allowed else "custom S3 endpoints are off (INGESTION_ALLOWED_S3_ENDPOINTS is not set)")
+    return endpoint
+
+
+@router.post("", response_model=SourceOut, status_code=201, responses={409: {"description": "already exists"}})
+def add_source(body: SourceIn, who: Admin, services: Services) -> dict:
+    """Keep ``s3://bucket/prefix/`` in sync with the tenant's knowledge base (or metrics, with a platform)."""
+    endpoint = _allowed_endpoint(body.endpoint_url, services.api.allowed_s3_endpoints)
+    bucket, prefix = registry.parse_s3_uri(body.uri)
+    # Names are global: the tenant's id goes in front so one tenant cannot learn another's names.
+    name = key_part(f"{who.tenant_id}-{body.name or registry.default_source_name(bucket, prefix)}", 63)
+    with services.db.connection() as conn:
+        try:
+            source = registry.add_source(conn, body.uri, tenant_id=who.tenant_id, name=name, endpoint_url=endpoint,
+                                         kind=body.kind, platform=body.platform)
+        except ValueError as exc:
+            if "already exists" in str(exc):
+                raise ApiError(409, "conflict", f"the tenant already has a source {name!r} or for {body.uri}") from exc
+            raise
+        return _status(conn, who.tenant_id, source.source_id)
+
+
+@router.get("", response_model=Page[SourceOut])
+def list_sources(who: Caller, services: Services, paging: PageParams) -> dict:
+    with services.db.connection() as conn:
+        rows = registry.source_status(conn, tenant_id=who.tenant_id)
+    return paging.envelope(rows[paging.offset:paging.offset + paging.limit], len(rows))
+
+
+@router.get("/{source_id}", response_model=SourceOut)
+def get_source(source_id: SourceId, who: Caller, services: Services) -> dict:
+    with services.db.connection() as conn:
+        return _status(conn, who.tenant_id, source_id)
+
+
+def _set_paused(source_id: int, who, services, paused: bool) -> dict:
+    with services.db.connection() as conn:
+        try:
+            source = registry.get_tenant_source(conn, source_id, tenant_id=who.tenant_id)
+        except LookupError as exc:
+            raise not_found("source") from exc
+        registry.set_paused(conn, source.name, paused)
+        return _status(conn, who.tenant_id, source_id)
+
+
+@router.post("/{source_id}/pause", response_model=SourceOut)
+def pause(source_id: SourceId, who: Admin, services: Services) -> dict:
+    return _set_paused(source_id, who, services, True)
+
+
+@router.post("/{source_id}/resume", response_model=SourceOut)
+def resume(source_id: SourceId, who: Admin, services: Services) -> dict:
+    return _set_paused(source_id, who, services, False)
+
+
+@router.post("/{source_id}/sync", response_model=SyncOut, responses={409: {"description": "the source is paused"}})
+async def sync(source_id: SourceId, who: Admin, services: Services) -> dict:
+    """One bounded listing step now (the per-tick page budget); changes are queued for the sensors."""
+
+    def run() -> dict:
+        with services.db.connection() as conn:
+            try:
+                source = registry.get_tenant_source(conn, source_id, tenant_id=who.tenant_id)
+            except LookupError as exc:
+                raise not_found("source") from exc
+        if source.paused:
+            raise ApiError(409, "paused", "the source is paused; resume it first")
+        reports = sync_sources(services.db, services.settings, services.s3_client, services.metric_store,
+                               names=[source.name])
+        return reports[0].as_dict() if reports else {}
+
+    return await run_in_threadpool(run)
+
+
+@router.delete("/{source_id}", response_model=SourceOut)
+def remove(source_id: SourceId, who: Admin, services: Services) -> dict:
+    """Stop syncing; documents already ingested stay as they are."""
+    with services.db.connection() as conn:
+        try:
+            source = registry.get_tenant_source(conn, source_id, tenant_id=who.tenant_id)
+        except LookupError as exc:
+            raise not_found("source") from exc
+        row = _status(conn, who.tenant_id, source_id)
+        registry.remove_source(conn, source.name)
+    return row

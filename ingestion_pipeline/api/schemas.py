@@ -1,0 +1,262 @@
+"""Request and response bodies: the OpenAPI schema the API promises (and schemathesis holds it to)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+T = TypeVar("T")
+MAX_ID = 2**63 - 1
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    page: int
+    limit: int
+
+
+# -- auth and users ----------------------------------------------------------------------------------------
+class TokenRequest(BaseModel):
+    email: str = Field(max_length=320)
+    password: str = Field(max_length=1024)
+
+
+class TokenResponse(BaseModel):
+    access_token: str
+    token_type: Literal["bearer"] = "bearer"
+    expires_in: int
+
+
+class UserIn(BaseModel):
+    email: str = Field(max_length=320)
+    password: str = Field(min_length=8, max_length=72)
+    role: Literal["admin", "user"] = "user"
+
+
+class UserOut(BaseModel):
+    user_id: str
+    tenant_id: str
+    email: str
+    role: str
+    created_at: datetime
+    disabled: bool
+
+
+# -- documents -------------------------------------------------------------------------------------------
+class SubmitOut(BaseModel):
+    """What happened to one uploaded file (queued, duplicate of one in flight, or skipped)."""
+
+    status: Literal["queued", "duplicate", "skipped"]
+    filename: str
+    doc_id: int | None = None
+    run_id: int | None = None
+    reason: str | None = None
+    sha256: str | None = None
+    size_bytes: int | None = None
+    source_uri: str | None = None
+
+
+class PresignIn(BaseModel):
+    filename: str = Field(min_length=1, max_length=255)
+    size_bytes: int = Field(ge=1, le=MAX_ID)
+    content_type: str = Field(min_length=1, max_length=255)
+    title: str | None = Field(default=None, max_length=500)
+    key: str | None = Field(default=None, max_length=200)
+
+
+class PresignOut(BaseModel):
+    upload_id: str
+    url: str
+    method: str
+    headers: dict[str, str]
+    expires_at: datetime
+
+
+class RunOut(BaseModel):
+    run_id: int
+    tenant_id: str
+    doc_id: int
+    run_type: str
+    status: str
+    source_uri: str
+    config: dict[str, Any]
+    stats: dict[str, Any]
+    error_code: str | None = None
+    error: str | None = None
+    suggestion: str | None = None
+    attempts: int
+    partition_key: str | None = None
+    dagster_run_id: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    updated_at: datetime
+    next_attempt_at: datetime | None = None
+
+
+class DocumentOut(BaseModel):
+    doc_id: int
+    source_uri: str
+    title: str | None = None
+    filename: str | None = None
+    is_active: bool
+    version_number: int | None = None
+    version_id: int | None = None
+    versions: int
+    content_hash: str | None = None
+    page_count: int | None = None
+    chunk_count: int | None = None
+    token_count: int | None = None
+    size_bytes: int | None = None
+    activated_at: datetime | None = None
+
+
+class VersionOut(BaseModel):
+    version_id: int
+    version_number: int
+    is_active: bool
+    content_hash: str
+    pipeline_fingerprint: str
+    title: str | None = None
+    filename: str | None = None
+    content_type: str | None = None
+    size_bytes: int | None = None
+    page_count: int | None = None
+    chunk_count: int | None = None
+    token_count: int | None = None
+    ingestion_run_id: int | None = None
+    activated_at: datetime | None = None
+    deactivated_at: datetime | None = None
+
+
+class DocumentDetail(BaseModel):
+    doc_id: int
+    source_uri: str
+    title: str | None = None
+    is_active: bool
+    created_at: datetime
+    updated_at: datetime
+    versions: list[VersionOut]
+
+
+class DeactivatedOut(BaseModel):
+    doc_id: int
+    deactivated_version_id: int | None = None
+    is_active: Literal[False] = False
+
+
+class Citation(BaseModel):
+    doc_id: int
+    title: str | None = None
+    filename: str | None = None
+    source_uri: str
+    version_number: int
+    page_start: int | None = None
+    page_end: int | None = None
+    section_path: list[str]
+    text: str
+
+
+class SearchHitOut(BaseModel):
+    chunk_id: int
+    score: float
+    citation: str
+    source: Citation
+
+
+class SearchOut(BaseModel):
+    query: str
+    hits: list[SearchHitOut]
+
+
+# -- sources ---------------------------------------------------------------------------------------------
+class SourceIn(BaseModel):
+    uri: str = Field(max_length=1100, description="s3://bucket/prefix/")
+    name: str | None = Field(default=None, max_length=63)
+    endpoint_url: str | None = Field(default=None, max_length=500)
+    kind: Literal["documents", "metrics"] = "documents"
+    platform: Literal["meta", "google", "tiktok"] | None = None
+
+
+class SourceOut(BaseModel):
+    source_id: int
+    name: str
+    kind: str
+    uri: str
+    endpoint_url: str | None = None
+    paused: bool
+    platform: str | None = None
+    passes_completed: int
+    last_pass_completed_at: datetime | None = None
+    active_objects: int = 0
+    queued_objects: int = 0
+    skipped_objects: int = 0
+    failed_objects: int = 0
+    deleted_objects: int = 0
+
+
+class SyncOut(BaseModel):
+    source: str
+    listed: int
+    new: int
+    changed: int
+    unchanged: int
+    skipped: int
+    deleted: int
+    pages: int
+    pass_completed: bool
+    busy: bool
+
+
+# -- metrics ---------------------------------------------------------------------------------------------
+class MetricSubmitOut(BaseModel):
+    status: Literal["pending", "duplicate"]
+    upload_id: int | None = None
+    duplicate_of: int | None = None
+    filename: str
+    platform: str
+    reason: str | None = None
+    sha256: str | None = None
+    size_bytes: int | None = None
+
+
+class MetricUploadOut(BaseModel):
+    upload_id: int
+    platform: str
+    client_id: str | None = None
+    filename: str
+    file_format: str
+    status: str
+    total_rows: int | None = None
+    valid_rows: int | None = None
+    invalid_rows: int | None = None
+    promoted_rows: int | None = None
+    unpromotable_rows: int | None = None
+    error: str | None = None
+    created_at: datetime
+    finished_at: datetime | None = None
+
+
+class MetricRowErrorOut(BaseModel):
+    row_index: int
+    line_number: int | None = None
+    entity_type: str | None = None
+    validation_status: str
+    validation_errors: Any = None
+    raw_data: Any = None
+
+
+class EventOut(BaseModel):
+    event_id: int
+    upload_id: int | None = None
+    event_type: str
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+class Health(BaseModel):
+    status: str
+    detail: str | None = None

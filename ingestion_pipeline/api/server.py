@@ -1,0 +1,56 @@
+"""``ingestion-pipeline serve``: check the security settings, then run the app on uvicorn."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import sys
+
+from ingestion_pipeline.core.access_tokens import check_secret
+from ingestion_pipeline.core.settings import ApiSettings
+
+
+def check_startup(api: ApiSettings, host: str) -> None:
+    """Refuse to start without a strong JWT secret, or in development mode on a non-loopback address."""
+    if api.auth_enabled:
+        check_secret(api.jwt_secret)
+        return
+    if not _is_loopback(host):
+        raise ValueError(f"AUTH_ENABLED=false serves every tenant without a token: it binds only a loopback "
+                         f"address (127.0.0.1, ::1, localhost), not {host!r}")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        return message if message.startswith("{") else json.dumps({"event": "log", "message": message})
+
+
+def serve(host: str, port: int, *, url: str, settings, api: ApiSettings) -> None:
+    import uvicorn
+
+    from ingestion_pipeline.api.app import create_app
+    from ingestion_pipeline.api.services import ApiServices
+    from ingestion_pipeline.core.db import Database
+
+    check_startup(api, host)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonLines())
+    api_log = logging.getLogger("ingestion_pipeline.api")
+    api_log.addHandler(handler)
+    api_log.setLevel(logging.INFO)
+    api_log.propagate = False
+    app = create_app(ApiServices(Database(url, max_size=8, name="api"), settings, api), close_on_shutdown=True)
+    print(f"API on http://{host}:{port} (docs at /docs){'' if api.auth_enabled else ' - AUTH DISABLED'}",
+          file=sys.stderr, flush=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

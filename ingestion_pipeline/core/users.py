@@ -1,0 +1,110 @@
+"""People who call the HTTP API: one row in `users`, a bcrypt hash (cost 12), a role, a tenant.
+
+bcrypt (the ``bcrypt`` package, the reference binding) is slow on purpose; an unknown email is checked
+against a dummy hash so that it costs the same time as a wrong password and says the same thing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+
+import bcrypt
+import psycopg
+
+from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
+
+ROLES = ("admin", "user")
+BCRYPT_COST = 12
+MIN_PASSWORD_CHARS = 8
+_EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}$")
+
+
+@cache
+def _dummy_hash() -> bytes:
+    return bcrypt.hashpw(b"not a password anyone has", bcrypt.gensalt(BCRYPT_COST))
+
+
+@dataclass(frozen=True)
+class User:
+    user_id: str
+    tenant_id: str
+    email: str
+    role: str
+    created_at: datetime
+    disabled: bool
+
+    def as_dict(self) -> dict:
+        return {"user_id": self.user_id, "tenant_id": self.tenant_id, "email": self.email, "role": self.role,
+                "created_at": self.created_at, "disabled": self.disabled}
+
+
+_COLUMNS = "user_id::text AS user_id, tenant_id, email, role, created_at, disabled"
+
+
+def hash_password(password: str) -> str:
+    raw = password.encode()
+    if len(password) < MIN_PASSWORD_CHARS:
+        raise ValueError(f"a password has at least {MIN_PASSWORD_CHARS} characters")
+    if len(raw) > 72:  # bcrypt reads 72 bytes; a longer one would be silently cut
+        raise ValueError("a password is at most 72 bytes")
+    return bcrypt.hashpw(raw, bcrypt.gensalt(BCRYPT_COST)).decode()
+
+
+def add_user(conn: psycopg.Connection, email: str, *, tenant_id: str, role: str, password: str) -> User:
+    validate_tenant_id(tenant_id)
+    email = email.strip()
+    if not _EMAIL.fullmatch(email):
+        raise ValueError(f"not an email address: {email!r}")
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}: admin or user")
+    password_hash = hash_password(password)
+    with conn.transaction():
+        ensure_tenant(conn, tenant_id)
+        try:
+            row = conn.execute(
+                f"""INSERT INTO users (tenant_id, email, password_hash, role) VALUES (%s, %s, %s, %s)
+                    RETURNING {_COLUMNS}""",
+                (tenant_id, email, password_hash, role),
+            ).fetchone()
+        except psycopg.errors.UniqueViolation as exc:
+            raise ValueError(f"a user with the email {email!r} already exists") from exc
+    return User(**row)
+
+
+def list_users(conn: psycopg.Connection, *, tenant_id: str | None = None) -> list[User]:
+    rows = conn.execute(
+        f"""SELECT {_COLUMNS} FROM users WHERE (%(t)s::text IS NULL OR tenant_id = %(t)s) ORDER BY email""",
+        {"t": tenant_id},
+    ).fetchall()
+    return [User(**r) for r in rows]
+
+
+def disable_user(conn: psycopg.Connection, email: str, *, tenant_id: str | None = None) -> User:
+    """Disable by email; with ``tenant_id``, only a user of that tenant (another tenant's is not found)."""
+    row = conn.execute(
+        f"""UPDATE users SET disabled = true
+             WHERE lower(email) = lower(%(e)s) AND (%(t)s::text IS NULL OR tenant_id = %(t)s)
+            RETURNING {_COLUMNS}""",
+        {"e": email.strip(), "t": tenant_id},
+    ).fetchone()
+    if row is None:
+        raise LookupError(f"no user with the email {email!r}")
+    return User(**row)
+
+
+def authenticate(conn: psycopg.Connection, email: str, password: str) -> User | None:
+    """The user when the password matches and the account is enabled; None otherwise, in similar time."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS}, password_hash FROM users WHERE lower(email) = lower(%s)", (email.strip(),)
+    ).fetchone()
+    candidate = row["password_hash"].encode() if row else _dummy_hash()
+    try:
+        matches = bcrypt.checkpw(password.encode()[:72], candidate)
+    except ValueError:
+        matches = False
+    if row is None or not matches or row["disabled"]:
+        return None
+    return User(**{k: v for k, v in row.items() if k != "password_hash"})
