@@ -31,3 +31,6 @@ CREATE TABLE api_uploads (
     completed_at  timestamptz
 );
 CREATE INDEX api_uploads_pending_idx ON api_uploads (expires_at) WHERE status = 'pending';
+
+-- What the last on-demand sync of a source (POST /v1/sources/{id}/sync) ended with.
+ALTER TABLE ingestion_sources ADD COLUMN last_sync_at timestamptz, ADD COLUMN last_sync_error text;

@@ -7,6 +7,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from ingestion_pipeline.core.identifiers import IDENTIFIER_PATTERN
+
 T = TypeVar("T")
 MAX_ID = 2**63 - 1
 
@@ -30,8 +32,11 @@ class TokenResponse(BaseModel):
     expires_in: int
 
 
+EMAIL_PATTERN = r"^[^@\s]{1,64}@[^@\s]{1,255}$"
+
+
 class UserIn(BaseModel):
-    email: str = Field(max_length=320)
+    email: str = Field(max_length=320, pattern=EMAIL_PATTERN)
     password: str = Field(min_length=8, max_length=72)
     role: Literal["admin", "user"] = "user"
 
@@ -174,8 +179,9 @@ class SearchOut(BaseModel):
 
 # -- sources ---------------------------------------------------------------------------------------------
 class SourceIn(BaseModel):
-    uri: str = Field(max_length=1100, description="s3://bucket/prefix/")
-    name: str | None = Field(default=None, max_length=63)
+    uri: str = Field(max_length=1100, pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$",
+                     description="s3://bucket/prefix/")
+    name: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
     endpoint_url: str | None = Field(default=None, max_length=500)
     kind: Literal["documents", "metrics"] = "documents"
     platform: Literal["meta", "google", "tiktok"] | None = None
@@ -191,6 +197,8 @@ class SourceOut(BaseModel):
     platform: str | None = None
     passes_completed: int
     last_pass_completed_at: datetime | None = None
+    last_sync_at: datetime | None = None
+    last_sync_error: str | None = None
     active_objects: int = 0
     queued_objects: int = 0
     skipped_objects: int = 0
@@ -198,17 +206,10 @@ class SourceOut(BaseModel):
     deleted_objects: int = 0
 
 
-class SyncOut(BaseModel):
-    source: str
-    listed: int
-    new: int
-    changed: int
-    unchanged: int
-    skipped: int
-    deleted: int
-    pages: int
-    pass_completed: bool
-    busy: bool
+class SyncStarted(BaseModel):
+    source_id: int
+    status: Literal["started"] = "started"
+    detail: str
 
 
 # -- metrics ---------------------------------------------------------------------------------------------

@@ -58,8 +58,11 @@ class ApiServices:
                     self._s3_clients[endpoint_url] = self._s3_client_factory(endpoint_url)
                 else:
                     import boto3
+                    from botocore.config import Config
 
-                    self._s3_clients[endpoint_url] = boto3.client("s3", endpoint_url=endpoint_url)
+                    # SigV4: presigned URLs carry their expiry and sign the declared size and type.
+                    self._s3_clients[endpoint_url] = boto3.client(
+                        "s3", endpoint_url=endpoint_url, config=Config(signature_version="s3v4"))
             return self._s3_clients[endpoint_url]
 
     def upload_s3_client(self) -> Any:

@@ -132,7 +132,8 @@ def source_status(conn: psycopg.Connection, *, tenant_id: str | None = None) -> 
     """Every source that is not removed (of one tenant, or all), with its objects counted by status."""
     return conn.execute(
         """SELECT s.source_id, s.name, s.tenant_id, s.kind, 's3://' || s.bucket || '/' || s.prefix AS uri,
-                  s.endpoint_url, s.paused, s.platform, s.pass_number - 1 AS passes_completed, s.last_pass_completed_at,
+                  s.endpoint_url, s.paused, s.last_sync_at, s.last_sync_error, s.platform,
+                  s.pass_number - 1 AS passes_completed, s.last_pass_completed_at,
                   count(o.key) FILTER (WHERE o.status = 'active') AS active_objects,
                   count(o.key) FILTER (WHERE o.status = 'queued') AS queued_objects,
                   count(o.key) FILTER (WHERE o.status = 'skipped') AS skipped_objects,
@@ -143,3 +144,9 @@ def source_status(conn: psycopg.Connection, *, tenant_id: str | None = None) -> 
             GROUP BY s.source_id ORDER BY s.name""",
         {"t": tenant_id},
     ).fetchall()
+
+
+def record_sync_outcome(conn: psycopg.Connection, source_id: int, error: str | None) -> None:
+    """Remember how the last on-demand sync ended (None: it worked), for `GET /v1/sources/{id}`."""
+    conn.execute("UPDATE ingestion_sources SET last_sync_at = now(), last_sync_error = %s WHERE source_id = %s",
+                 (error, source_id))

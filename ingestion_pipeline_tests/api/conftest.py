@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import functools
+import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+import httpx
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
@@ -60,3 +69,64 @@ def make_api(database: Database, api_settings: ApiSettings) -> Api:
 @pytest.fixture
 def api(database: Database) -> Iterator[Api]:
     yield make_api(database, ApiSettings(jwt_secret=SECRET))
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
+    headers: dict[str, str]
+    upload_dir: Path
+
+    def status(self, field: str) -> int:
+        """VmRSS / VmHWM of the server process, in bytes."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        raise KeyError(field)
+
+    def reset_peak(self) -> None:
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def start_server(database_url: str, tmp_path: Path, **extra_env: str) -> Iterator[Server]:
+    """`ingestion-pipeline serve` on a free 127.0.0.1 port, ready, with an acme admin's token; stopped after."""
+    port = _free_port()
+    upload_dir = tmp_path / "server_uploads"
+    env = {**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": SECRET, "INGESTION_UPLOAD_DIR": str(upload_dir),
+           "INGESTION_DATA_DIR": str(tmp_path / "data"), "DAGSTER_HOME": str(tmp_path), **extra_env}
+    log = (tmp_path / "server.log").open("w")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "ingestion-pipeline"), "serve", "--port", str(port)],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.3)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("INSERT INTO tenants (tenant_id) VALUES ('acme') ON CONFLICT DO NOTHING")
+            user_id = conn.execute(
+                """INSERT INTO users (tenant_id, email, password_hash, role) VALUES ('acme', %s, %s, 'admin')
+                   RETURNING user_id::text""", (f"server-{port}@acme.example", _password_hash())).fetchone()[0]
+        token = issue_token(Principal(user_id, "acme", "admin"), SECRET, expiry_seconds=3600)
+        yield Server(url, proc, {"Authorization": f"Bearer {token}"}, upload_dir)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -66,9 +66,17 @@ def log_submitted(who: Principal, result: SubmitResult, via: str) -> None:
     }))
 
 
+_SUBMIT_LINKS = {
+    "GetRun": {"operationId": "get_run_v1_ingestion_runs__run_id__get",
+               "parameters": {"run_id": "$response.body#/run_id"}},
+    "GetDocument": {"operationId": "document_v1_documents__doc_id__get",
+                    "parameters": {"doc_id": "$response.body#/doc_id"}},
+}
+
+
 @router.post("/ingest", status_code=202, response_model=SubmitOut, openapi_extra=_MULTIPART_BODY,
              responses={200: {"model": SubmitOut, "description": "identical content is already active"},
-                        **_UPLOAD_ERRORS})
+                        202: {"description": "queued", "links": _SUBMIT_LINKS}, **_UPLOAD_ERRORS})
 async def ingest(request: Request, who: Caller, services: Services) -> JSONResponse:
     """Upload one document (multipart ``file``, optional ``title`` and ``key``), streamed to the store with its
     SHA-256, and queue it for the pipeline."""
@@ -97,7 +105,11 @@ async def ingest(request: Request, who: Caller, services: Services) -> JSONRespo
     return submit_response(result)
 
 
-@router.post("/uploads", response_model=PresignOut, status_code=201, responses=_UPLOAD_ERRORS)
+@router.post("/uploads", response_model=PresignOut, status_code=201, responses={
+    201: {"description": "a presigned PUT", "links": {"CompleteUpload": {
+        "operationId": "complete_upload_v1_uploads__upload_id__complete_post",
+        "parameters": {"upload_id": "$response.body#/upload_id"}}}},
+    **_UPLOAD_ERRORS})
 def create_upload(body: PresignIn, who: Caller, services: Services) -> dict:
     """A presigned S3 PUT for one document (valid 15 minutes, for the declared size and type)."""
     try:

@@ -36,6 +36,12 @@ _MULTIPART_BODY = {
 
 @router.post("/metrics/uploads", status_code=202, response_model=MetricSubmitOut, openapi_extra=_MULTIPART_BODY,
              responses={200: {"model": MetricSubmitOut, "description": "the same file was uploaded before"},
+                        202: {"description": "pending", "links": {
+                            "GetUpload": {"operationId": "get_upload_v1_metrics_uploads__upload_id__get",
+                                          "parameters": {"upload_id": "$response.body#/upload_id"}},
+                            "GetUploadErrors": {
+                                "operationId": "upload_errors_v1_metrics_uploads__upload_id__errors_get",
+                                "parameters": {"upload_id": "$response.body#/upload_id"}}}},
                         413: {"description": "over the size limit"}, 415: {"description": "type not allowed"}})
 async def submit(request: Request, who: Caller, services: Services) -> JSONResponse:
     """Upload a CSV/JSON export (multipart ``file``, ``platform``, optional ``force_partial``, ``client_id``)."""

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Path
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, BackgroundTasks, Path
 
 from ingestion_pipeline.api.errors import ApiError, not_found
 from ingestion_pipeline.api.paging import PageParams
-from ingestion_pipeline.api.schemas import MAX_ID, Page, SourceIn, SourceOut, SyncOut
+from ingestion_pipeline.api.schemas import MAX_ID, Page, SourceIn, SourceOut, SyncStarted
 from ingestion_pipeline.api.security import Admin, Caller, Services
 from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.sources import registry
 from ingestion_pipeline.sources.sync_pass import sync_sources
 
 router = APIRouter(prefix="/v1/sources", tags=["sources"])
+_log = logging.getLogger("ingestion_pipeline.api")
 SourceId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
@@ -38,7 +40,19 @@ def _allowed_endpoint(endpoint_url: str | None, allowed: tuple[str, ...]) -> str
     return endpoint
 
 
-@router.post("", response_model=SourceOut, status_code=201, responses={409: {"description": "already exists"}})
+def _source_links() -> dict:
+    link = {"parameters": {"source_id": "$response.body#/source_id"}}
+    return {name: {"operationId": op, **link} for name, op in (
+        ("GetSource", "get_source_v1_sources__source_id__get"),
+        ("PauseSource", "pause_v1_sources__source_id__pause_post"),
+        ("ResumeSource", "resume_v1_sources__source_id__resume_post"),
+        ("SyncSource", "sync_v1_sources__source_id__sync_post"),
+        ("RemoveSource", "remove_v1_sources__source_id__delete"))}
+
+
+@router.post("", response_model=SourceOut, status_code=201,
+             responses={201: {"description": "the source", "links": _source_links()},
+                        409: {"description": "already exists"}})
 def add_source(body: SourceIn, who: Admin, services: Services) -> dict:
     """Keep ``s3://bucket/prefix/`` in sync with the tenant's knowledge base (or metrics, with a platform)."""
     endpoint = _allowed_endpoint(body.endpoint_url, services.api.allowed_s3_endpoints)
@@ -89,23 +103,35 @@ def resume(source_id: SourceId, who: Admin, services: Services) -> dict:
     return _set_paused(source_id, who, services, False)
 
 
-@router.post("/{source_id}/sync", response_model=SyncOut, responses={409: {"description": "the source is paused"}})
-async def sync(source_id: SourceId, who: Admin, services: Services) -> dict:
-    """One bounded listing step now (the per-tick page budget); changes are queued for the sensors."""
+@router.post("/{source_id}/sync", response_model=SyncStarted, status_code=202,
+             responses={409: {"description": "the source is paused"}})
+def sync(source_id: SourceId, who: Admin, services: Services, background: BackgroundTasks) -> dict:
+    """Start one bounded listing step now (the per-tick page budget); what changed is queued for the
+    sensors. How it ended shows in ``GET /v1/sources/{id}`` (``last_sync_at``, ``last_sync_error``)."""
+    with services.db.connection() as conn:
+        try:
+            source = registry.get_tenant_source(conn, source_id, tenant_id=who.tenant_id)
+        except LookupError as exc:
+            raise not_found("source") from exc
+    if source.paused:
+        raise ApiError(409, "paused", "the source is paused; resume it first")
+    background.add_task(_sync_now, services, source.source_id, source.name)
+    return {"source_id": source_id, "status": "started",
+            "detail": "listing now; see last_sync_at / last_sync_error and the object counts of the source"}
 
-    def run() -> dict:
-        with services.db.connection() as conn:
-            try:
-                source = registry.get_tenant_source(conn, source_id, tenant_id=who.tenant_id)
-            except LookupError as exc:
-                raise not_found("source") from exc
-        if source.paused:
-            raise ApiError(409, "paused", "the source is paused; resume it first")
+
+def _sync_now(services, source_id: int, name: str) -> None:
+    try:
         reports = sync_sources(services.db, services.settings, services.s3_client, services.metric_store,
-                               names=[source.name])
-        return reports[0].as_dict() if reports else {}
-
-    return await run_in_threadpool(run)
+                               names=[name])
+        error = None
+        _log.info(json.dumps({"event": "source_synced", "source_id": source_id,
+                              **(reports[0].as_dict() if reports else {})}))
+    except Exception as exc:  # noqa: BLE001 - an S3 failure is the sync's outcome, kept on the source
+        error = f"{type(exc).__name__}: {exc}"[:1000]
+        _log.warning(json.dumps({"event": "source_sync_failed", "source_id": source_id, "error": error}))
+    with services.db.connection() as conn:
+        registry.record_sync_outcome(conn, source_id, error)
 
 
 @router.delete("/{source_id}", response_model=SourceOut)

@@ -1,22 +1,29 @@
 """Raw-file retention: expired bytes of finished-for-good work and orphaned stored files are removed
-(core/retention.py), hourly."""
+(core/retention.py), and so are objects of presigned uploads never completed (documents/presigned.py), hourly."""
 
 import dagster as dg
+from dagster_aws.s3 import S3Resource
 
 from ingestion_pipeline.core.retention import remove_expired_raw_files, remove_orphans
-from ingestion_pipeline.core.settings import load_settings
-from ingestion_pipeline.defs.resources import PostgresResource, UploadStoreResource
+from ingestion_pipeline.core.settings import load_api_settings, load_settings
+from ingestion_pipeline.defs.resources import PostgresResource, S3Clients, UploadStoreResource
+from ingestion_pipeline.documents import presigned
 
 
 @dg.op(description="Remove raw bytes past INGESTION_FAILED_TTL_DAYS and orphans past INGESTION_ORPHAN_TTL_HOURS.")
 def remove_expired_raw_bytes(
-    context: dg.OpExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource
+    context: dg.OpExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource, s3: S3Resource
 ) -> int:
     policy = load_settings().reliability
     report = remove_expired_raw_files(postgres.db, policy)
     remove_orphans(postgres.db, [upload_store.documents().root, upload_store.metrics().root], policy, report)
     context.log.info(report.describe())
-    return report.expired_files + report.orphan_files
+    api = load_api_settings()
+    expired_uploads = 0
+    if api.upload_bucket:
+        expired_uploads = presigned.expire(postgres.db, S3Clients(s3)(api.upload_s3_endpoint))
+        context.log.info(f"{expired_uploads} presigned upload(s) never completed: their objects removed")
+    return report.expired_files + report.orphan_files + expired_uploads
 
 
 @dg.job(description="Remove raw bytes that nothing will process again (failed, dead-lettered, canceled, orphans).")

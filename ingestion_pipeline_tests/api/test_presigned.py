@@ -1,0 +1,82 @@
+"""Presigned uploads against a moto S3 server: PUT to the signed URL, complete, queued like /v1/ingest."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from ingestion_pipeline.core.settings import ApiSettings
+from ingestion_pipeline.documents import presigned
+from ingestion_pipeline_tests.api.conftest import SECRET, make_api
+from ingestion_pipeline_tests.helpers import table
+
+BODY = b"Quarterly report: the Oslo office opened 3 new meeting rooms.\n" * 20
+
+
+@pytest.fixture
+def s3_api(database, bucket, s3_env):
+    client, name = bucket
+    api = make_api(database, ApiSettings(jwt_secret=SECRET, upload_bucket=name, upload_s3_endpoint=s3_env))
+    return api, client, name
+
+
+def _objects(client, name) -> list[str]:
+    return [o["Key"] for o in client.list_objects_v2(Bucket=name).get("Contents", [])]
+
+
+def _start(api, filename="report.txt", size: int | None = None, content_type="text/plain", who="acme-user"):
+    return api.client.post("/v1/uploads", headers=api.as_(who), json={
+        "filename": filename, "size_bytes": len(BODY) if size is None else size, "content_type": content_type})
+
+
+def test_presigned_put_then_complete_queues_the_file_once(s3_api, db, isolated_storage):
+    api, client, name = s3_api
+    r = _start(api)
+    assert r.status_code == 201, r.text
+    upload = r.json()
+    assert upload["method"] == "PUT" and "X-Amz-Signature=" in upload["url"] and "X-Amz-Expires=900" in upload["url"]
+    assert "content-length" in upload["url"].lower()  # the declared size is part of the signature
+    put = httpx.put(upload["url"], content=BODY, headers=upload["headers"])
+    assert put.status_code == 200, put.text
+    done = api.client.post(f"/v1/uploads/{upload['upload_id']}/complete", headers=api.as_("acme-user"))
+    assert done.status_code == 202, done.text
+    result = done.json()
+    assert result["status"] == "queued" and result["size_bytes"] == len(BODY)
+    assert _objects(client, name) == []  # the bytes are in the upload store now, not left in the bucket
+    row = table(db, "SELECT tenant_id, raw_path, content_hash FROM ingestion_runs WHERE run_id = %s",
+                result["run_id"])[0]
+    assert row["tenant_id"] == "acme" and row["content_hash"] == result["sha256"]
+    again = api.client.post(f"/v1/uploads/{upload['upload_id']}/complete", headers=api.as_("acme-user"))
+    assert again.json()["run_id"] == result["run_id"]  # completing twice queues once
+    assert len(table(db, "SELECT run_id FROM ingestion_runs")) == 1
+
+
+def test_refusals_before_and_after_the_put(s3_api, db, isolated_storage):
+    api, client, name = s3_api
+    assert _start(api, filename="x.exe", content_type="application/octet-stream").status_code == 415
+    assert _start(api, filename="a.pdf", content_type="text/html").status_code == 415
+    assert _start(api, size=60 * 1024 * 1024).status_code == 413
+    early = _start(api).json()
+    r = api.client.post(f"/v1/uploads/{early['upload_id']}/complete", headers=api.as_("acme-user"))
+    assert r.status_code == 409 and r.json()["error"]["code"] == "not_uploaded"
+    # more bytes than declared: refused at completion, the object removed, nothing queued
+    small = _start(api, size=10).json()
+    httpx.put(small["url"], content=BODY, headers=small["headers"])
+    r = api.client.post(f"/v1/uploads/{small['upload_id']}/complete", headers=api.as_("acme-user"))
+    assert r.status_code == 413, r.text
+    assert not any(small["upload_id"] in key for key in _objects(client, name))
+    assert table(db, "SELECT run_id FROM ingestion_runs") == []
+    assert [p for p in isolated_storage.rglob("*") if p.is_file()] == []
+
+
+def test_uploads_never_completed_are_removed(s3_api, database, db):
+    api, client, name = s3_api
+    upload = _start(api).json()
+    httpx.put(upload["url"], content=BODY, headers=upload["headers"])
+    assert len(_objects(client, name)) == 1
+    db.execute("UPDATE api_uploads SET expires_at = now() - interval '2 hours' WHERE upload_id = %s",
+               (upload["upload_id"],))
+    assert presigned.expire(database, client) == 1
+    assert _objects(client, name) == []
+    r = api.client.post(f"/v1/uploads/{upload['upload_id']}/complete", headers=api.as_("acme-user"))
+    assert r.status_code == 409 and r.json()["error"]["code"] == "expired"
