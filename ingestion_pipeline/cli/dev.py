@@ -1,15 +1,28 @@
-"""`dev`: the Dagster UI and daemon on 127.0.0.1 with the project's instance."""
+"""`dev`: the Dagster UI and daemon, and the HTTP API, on 127.0.0.1 with the project's instance."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, emit
 from ingestion_pipeline.core.settings import project_root
+
+
+def _start_api(port: int) -> dict:
+    """The HTTP API next to the UI, in this process group (Ctrl-C reaches it too). Without JWT_SECRET it
+    runs in development mode (AUTH_ENABLED=false, tenant from ?tenant_id=), bound to 127.0.0.1 only."""
+    env = dict(os.environ)
+    if not env.get("JWT_SECRET") and "AUTH_ENABLED" not in env:
+        env["AUTH_ENABLED"] = "false"
+    cli = Path(sys.executable).parent / "ingestion-pipeline"
+    proc = subprocess.Popen([str(cli), "serve", "--host", "127.0.0.1", "--port", str(port)], env=env)
+    auth = "off: pass ?tenant_id=" if env.get("AUTH_ENABLED", "").lower() == "false" else "bearer tokens"
+    return {"api": f"http://127.0.0.1:{port}", "api_pid": proc.pid, "api_auth": auth}
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -19,8 +32,17 @@ def cmd_dev(args: argparse.Namespace) -> int:
     argv = [str(dagster), "dev", "-w", str(root / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(args.port)]
     started = {"ui": f"http://127.0.0.1:{args.port}", "dagster_home": os.environ.get("DAGSTER_HOME"),
                "workspace": str(root / "workspace.yaml")}
-    emit(args, [started], lambda rows: print(f"Dagster UI and daemon: {rows[0]['ui']} "
-                                              f"(DAGSTER_HOME={rows[0]['dagster_home']}); Ctrl-C stops both"))
+    if args.api_port:
+        started.update(_start_api(args.api_port))
+
+    def describe(rows: list[dict]) -> None:
+        row = rows[0]
+        print(f"Dagster UI and daemon: {row['ui']} (DAGSTER_HOME={row['dagster_home']})")
+        if "api" in row:
+            print(f"HTTP API: {row['api']} (docs at {row['api']}/docs; auth {row['api_auth']})")
+        print("Ctrl-C stops them all")
+
+    emit(args, [started], describe)
     sys.stdout.flush()  # execv replaces this process: nothing buffered would be printed
     os.chdir(root)
     os.execv(argv[0], argv)
@@ -29,7 +51,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add `dev` to the top-level subparsers."""
-    p = sub.add_parser("dev", help="Dagster UI + daemon with sensors on (127.0.0.1)")
+    p = sub.add_parser("dev", help="Dagster UI + daemon with sensors on, and the HTTP API (127.0.0.1)")
     p.add_argument("--port", type=int, default=3000)
+    p.add_argument("--api-port", type=int, default=8000, help="the HTTP API's port; 0: do not start it")
     add_json_flag(p)
     p.set_defaults(func=cmd_dev)

@@ -3,6 +3,7 @@ stable keys make versions; deactivation; and the whole path from token to a cite
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -61,8 +62,14 @@ def test_end_to_end_token_upload_process_poll_search(api, database, instance):
     assert [v["version_number"] for v in detail["versions"]] == [1]
 
 
-def test_same_bytes_while_queued_are_one_run(api):
+def test_same_bytes_while_queued_are_one_run(api, caplog):
+    caplog.set_level("INFO", logger="ingestion_pipeline.api")
     first = _ingest(api, "acme-user", "a.txt", FACT).json()
+    [line] = [json.loads(r.getMessage()) for r in caplog.records if "ingest_job_submitted" in r.getMessage()]
+    assert line["tenant_id"] == "acme" and line["run_id"] == first["run_id"] and line["doc_id"] == first["doc_id"]
+    assert line["dedup"] == "queued" and line["filename"] == "a.txt" and line["size_bytes"] == len(FACT)
+    assert line["sha256"] == first["sha256"] and line["source_uri"].startswith("upload://sha256:")
+    assert line["user_id"]
     second = _ingest(api, "acme-admin", "a.txt", FACT)
     assert second.status_code == 202 and second.json()["status"] == "duplicate"
     assert second.json()["run_id"] == first["run_id"]

@@ -42,11 +42,11 @@ def _stop(proc: subprocess.Popen) -> None:
 def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, corpus_dir, tmp_path):
     [queued] = submit(database, "acme", corpus_dir / "documents" / "fake-memo.pdf")
     [bad] = submit(database, "acme", corpus_dir / "broken" / "password.pdf")
-    port = _free_port()
+    port, api_port = _free_port(), _free_port()
     log = (tmp_path / "dev.log").open("w")
     proc = subprocess.Popen(
         ["env", "--default-signal=INT", str(Path(sys.executable).parent / "ingestion-pipeline"), "dev",
-         "--port", str(port), "--json"],
+         "--port", str(port), "--api-port", str(api_port), "--json"],
         cwd=project_root(), env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
@@ -68,6 +68,11 @@ def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, 
         started = next(json.loads(line) for line in (tmp_path / "dev.log").read_text().splitlines()
                        if line.startswith('{"ui"'))
         assert started["ui"] == f"http://127.0.0.1:{port}"
+        # the HTTP API runs next to them (development mode without JWT_SECRET) on the same database
+        assert started["api"] == f"http://127.0.0.1:{api_port}" and started["api_auth"].startswith("off")
+        with urllib.request.urlopen(f"http://127.0.0.1:{api_port}/v1/ingestion-runs?tenant_id=acme",
+                                    timeout=10) as response:
+            assert json.loads(response.read())["total"] == 2
     finally:
         _stop(proc)
         log.close()
@@ -108,7 +113,7 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
     log = log_path.open("w")
     proc = subprocess.Popen(
         ["env", "--default-signal=INT", str(Path(sys.executable).parent / "ingestion-pipeline"), "dev",
-         "--port", str(port)],
+         "--port", str(port), "--api-port", "0"],
         cwd=project_root(), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
