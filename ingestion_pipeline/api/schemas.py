@@ -8,6 +8,8 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from ingestion_pipeline.core.identifiers import IDENTIFIER_PATTERN
+from ingestion_pipeline.core.users import ROLES
+from ingestion_pipeline.metrics.formats import PLATFORMS
 
 T = TypeVar("T")
 MAX_ID = 2**63 - 1
@@ -38,7 +40,7 @@ EMAIL_PATTERN = r"^[^@\s]{1,64}@[^@\s]{1,255}$"
 class UserIn(BaseModel):
     email: str = Field(max_length=320, pattern=EMAIL_PATTERN)
     password: str = Field(min_length=8, max_length=72)
-    role: Literal["admin", "user"] = "user"
+    role: Literal[ROLES] = "user"
 
 
 class UserOut(BaseModel):
@@ -184,7 +186,7 @@ class SourceIn(BaseModel):
     name: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
     endpoint_url: str | None = Field(default=None, max_length=500)
     kind: Literal["documents", "metrics"] = "documents"
-    platform: Literal["meta", "google", "tiktok"] | None = None
+    platform: Literal[PLATFORMS] | None = None
 
 
 class SourceOut(BaseModel):

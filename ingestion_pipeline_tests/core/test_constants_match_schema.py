@@ -47,3 +47,15 @@ def test_cli_choices_come_from_the_constants():
 def test_keys_and_identifiers():
     assert key_part("Acme.Corp/EU") == "acme-corp-eu"
     assert validate_identifier("acme-1", "tenant id") == "acme-1"
+
+
+def test_roles_and_api_choices_match(db):
+    from typing import get_args
+
+    from ingestion_pipeline.api.schemas import SourceIn, UserIn
+    from ingestion_pipeline.core.users import ROLES
+
+    assert _listed(_check(db, "users", "role")) == set(ROLES)
+    assert set(get_args(UserIn.model_fields["role"].annotation)) == set(ROLES)
+    [literal] = [a for a in get_args(SourceIn.model_fields["platform"].annotation) if a is not type(None)]
+    assert set(get_args(literal)) == set(PLATFORMS)
