@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import dagster as dg
 import httpx
 import pytest
 
 from ingestion_pipeline.core.settings import ApiSettings
-from ingestion_pipeline.documents import presigned
 from ingestion_pipeline_tests.api.conftest import SECRET, make_api
-from ingestion_pipeline_tests.helpers import table
+from ingestion_pipeline_tests.helpers import code_location, table
 
 BODY = b"Quarterly report: the Oslo office opened 3 new meeting rooms.\n" * 20
 
@@ -69,14 +69,21 @@ def test_refusals_before_and_after_the_put(s3_api, db, isolated_storage):
     assert [p for p in isolated_storage.rglob("*") if p.is_file()] == []
 
 
-def test_uploads_never_completed_are_removed(s3_api, database, db):
+def test_uploads_never_completed_are_removed_by_the_retention_job(s3_api, db, s3_env, monkeypatch):
     api, client, name = s3_api
     upload = _start(api).json()
-    httpx.put(upload["url"], content=BODY, headers=upload["headers"])
-    assert len(_objects(client, name)) == 1
+    fresh = _start(api).json()
+    for u in (upload, fresh):
+        httpx.put(u["url"], content=BODY, headers=u["headers"])
+    assert len(_objects(client, name)) == 2
     db.execute("UPDATE api_uploads SET expires_at = now() - interval '2 hours' WHERE upload_id = %s",
                (upload["upload_id"],))
-    assert presigned.expire(database, client) == 1
-    assert _objects(client, name) == []
+    monkeypatch.setenv("INGESTION_UPLOAD_BUCKET", name)
+    monkeypatch.setenv("INGESTION_UPLOAD_S3_ENDPOINT", s3_env)
+    job = code_location().resolve_job_def("raw_file_retention_job")  # what the hourly schedule runs
+    with dg.instance_for_test() as instance:
+        assert job.execute_in_process(instance=instance).success
+    assert [k for k in _objects(client, name) if upload["upload_id"] in k] == []
+    assert [k for k in _objects(client, name) if fresh["upload_id"] in k]  # still within its 15 minutes + grace
     r = api.client.post(f"/v1/uploads/{upload['upload_id']}/complete", headers=api.as_("acme-user"))
     assert r.status_code == 409 and r.json()["error"]["code"] == "expired"

@@ -68,7 +68,9 @@ async def submit(request: Request, who: Caller, services: Services) -> JSONRespo
             platform=platform, filename=form.filename, client_id=form.fields.get("client_id"),
             force_partial=force in ("true", "1"), valid_threshold=services.settings.metrics.valid_threshold,
         )
-    except ValueError as exc:  # e.g. an unknown platform; the stored copy is already released
+    except ValueError as exc:  # e.g. an unknown platform: nothing recorded, and the bytes go too
+        if form.stored.created:
+            store.release(form.stored.path)
         raise ApiError(400, "invalid_request", str(exc)) from exc
     body = MetricSubmitOut.model_validate(result.as_dict()).model_dump(mode="json", exclude_none=True)
     return JSONResponse(body, status_code=202 if result.status == "pending" else 200)
