@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -44,6 +46,14 @@ COMMON_ERRORS = {
 }
 
 
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    methods: set[str] = set()
+    for template, operations in app.openapi()["paths"].items():
+        if re.fullmatch(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)), path):
+            methods.update(m.upper() for m in operations)
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     import psycopg
     from botocore.exceptions import BotoCoreError, ClientError
@@ -54,10 +64,12 @@ def install(app: FastAPI) -> None:
         return JSONResponse(_body(exc.code, exc.message), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return JSONResponse(_body(code, str(exc.detail)), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:  # every method the path has, not only those of the first route matched
+            headers["Allow"] = ", ".join(_allowed_methods(app, request.url.path))
+        return JSONResponse(_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers or None)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

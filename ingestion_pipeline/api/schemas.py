@@ -8,7 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from ingestion_pipeline.core.identifiers import IDENTIFIER_PATTERN
-from ingestion_pipeline.core.users import ROLES
+from ingestion_pipeline.core.users import EMAIL_PATTERN, ROLES
 from ingestion_pipeline.metrics.formats import PLATFORMS
 
 T = TypeVar("T")
@@ -32,9 +32,6 @@ class TokenResponse(BaseModel):
     access_token: str
     token_type: Literal["bearer"] = "bearer"
     expires_in: int
-
-
-EMAIL_PATTERN = r"^[^@\s]{1,64}@[^@\s]{1,255}$"
 
 
 class UserIn(BaseModel):

@@ -19,7 +19,9 @@ from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
 ROLES = ("admin", "user")
 BCRYPT_COST = 12
 MIN_PASSWORD_CHARS = 8
-_EMAIL = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,255}$")
+# ASCII whitespace only: the same rule in Python and in the OpenAPI schema's (ECMA) regular expression.
+EMAIL_PATTERN = r"^[^@ \t\r\n]{1,64}@[^@ \t\r\n]{1,255}$"
+_EMAIL = re.compile(EMAIL_PATTERN)
 
 
 @cache

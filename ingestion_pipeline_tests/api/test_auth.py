@@ -120,3 +120,11 @@ def test_users_are_managed_by_admins_of_their_own_tenant(api):
     dup = api.client.post("/v1/users", headers=api.as_("acme-admin"),
                           json={"email": "new@acme.example", "password": "long enough pw"})
     assert dup.status_code == 409
+
+
+def test_method_not_allowed_lists_every_method_of_the_path(api):
+    r = api.client.request("OPTIONS", "/v1/users", headers=api.as_("acme-admin"))
+    assert r.status_code == 405 and r.headers["allow"] == "GET, POST"
+    r = api.client.put("/v1/documents/1", headers=api.as_("acme-admin"))
+    assert r.status_code == 405 and r.headers["allow"] == "DELETE, GET"
+    assert r.json()["error"]["code"] == "method_not_allowed"
