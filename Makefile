@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORPUS ?= $(firstword $(wildcard ../shared/corpus) $(wildcard /work/shared/corpus))
 
-.PHONY: demo test test-fast dev lint validate bench soak stop clean
+.PHONY: demo test test-fast check-defs dev lint validate bench soak stop clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,14 +19,20 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py --corpus "$(CORPUS)"
 
-test: $(STAMP)
+test: $(STAMP) check-defs
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
 	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider --durations=15 ingestion_pipeline_tests
 
 # The suite without the minutes-long end-to-end tests (fault injection, whole corpus, daemon); CI runs all.
-test-fast: $(STAMP)
+test-fast: $(STAMP) check-defs
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
 	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider -m "not slow" ingestion_pipeline_tests
+
+# `dg check defs` as CI calls it: a throwaway instance (.ci/dagster.yaml), no database needed.
+check-defs: $(STAMP)
+	@home=$$(mktemp -d) && cp .ci/dagster.yaml "$$home/" \
+	  && DAGSTER_HOME="$$home" VIRTUAL_ENV="$(CURDIR)/$(VENV)" $(BIN)/dg check defs; \
+	  rc=$$?; rm -rf "$$home"; exit $$rc
 
 dev: $(STAMP)
 	$(BIN)/ingestion-pipeline dev

@@ -10,9 +10,12 @@ from ingestion_pipeline.cli.output import add_json_flag, emit
 def cmd_db(args: argparse.Namespace) -> int:
     if args.db_command == "url":
         from ingestion_pipeline.cli.bootstrap import bootstrap
+        from ingestion_pipeline.core.db import resolve_dagster_storage_url
 
         with bootstrap() as ctx:
-            emit(args, [{"url": ctx.url}], lambda r: print(ctx.url))
+            # --dagster: the URL of Dagster's own storage, for `export DAGSTER_PG_URL=...` before `dg`
+            url = resolve_dagster_storage_url() if args.dagster else ctx.url
+            emit(args, [{"url": url}], lambda r: print(url))
     elif args.db_command == "stop":
         from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
 
@@ -32,5 +35,7 @@ def register(sub) -> None:
     """Add `db` to the top-level subparsers."""
     p = sub.add_parser("db", help="the application database")
     p.add_argument("db_command", choices=["url", "stop", "migrate"])
+    p.add_argument("--dagster", action="store_true",
+                   help="with url: the URL of Dagster's own storage (for DAGSTER_PG_URL)")
     add_json_flag(p)
     p.set_defaults(func=cmd_db)

@@ -81,6 +81,8 @@ def test_bad_tokens_get_401_with_a_bearer_challenge(api, case):
 def test_health_needs_no_token(api):
     assert api.client.get("/healthz").json()["status"] == "ok"
     assert api.client.get("/readyz").json()["status"] == "ready"
+    assert api.client.get("/docs").status_code == 200
+    assert "/v1/ingest" in api.client.get("/openapi.json").json()["paths"]
 
 
 def test_server_refuses_to_start_without_a_strong_secret_or_with_open_dev_mode():

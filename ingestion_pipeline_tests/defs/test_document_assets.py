@@ -46,6 +46,7 @@ def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database
 
     checks = result.get_asset_check_evaluations()
     assert len(checks) == 3 and all(c.passed for c in checks)
+    assert all(c.metadata["checked_nothing"].value is False for c in checks)
 
     # the failed file kept its raw upload, the promoted ones had theirs removed
     kept = [r["raw_path"] for r in runs.values() if r["status"] == "failed"]

@@ -126,9 +126,12 @@ chunk_embeddings = _file_step(
     deps=[chunk_embeddings],
     kinds={"postgres", "pgvector"},
     check_specs=[
-        dg.AssetCheckSpec("one_active_version_per_document", asset="promoted_documents"),
-        dg.AssetCheckSpec("embeddings_match_chunks", asset="promoted_documents"),
-        dg.AssetCheckSpec("no_version_without_chunks", asset="promoted_documents"),
+        dg.AssetCheckSpec("one_active_version_per_document", asset="promoted_documents",
+                          description="every document promoted by this run has exactly one active version"),
+        dg.AssetCheckSpec("embeddings_match_chunks", asset="promoted_documents",
+                          description="every promoted chunk has one vector of the model's dimension"),
+        dg.AssetCheckSpec("no_version_without_chunks", asset="promoted_documents",
+                          description="no promoted version is empty"),
     ],
 )
 def promoted_documents(
@@ -151,18 +154,21 @@ def promoted_documents(
         multi = integrity.docs_without_exactly_one_active_version(conn, doc_ids)
         mismatched = integrity.versions_with_embedding_mismatch(conn, version_ids, pipeline.model.dimension)
         empty = integrity.versions_without_chunks(conn, version_ids)
+    # A check with nothing to look at says so, rather than passing silently.
+    nothing = {"checked_nothing": not doc_ids,
+               "note": "no file of this batch was promoted, so nothing was checked" if not doc_ids else "checked"}
     checks = [
         dg.AssetCheckResult(
             check_name="one_active_version_per_document", passed=not multi,
-            metadata={"documents_checked": len(doc_ids), "violations": str(multi[:20])},
+            metadata={"documents_checked": len(doc_ids), "violations": str(multi[:20]), **nothing},
         ),
         dg.AssetCheckResult(
             check_name="embeddings_match_chunks", passed=not mismatched,
-            metadata={"versions_checked": len(version_ids), "violations": str(mismatched[:20])},
+            metadata={"versions_checked": len(version_ids), "violations": str(mismatched[:20]), **nothing},
         ),
         dg.AssetCheckResult(
             check_name="no_version_without_chunks", passed=not empty,
-            metadata={"versions_checked": len(version_ids), "violations": str(empty[:20])},
+            metadata={"versions_checked": len(version_ids), "violations": str(empty[:20]), **nothing},
         ),
     ]
     counts = Counter(o.status for o in every_file)

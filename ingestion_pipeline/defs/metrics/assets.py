@@ -74,7 +74,8 @@ def staged_metric_rows(
     if staged is None or threshold is None:
         metadata = _not_this_runs(postgres, context.partition_key)
         return dg.MaterializeResult(metadata=metadata, check_results=[dg.AssetCheckResult(
-            check_name="valid_row_threshold", passed=True, metadata={"note": metadata["note"]})])
+            check_name="valid_row_threshold", passed=True,
+            metadata={"note": metadata["note"], "checked_nothing": True})])
     upload, counts = staged
     if not threshold.passed:
         context.log.warning(f"upload {upload['upload_id']}: {threshold.describe()}")
@@ -84,7 +85,7 @@ def staged_metric_rows(
         check_results=[dg.AssetCheckResult(
             check_name="valid_row_threshold", passed=threshold.passed,
             metadata={"valid_ratio": threshold.valid_ratio, "threshold": threshold.threshold,
-                      "forced": threshold.forced, "summary": threshold.describe()},
+                      "forced": threshold.forced, "summary": threshold.describe(), "checked_nothing": False},
         )],
     )
 
