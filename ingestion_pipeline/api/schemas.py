@@ -218,6 +218,7 @@ class MetricSubmitOut(BaseModel):
     duplicate_of: int | None = None
     filename: str
     platform: str
+    layout: str | None = None
     reason: str | None = None
     sha256: str | None = None
     size_bytes: int | None = None
@@ -229,10 +230,13 @@ class MetricUploadOut(BaseModel):
     client_id: str | None = None
     filename: str
     file_format: str
+    layout: str | None = None
     status: str
     total_rows: int | None = None
     valid_rows: int | None = None
     invalid_rows: int | None = None
+    skipped_rows: int | None = None
+    notes: list[str] | None = None
     promoted_rows: int | None = None
     unpromotable_rows: int | None = None
     error: str | None = None

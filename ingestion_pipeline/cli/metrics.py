@@ -17,7 +17,9 @@ from ingestion_pipeline.metrics.formats import PLATFORMS
 def _print_submitted(records: list[dict]) -> None:
     r = records[0]
     if r["status"] == "pending":
-        print(f"upload {r['upload_id']}: pending (partition {r['partition_key']}, {r['size_bytes']:,} bytes)")
+        detected = f", {r['platform']} detected from its columns ({r['layout']})" if r.get("layout") else ""
+        print(f"upload {r['upload_id']}: pending (partition {r['partition_key']}, {r['size_bytes']:,} bytes"
+              f"{detected})")
     else:
         print(f"{r['filename']}: {r['status']} ({r['reason']})")
 
@@ -64,8 +66,9 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         with ctx.db.connection() as conn:
             if args.metrics_command == "uploads":
                 rows = uploads.list_uploads(conn, workspace_id=args.workspace)
-                print_rows(args, rows, ["upload_id", "workspace_id", "platform", "filename", "status", "total_rows",
-                                        "valid_rows", "invalid_rows", "promoted_rows", "error"])
+                print_rows(args, rows, ["upload_id", "workspace_id", "platform", "layout", "filename", "status",
+                                        "total_rows", "valid_rows", "invalid_rows", "skipped_rows", "promoted_rows",
+                                        "error"])
             elif args.metrics_command == "errors":
                 if uploads.get_upload(conn, args.upload_id, workspace_id=None) is None:
                     print(f"no metric upload {args.upload_id}", file=sys.stderr)
@@ -94,7 +97,8 @@ def register(sub) -> None:
     msubmit = metrics_sub.add_parser("submit", help="queue a CSV/JSON export")
     msubmit.add_argument("file")
     msubmit.add_argument("--workspace", required=True)
-    msubmit.add_argument("--platform", required=True, choices=PLATFORMS)
+    msubmit.add_argument("--platform", choices=PLATFORMS,
+                         help="default: detected from the file's columns (the layout it matched is shown)")
     msubmit.add_argument("--client")
     msubmit.add_argument("--force-partial", action="store_true", help="promote the valid rows below the threshold")
     msubmit.add_argument("--threshold", type=float, help="valid-row ratio required (default 0.9)")

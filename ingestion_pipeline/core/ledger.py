@@ -78,7 +78,8 @@ DOCUMENT_RUNS = LedgerTable(
 METRIC_UPLOADS = LedgerTable(
     "metric_upload", "data_uploads", "upload_id", "workspace_id", "pending",
     ("processing", "staging_complete", "promoting"), ("completed", "partial"),
-    fields=("total_rows", "valid_rows", "invalid_rows", "promoted_rows", "unpromotable_rows"),
+    fields=("total_rows", "valid_rows", "invalid_rows", "promoted_rows", "unpromotable_rows", "layout", "skipped_rows",
+            "notes"),
 )
 TABLES = (DOCUMENT_RUNS, METRIC_UPLOADS)
 

@@ -13,40 +13,19 @@ from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
 
 from ingestion_pipeline.metrics.formats import PLATFORMS
+from ingestion_pipeline.metrics.layouts import GENERIC, ColumnPlan, normalize_header
 
 ENTITY_TYPES = ("campaign", "ad_set", "ad", "daily_metric")
 
-# Canonical field <- normalised header names, per platform (headers are lower-cased, non-alphanumerics -> "_").
-_COMMON = {
-    "campaign_id": "campaign_id", "campaign_name": "campaign_name", "ad_id": "ad_id", "ad_name": "ad_name",
-    "date": "date", "day": "date", "impressions": "impressions", "clicks": "clicks", "spend": "spend",
-    "currency": "currency", "conversions": "conversions", "status": "status", "platform": "platform",
-    "entity_type": "entity_type", "level": "entity_type", "ad_set_id": "ad_set_id", "ad_set_name": "ad_set_name",
-}
-COLUMN_ALIASES: dict[str, dict[str, str]] = {
-    "meta": {**_COMMON, "adset_id": "ad_set_id", "adset_name": "ad_set_name", "date_start": "date",
-             "reporting_starts": "date", "amount_spent": "spend", "account_currency": "currency",
-             "results": "conversions", "effective_status": "status", "campaign": "campaign_name",
-             "ad_set": "ad_set_name", "ad": "ad_name"},
-    "google": {**_COMMON, "campaign": "campaign_name", "ad_group_id": "ad_set_id", "ad_group": "ad_set_name",
-               "ad_group_name": "ad_set_name", "segments_date": "date", "impr": "impressions", "cost": "spend",
-               "cost_micros": "spend_micros", "currency_code": "currency", "campaign_status": "status",
-               "ad_group_status": "status"},
-    "tiktok": {**_COMMON, "adgroup_id": "ad_set_id", "adgroup_name": "ad_set_name", "stat_time_day": "date",
-               "cost": "spend", "conversion": "conversions", "operation_status": "status"},
-}
+# The generic layouts' tables (flat records with canonical or API field names); see layouts.py.
+COLUMN_ALIASES: dict[str, dict[str, str]] = {p: dict(GENERIC[p].columns) for p in PLATFORMS}
 _ID_FIELDS = ("campaign_id", "ad_set_id", "ad_id")
 _METRIC_FIELDS = ("impressions", "clicks", "spend", "spend_micros", "conversions")
-_HEADER_CLEAN = re.compile(r"[^a-z0-9]+")
 # The columns' ranges (sql/004_metrics.sql): counts are bigint, amounts numeric(20, 6).
 MAX_COUNT = 2**63 - 1
 MAX_AMOUNT = Decimal(10) ** 14
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _AMOUNT_CURRENCY = re.compile(r"^amount_spent_([a-z]{3})$")
-
-
-def normalize_header(name: str) -> str:
-    return _HEADER_CLEAN.sub("_", name.replace("\ufeff", "").strip().lower()).strip("_")
 
 
 @dataclass
@@ -182,13 +161,21 @@ def natural_key(entity_type: str, workspace_id: str, platform: str, values: dict
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def normalize_row(raw: object, *, workspace_id: str, platform: str) -> NormalizedRow:
+def normalize_row(raw: object, *, workspace_id: str, platform: str, plan: ColumnPlan | None = None) -> NormalizedRow:
+    """One record -> a validated row. With a plan of a platform's own layout, a metric the export does not
+    carry at all is NULL (the upload reports it once); without one (generic records) it is "missing"."""
     errors: list[dict] = []
     if not isinstance(raw, dict):
         return NormalizedRow(None, {}, None, [{"field": "row", "error": "not an object/record"}])
     if "__field_count_error__" in raw:
         _error(errors, "row", raw["__field_count_error__"])
-    mapped, _ = map_columns({k: v for k, v in raw.items() if k != "__field_count_error__"}, platform)
+    cleaned = {k: v for k, v in raw.items() if k != "__field_count_error__"}
+    if plan is None or plan.layout.strict:
+        mapped, _ = map_columns(cleaned, platform)
+        not_carried: set[str] = set()
+    else:
+        mapped = plan.map(cleaned)
+        not_carried = set(plan.missing_metrics())
     row_platform = (_text(mapped.get("platform")) or platform).lower()
     if row_platform not in PLATFORMS:
         _error(errors, "platform", f"unknown platform {row_platform!r}")
@@ -221,18 +208,23 @@ def normalize_row(raw: object, *, workspace_id: str, platform: str) -> Normalize
         impressions = _integer(mapped.get("impressions"), "impressions", errors)
         clicks = _integer(mapped.get("clicks"), "clicks", errors)
         spend = _decimal(mapped.get("spend"), "spend", errors)
-        if spend is None and _text(mapped.get("spend_micros")) is not None:
-            micros = _decimal(mapped.get("spend_micros"), "spend", errors, maximum=MAX_AMOUNT * 1_000_000)
-            spend = micros / Decimal(1_000_000) if micros is not None else None
+        micros = _text(mapped.get("spend_micros"))
+        if spend is None and micros is not None:  # Google's costMicros: validated in currency units
+            try:
+                in_units = format(Decimal(micros.replace(",", "")) / Decimal(1_000_000), "f")
+            except InvalidOperation:
+                in_units = micros
+            spend = _decimal(in_units, "spend", errors)
         conversions = _decimal(mapped.get("conversions"), "conversions", errors)
         currency = (_text(mapped.get("currency")) or "").upper()
         for name, value in (("impressions", impressions), ("clicks", clicks), ("spend", spend)):
-            if value is None and not any(e["field"] == name for e in errors):
+            if value is None and name not in not_carried and not any(e["field"] == name for e in errors):
                 _error(errors, name, "missing")
         if impressions is not None and clicks is not None and clicks > impressions:
             _error(errors, "clicks", f"clicks ({clicks}) exceed impressions ({impressions})")
         if not currency:
-            _error(errors, "currency", "missing")
+            if "currency" not in not_carried:
+                _error(errors, "currency", "missing")
         elif not _CURRENCY.match(currency):
             _error(errors, "currency", f"not an ISO 4217 code ({currency!r})")
         values.update({

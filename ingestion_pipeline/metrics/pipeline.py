@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from psycopg.types.json import Jsonb
+
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
@@ -20,6 +22,7 @@ from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.ledger import METRIC_UPLOADS, Worker
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.core.tenants import is_paused
+from ingestion_pipeline.metrics.layouts import UnknownLayout
 from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
 from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload
@@ -100,6 +103,8 @@ def stage(db: Database, partition_key: str, owner: str,
         counts = stage_upload(db, upload, owner=owner)
     except (MalformedFileError, UnicodeDecodeError) as exc:
         raise _fail(db, upload, owner, UploadFailed("malformed_file", f"malformed file: {exc}"), policy) from exc
+    except UnknownLayout as exc:
+        raise _fail(db, upload, owner, UploadFailed("unknown_layout", str(exc)), policy) from exc
     if counts.total == 0:
         raise _fail(db, upload, owner, UploadFailed("no_data_rows", "the file has no data rows"), policy,
                     total_rows=0)
@@ -110,6 +115,7 @@ def stage(db: Database, partition_key: str, owner: str,
             conn, METRIC_UPLOADS, upload["upload_id"], owner, "staging_complete",
             {"staging_ms": int((time.perf_counter() - start) * 1000), "resumed_after_row": counts.resumed_after},
             total_rows=counts.total, valid_rows=counts.valid, invalid_rows=counts.invalid,
+            layout=counts.layout, skipped_rows=counts.skipped, notes=Jsonb(counts.notes),
         )
     return upload, counts
 

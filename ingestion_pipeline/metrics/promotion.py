@@ -95,12 +95,15 @@ SELECT DISTINCT ON (normalized->>'ad_id', normalized->>'date') %(ws)s, %(platfor
   FROM staging_rows WHERE {VALID} AND entity_type = 'daily_metric'
  ORDER BY normalized->>'ad_id', normalized->>'date', row_index DESC
 ON CONFLICT (workspace_id, platform, ad_id, date) DO UPDATE
-   SET impressions = EXCLUDED.impressions, clicks = EXCLUDED.clicks, spend = EXCLUDED.spend,
-       currency = EXCLUDED.currency, conversions = EXCLUDED.conversions, last_upload_id = EXCLUDED.last_upload_id,
+   SET impressions = coalesce(EXCLUDED.impressions, t.impressions), clicks = coalesce(EXCLUDED.clicks, t.clicks),
+       spend = coalesce(EXCLUDED.spend, t.spend), currency = coalesce(EXCLUDED.currency, t.currency),
+       conversions = coalesce(EXCLUDED.conversions, t.conversions), last_upload_id = EXCLUDED.last_upload_id,
        updated_at = now()
  WHERE {NEWER}
    AND (t.impressions, t.clicks, t.spend, t.currency, t.conversions) IS DISTINCT FROM
-       (EXCLUDED.impressions, EXCLUDED.clicks, EXCLUDED.spend, EXCLUDED.currency, EXCLUDED.conversions)
+       (coalesce(EXCLUDED.impressions, t.impressions), coalesce(EXCLUDED.clicks, t.clicks),
+        coalesce(EXCLUDED.spend, t.spend), coalesce(EXCLUDED.currency, t.currency),
+        coalesce(EXCLUDED.conversions, t.conversions))
 """
 
 _SUMMARY = """

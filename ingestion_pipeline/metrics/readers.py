@@ -47,18 +47,9 @@ def open_text(stream: BinaryIO) -> tuple[io.TextIOBase, str]:
     return io.TextIOWrapper(buffered, encoding=encoding, errors="strict", newline=""), encoding
 
 
-def read_csv(text: io.TextIOBase) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number where the row starts, {header: value}); header names as written."""
+def csv_rows(text: io.TextIOBase) -> Iterator[tuple[int, list[str]]]:
+    """(line number where the row starts, cells) for every row, the header included."""
     reader = csv.reader(text, strict=True)
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise MalformedFileError(None, "the file is empty (no header row)") from None
-    except csv.Error as exc:
-        raise MalformedFileError(reader.line_num, f"malformed CSV header: {exc}") from exc
-    if not any(h.strip() for h in header):
-        raise MalformedFileError(1, "the header row is empty")
-    width = len(header)
     while True:
         start_line = reader.line_num + 1
         try:
@@ -72,6 +63,22 @@ def read_csv(text: io.TextIOBase) -> Iterator[tuple[int, dict[str, str]]]:
             raise MalformedFileError(start_line, f"malformed CSV: {message}") from exc
         except UnicodeDecodeError as exc:
             raise MalformedFileError(start_line, f"text is not valid in the detected encoding: {exc}") from exc
+        yield start_line, row
+
+
+def read_csv(text: io.TextIOBase) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number where the row starts, {header: value}); header names as written."""
+    rows = csv_rows(text)
+    try:
+        _, header = next(rows)
+    except StopIteration:
+        raise MalformedFileError(None, "the file is empty (no header row)") from None
+    except MalformedFileError as exc:
+        raise MalformedFileError(exc.line, f"malformed CSV header: {exc}") from exc
+    if not any(h.strip() for h in header):
+        raise MalformedFileError(1, "the header row is empty")
+    width = len(header)
+    for start_line, row in rows:
         if not row or all(not v.strip() for v in row):
             continue
         record = dict(zip(header, row, strict=False))

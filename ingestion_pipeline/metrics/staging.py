@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from psycopg.types.json import Jsonb
@@ -17,8 +17,9 @@ from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.ledger import METRIC_UPLOADS
+from ingestion_pipeline.metrics.exports import ExportReader
 from ingestion_pipeline.metrics.normalization import normalize_row
-from ingestion_pipeline.metrics.readers import MalformedFileError, read_rows
+from ingestion_pipeline.metrics.readers import MalformedFileError
 
 _COPY = """COPY staging_rows (upload_id, row_index, line_number, entity_type, natural_key_hash, raw_data, normalized,
                               validation_status, validation_errors) FROM STDIN"""
@@ -30,6 +31,9 @@ class StagingCounts:
     valid: int
     invalid: int
     resumed_after: int  # rows found already staged by an earlier attempt
+    skipped: int = 0  # summary / total rows of the export: not data, not invalid
+    layout: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def valid_ratio(self) -> float:
@@ -68,11 +72,12 @@ def stage_upload(db: Database, upload: dict, *, owner: str, chunk_rows: int = 10
         failpoint("metrics.stage")  # one chunk committed, the rest not yet
 
     with raw_path.open("rb") as stream:
-        for line_number, raw in read_rows(stream, upload["file_format"]):
+        export = ExportReader(stream, upload["file_format"], upload["platform"])
+        for line_number, raw, plan in export.rows():
             row_index += 1
             if row_index <= already:
                 continue
-            row = normalize_row(raw, workspace_id=upload["workspace_id"], platform=upload["platform"])
+            row = normalize_row(raw, workspace_id=upload["workspace_id"], platform=upload["platform"], plan=plan)
             pending.append((
                 upload_id, row_index, line_number, row.entity_type, row.natural_key_hash,
                 Jsonb(raw if isinstance(raw, dict) else {"value": raw}, dumps=_dumps),
@@ -87,7 +92,8 @@ def stage_upload(db: Database, upload: dict, *, owner: str, chunk_rows: int = 10
                  FROM staging_rows WHERE upload_id = %s""",
             (upload_id,),
         ).fetchone()
-    return StagingCounts(counts["total"], counts["valid"], counts["total"] - counts["valid"], already)
+    return StagingCounts(counts["total"], counts["valid"], counts["total"] - counts["valid"], already,
+                         export.summary_rows, export.layout.name if export.layout else None, export.notes)
 
 
 def _finite(value):

@@ -18,7 +18,10 @@ from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
 from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile
+from ingestion_pipeline.metrics.exports import sniff_layout
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
+from ingestion_pipeline.metrics.layouts import UnknownLayout
+from ingestion_pipeline.metrics.readers import MalformedFileError
 
 
 @dataclass
@@ -26,8 +29,9 @@ class MetricSubmitResult:
     status: str  # pending | duplicate | rejected
     filename: str
     workspace_id: str
-    platform: str
+    platform: str | None
     reason: str | None = None
+    layout: str | None = None  # the export layout the platform was detected from
     upload_id: int | None = None
     duplicate_of: int | None = None
     partition_key: str | None = None
@@ -42,9 +46,10 @@ def partition_key_for(workspace_id: str, platform: str, upload_id: int) -> str:
     return f"{key_part(workspace_id)}-{platform}-{upload_id}"
 
 
-def check_metric_file(filename: str, platform: str) -> str:
-    """The file format for an export's name and platform; raises ``ValueError`` with the reason."""
-    if platform not in PLATFORMS:
+def check_metric_file(filename: str, platform: str | None) -> str:
+    """The file format for an export's name and platform (None: detected from the file); raises
+    ``ValueError`` with the reason."""
+    if platform is not None and platform not in PLATFORMS:
         raise ValueError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}")
     try:
         return METRIC_FORMATS[check_extension(filename, METRIC_FORMATS)]
@@ -53,7 +58,7 @@ def check_metric_file(filename: str, platform: str) -> str:
 
 
 def submit_metric_file(
-    db: Database, store: LocalUploadStore, *, workspace_id: str, platform: str, filename: str,
+    db: Database, store: LocalUploadStore, *, workspace_id: str, platform: str | None, filename: str,
     stream: BinaryIO, max_bytes: int, client_id: str | None = None, force_partial: bool = False,
     valid_threshold: float = 0.9, source_id: int | None = None, source_key: str | None = None,
 ) -> MetricSubmitResult:
@@ -79,7 +84,8 @@ def submit_metric_file(
 
 
 def submit_stored_metric_file(
-    db: Database, store: LocalUploadStore, stored: StoredFile, *, workspace_id: str, platform: str, filename: str,
+    db: Database, store: LocalUploadStore, stored: StoredFile, *, workspace_id: str, platform: str | None,
+    filename: str,
     client_id: str | None = None, force_partial: bool = False, valid_threshold: float = 0.9,
     source_id: int | None = None, source_key: str | None = None,
 ) -> MetricSubmitResult:
@@ -94,6 +100,16 @@ def submit_stored_metric_file(
             store.release(stored.path)
         raise
     result.sha256, result.size_bytes = stored.sha256, stored.size
+    if platform is None:  # detected from the columns; a file no layout fits is refused here, with why
+        try:
+            plan = sniff_layout(stored.path, file_format)
+        except (UnknownLayout, MalformedFileError) as exc:
+            if stored.created:
+                store.release(stored.path)
+            result.reason = f"cannot tell the platform: {exc}"
+            return result
+        platform, result.layout = plan.layout.platform, plan.layout.name
+        result.platform = platform
     try:
         row = _record_upload(db, stored, result, workspace_id, platform, client_id, filename, file_format,
                              force_partial, valid_threshold, source_id, source_key)
@@ -169,9 +185,9 @@ def list_uploads(
 ) -> list[dict]:
     """Newest first; ``workspace_id=None`` (operator tools only) lists every workspace."""
     return conn.execute(
-        f"""SELECT upload_id, workspace_id, platform, client_id, filename, file_format, status, total_rows,
-                   valid_rows, invalid_rows, promoted_rows, unpromotable_rows, error, partition_key, created_at,
-                   finished_at
+        f"""SELECT upload_id, workspace_id, platform, client_id, filename, file_format, layout, status, total_rows,
+                   valid_rows, invalid_rows, skipped_rows, promoted_rows, unpromotable_rows, notes, error,
+                   partition_key, created_at, finished_at
               FROM data_uploads WHERE {_UPLOADS_WHERE}
              ORDER BY upload_id DESC LIMIT %(limit)s OFFSET %(offset)s""",
         {"ws": workspace_id, "limit": limit, "offset": offset},

@@ -24,7 +24,7 @@ _MULTIPART_BODY = {
     "requestBody": {
         "required": True,
         "content": {"multipart/form-data": {"schema": {
-            "type": "object", "required": ["file", "platform"],
+            "type": "object", "required": ["file"],
             "properties": {"file": {"type": "string", "format": "binary"},
                            "platform": {"type": "string", "enum": list(PLATFORMS)},
                            "force_partial": {"type": "boolean"},
@@ -44,7 +44,8 @@ _MULTIPART_BODY = {
                                 "parameters": {"upload_id": "$response.body#/upload_id"}}}},
                         413: {"description": "over the size limit"}, 415: {"description": "type not allowed"}})
 async def submit(request: Request, who: Caller, services: Services) -> JSONResponse:
-    """Upload a CSV/JSON export (multipart ``file``, ``platform``, optional ``force_partial``, ``client_id``)."""
+    """Upload a CSV/JSON export (multipart ``file``; optional ``platform`` (default: detected from the
+    columns), ``force_partial``, ``client_id``)."""
     max_bytes = services.settings.metrics.max_bytes
     store = services.metric_store
 
@@ -58,7 +59,7 @@ async def submit(request: Request, who: Caller, services: Services) -> JSONRespo
     with request.app.state.inflight:
         form = await parse_upload(request.headers, request.stream(), open_incoming=open_incoming,
                                   max_bytes=max_bytes, text_fields=("platform", "force_partial", "client_id"))
-    platform = form.fields.get("platform", "")
+    platform = form.fields.get("platform") or None  # None: detected from the file's columns
     force = form.fields.get("force_partial", "false").strip().lower()
     try:
         if force not in ("true", "false", "1", "0"):
@@ -72,6 +73,8 @@ async def submit(request: Request, who: Caller, services: Services) -> JSONRespo
         if form.stored.created:
             store.release(form.stored.path)
         raise ApiError(400, "invalid_request", str(exc)) from exc
+    if result.status == "rejected":  # the platform could not be told from the columns
+        raise ApiError(400, "unknown_layout", result.reason or "unknown layout")
     body = MetricSubmitOut.model_validate(result.as_dict()).model_dump(mode="json", exclude_none=True)
     return JSONResponse(body, status_code=202 if result.status == "pending" else 200)
 

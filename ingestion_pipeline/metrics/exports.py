@@ -1,0 +1,217 @@
+"""Reading an export as its platform wrote it: find the header (report titles and date ranges may come
+first), match the layout, skip summary rows, and yield each data row with the plan that maps it.
+
+CSV and JSON Lines stream; a platform's API response (one JSON object: Meta ``{"data": [...]}``,
+TikTok ``{"code": 0, "data": {"list": [...]}}``, Google ``{"results": [...]}``) is read whole, as such
+responses are paged and small; a Google search-stream file (an array of ``{"results": [...]}`` batches)
+streams batch by batch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from ingestion_pipeline.metrics.layouts import (
+    META_INSIGHTS_API,
+    ColumnPlan,
+    Layout,
+    UnknownLayout,
+    match_layout,
+    normalize_header,
+)
+from ingestion_pipeline.metrics.readers import (
+    MalformedFileError,
+    _Prefixed,
+    csv_rows,
+    open_text,
+    read_json_array,
+    read_json_lines,
+)
+
+HEADER_SEARCH_ROWS = 20  # a header is looked for in the first rows (after titles and date ranges)
+
+
+@dataclass
+class ExportReader:
+    """Iterate ``rows()``; afterwards ``plan`` (the first), ``summary_rows`` and ``notes`` describe the file."""
+
+    stream: BinaryIO
+    file_format: str
+    platform: str | None
+    plan: ColumnPlan | None = None
+    summary_rows: int = 0
+    notes: list[str] = field(default_factory=list)
+    _plans: dict[frozenset, ColumnPlan] = field(default_factory=dict)
+
+    @property
+    def layout(self) -> Layout | None:
+        return self.plan.layout if self.plan else None
+
+    def rows(self) -> Iterator[tuple[int, dict, ColumnPlan]]:
+        text, _ = open_text(self.stream)
+        if self.file_format == "csv":
+            yield from self._csv(text)
+            return
+        first = text.read(1)
+        while first and first.isspace():
+            first = text.read(1)
+        rest = _Prefixed(first, text)
+        if self.file_format == "json" and first == "{":
+            yield from self._api_object(rest)
+        elif self.file_format == "json" and first == "[":
+            yield from self._records(read_json_array(rest), kind=None)
+        else:
+            yield from self._records(read_json_lines(rest), kind=None)
+
+    # -- CSV ------------------------------------------------------------------------------------------
+    def _csv(self, text) -> Iterator[tuple[int, dict, ColumnPlan]]:
+        rows = csv_rows(text)
+        seen: list[tuple[int, list[str]]] = []
+        header_at = None
+        for line, cells in rows:
+            seen.append((line, cells))
+            try:
+                plan = match_layout(cells, self.platform, kind="csv")
+            except UnknownLayout:
+                plan = None
+            if plan is not None and not plan.layout.strict:
+                header_at = len(seen) - 1
+                break
+            if len(seen) >= HEADER_SEARCH_ROWS:
+                break
+        if not seen:
+            raise MalformedFileError(None, "the file is empty (no header row)")
+        if header_at is None:  # no specific layout: the first row is the header (generic, or unknown)
+            header_at = 0
+            header = seen[0][1]
+            if not any(h.strip() for h in header):
+                raise MalformedFileError(seen[0][0], "the header row is empty")
+            plan = match_layout(header, self.platform, kind="csv")
+        header = seen[header_at][1]
+        self._adopt(plan)
+        width = len(header)
+
+        def data() -> Iterator[tuple[int, list[str]]]:
+            yield from seen[header_at + 1:]
+            yield from rows
+
+        for line, cells in data():
+            if not cells or all(not c.strip() for c in cells):
+                continue
+            if self._is_summary(plan.layout, cells, header):
+                self.summary_rows += 1
+                continue
+            record: dict = dict(zip(header, cells, strict=False))
+            if len(cells) != width:
+                record["__field_count_error__"] = f"row has {len(cells)} fields, the header has {width}"
+            yield line, record, plan
+
+    @staticmethod
+    def _is_summary(layout: Layout, cells: list[str], header: list[str]) -> bool:
+        """``Total: Account`` / ``Total of 12 results``: a totals row, not data (it has no ad id)."""
+        if not layout.summary_prefix:
+            return False
+        first = next((c.strip() for c in cells if c.strip()), "")
+        if not first.lower().startswith(layout.summary_prefix.lower()):
+            return False
+        ids = {i for i, h in enumerate(header) if normalize_header(h) in ("ad_id", "adgroup_id", "ad_group_id")}
+        return not any(cells[i].strip() and cells[i].strip() not in ("--", "-") for i in ids if i < len(cells))
+
+    # -- JSON -----------------------------------------------------------------------------------------
+    def _api_object(self, text) -> Iterator[tuple[int, dict, ColumnPlan]]:
+        try:
+            document = json.load(text)
+        except json.JSONDecodeError as exc:
+            raise MalformedFileError(exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from exc
+        if isinstance(document.get("code"), int) and document["code"] != 0:
+            raise MalformedFileError(None, f"the file is an API error response (code {document['code']}: "
+                                           f"{document.get('message', '')}), not a report")
+        records = _records_in(document)
+        if records is None:
+            raise MalformedFileError(None, "a JSON object without rows: expected a list under 'data', "
+                                           "'results' or 'data.list' (or a JSON array of records)")
+        yield from self._records(((1, r) for r in records), kind="api")
+
+    def _records(self, items, *, kind: str | None) -> Iterator[tuple[int, dict, ColumnPlan]]:
+        for line, item in items:
+            if isinstance(item, dict) and isinstance(item.get("results"), list) and kind is None:
+                # a Google search-stream batch: its results are the rows
+                for result in item["results"]:
+                    yield from self._record(line, result, "api")
+                continue
+            yield from self._record(line, item, kind)
+
+    def _record(self, line: int, item, kind: str | None) -> Iterator[tuple[int, dict, ColumnPlan]]:
+        if not isinstance(item, dict):
+            yield line, item, self.plan  # normalize_row reports "not an object/record"
+            return
+        nested = any(isinstance(v, dict) for v in item.values())
+        record = flatten(item) if nested or kind == "api" else dict(item)
+        api = nested or kind == "api"
+        plan = self._plan_for(record, api)
+        if plan.layout is META_INSIGHTS_API:
+            # conversions are the `actions` of a purchase / lead type; Meta leaves `actions` out when none
+            actions = item.get("actions") if isinstance(item.get("actions"), list) else []
+            record["conversions"] = _conversions(actions, plan.layout.conversion_actions) or "0"
+            plan = self._plan_for(record, api)
+        self._adopt(plan)
+        yield line, record, plan
+
+    def _plan_for(self, record: dict, api: bool) -> ColumnPlan:
+        keys = frozenset(record)
+        if keys not in self._plans:
+            self._plans[keys] = match_layout(list(record), self.platform, kind="api" if api else "csv")
+        return self._plans[keys]
+
+    def _adopt(self, plan: ColumnPlan) -> None:
+        if self.plan is None:
+            self.plan = plan
+            if not plan.layout.strict:
+                for name in plan.missing_metrics():
+                    self.notes.append(f"{name}: column not present (NULL for every row)")
+
+
+def flatten(value: dict, prefix: str = "") -> dict:
+    """Nested objects -> one level, keys joined with '.' (lists other than rows are kept as they are)."""
+    flat: dict = {}
+    for key, item in value.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(item, dict):
+            flat.update(flatten(item, name))
+        else:
+            flat[name] = item
+    return flat
+
+
+def _records_in(document: dict) -> list | None:
+    for path in (("data", "list"), ("data",), ("results",)):
+        node = document
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, list):
+            return node
+    return None
+
+
+def _conversions(actions: list, types: tuple[str, ...]) -> str | None:
+    """Meta's ``actions``: the value of the first conversion type present (they overlap; never summed)."""
+    values = {a.get("action_type"): a.get("value") for a in actions if isinstance(a, dict)}
+    for action_type in types:
+        if action_type in values:
+            return values[action_type]
+    return None
+
+
+def sniff_layout(path, file_format: str, platform: str | None = None) -> ColumnPlan:
+    """The layout of a stored export, from its first rows (``metrics submit`` without ``--platform``).
+    Raises ``UnknownLayout`` (columns found, closest layout) or ``MalformedFileError``."""
+    with open(path, "rb") as stream:
+        reader = ExportReader(stream, file_format, platform)
+        for _ in reader.rows():
+            break
+    if reader.plan is None:
+        raise MalformedFileError(None, "the file has no data rows")
+    return reader.plan
