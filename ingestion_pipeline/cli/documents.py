@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import Context, bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, count_line, emit, print_rows, print_table, wants_json
+from ingestion_pipeline.core.progress import install_terminal_reporter
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -89,9 +91,13 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
         emit(args, [record], _print_batch)
 
     resources = {"postgres": PostgresResource(database_url=ctx.url), "embedder": ctx.embedder}
-    with interruptible() as interrupted:
-        run_queued_in_process(dg.DagsterInstance.get(), defs(), ctx.db, ctx.settings, resources, on_run=report,
-                              interrupted=interrupted.is_set)
+    reporter = install_terminal_reporter()  # files, chunks, rate, ETA of each step, on stderr
+    try:
+        with interruptible() as interrupted:
+            run_queued_in_process(dg.DagsterInstance.get(), defs(), ctx.db, ctx.settings, resources, on_run=report,
+                                  interrupted=interrupted.is_set)
+    finally:
+        logging.getLogger("ingestion_pipeline.progress").removeHandler(reporter)
     return summaries
 
 

@@ -9,7 +9,7 @@ deployment swaps one by passing another (hooli-style). Nothing is cached in modu
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import dagster as dg
@@ -163,13 +163,15 @@ class S3Clients:
 def build_document_pipeline(
     postgres: PostgresResource, uploads: UploadStoreResource, embedder: Embedder,
     settings: DocumentPipelineResource, s3: S3Resource | None = None, heartbeat: HeartbeatResource | None = None,
+    progress_log: Callable[[str], None] | None = None,
 ) -> DocumentPipeline:
-    """The pipeline of one step, wired from the run's resources."""
+    """The pipeline of one step, wired from the run's resources; progress also goes to ``progress_log``
+    (the step's Dagster run log)."""
     pipeline_settings = settings.settings()
     return DocumentPipeline(postgres.db, uploads.documents(), embedder, pipeline_settings,
                             S3Clients(s3) if s3 is not None else None,
                             worker=heartbeat.worker if heartbeat is not None else None,
-                            extractor=IsolatedExtractor(pipeline_settings.limits))
+                            extractor=IsolatedExtractor(pipeline_settings.limits), progress_log=progress_log)
 
 
 def default_resources() -> dict:

@@ -23,6 +23,7 @@ from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import FailureInfo, classify
 from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.ledger import LeaseLost, Worker
+from ingestion_pipeline.core.progress import Progress, Sink
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents import runs, staging
@@ -71,8 +72,11 @@ class DocumentPipeline:
     def __init__(
         self, db: Database, store: LocalUploadStore, embedder: Embedder, settings: Settings,
         s3_client_for: S3ClientFor | None = None, *, worker: Worker | None = None, extractor: Extractor | None = None,
+        progress_log: Sink | None = None,
     ) -> None:
         self.db = db
+        self._progress_sinks = [progress_log] if progress_log is not None else []
+        self._progress = Progress("idle", 0)
         self.store = store
         self.embedder = embedder
         self.settings = settings
@@ -103,11 +107,13 @@ class DocumentPipeline:
             raise RuntimeError("this pipeline has no worker: it can only be used to read")
         return self.worker.owner
 
-    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome]) -> list[FileOutcome]:
-        """Run ``work`` on every file of the partition this worker holds; one file's failure is its own."""
+    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str) -> list[FileOutcome]:
+        """Run ``work`` on every file of the partition this worker holds; one file's failure is its own.
+        Progress (files, chunks, rate, ETA) is reported as it goes."""
         outcomes = self._release_paused(partition_key)
         with self.db.connection() as conn:
             rows = runs.held_rows(conn, partition_key, self.owner)
+        self._progress = Progress(step, len(rows), sinks=self._progress_sinks)
         for row in rows:
             try:
                 outcomes.append(work(row))
@@ -119,6 +125,9 @@ class DocumentPipeline:
                 if failure.code in _STEP_ERRORS:
                     raise  # the database, not the file: the step is retried, the file stays held
                 outcomes.append(self._fail(row, failure))
+            self._progress.advance(files=1)
+        if rows:
+            self._progress.finish()
         return outcomes
 
     def _fail(self, row: dict, failure: FailureInfo) -> FileOutcome:
@@ -162,7 +171,7 @@ class DocumentPipeline:
             claimed = {r["run_id"] for r in runs.claim(conn, self.worker, partition_key,
                                                        replay_finished=replay_finished)}
             others = [r for r in runs.partition_rows(conn, partition_key) if r["run_id"] not in claimed]
-        return [self._not_claimed(r) for r in others] + self._for_each(partition_key, self._verify_raw)
+        return [self._not_claimed(r) for r in others] + self._for_each(partition_key, self._verify_raw, "fetch")
 
     def _not_claimed(self, row: dict) -> FileOutcome:
         """Why a file of the batch is not this run's to work on."""
@@ -255,7 +264,7 @@ class DocumentPipeline:
 
     # -- step 2: document_elements ------------------------------------------------------------------
     def extract_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._extract_one)
+        return self._for_each(partition_key, self._extract_one, "extract")
 
     def _extract_one(self, row: dict) -> FileOutcome:
         config = row["config"] or {}
@@ -277,7 +286,7 @@ class DocumentPipeline:
 
     # -- step 3: document_chunks ----------------------------------------------------------------------
     def chunk_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._chunk_one)
+        return self._for_each(partition_key, self._chunk_one, "chunk")
 
     def _chunk_one(self, row: dict) -> FileOutcome:
         with self.db.connection() as conn:
@@ -301,11 +310,12 @@ class DocumentPipeline:
             runs.hold(conn, row["run_id"], self.owner)
             staging.write_chunks(conn, row["run_id"], chunks, stats)
             runs.heartbeat(conn, row["run_id"], self.owner, {**stats, "timings_ms": _timings(row, chunk=elapsed)})
+        self._progress.advance(chunks=len(chunks))
         return FileOutcome(row["run_id"], _filename(row), STEP_DONE, f"{len(chunks)} chunks", stats)
 
     # -- step 4: chunk_embeddings ----------------------------------------------------------------------
     def embed_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._embed_one)
+        return self._for_each(partition_key, self._embed_one, "embed")
 
     def _embed_one(self, row: dict) -> FileOutcome:
         run_id = row["run_id"]
@@ -332,6 +342,7 @@ class DocumentPipeline:
                 staging.write_embeddings(conn, run_id, [p["ordinal"] for p in pending], vectors)
                 runs.heartbeat(conn, run_id, self.owner)
             embedded += len(pending)
+            self._progress.advance(chunks=len(pending))
             failpoint("embed.unit")  # one unit committed, the next not yet
         stats = {"embedded": embedded, "embeddings_reused": reused, "model_ms": model_ms}
         with self.db.transaction() as conn:
@@ -342,7 +353,7 @@ class DocumentPipeline:
 
     # -- step 5: promoted_documents ----------------------------------------------------------------------
     def promote_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._promote_one)
+        return self._for_each(partition_key, self._promote_one, "promote")
 
     def _promote_one(self, row: dict) -> FileOutcome:
         with self.db.transaction() as conn:

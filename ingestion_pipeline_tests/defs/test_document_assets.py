@@ -26,6 +26,11 @@ def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database
     [key] = batch_queued(database)
     result = materialize_batch(instance, key)
     assert result.success
+    # each step reports its progress in the Dagster run log
+    messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    for step, files in (("fetch", 4), ("extract", 4), ("chunk", 3), ("embed", 3), ("promote", 3)):
+        assert any(m.startswith(f"{step}: {files}/{files} files") for m in messages), step  # password.pdf failed
+    assert any(m.startswith("embed: 3/3 files") and " chunks (" in m and "ETA 0s" in m for m in messages)
 
     runs = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
     assert runs["password.pdf"]["status"] == "failed"

@@ -84,7 +84,8 @@ def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds
         s3: S3Resource,
         heartbeat: HeartbeatResource,
     ) -> dg.MaterializeResult:
-        pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, s3, heartbeat)
+        pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, s3, heartbeat,
+                                           progress_log=context.log.info)
         try:
             outcomes = retrying_transient_errors(context, lambda: work(pipeline, context))
         finally:
@@ -143,7 +144,8 @@ def promoted_documents(
     heartbeat: HeartbeatResource,
 ) -> dg.MaterializeResult:
     """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version."""
-    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, heartbeat=heartbeat)
+    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, heartbeat=heartbeat,
+                                       progress_log=context.log.info)
     promoted = retrying_transient_errors(context, lambda: pipeline.promote_batch(context.partition_key))
     _log_failures(context, promoted)
     with postgres.db.connection() as conn:

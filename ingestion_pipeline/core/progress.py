@@ -1,0 +1,109 @@
+"""Progress of long work: files done of total, chunks, rate and ETA, reported at most every few seconds.
+
+A step creates one ``Progress`` and advances it; each report goes to the ``ingestion_pipeline.progress``
+logger (with the figures as ``record.progress``) and to any extra sink (a Dagster step passes its run
+log). ``install_terminal_reporter`` makes the CLI show them: one line rewritten in place on a terminal,
+one JSON object per report otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import TextIO
+
+_log = logging.getLogger("ingestion_pipeline.progress")
+
+Sink = Callable[[str], None]
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+class Progress:
+    def __init__(self, step: str, total_files: int, *, sinks: Iterable[Sink] = (), interval: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.step = step
+        self.total_files = total_files
+        self.files_done = 0
+        self.chunks = 0
+        self._sinks = list(sinks)
+        self._interval = interval
+        self._clock = clock
+        self._started = clock()
+        self._last_report = self._started
+
+    def advance(self, files: int = 0, chunks: int = 0) -> None:
+        self.files_done += files
+        self.chunks += chunks
+        now = self._clock()
+        if now - self._last_report >= self._interval:
+            self._report(now)
+
+    def finish(self) -> None:
+        self._report(self._clock(), final=True)
+
+    def snapshot(self, now: float | None = None) -> dict:
+        now = self._clock() if now is None else now
+        elapsed = max(now - self._started, 1e-9)
+        files_per_s = self.files_done / elapsed
+        left = self.total_files - self.files_done
+        eta = left / files_per_s if files_per_s > 0 and left > 0 else (0.0 if left <= 0 else None)
+        return {"step": self.step, "files_done": self.files_done, "files_total": self.total_files,
+                "chunks": self.chunks, "elapsed_s": round(elapsed, 1), "files_per_s": round(files_per_s, 2),
+                "chunks_per_s": round(self.chunks / elapsed, 1), "eta_s": None if eta is None else round(eta, 1)}
+
+    def describe(self, snapshot: dict | None = None) -> str:
+        s = snapshot or self.snapshot()
+        eta = "?" if s["eta_s"] is None else _duration(s["eta_s"])
+        chunks = f", {s['chunks']:,} chunks ({s['chunks_per_s']:.1f}/s)" if s["chunks"] else ""
+        return (f"{s['step']}: {s['files_done']}/{s['files_total']} files{chunks}, "
+                f"{s['files_per_s']:.2f} files/s, elapsed {_duration(s['elapsed_s'])}, ETA {eta}")
+
+    def _report(self, now: float, final: bool = False) -> None:
+        self._last_report = now
+        snapshot = {**self.snapshot(now), "final": final}
+        message = self.describe(snapshot)
+        _log.info(message, extra={"progress": snapshot})
+        for sink in self._sinks:
+            sink(message)
+
+
+class _TerminalReporter(logging.Handler):
+    """On a terminal: one status line, rewritten; a step's final report stays. Elsewhere: JSON lines."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(logging.INFO)
+        self.stream = stream
+        self.tty = stream.isatty()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        progress = getattr(record, "progress", None)
+        if progress is None:
+            return
+        if self.tty:
+            end = "\n" if progress.get("final") else ""
+            self.stream.write("\r\x1b[2K" + record.getMessage() + end)
+        else:
+            self.stream.write(json.dumps({"event": "progress", **progress}) + "\n")
+        self.stream.flush()
+
+
+def install_terminal_reporter(stream: TextIO | None = None) -> logging.Handler:
+    """Show progress reports on ``stream`` (stderr); returns the handler (remove it to stop)."""
+    handler = _TerminalReporter(stream or sys.stderr)
+    _log.addHandler(handler)
+    _log.setLevel(logging.INFO)
+    _log.propagate = False
+    return handler

@@ -1,0 +1,60 @@
+"""Progress reports: files, chunks, rate and ETA, throttled; a status line on a terminal, JSON elsewhere."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+from ingestion_pipeline.core.progress import Progress, install_terminal_reporter
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_reports_are_throttled_and_carry_rate_and_eta():
+    clock, seen = FakeClock(), []
+    progress = Progress("embed", 10, sinks=[seen.append], interval=2.0, clock=clock)
+    clock.now += 1
+    progress.advance(files=1, chunks=40)
+    assert seen == []  # within the interval: nothing yet
+    clock.now += 1.5
+    progress.advance(files=1, chunks=60)
+    assert seen == ["embed: 2/10 files, 100 chunks (40.0/s), 0.80 files/s, elapsed 2s, ETA 10s"]
+    clock.now += 10
+    progress.advance(files=8)
+    progress.finish()
+    assert seen[-1].startswith("embed: 10/10 files") and seen[-1].endswith("ETA 0s")
+    snapshot = progress.snapshot()
+    assert snapshot["files_done"] == 10 and snapshot["eta_s"] == 0.0
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_terminal_line_and_json_lines():
+    logger = logging.getLogger("ingestion_pipeline.progress")
+    for stream, tty in ((io.StringIO(), False), (_Tty(), True)):
+        handler = install_terminal_reporter(stream)
+        try:
+            clock = FakeClock()
+            progress = Progress("chunk", 2, clock=clock, interval=0)
+            clock.now += 1
+            progress.advance(files=1, chunks=5)
+            progress.finish()
+        finally:
+            logger.removeHandler(handler)
+        out = stream.getvalue()
+        if tty:
+            assert out.startswith("\r\x1b[2Kchunk: 1/2 files") and out.endswith("\n") and out.count("\n") == 1
+        else:
+            lines = [json.loads(line) for line in out.splitlines()]
+            assert [line["event"] for line in lines] == ["progress", "progress"]
+            assert lines[-1]["final"] is True and lines[-1]["chunks"] == 5 and lines[-1]["files_total"] == 2
