@@ -49,17 +49,32 @@ class SearchHit:
         return {**asdict(self), "citation": self.citation()}
 
 
+# The vector stage, by the HNSW index. The index is scanned before the tenant/active filter applies,
+# so when the nearest vectors belong to other tenants it can return fewer than asked for (even none).
+_VECTOR_ANN_SQL = """
+SELECT e.chunk_id
+  FROM chunk_embeddings e
+  JOIN chunks c ON c.chunk_id = e.chunk_id
+  JOIN document_versions v ON v.version_id = c.version_id AND v.is_active
+ WHERE e.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s
+ ORDER BY e.embedding <=> %(vector)s
+ LIMIT %(candidates)s
+"""
+# The same ranking computed exactly over the tenant's own rows ("+ 0" keeps the planner off the index).
+_VECTOR_EXACT_SQL = _VECTOR_ANN_SQL.replace("ORDER BY e.embedding <=> %(vector)s",
+                                            "ORDER BY (e.embedding <=> %(vector)s) + 0")
+_ACTIVE_CHUNKS_SQL = """
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM chunk_embeddings e
+      JOIN chunks c ON c.chunk_id = e.chunk_id
+      JOIN document_versions v ON v.version_id = c.version_id AND v.is_active
+     WHERE e.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s
+     LIMIT %(candidates)s) x
+"""
+
 _SEARCH_SQL = """
 WITH vector_hits AS (
-    SELECT c.chunk_id, row_number() OVER (ORDER BY e.embedding <=> %(vector)s) AS rank
-      FROM (SELECT e.chunk_id, e.embedding
-              FROM chunk_embeddings e
-              JOIN chunks c ON c.chunk_id = e.chunk_id
-              JOIN document_versions v ON v.version_id = c.version_id AND v.is_active
-             WHERE e.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s
-             ORDER BY e.embedding <=> %(vector)s
-             LIMIT %(candidates)s) e
-      JOIN chunks c ON c.chunk_id = e.chunk_id
+    SELECT h.chunk_id, h.rank FROM unnest(%(vector_ids)s::bigint[]) WITH ORDINALITY AS h(chunk_id, rank)
 ),
 text_hits AS (
     SELECT f.chunk_id,
@@ -105,15 +120,30 @@ def hybrid_search(
         raise ValueError("search query is empty")
     if k < 1:
         raise ValueError("k must be at least 1")
+    candidates = max(candidates, k)
     with conn.transaction():
-        # Filtered HNSW scans: with pgvector >= 0.8 the scan continues until enough rows pass the
-        # tenant/active filter; older versions (pgserver ships 0.6) rely on a wide ef_search.
-        if _supports_iterative_scan(conn):
-            conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(400, min(candidates * 4, 1000))),))
+        vector_ids = _vector_candidates(conn, tenant_id, query_vector, candidates)
         rows = conn.execute(
             _SEARCH_SQL,
-            {"tenant": tenant_id, "vector": query_vector, "query": query, "candidates": max(candidates, k),
+            {"tenant": tenant_id, "vector_ids": vector_ids, "query": query, "candidates": candidates,
              "k": k, "rrf_k": RRF_K, "fts_config": FTS_CONFIG},
         ).fetchall()
     return [SearchHit(**{**r, "section_path": list(r["section_path"] or [])}) for r in rows]
+
+
+def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray,
+                       candidates: int) -> list[int]:
+    """The tenant's ``candidates`` nearest active chunks, nearest first.
+
+    The HNSW scan answers first. With pgvector >= 0.8 it continues until enough rows pass the tenant
+    filter; older versions (pgserver ships 0.6) stop after ``ef_search`` index entries, so when the
+    query's neighbourhood belongs to other tenants it comes back short. Then the ranking is computed
+    exactly over the tenant's own rows, so a tenant never gets fewer results than it has chunks."""
+    params = {"tenant": tenant_id, "vector": query_vector, "candidates": candidates}
+    if _supports_iterative_scan(conn):
+        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(400, min(candidates * 4, 1000))),))
+    ids = [r["chunk_id"] for r in conn.execute(_VECTOR_ANN_SQL, params).fetchall()]
+    if len(ids) < candidates and conn.execute(_ACTIVE_CHUNKS_SQL, params).fetchone()["n"] > len(ids):
+        ids = [r["chunk_id"] for r in conn.execute(_VECTOR_EXACT_SQL, params).fetchall()]
+    return ids
