@@ -21,6 +21,15 @@ from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.upload_store import IncomingFile, StoredFile
 
 MAX_FIELD_BYTES = 4096
+
+
+def openapi_form(**fields: dict) -> dict:
+    """The OpenAPI request body of a streamed form: a required binary ``file`` and the given text fields
+    (the body is parsed by ``parse_upload``, not by FastAPI, so the schema is stated here)."""
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+        "type": "object", "required": ["file"],
+        "properties": {"file": {"type": "string", "format": "binary"}, **fields},
+    }}}}}
 DRAIN_FACTOR = 2  # after a size breach, read at most this many times the limit before hanging up
 
 

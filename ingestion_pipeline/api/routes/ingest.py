@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from ingestion_pipeline.api.errors import ApiError, not_found
-from ingestion_pipeline.api.multipart import parse_upload
+from ingestion_pipeline.api.multipart import openapi_form, parse_upload
 from ingestion_pipeline.api.schemas import PresignIn, PresignOut, SubmitOut
 from ingestion_pipeline.api.security import Caller, Services
 from ingestion_pipeline.core.access_tokens import Principal
@@ -22,17 +22,7 @@ from ingestion_pipeline.documents.intake import SKIPPED, SubmitResult, check_doc
 router = APIRouter(prefix="/v1", tags=["documents"])
 _log = logging.getLogger("ingestion_pipeline.api")
 
-_MULTIPART_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"multipart/form-data": {"schema": {
-            "type": "object", "required": ["file"],
-            "properties": {"file": {"type": "string", "format": "binary"},
-                           "title": {"type": "string", "maxLength": 500},
-                           "key": {"type": "string", "maxLength": 200}},
-        }}},
-    }
-}
+_MULTIPART_BODY = openapi_form(title={"type": "string", "maxLength": 500}, key={"type": "string", "maxLength": 200})
 _UPLOAD_ERRORS = {413: {"description": "over the size limit"}, 415: {"description": "type not allowed"}}
 
 

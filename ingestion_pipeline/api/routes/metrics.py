@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from ingestion_pipeline.api.errors import ApiError, not_found
-from ingestion_pipeline.api.multipart import parse_upload
+from ingestion_pipeline.api.multipart import openapi_form, parse_upload
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, EventOut, MetricRowErrorOut, MetricSubmitOut, MetricUploadOut, Page
 from ingestion_pipeline.api.security import Caller, Services
@@ -20,18 +20,8 @@ from ingestion_pipeline.metrics.formats import PLATFORMS
 router = APIRouter(prefix="/v1", tags=["metrics"])
 UploadId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
-_MULTIPART_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"multipart/form-data": {"schema": {
-            "type": "object", "required": ["file"],
-            "properties": {"file": {"type": "string", "format": "binary"},
-                           "platform": {"type": "string", "enum": list(PLATFORMS)},
-                           "force_partial": {"type": "boolean"},
-                           "client_id": {"type": "string", "maxLength": 200}},
-        }}},
-    }
-}
+_MULTIPART_BODY = openapi_form(platform={"type": "string", "enum": list(PLATFORMS)},
+                               force_partial={"type": "boolean"}, client_id={"type": "string", "maxLength": 200})
 
 
 @router.post("/metrics/uploads", status_code=202, response_model=MetricSubmitOut, openapi_extra=_MULTIPART_BODY,
