@@ -99,10 +99,14 @@ def test_the_ninth_concurrent_upload_gets_503_with_retry_after(server, db):
         async with httpx.AsyncClient(base_url=server.url, headers={**server.headers, **HEADERS}, timeout=60,
                                      limits=httpx.Limits(max_connections=20)) as client:
             held = [asyncio.create_task(client.post("/v1/ingest", content=held_body(i))) for i in range(8)]
-            await asyncio.sleep(2.0)  # all eight are streaming, each waiting for the rest of its body
-            ninth = await client.post("/v1/ingest", content=b"".join([
-                (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"n.txt\"\r\n"
-                 "Content-Type: text/plain\r\n\r\nninth\r\n--" + BOUNDARY + "--\r\n").encode()]))
+            # once all eight are streaming (each waiting for the rest of its body), another one is refused
+            for attempt in range(40):
+                await asyncio.sleep(0.5)
+                ninth = await client.post("/v1/ingest", content=(
+                    f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"n{attempt}.txt\""
+                    "\r\nContent-Type: text/plain\r\n\r\nninth\r\n--" + BOUNDARY + "--\r\n").encode())
+                if ninth.status_code == 503 or any(task.done() for task in held):
+                    break
             gate.set()
             finished = await asyncio.gather(*held)
             after = await client.post("/v1/ingest", content=(
