@@ -32,10 +32,11 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, step: str, total_files: int, *, sinks: Iterable[Sink] = (), interval: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, step: str, total_files: int, *, total_chunks: int | None = None, sinks: Iterable[Sink] = (),
+                 interval: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.step = step
         self.total_files = total_files
+        self.total_chunks = total_chunks  # when known (embedding), the ETA follows chunks: files vary in size
         self.files_done = 0
         self.chunks = 0
         self._sinks = list(sinks)
@@ -58,16 +59,23 @@ class Progress:
         now = self._clock() if now is None else now
         elapsed = max(now - self._started, 1e-9)
         files_per_s = self.files_done / elapsed
-        left = self.total_files - self.files_done
-        eta = left / files_per_s if files_per_s > 0 and left > 0 else (0.0 if left <= 0 else None)
+        if self.total_chunks is not None:
+            left, rate = self.total_chunks - self.chunks, self.chunks / elapsed
+        else:
+            left, rate = self.total_files - self.files_done, files_per_s
+        if self.files_done >= self.total_files:
+            left = 0
+        eta = left / rate if rate > 0 and left > 0 else (0.0 if left <= 0 else None)
         return {"step": self.step, "files_done": self.files_done, "files_total": self.total_files,
-                "chunks": self.chunks, "elapsed_s": round(elapsed, 1), "files_per_s": round(files_per_s, 2),
+                "chunks": self.chunks, "chunks_total": self.total_chunks,
+                "elapsed_s": round(elapsed, 1), "files_per_s": round(files_per_s, 2),
                 "chunks_per_s": round(self.chunks / elapsed, 1), "eta_s": None if eta is None else round(eta, 1)}
 
     def describe(self, snapshot: dict | None = None) -> str:
         s = snapshot or self.snapshot()
         eta = "?" if s["eta_s"] is None else _duration(s["eta_s"])
-        chunks = f", {s['chunks']:,} chunks ({s['chunks_per_s']:.1f}/s)" if s["chunks"] else ""
+        of = f"/{s['chunks_total']:,}" if s.get("chunks_total") is not None else ""
+        chunks = f", {s['chunks']:,}{of} chunks ({s['chunks_per_s']:.1f}/s)" if s["chunks"] or of else ""
         return (f"{s['step']}: {s['files_done']}/{s['files_total']} files{chunks}, "
                 f"{s['files_per_s']:.2f} files/s, elapsed {_duration(s['elapsed_s'])}, ETA {eta}")
 

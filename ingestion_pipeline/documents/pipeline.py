@@ -107,13 +107,17 @@ class DocumentPipeline:
             raise RuntimeError("this pipeline has no worker: it can only be used to read")
         return self.worker.owner
 
-    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str) -> list[FileOutcome]:
+    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str,
+                  total_chunks: Callable[[list[int]], int] | None = None) -> list[FileOutcome]:
         """Run ``work`` on every file of the partition this worker holds; one file's failure is its own.
         Progress (files, chunks, rate, ETA) is reported as it goes."""
         outcomes = self._release_paused(partition_key)
         with self.db.connection() as conn:
             rows = runs.held_rows(conn, partition_key, self.owner)
-        self._progress = Progress(step, len(rows), sinks=self._progress_sinks)
+        chunks_ahead = None
+        if total_chunks is not None and rows:
+            chunks_ahead = total_chunks([r["run_id"] for r in rows])
+        self._progress = Progress(step, len(rows), total_chunks=chunks_ahead, sinks=self._progress_sinks)
         for row in rows:
             try:
                 outcomes.append(work(row))
@@ -315,7 +319,11 @@ class DocumentPipeline:
 
     # -- step 4: chunk_embeddings ----------------------------------------------------------------------
     def embed_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._embed_one, "embed")
+        return self._for_each(partition_key, self._embed_one, "embed", total_chunks=self._chunks_to_embed)
+
+    def _chunks_to_embed(self, run_ids: list[int]) -> int:
+        with self.db.connection() as conn:
+            return staging.count_missing_embeddings(conn, run_ids)
 
     def _embed_one(self, row: dict) -> FileOutcome:
         run_id = row["run_id"]
@@ -326,6 +334,7 @@ class DocumentPipeline:
         with self.db.transaction() as conn:
             runs.hold(conn, run_id, self.owner)
             reused = staging.reuse_stored_embeddings(conn, run_id, row["tenant_id"], self.model.name)
+        self._progress.advance(chunks=reused)  # vectors of identical chunk text, not encoded again
         start = time.perf_counter()
         embedded = model_ms = 0
         unit = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length

@@ -90,6 +90,12 @@ def chunks_missing_embeddings(conn: psycopg.Connection, run_id: int, limit: int)
     ).fetchall()
 
 
+def count_missing_embeddings(conn: psycopg.Connection, run_ids: list[int]) -> int:
+    """Chunks of these files still without a vector (what the embed step has ahead of it)."""
+    return conn.execute("SELECT count(*) AS n FROM staging_chunks WHERE run_id = ANY(%s) AND embedding IS NULL",
+                        (run_ids,)).fetchone()["n"]
+
+
 def write_embeddings(conn: psycopg.Connection, run_id: int, ordinals: list[int], vectors: np.ndarray) -> None:
     with conn.cursor() as cur:
         cur.executemany(

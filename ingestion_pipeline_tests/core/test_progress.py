@@ -58,3 +58,13 @@ def test_terminal_line_and_json_lines():
             lines = [json.loads(line) for line in out.splitlines()]
             assert [line["event"] for line in lines] == ["progress", "progress"]
             assert lines[-1]["final"] is True and lines[-1]["chunks"] == 5 and lines[-1]["files_total"] == 2
+
+
+def test_with_a_chunk_total_the_eta_follows_chunks_not_files():
+    """Embedding: one big file holds most chunks; an ETA by files would be far off."""
+    clock, seen = FakeClock(), []
+    progress = Progress("embed", 3, total_chunks=1000, sinks=[seen.append], interval=0, clock=clock)
+    clock.now += 10
+    progress.advance(chunks=250)  # a quarter of the chunks in 10 s, no file finished yet
+    assert progress.snapshot()["eta_s"] == 30.0
+    assert seen[-1].startswith("embed: 0/3 files, 250/1,000 chunks (25.0/s)") and seen[-1].endswith("ETA 30s")
