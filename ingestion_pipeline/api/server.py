@@ -50,7 +50,9 @@ def serve(host: str, port: int, *, url: str, settings, api: ApiSettings) -> None
     api_log.addHandler(handler)
     api_log.setLevel(logging.INFO)
     api_log.propagate = False
-    app = create_app(ApiServices(Database(url, max_size=8, name="api"), settings, api), close_on_shutdown=True)
+    # A request waits at most 5 s for a connection: with the database down it gets a 503, not a hang.
+    database = Database(url, max_size=8, name="api", timeout=5.0)
+    app = create_app(ApiServices(database, settings, api), close_on_shutdown=True)
     print(f"API on http://{host}:{port} (docs at /docs){'' if api.auth_enabled else ' - AUTH DISABLED'}",
           file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

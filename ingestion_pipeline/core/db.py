@@ -59,12 +59,15 @@ def _configure(conn: psycopg.Connection) -> None:
 class Database:
     """A pool of connections to the application database (migrations must be applied first)."""
 
-    def __init__(self, url: str, *, max_size: int = 4, name: str = "ingestion") -> None:
+    def __init__(self, url: str, *, max_size: int = 4, name: str = "ingestion", timeout: float = 30.0) -> None:
+        """``timeout``: how long to wait for a connection before ``PoolTimeout`` (a worker can wait; an
+        HTTP request should answer 503 soon)."""
         self.url = url
         self._pool = ConnectionPool(
             url,
             min_size=1,
             max_size=max_size,
+            timeout=timeout,
             kwargs={"row_factory": dict_row, "autocommit": True},
             configure=_configure,
             check=ConnectionPool.check_connection,
