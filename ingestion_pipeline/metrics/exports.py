@@ -24,9 +24,11 @@ from ingestion_pipeline.metrics.layouts import (
 )
 from ingestion_pipeline.metrics.readers import (
     MalformedFileError,
-    _Prefixed,
+    csv_record,
     csv_rows,
+    is_blank,
     open_text,
+    peek_json,
     read_json_array,
     read_json_lines,
 )
@@ -55,10 +57,7 @@ class ExportReader:
         if self.file_format == "csv":
             yield from self._csv(text)
             return
-        first = text.read(1)
-        while first and first.isspace():
-            first = text.read(1)
-        rest = _Prefixed(first, text)
+        first, rest = peek_json(text)
         if self.file_format == "json" and first == "{":
             yield from self._api_object(rest)
         elif self.file_format == "json" and first == "[":
@@ -92,22 +91,18 @@ class ExportReader:
             plan = match_layout(header, self.platform, kind="csv")
         header = seen[header_at][1]
         self._adopt(plan)
-        width = len(header)
 
         def data() -> Iterator[tuple[int, list[str]]]:
             yield from seen[header_at + 1:]
             yield from rows
 
         for line, cells in data():
-            if not cells or all(not c.strip() for c in cells):
+            if is_blank(cells):
                 continue
             if self._is_summary(plan.layout, cells, header):
                 self.summary_rows += 1
                 continue
-            record: dict = dict(zip(header, cells, strict=False))
-            if len(cells) != width:
-                record["__field_count_error__"] = f"row has {len(cells)} fields, the header has {width}"
-            yield line, record, plan
+            yield line, csv_record(header, cells), plan
 
     @staticmethod
     def _is_summary(layout: Layout, cells: list[str], header: list[str]) -> bool:

@@ -77,14 +77,21 @@ def read_csv(text: io.TextIOBase) -> Iterator[tuple[int, dict[str, str]]]:
         raise MalformedFileError(exc.line, f"malformed CSV header: {exc}") from exc
     if not any(h.strip() for h in header):
         raise MalformedFileError(1, "the header row is empty")
-    width = len(header)
     for start_line, row in rows:
-        if not row or all(not v.strip() for v in row):
-            continue
-        record = dict(zip(header, row, strict=False))
-        if len(row) != width:
-            record["__field_count_error__"] = f"row has {len(row)} fields, the header has {width}"
-        yield start_line, record
+        if not is_blank(row):
+            yield start_line, csv_record(header, row)
+
+
+def is_blank(row: list[str]) -> bool:
+    return not row or all(not v.strip() for v in row)
+
+
+def csv_record(header: list[str], row: list[str]) -> dict:
+    """{header: value}; a row with another number of fields says so (a row error, not a file error)."""
+    record: dict = dict(zip(header, row, strict=False))
+    if len(row) != len(header):
+        record["__field_count_error__"] = f"row has {len(row)} fields, the header has {len(header)}"
+    return record
 
 
 def read_json_lines(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
@@ -175,11 +182,16 @@ def read_rows(stream: BinaryIO, file_format: str) -> Iterator[tuple[int, object]
         yield from read_json_lines(text)
         return
     # .json: an array, or JSON Lines saved with a .json name
+    first, rest = peek_json(text)
+    yield from (read_json_array(rest) if first == "[" else read_json_lines(rest))
+
+
+def peek_json(text: io.TextIOBase) -> tuple[str, io.TextIOBase]:
+    """The first non-space character of a JSON file ('[', '{', …) and the stream with it put back."""
     first = text.read(1)
     while first and first.isspace():
         first = text.read(1)
-    rest = _Prefixed(first, text)
-    yield from (read_json_array(rest) if first == "[" else read_json_lines(rest))
+    return first, _Prefixed(first, text)
 
 
 class _Prefixed(io.TextIOBase):
