@@ -92,7 +92,7 @@ class S3SyncSettings:
 @dataclass(frozen=True)
 class MetricsSettings:
     upload_dir: Path = Path(".data/metric_uploads")
-    max_bytes: int = 50 * 1024 * 1024
+    max_bytes: int = 2 * 1024**3  # exports stream (Arrow batches / row by row); memory does not grow with size
     valid_threshold: float = 0.9
     staging_retention_days: int = 7
 
@@ -203,7 +203,7 @@ def load_settings() -> Settings:
         ),
         metrics=MetricsSettings(
             upload_dir=Path(os.environ.get("INGESTION_METRICS_UPLOAD_DIR", data_dir() / "metric_uploads")).resolve(),
-            max_bytes=_int_env("INGESTION_METRICS_MAX_UPLOAD_BYTES", 50 * 1024 * 1024),
+            max_bytes=_int_env("INGESTION_METRICS_MAX_UPLOAD_BYTES", 2 * 1024**3),
             valid_threshold=float(os.environ.get("INGESTION_METRICS_VALID_THRESHOLD") or 0.9),
             staging_retention_days=_int_env("INGESTION_STAGING_RETENTION_DAYS", 7),
         ),

@@ -9,7 +9,9 @@ streams batch by batch.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -34,6 +36,8 @@ from ingestion_pipeline.metrics.readers import (
 )
 
 HEADER_SEARCH_ROWS = 20  # a header is looked for in the first rows (after titles and date ranges)
+# A platform's API response is one JSON object, parsed whole: bigger ones are refused, not swapped.
+API_OBJECT_MAX_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
@@ -59,6 +63,11 @@ class ExportReader:
             return
         first, rest = peek_json(text)
         if self.file_format == "json" and first == "{":
+            size = _size(self.stream)
+            if size is not None and size > API_OBJECT_MAX_BYTES:
+                raise MalformedFileError(None, f"a JSON object of {size:,} bytes: an API response is read whole, up to "
+                                               f"{API_OBJECT_MAX_BYTES:,} bytes; send its rows as JSON Lines or a "
+                                               "JSON array instead (they stream)")
             yield from self._api_object(rest)
         elif self.file_format == "json" and first == "[":
             yield from self._records(read_json_array(rest), kind=None)
@@ -68,27 +77,7 @@ class ExportReader:
     # -- CSV ------------------------------------------------------------------------------------------
     def _csv(self, text) -> Iterator[tuple[int, dict, ColumnPlan]]:
         rows = csv_rows(text)
-        seen: list[tuple[int, list[str]]] = []
-        header_at = None
-        for line, cells in rows:
-            seen.append((line, cells))
-            try:
-                plan = match_layout(cells, self.platform, kind="csv")
-            except UnknownLayout:
-                plan = None
-            if plan is not None and not plan.layout.strict:
-                header_at = len(seen) - 1
-                break
-            if len(seen) >= HEADER_SEARCH_ROWS:
-                break
-        if not seen:
-            raise MalformedFileError(None, "the file is empty (no header row)")
-        if header_at is None:  # no specific layout: the first row is the header (generic, or unknown)
-            header_at = 0
-            header = seen[0][1]
-            if not any(h.strip() for h in header):
-                raise MalformedFileError(seen[0][0], "the header row is empty")
-            plan = match_layout(header, self.platform, kind="csv")
+        seen, header_at, plan = locate_header(rows, self.platform)
         header = seen[header_at][1]
         self._adopt(plan)
 
@@ -99,21 +88,10 @@ class ExportReader:
         for line, cells in data():
             if is_blank(cells):
                 continue
-            if self._is_summary(plan.layout, cells, header):
+            if is_summary(plan.layout, cells, header):
                 self.summary_rows += 1
                 continue
             yield line, csv_record(header, cells), plan
-
-    @staticmethod
-    def _is_summary(layout: Layout, cells: list[str], header: list[str]) -> bool:
-        """``Total: Account`` / ``Total of 12 results``: a totals row, not data (it has no ad id)."""
-        if not layout.summary_prefix:
-            return False
-        first = next((c.strip() for c in cells if c.strip()), "")
-        if not first.lower().startswith(layout.summary_prefix.lower()):
-            return False
-        ids = {i for i, h in enumerate(header) if normalize_header(h) in ("ad_id", "adgroup_id", "ad_group_id")}
-        return not any(cells[i].strip() and cells[i].strip() not in ("--", "-") for i in ids if i < len(cells))
 
     # -- JSON -----------------------------------------------------------------------------------------
     def _api_object(self, text) -> Iterator[tuple[int, dict, ColumnPlan]]:
@@ -164,9 +142,58 @@ class ExportReader:
     def _adopt(self, plan: ColumnPlan) -> None:
         if self.plan is None:
             self.plan = plan
-            if not plan.layout.strict:
-                for name in plan.missing_metrics():
-                    self.notes.append(f"{name}: column not present (NULL for every row)")
+            self.notes.extend(plan_notes(plan))
+
+
+def plan_notes(plan: ColumnPlan) -> list[str]:
+    """What the upload reports once about its layout: the metrics the export does not carry at all."""
+    if plan.layout.strict:
+        return []
+    return [f"{name}: column not present (NULL for every row)" for name in plan.missing_metrics()]
+
+
+def locate_header(rows: Iterator[tuple[int, list[str]]],
+                  platform: str | None) -> tuple[list[tuple[int, list[str]]], int, ColumnPlan]:
+    """The CSV rows read up to the header, the header's index among them, and its plan.
+
+    The header is the first of the first rows that matches a platform's own layout (report titles and
+    date ranges may come first); failing that, the first row (a generic layout, or ``UnknownLayout``).
+    """
+    seen: list[tuple[int, list[str]]] = []
+    for line, cells in rows:
+        seen.append((line, cells))
+        try:
+            plan = match_layout(cells, platform, kind="csv")
+        except UnknownLayout:
+            plan = None
+        if plan is not None and not plan.layout.strict:
+            return seen, len(seen) - 1, plan
+        if len(seen) >= HEADER_SEARCH_ROWS:
+            break
+    if not seen:
+        raise MalformedFileError(None, "the file is empty (no header row)")
+    header = seen[0][1]
+    if not any(h.strip() for h in header):
+        raise MalformedFileError(seen[0][0], "the header row is empty")
+    return seen, 0, match_layout(header, platform, kind="csv")
+
+
+def is_summary(layout: Layout, cells: list[str], header: list[str]) -> bool:
+    """``Total: Account`` / ``Total of 12 results``: a totals row, not data (it has no ad id)."""
+    if not layout.summary_prefix:
+        return False
+    first = next((c.strip() for c in cells if c.strip()), "")
+    if not first.lower().startswith(layout.summary_prefix.lower()):
+        return False
+    ids = {i for i, h in enumerate(header) if normalize_header(h) in ("ad_id", "adgroup_id", "ad_group_id")}
+    return not any(cells[i].strip() and cells[i].strip() not in ("--", "-") for i in ids if i < len(cells))
+
+
+def _size(stream: BinaryIO) -> int | None:
+    try:
+        return os.fstat(stream.fileno()).st_size
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        return None
 
 
 def flatten(value: dict, prefix: str = "") -> dict:

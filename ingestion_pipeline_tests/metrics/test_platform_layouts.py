@@ -139,3 +139,14 @@ def test_readers_still_read_bytes(tmp_path):
     reader = ExportReader(io.BytesIO(b"campaign_id,ad_id\n1,2\n"), "csv", "meta")
     assert [raw for _, raw, _ in reader.rows()] == [{"campaign_id": "1", "ad_id": "2"}]
     assert reader.layout.name == "meta.generic"
+
+
+def test_an_api_response_too_big_to_parse_whole_is_refused_with_the_way_out(tmp_path, monkeypatch):
+    from ingestion_pipeline.metrics import exports
+
+    path = WRITERS["meta.insights_api_json"][0](tmp_path / "insights.json", daily_rows(1, 1, 2, 3))
+    monkeypatch.setattr(exports, "API_OBJECT_MAX_BYTES", path.stat().st_size - 1)
+    with pytest.raises(MalformedFileError, match="an API response is read whole.*send its rows as JSON Lines"):
+        _read(path, "json", "meta")
+    monkeypatch.setattr(exports, "API_OBJECT_MAX_BYTES", path.stat().st_size)
+    assert len(_read(path, "json", "meta")[1]) == 6
