@@ -161,6 +161,7 @@ def promote(db: Database, partition_key: str, owner: str) -> PromotionResult | N
         return None
     with db.transaction() as conn:  # visible while the promotion transaction runs
         upload = ledger.advance(conn, METRIC_UPLOADS, upload["upload_id"], owner, "promoting")
+    start = time.perf_counter()
     with db.transaction() as conn:
         ledger.hold(conn, METRIC_UPLOADS, upload["upload_id"], owner)  # first: a run that lost it promotes nothing
         ratio = upload["valid_rows"] / upload["total_rows"] if upload["total_rows"] else 0.0
@@ -171,7 +172,8 @@ def promote(db: Database, partition_key: str, owner: str) -> PromotionResult | N
                 "no_promotable_rows", "no valid row could be promoted (every parent reference is unresolved)").info(),
                 ReliabilitySettings(), **result.counts)
         else:
-            ledger.finish(conn, METRIC_UPLOADS, upload["upload_id"], owner, result.status, **result.counts)
+            ledger.finish(conn, METRIC_UPLOADS, upload["upload_id"], owner, result.status,
+                          {"promotion_ms": int((time.perf_counter() - start) * 1000)}, **result.counts)
     with db.connection() as conn:  # statistics for the next promotions, after commit and outside the lock
         conn.execute("ANALYZE campaigns, ad_sets, ads, daily_metrics")
     if result.status == "failed":

@@ -21,11 +21,11 @@ NEWER = "(t.last_upload_id IS NULL OR t.last_upload_id <= EXCLUDED.last_upload_i
 
 _CAMPAIGNS = f"""
 INSERT INTO campaigns AS t (workspace_id, platform, campaign_id, name, status, last_upload_id)
-SELECT DISTINCT ON (normalized->>'campaign_id') %(ws)s, %(platform)s, normalized->>'campaign_id',
-       CASE WHEN entity_type IN ('campaign', 'daily_metric', 'ad', 'ad_set') THEN normalized->>'campaign_name' END,
-       CASE WHEN entity_type = 'campaign' THEN normalized->>'status' END, %(upload)s
-  FROM staging_rows WHERE {VALID} AND normalized ? 'campaign_id'
- ORDER BY normalized->>'campaign_id', (entity_type = 'campaign') DESC, (normalized ? 'campaign_name') DESC,
+SELECT DISTINCT ON (campaign_id) %(ws)s, %(platform)s, campaign_id,
+       CASE WHEN entity_type IN ('campaign', 'daily_metric', 'ad', 'ad_set') THEN campaign_name END,
+       CASE WHEN entity_type = 'campaign' THEN status END, %(upload)s
+  FROM staging_rows WHERE {VALID} AND campaign_id IS NOT NULL
+ ORDER BY campaign_id, (entity_type = 'campaign') DESC, (campaign_name IS NOT NULL) DESC,
           row_index DESC
 ON CONFLICT (workspace_id, platform, campaign_id) DO UPDATE
    SET name = coalesce(EXCLUDED.name, t.name), status = coalesce(EXCLUDED.status, t.status),
@@ -36,11 +36,11 @@ ON CONFLICT (workspace_id, platform, campaign_id) DO UPDATE
 
 _AD_SETS = f"""
 INSERT INTO ad_sets AS t (workspace_id, platform, ad_set_id, campaign_id, name, status, last_upload_id)
-SELECT DISTINCT ON (normalized->>'ad_set_id') %(ws)s, %(platform)s, normalized->>'ad_set_id',
-       normalized->>'campaign_id', normalized->>'ad_set_name',
-       CASE WHEN entity_type = 'ad_set' THEN normalized->>'status' END, %(upload)s
-  FROM staging_rows WHERE {VALID} AND normalized ? 'ad_set_id' AND normalized ? 'campaign_id'
- ORDER BY normalized->>'ad_set_id', (entity_type = 'ad_set') DESC, (normalized ? 'ad_set_name') DESC, row_index DESC
+SELECT DISTINCT ON (ad_set_id) %(ws)s, %(platform)s, ad_set_id,
+       campaign_id, ad_set_name,
+       CASE WHEN entity_type = 'ad_set' THEN status END, %(upload)s
+  FROM staging_rows WHERE {VALID} AND ad_set_id IS NOT NULL AND campaign_id IS NOT NULL
+ ORDER BY ad_set_id, (entity_type = 'ad_set') DESC, (ad_set_name IS NOT NULL) DESC, row_index DESC
 ON CONFLICT (workspace_id, platform, ad_set_id) DO UPDATE
    SET campaign_id = EXCLUDED.campaign_id, name = coalesce(EXCLUDED.name, t.name),
        status = coalesce(EXCLUDED.status, t.status), last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
@@ -53,22 +53,22 @@ ON CONFLICT (workspace_id, platform, ad_set_id) DO UPDATE
 _UNRESOLVED_AD_PARENTS = f"""
 UPDATE staging_rows s SET validation_status = 'unpromotable',
        validation_errors = validation_errors || jsonb_build_array(jsonb_build_object(
-           'field', 'ad_set_id', 'error', 'ad set ' || (normalized->>'ad_set_id') ||
+           'field', 'ad_set_id', 'error', 'ad set ' || ad_set_id ||
            ' not found in this upload or the workspace'))
  WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.entity_type = 'ad'
    AND NOT EXISTS (SELECT 1 FROM ad_sets a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
-                      AND a.ad_set_id = s.normalized->>'ad_set_id')
+                      AND a.ad_set_id = s.ad_set_id)
 """
 
 _ADS = f"""
 INSERT INTO ads AS t (workspace_id, platform, ad_id, ad_set_id, name, status, last_upload_id)
-SELECT DISTINCT ON (s.normalized->>'ad_id') %(ws)s, %(platform)s, s.normalized->>'ad_id', s.normalized->>'ad_set_id',
-       s.normalized->>'ad_name', CASE WHEN s.entity_type = 'ad' THEN s.normalized->>'status' END, %(upload)s
+SELECT DISTINCT ON (s.ad_id) %(ws)s, %(platform)s, s.ad_id, s.ad_set_id,
+       s.ad_name, CASE WHEN s.entity_type = 'ad' THEN s.status END, %(upload)s
   FROM staging_rows s
- WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.normalized ? 'ad_id' AND s.normalized ? 'ad_set_id'
+ WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.ad_id IS NOT NULL AND s.ad_set_id IS NOT NULL
    AND EXISTS (SELECT 1 FROM ad_sets a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
-                  AND a.ad_set_id = s.normalized->>'ad_set_id')
- ORDER BY s.normalized->>'ad_id', (s.entity_type = 'ad') DESC, (s.normalized ? 'ad_name') DESC, s.row_index DESC
+                  AND a.ad_set_id = s.ad_set_id)
+ ORDER BY s.ad_id, (s.entity_type = 'ad') DESC, (s.ad_name IS NOT NULL) DESC, s.row_index DESC
 ON CONFLICT (workspace_id, platform, ad_id) DO UPDATE
    SET ad_set_id = EXCLUDED.ad_set_id, name = coalesce(EXCLUDED.name, t.name),
        status = coalesce(EXCLUDED.status, t.status), last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
@@ -80,20 +80,19 @@ ON CONFLICT (workspace_id, platform, ad_id) DO UPDATE
 _UNRESOLVED_FACTS = f"""
 UPDATE staging_rows s SET validation_status = 'unpromotable',
        validation_errors = validation_errors || jsonb_build_array(jsonb_build_object(
-           'field', 'ad_id', 'error', 'ad ' || (normalized->>'ad_id') || ' not found in this upload or the workspace'))
+           'field', 'ad_id', 'error', 'ad ' || ad_id || ' not found in this upload or the workspace'))
  WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.entity_type = 'daily_metric'
    AND NOT EXISTS (SELECT 1 FROM ads a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
-                      AND a.ad_id = s.normalized->>'ad_id')
+                      AND a.ad_id = s.ad_id)
 """
 
 _DAILY_METRICS = f"""
 INSERT INTO daily_metrics AS t (workspace_id, platform, ad_id, date, impressions, clicks, spend, currency, conversions,
                                 last_upload_id)
-SELECT DISTINCT ON (normalized->>'ad_id', normalized->>'date') %(ws)s, %(platform)s, normalized->>'ad_id',
-       (normalized->>'date')::date, (normalized->>'impressions')::bigint, (normalized->>'clicks')::bigint,
-       (normalized->>'spend')::numeric, normalized->>'currency', (normalized->>'conversions')::numeric, %(upload)s
+SELECT DISTINCT ON (ad_id, date) %(ws)s, %(platform)s, ad_id,
+       date, impressions, clicks, spend, currency, conversions, %(upload)s
   FROM staging_rows WHERE {VALID} AND entity_type = 'daily_metric'
- ORDER BY normalized->>'ad_id', normalized->>'date', row_index DESC
+ ORDER BY ad_id, date, row_index DESC
 ON CONFLICT (workspace_id, platform, ad_id, date) DO UPDATE
    SET impressions = coalesce(EXCLUDED.impressions, t.impressions), clicks = coalesce(EXCLUDED.clicks, t.clicks),
        spend = coalesce(EXCLUDED.spend, t.spend), currency = coalesce(EXCLUDED.currency, t.currency),
@@ -115,9 +114,9 @@ SELECT count(*) AS total,
        count(*) FILTER (WHERE validation_status = 'valid' AND entity_type = 'ad_set') AS ad_set_rows,
        count(*) FILTER (WHERE validation_status = 'valid' AND entity_type = 'ad') AS ad_rows,
        count(*) FILTER (WHERE validation_status = 'valid' AND entity_type = 'daily_metric') AS daily_metric_rows,
-       min((normalized->>'date')::date) FILTER (WHERE validation_status = 'valid') AS first_date,
-       max((normalized->>'date')::date) FILTER (WHERE validation_status = 'valid') AS last_date,
-       coalesce(array_agg(DISTINCT normalized->>'date') FILTER (
+       min(date) FILTER (WHERE validation_status = 'valid') AS first_date,
+       max(date) FILTER (WHERE validation_status = 'valid') AS last_date,
+       coalesce(array_agg(DISTINCT date::text) FILTER (
            WHERE validation_status = 'valid' AND entity_type = 'daily_metric'), '{}') AS dates
   FROM staging_rows WHERE upload_id = %(upload)s
 """
