@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingestion_pipeline.metrics.csv_batches import CsvBatch
+from ingestion_pipeline.metrics.csv_batches import RowBatch
 from ingestion_pipeline.metrics.exports import is_summary
 from ingestion_pipeline.metrics.layouts import ColumnPlan, Layout, normalize_header
 from ingestion_pipeline.metrics.normalization import normalize_row
@@ -33,6 +33,7 @@ _COUNT = r"^(0|[1-9][0-9]{0,17})$"  # below 2**63 - 1, no leading zeros: int(tex
 # below 10**14 with at most 6 decimals: str(Decimal(text)) == text (no exponent form)
 _AMOUNT = r"^(0|[1-9][0-9]{0,13})(\.[0-9]{1,6})?$"
 _DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_DATE_TIME = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$"
 _SUMMARY_IDS = ("ad_id", "adgroup_id", "ad_group_id")
 # Python's str.strip() and Arrow's utf8_trim_whitespace agree except on these; such rows take the exact path.
 _CONTROL_CHARS = r"[\x00-\x1f\x7f\x{85}]"
@@ -76,18 +77,24 @@ class BatchNormalizer:
         self._hash_prefix = f"daily_metric|{self.workspace_id}|{self.platform}|"
 
     # -- the whole batch --------------------------------------------------------------------------------
-    def stage(self, batch: CsvBatch) -> pa.Table:
+    def stage(self, batch: RowBatch) -> pa.Table:
         """Staged rows of the batch in file order (blank and summary rows dropped)."""
         parts: list[pa.Table] = []
         exact_rows: list[tuple[int, int, list[str]]] = [(r.logical, line, r.cells) for r, line in batch.refused]
         if len(batch.lines):
             ok, values = self._fast(batch.columns)
-            ok = pc.and_(ok, pa.array(batch.breaks == 0))  # a line break in a value needs JSON escaping
+            if batch.raw_json is None:
+                ok = pc.and_(ok, pa.array(batch.breaks == 0))  # a line break in a value needs JSON escaping
             ok_np = ok.to_numpy(zero_copy_only=False)
             if ok_np.any():
                 parts.append(self._fast_table(batch, ok, values))
             slow = np.flatnonzero(~ok_np)
-            if len(slow):
+            if len(slow) and batch.records is not None:
+                parts.append(exact_staged(
+                    [(int(batch.logical[i]), int(batch.lines[i]), batch.records[i], self.plan) for i in slow],
+                    workspace_id=self.workspace_id, platform=self.platform, dumps=self.dumps))
+                self.exact_rows += len(slow)
+            elif len(slow):
                 rows = pa.table(batch.columns, names=[f"c{i}" for i in range(len(batch.columns))]).take(slow)
                 cells = [list(r.values()) for r in rows.to_pylist()]
                 exact_rows.extend(zip(batch.logical[slow].tolist(), batch.lines[slow].tolist(), cells, strict=True))
@@ -139,12 +146,13 @@ class BatchNormalizer:
         date = self._cell(columns, "date")
         if date is None:
             return pa.array(np.zeros(n, dtype=bool)), values
-        ok = pc.and_kleene(ok, pc.match_substring_regex(date, _DATE))
-        parsed = pc.strptime(pc.if_else(ok, date, pa.scalar("2000-01-01")), format="%Y-%m-%d", unit="s",
-                             error_is_null=True)
-        # Arrow's parser rolls 2024-02-30 over to March; a date is valid only if it reads back the same
-        ok = pc.and_kleene(ok, pc.equal(pc.strftime(parsed, format="%Y-%m-%d"), date))
-        values["date"] = date
+        # YYYY-MM-DD, or with a time (TikTok's stat_time_day): the first format normalize_row tries that fits
+        short = pc.fill_null(pc.match_substring_regex(date, _DATE), False)
+        long = pc.fill_null(pc.match_substring_regex(date, _DATE_TIME), False)
+        ok = pc.and_kleene(ok, pc.or_(short, long))
+        ok = pc.and_kleene(ok, pc.if_else(short, _reads_back(date, short, "%Y-%m-%d", "2000-01-01"),
+                                          _reads_back(date, long, "%Y-%m-%d %H:%M:%S", "2000-01-01 00:00:00")))
+        values["date"] = pc.utf8_slice_codeunits(date, 0, 10)
         for name in ("impressions", "clicks"):
             cell = self._cell(columns, name)
             if cell is not None:
@@ -175,46 +183,66 @@ class BatchNormalizer:
         values["currency"] = currency
         return pc.fill_null(ok, False), values
 
-    def _fast_table(self, batch: CsvBatch, ok: pa.Array, values: dict[str, pa.Array | None]) -> pa.Table:
+    def _fast_table(self, batch: RowBatch, ok: pa.Array, values: dict[str, pa.Array | None]) -> pa.Table:
         columns = [pc.filter(c, ok) for c in batch.columns]
         values = {k: (pc.filter(v, ok) if v is not None else None) for k, v in values.items()}
         n = len(columns[0])
-        raw_parts: list[pa.Array | str] = []
-        for i, (key, index) in enumerate(self._keys):
-            raw_parts.append(("{" if i == 0 else ",") + key + ":\"")
-            raw_parts.append(_json_escape(columns[index]))
-            raw_parts.append("\"")
-        raw_parts.append("}")
+        if batch.raw_json is not None:  # JSON records: stored as they were
+            raw = pc.filter(pa.array(batch.raw_json, pa.string()), ok)
+        else:
+            raw_parts: list[pa.Array | str] = []
+            for i, (key, index) in enumerate(self._keys):
+                raw_parts.append(("{" if i == 0 else ",") + key + ":\"")
+                raw_parts.append(_json_escape(columns[index]))
+                raw_parts.append("\"")
+            raw_parts.append("}")
+            raw = _join(raw_parts, n)
         hashes = [hashlib.sha256(f"{self._hash_prefix}{a}|{d}".encode()).hexdigest()
                   for a, d in zip(values["ad_id"].to_pylist(), values["date"].to_pylist(), strict=True)]
         mask = ok.to_numpy(zero_copy_only=False)
         nulls = pa.nulls(n, pa.string())
         return pa.table([
             pa.array(batch.logical[mask]), pa.array(batch.lines[mask]), pa.array(["daily_metric"] * n, pa.string()),
-            pa.array(hashes, pa.string()), _join(raw_parts, n),
+            pa.array(hashes, pa.string()), raw,
             *[values[name] if values.get(name) is not None else nulls for name in VALUE_COLUMNS],
             pa.array(["valid"] * n, pa.string()), pa.array(["[]"] * n, pa.string()),
         ], schema=STAGED)
 
     # -- exact ------------------------------------------------------------------------------------------
     def _exact_table(self, rows: list[tuple[int, int, list[str]]]) -> pa.Table:
-        out: dict[str, list] = {name: [] for name in STAGED.names}
+        items = []
         for logical, line, cells in rows:
             if is_blank(cells):
                 continue
             if is_summary(self.plan.layout, cells, self.header):
                 self.summary_rows += 1
                 continue
-            raw = csv_record(self.header, cells)
-            row = normalize_row(raw, workspace_id=self.workspace_id, platform=self.platform, plan=self.plan)
-            self.exact_rows += 1
-            for name, value in (("logical", logical), ("line_number", line), ("entity_type", row.entity_type),
-                                ("natural_key_hash", row.natural_key_hash), ("raw_data", self.dumps(raw)),
-                                *[(name, column_text(row.values.get(name))) for name in VALUE_COLUMNS],
-                                ("validation_status", "valid" if row.valid else "invalid"),
-                                ("validation_errors", self.dumps(row.errors))):
-                out[name].append(value)
-        return pa.table(out, schema=STAGED)
+            items.append((logical, line, csv_record(self.header, cells), self.plan))
+        self.exact_rows += len(items)
+        return exact_staged(items, workspace_id=self.workspace_id, platform=self.platform, dumps=self.dumps)
+
+
+def exact_staged(items: list[tuple[int, int, object, ColumnPlan | None]], *, workspace_id: str, platform: str,
+                 dumps) -> pa.Table:
+    """Rows (logical number, line, raw record, plan) normalised one by one, as staging rows."""
+    out: dict[str, list] = {name: [] for name in STAGED.names}
+    for logical, line, raw, plan in items:
+        row = normalize_row(raw, workspace_id=workspace_id, platform=platform, plan=plan)
+        for name, value in (("logical", logical), ("line_number", line), ("entity_type", row.entity_type),
+                            ("natural_key_hash", row.natural_key_hash),
+                            ("raw_data", dumps(raw if isinstance(raw, dict) else {"value": raw})),
+                            *[(name, column_text(row.values.get(name))) for name in VALUE_COLUMNS],
+                            ("validation_status", "valid" if row.valid else "invalid"),
+                            ("validation_errors", dumps(row.errors))):
+            out[name].append(value)
+    return pa.table(out, schema=STAGED)
+
+
+def _reads_back(text: pa.Array, shaped: pa.Array, fmt: str, filler: str) -> pa.Array:
+    """Whether each text of the right shape is a real date/time: Arrow's parser rolls 2024-02-30 over to
+    March, so a value is valid only if it formats back to the same text."""
+    parsed = pc.strptime(pc.if_else(shaped, text, pa.scalar(filler)), format=fmt, unit="s", error_is_null=True)
+    return pc.fill_null(pc.equal(pc.strftime(parsed, format=fmt), text), False)
 
 
 def column_text(value) -> str | None:

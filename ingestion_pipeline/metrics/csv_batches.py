@@ -69,12 +69,17 @@ class RefusedRow:
 
 
 @dataclass
-class CsvBatch:
+class RowBatch:
+    """Rows as text columns. From a CSV file; or from JSON records (``records``: the records themselves,
+    which the exact path normalises and ``raw_json`` stores as they were)."""
+
     columns: list[pa.Array]  # one string array per header column
     lines: np.ndarray  # the line each row starts on
     breaks: np.ndarray  # line breaks inside each row's values
     logical: np.ndarray  # each row's logical number (orders rows and refused rows together)
     refused: list[tuple[RefusedRow, int]]  # rows Arrow refused in this stretch of the file, with their line
+    records: list[dict] | None = None
+    raw_json: list[str] | None = None
 
 
 def line_breaks(values: pa.Array, with_cr: bool) -> np.ndarray:
@@ -92,7 +97,7 @@ def _text_breaks(text: str) -> int:
 
 
 def read_batches(path: Path, *, encoding: str, width: int, header_rows: int, first_data_line: int,
-                 with_cr: bool) -> Iterator[CsvBatch]:
+                 with_cr: bool) -> Iterator[RowBatch]:
     """Batches of the rows after the header (``header_rows`` rows: titles, date ranges, the header).
 
     ``first_data_line`` is the line the first row after the header starts on.
@@ -129,12 +134,12 @@ def read_batches(path: Path, *, encoding: str, width: int, header_rows: int, fir
             breaks += line_breaks(column, with_cr)
         lines, refused_lines, next_line = _lines(next_line, next_logical, logical, breaks, mine)
         next_logical = int(logical[-1]) + 1
-        yield CsvBatch(list(batch.columns), lines, breaks, logical, list(zip(mine, refused_lines, strict=True)))
+        yield RowBatch(list(batch.columns), lines, breaks, logical, list(zip(mine, refused_lines, strict=True)))
     if refused:  # refused rows after the last batch
         refused.sort(key=lambda r: r.logical)
         empty = np.zeros(0, dtype=np.int64)
         _, refused_lines, _ = _lines(next_line, next_logical, empty, empty, refused)
-        yield CsvBatch([pa.array([], pa.string()) for _ in range(width)], empty, empty, empty,
+        yield RowBatch([pa.array([], pa.string()) for _ in range(width)], empty, empty, empty,
                        list(zip(refused, refused_lines, strict=True)))
 
 

@@ -1,10 +1,11 @@
 """Staging a metric upload: stream the file, normalise and validate each row, COPY in bounded chunks.
 
 A CSV export in a platform's own layout is read as Arrow record batches and validated per batch with
-``pyarrow.compute`` (``batch_normalization``); everything else — JSON, the generic layouts, a file whose
-quotes do not balance, a file Arrow cannot decode — goes row by row through ``ExportReader`` and
-``normalize_row``. Both number rows alike and give the same reasons, so a file that stops being readable
-by Arrow half-way continues row by row after the rows already staged.
+``pyarrow.compute`` (``batch_normalization``); JSON records are read incrementally by ``ExportReader``
+and validated the same way in batches of one layout. A CSV file in a generic layout, whose quotes do not
+balance, or that Arrow cannot decode goes row by row through ``ExportReader`` and ``normalize_row``.
+All paths number rows alike and give the same reasons, so a file that stops being readable by Arrow
+half-way continues row by row after the rows already staged.
 
 Memory stays bounded by one batch (``chunk_rows`` rows on the row path) whatever the file size. A rerun
 resumes after the last staged ``row_index`` (rows already staged are parsed but not written again).
@@ -21,6 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
@@ -30,8 +32,14 @@ from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.ledger import METRIC_UPLOADS
-from ingestion_pipeline.metrics.batch_normalization import VALUE_COLUMNS, BatchNormalizer, column_text, supports
-from ingestion_pipeline.metrics.csv_batches import read_batches, scan_bytes
+from ingestion_pipeline.metrics.batch_normalization import (
+    VALUE_COLUMNS,
+    BatchNormalizer,
+    column_text,
+    exact_staged,
+    supports,
+)
+from ingestion_pipeline.metrics.csv_batches import RowBatch, read_batches, scan_bytes
 from ingestion_pipeline.metrics.exports import ExportReader, locate_header, plan_notes
 from ingestion_pipeline.metrics.normalization import normalize_row
 from ingestion_pipeline.metrics.readers import MalformedFileError, csv_rows, open_text
@@ -40,6 +48,7 @@ _COLUMNS = ("upload_id", "row_index", "line_number", "entity_type", "natural_key
             "validation_status", "validation_errors")
 _COPY = f"COPY staging_rows ({', '.join(_COLUMNS)}) FROM STDIN"
 _COPY_CSV = _COPY + " (FORMAT csv)"
+JSON_BATCH_ROWS = 5_000
 
 
 class ArrowPathUnavailable(Exception):
@@ -89,7 +98,68 @@ def stage_upload(db: Database, upload: dict, *, owner: str, chunk_rows: int = 10
             return _stage_arrow(db, upload, raw_path, owner)
         except ArrowPathUnavailable:
             pass
+    elif arrow:
+        return _stage_json(db, upload, raw_path, owner)
     return _stage_rows(db, upload, raw_path, owner, chunk_rows)
+
+
+def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str) -> StagingCounts:
+    """JSON arrays, JSON Lines and API responses: records read incrementally, validated in batches of
+    consecutive records of one layout (a batch of anything the Arrow path does not support, one by one)."""
+    upload_id = upload["upload_id"]
+    already = _staged_rows(db, upload_id)
+    normalizers: dict[tuple, BatchNormalizer] = {}
+    group: list[tuple[int, object]] = []
+    group_plan = None
+    row_index = 0
+
+    def flush(writer: _BackgroundWriter) -> None:
+        nonlocal row_index
+        if not group:
+            return
+        first = row_index + 1
+        logical = np.arange(first, first + len(group), dtype=np.int64)
+        lines = np.array([line for line, _ in group], dtype=np.int64)
+        records = [raw for _, raw in group]
+        if group_plan is not None and supports(group_plan) and all(isinstance(r, dict) for r in records):
+            header = list(records[0])
+            key = (id(group_plan), tuple(header))
+            if key not in normalizers:
+                normalizers[key] = BatchNormalizer(group_plan, header, upload["workspace_id"], upload["platform"],
+                                                   _dumps)
+            columns = [pa.array([_cell(r.get(name)) for r in records], pa.string()) for name in header]
+            batch = RowBatch(columns, lines, np.zeros(len(group), dtype=np.int64), logical, [], records,
+                             [_dumps(r) for r in records])
+            staged = normalizers[key].stage(batch)
+        else:
+            staged = exact_staged([(int(n), int(line), raw, group_plan) for n, (line, raw) in zip(logical, group,
+                                                                                                   strict=True)],
+                                  workspace_id=upload["workspace_id"], platform=upload["platform"], dumps=_dumps)
+        row_index += len(group)
+        group.clear()
+        indexes = pa.array(logical)
+        keep = pc.greater(indexes, already)
+        if row_index > already:
+            writer.put((staged.filter(keep), pc.filter(indexes, keep)))
+
+    with raw_path.open("rb") as stream, \
+            _BackgroundWriter(lambda item: _copy_batch(db, upload_id, owner, *item)) as writer:
+        export = ExportReader(stream, upload["file_format"], upload["platform"])
+        for line, raw, plan in export.rows():
+            if group and (plan is not group_plan or len(group) >= JSON_BATCH_ROWS):
+                flush(writer)
+            group.append((line, raw))
+            group_plan = plan
+        flush(writer)
+    fast = sum(n.fast_rows for n in normalizers.values())
+    total, valid = _counts(db, upload_id)
+    return StagingCounts(total, valid, total - valid, already, export.summary_rows,
+                         export.layout.name if export.layout else None, export.notes, "arrow", fast)
+
+
+def _cell(value) -> str:
+    """A JSON value as the text normalize_row reads (``_text``: str(value)); null as blank."""
+    return "" if value is None else str(value)
 
 
 def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str) -> StagingCounts:

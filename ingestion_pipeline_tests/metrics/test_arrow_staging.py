@@ -4,6 +4,7 @@ reasons, for clean exports and for every quirk the row path handles (each file i
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,32 @@ def test_text_that_is_not_valid_in_its_encoding_fails_as_on_the_row_path(databas
     path = tmp_path / "bad.csv"
     with pytest.raises((staging.MalformedFileError, UnicodeDecodeError)):
         _stage_both(database, tmp_path, path, "meta")
+
+
+@pytest.mark.parametrize("layout", [name for name, (_, fmt) in sorted(WRITERS.items()) if fmt == "json"])
+def test_each_platform_json_response_in_batches(database, tmp_path, monkeypatch, layout):
+    monkeypatch.setattr(staging, "JSON_BATCH_ROWS", 7)  # batches end mid-response
+    writer, _ = WRITERS[layout]
+    path = writer(tmp_path / "export.json", with_invalid_share(daily_rows(2, 2, 3, 5), 0.1))
+    arrow, _ = _same(_stage_both(database, tmp_path, path, None))
+    assert arrow.total == 60 and arrow.invalid == 6
+    if layout != "google.search_stream_api_json":  # cost in micros: the exact path's
+        assert arrow.vectorised >= 50
+
+
+def test_json_lines_with_every_kind_of_value(database, tmp_path, monkeypatch):
+    monkeypatch.setattr(staging, "JSON_BATCH_ROWS", 3)
+    base = {"Day": "2024-03-01", "Campaign name": "C", "Campaign ID": "c1", "Ad set name": "S", "Ad set ID": "s1",
+            "Ad name": "A", "Ad ID": "a1", "Impressions": 100, "Amount spent (USD)": 1.5, "Link clicks": 3}
+    variants = [{}, {"Impressions": 12.0}, {"Impressions": "1,000"}, {"Amount spent (USD)": None},
+                {"Ad name": "two\nlines"}, {"Ad name": "tab\there"}, {"Link clicks": 300}, {"Ad ID": ""},
+                {"Amount spent (USD)": 1e-7}, {"Day": "2024-02-30"}, {"Impressions": True}]
+    lines = [json.dumps({**base, **v, "Day": v.get("Day", f"2024-03-{i + 1:02d}")}) for i, v in enumerate(variants)]
+    lines.insert(3, "[1, 2]")  # not a record
+    lines.append('{"Day": "2024-03-20", "Ad ID": "a1", "Impressions": Infinity, "Campaign name": "C"}')
+    path = tmp_path / "export.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    arrow, rows = _same(_stage_both(database, tmp_path, path, "meta"))
+    assert arrow.total == 13 and arrow.valid == 6 and arrow.vectorised == 2  # the rest took the exact path
+    reasons = {e["field"] + ": " + e["error"] for r in rows for e in r["validation_errors"]}
+    assert "row: not an object/record" in reasons and "impressions: not a finite number ('inf')" in reasons
