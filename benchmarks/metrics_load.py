@@ -1,84 +1,132 @@
-"""Metrics load: 1,000,000 daily-metric rows (1k campaigns, 10k ad sets, 100k ads, 10 days).
+"""Metrics load: 1,000,000-row exports as the platforms write them, submitted and processed by the CLI.
 
-Times staging (stream + validate + COPY) and promotion of the file, then an overlapping re-load
-(30 % of the keys again with new values, 70 % new), printing rows/s and the peak resident memory of
-this process. Not part of the tests.
+For each export (a Meta Ads Manager CSV and a Google Ads UI report CSV by default) this runs what a user
+runs — ``ingestion-pipeline metrics submit FILE`` then ``ingestion-pipeline process`` (the Dagster run of
+the upload's partition: staging, the threshold check, promotion) — each as its own process against an
+embedded Postgres in a temporary folder, and prints submit-to-completed time, the staging and
+promotion times the upload recorded, staging rows/s and the peak resident memory of the ``process``
+process. Not part of the tests; ``compare_dlt.py`` runs dlt on the same files in the same run.
 
-    .venv/bin/python benchmarks/metrics_load.py [--rows 1000000]
+    .venv/bin/python benchmarks/metrics_load.py [--rows 1000000] [--layouts meta.ads_manager_csv ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import json
 import os
-import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
-from datetime import date
+from dataclasses import dataclass
 from pathlib import Path
 
+BIN = Path(sys.executable).parent
+DEFAULT_LAYOUTS = ("meta.ads_manager_csv", "google.ui_report_csv")
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+@dataclass
+class Result:
+    layout: str
+    rows: int
+    submit_s: float
+    process_s: float
+    staging_s: float
+    promotion_s: float
+    peak_rss_mb: float
+    status: str
+    skipped: int
+
+    @property
+    def total_s(self) -> float:
+        return self.submit_s + self.process_s
+
+    def describe(self) -> str:
+        return (f"{self.layout}: {self.rows:,} rows, {self.status}; submit-to-completed {self.total_s:.1f} s "
+                f"(submit {self.submit_s:.1f} s, process {self.process_s:.1f} s: staging {self.staging_s:.1f} s = "
+                f"{self.rows / self.staging_s:,.0f} rows/s, promotion {self.promotion_s:.1f} s); "
+                f"summary rows skipped {self.skipped}; peak RSS of `process` {self.peak_rss_mb:.0f} MB")
+
+
+def environment(work: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DAGSTER_PG_URL", "DAGSTER_HOME")}
+    env["INGESTION_DATA_DIR"] = str(work)
+    return env
+
+
+def generate(work: Path, rows: int, layouts: tuple[str, ...]) -> dict[str, Path]:
+    """The exports, written by a child process (its memory is not this benchmark's)."""
+    files = {layout: work / f"{layout}.csv" for layout in layouts}
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from ingestion_pipeline.samples.metric_exports import daily_rows\n"
+        "from ingestion_pipeline.samples.platform_exports import WRITERS\n"
+        "rows = int(sys.argv[1])\n"
+        "for layout, path in zip(sys.argv[2::2], sys.argv[3::2]):\n"
+        "    WRITERS[layout][0](Path(path), daily_rows(max(1, rows // 1000), 10, 10, 10))\n"
+    )
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, str(rows), *[x for item in files.items() for x in map(str, item)]],
+                   check=True)
+    sizes = ", ".join(f"{p.name} {p.stat().st_size / 1e6:.0f} MB" for p in files.values())
+    print(f"generated {len(files)} exports of {rows:,} rows in {time.perf_counter() - start:.0f} s: {sizes}",
+          flush=True)
+    return files
+
+
+def cli(work: Path, *args: str) -> tuple[float, float, str]:
+    """Run ``ingestion-pipeline ARGS``; (wall seconds, peak RSS MB of that process, stdout)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([str(BIN / "ingestion-pipeline"), *args], env=environment(work), stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    elapsed = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"ingestion-pipeline {' '.join(args)} exited {proc.returncode}:\n{out}")
+    return elapsed, usage.ru_maxrss / 1024, out
+
+
+def database_url(work: Path) -> str:
+    return cli(work, "db", "url")[2].strip()
+
+
+def run_ours(work: Path, files: dict[str, Path]) -> list[Result]:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    cli(work, "db", "migrate")  # the embedded server starts here, not inside the timed commands
+    results = []
+    for layout, path in files.items():
+        workspace = "bench-" + layout.split(".")[0]
+        submit_s, _, _ = cli(work, "metrics", "submit", str(path), "--workspace", workspace)
+        process_s, rss, _ = cli(work, "process")
+        with psycopg.connect(database_url(work), row_factory=dict_row) as conn:
+            upload = conn.execute("SELECT * FROM data_uploads WHERE workspace_id = %s ORDER BY upload_id DESC LIMIT 1",
+                                  (workspace,)).fetchone()
+        stats = upload["stats"]
+        results.append(Result(layout, upload["total_rows"] or 0, submit_s, process_s,
+                              stats.get("staging_ms", 0) / 1000, stats.get("promotion_ms", 0) / 1000, rss,
+                              upload["status"], upload["skipped_rows"] or 0))
+        print(results[-1].describe(), flush=True)
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--layouts", nargs="+", default=list(DEFAULT_LAYOUTS))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ip-metrics-bench-"))
-    os.environ["INGESTION_DATA_DIR"] = str(work)
-    for var in ("DATABASE_URL", "DAGSTER_PG_URL"):
-        os.environ.pop(var, None)
-    logging.disable(logging.INFO)
-
-    from ingestion_pipeline.cli.bootstrap import bootstrap
-    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
-    from ingestion_pipeline.core.upload_store import LocalUploadStore
-    from ingestion_pipeline.metrics import pipeline
-    from ingestion_pipeline.metrics.uploads import submit_metric_file
-    from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
-
-    days = 10
-    ads = max(1, args.rows // days)  # 100k ads at 1M rows: 10 ads per ad set, 10 ad sets per campaign
-    campaigns = max(1, ads // 100)
     try:
-        ctx = bootstrap()
-        db = ctx.db
-        store = LocalUploadStore(work / "metric_uploads")
-        start = time.perf_counter()
-        first = write_export(work / "load.csv", "meta", daily_rows(campaigns, 10, 10, days))
-        # Overlap: days 8-10 again (30 % of the keys) with new values, days 11-17 new.
-        second = write_export(work / "reload.csv", "meta", daily_rows(campaigns, 10, 10, days, seed=99,
-                                                                        start=date(2024, 3, 8)))
-        print(f"generated 2 x {campaigns * 100 * days:,} rows ({first.stat().st_size / 1e6:.0f} MB each) "
-              f"in {time.perf_counter() - start:.0f} s; {campaigns:,} campaigns, {campaigns * 10:,} ad sets, "
-              f"{campaigns * 100:,} ads")
-        for label, path in (("initial load", first), ("overlapping re-load (30% of keys)", second)):
-            with path.open("rb") as stream:
-                submitted = submit_metric_file(db, store, workspace_id="bench", platform="meta", filename=path.name,
-                                               stream=stream, max_bytes=10 * 2**30)
-            key = submitted.partition_key
-            pipeline.claim_upload(db, key, "benchmark")
-            t0 = time.perf_counter()
-            _, counts = pipeline.stage(db, key)
-            staged_s = time.perf_counter() - t0
-            assert pipeline.evaluate_threshold(db, key).passed
-            t1 = time.perf_counter()
-            result = pipeline.promote(db, key)
-            promote_s = time.perf_counter() - t1
-            print(f"{label}: staging {counts.total:,} rows in {staged_s:.1f} s "
-                  f"({counts.total / staged_s:,.0f} rows/s); "
-                  f"promotion in {promote_s:.1f} s ({result.promoted_rows / promote_s:,.0f} rows/s); "
-                  f"status {result.status}; upserted {result.upserted}")
-        with db.connection() as conn:
-            total = conn.execute("SELECT count(*) AS n FROM daily_metrics").fetchone()["n"]
-        print(f"daily_metrics rows: {total:,} (expected {int(campaigns * 100 * days * 1.7):,}: no duplicates)")
-        print(f"peak resident memory of this process: {peak_rss_mb():.0f} MB")
+        files = generate(work, args.rows, tuple(args.layouts))
+        results = run_ours(work, files)
+        print(json.dumps([r.__dict__ | {"total_s": round(r.total_s, 2)} for r in results]))
     finally:
-        stop_embedded_postgres(work / "pgdata")
+        cli(work, "db", "stop")
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,0 +1,104 @@
+"""Metric exports side by side with dlt, in one run, on the same files and the same Postgres.
+
+Ours: ``metrics submit`` + ``process`` (staging with per-row validation, the threshold check,
+promotion into campaigns / ad sets / ads / daily metrics — the Dagster run included), as
+``metrics_load.py`` runs it. dlt: ``write_disposition="merge"`` on the same natural key (``Ad ID``,
+``Day``) into its own dataset of the same database, fed two ways — dicts from ``csv.DictReader`` (its
+simplest use) and pyarrow tables from ``pyarrow.csv.open_csv`` (its fast path). dlt loads the columns as
+they are: it validates nothing and skips the Google report's title and ``Total`` rows only because this
+script does so for it. Needs the ``bench`` extra: ``.venv/bin/pip install -e '.[bench]'``.
+
+    .venv/bin/python benchmarks/compare_dlt.py [--rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from metrics_load import DEFAULT_LAYOUTS, cli, database_url, generate, run_ours  # noqa: E402
+
+KEY = ("Ad ID", "Day")
+# Rows above the header in each export (the Google report has a title and a date-range line).
+PREAMBLE = {"meta.ads_manager_csv": 0, "google.ui_report_csv": 2, "tiktok.ads_manager_csv": 0}
+
+
+def dict_rows(path: Path, preamble: int) -> Iterator[dict]:
+    with path.open(newline="", encoding="utf-8-sig") as stream:
+        for _ in range(preamble):
+            stream.readline()
+        for row in csv.DictReader(stream):
+            if not row["Day"].startswith("Total"):
+                yield row
+
+
+def arrow_tables(path: Path, preamble: int) -> Iterator:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pa_csv
+
+    reader = pa_csv.open_csv(path, read_options=pa_csv.ReadOptions(skip_rows=preamble),
+                             convert_options=pa_csv.ConvertOptions(column_types={k: pa.string() for k in KEY}))
+    for batch in reader:
+        table = pa.Table.from_batches([batch])
+        yield table.filter(pc.invert(pc.starts_with(table["Day"], "Total")))
+
+
+def run_dlt(work: Path, files: dict[str, Path], mode: str) -> dict[str, float]:
+    import dlt
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(database_url(work))
+    # dlt takes the socket folder of the embedded server as a query parameter
+    credentials = (f"postgresql://{info['user']}:unused@localhost:{info.get('port', 5432)}/{info['dbname']}"
+                   f"?host={info['host']}")
+    times = {}
+    for layout, path in files.items():
+        feed = dict_rows if mode == "dicts" else arrow_tables
+        resource = dlt.resource(feed(path, PREAMBLE[layout]), name="daily_metrics", write_disposition="merge",
+                                primary_key=KEY)
+        pipeline = dlt.pipeline(pipeline_name=f"bench_{mode}_{layout.split('.')[0]}",
+                                destination=dlt.destinations.postgres(credentials=credentials),
+                                dataset_name=f"dlt_{mode}_{layout.split('.')[0]}", pipelines_dir=str(work / "dlt"))
+        start = time.perf_counter()
+        pipeline.run(resource)
+        times[layout] = time.perf_counter() - start
+        print(f"dlt {mode}: {layout} in {times[layout]:.1f} s", flush=True)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    args = parser.parse_args()
+    logging.getLogger("dlt").setLevel(logging.ERROR)
+    os.environ.setdefault("RUNTIME__LOG_LEVEL", "ERROR")
+    work = Path(tempfile.mkdtemp(prefix="ip-dlt-bench-"))
+    os.environ["DLT_DATA_DIR"] = str(work / "dlt")
+    try:
+        files = generate(work, args.rows, DEFAULT_LAYOUTS)
+        ours = {r.layout: r for r in run_ours(work, files)}
+        dicts = run_dlt(work, files, "dicts")
+        arrow = run_dlt(work, files, "arrow")
+        print(f"\n{'export':<24}{'ours (validated)':>18}{'dlt dicts':>12}{'dlt arrow':>12}"
+              f"{'dicts ÷ ours':>14}{'arrow ÷ ours':>14}")
+        for layout in files:
+            total = ours[layout].total_s
+            print(f"{layout:<24}{total:>16.1f} s{dicts[layout]:>10.1f} s{arrow[layout]:>10.1f} s"
+                  f"{dicts[layout] / total:>13.2f}×{arrow[layout] / total:>13.2f}×")
+    finally:
+        cli(work, "db", "stop")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
