@@ -113,7 +113,8 @@ def stage(db: Database, partition_key: str, owner: str,
     with db.transaction() as conn:
         upload = ledger.advance(
             conn, METRIC_UPLOADS, upload["upload_id"], owner, "staging_complete",
-            {"staging_ms": int((time.perf_counter() - start) * 1000), "resumed_after_row": counts.resumed_after},
+            {"staging_ms": int((time.perf_counter() - start) * 1000), "resumed_after_row": counts.resumed_after,
+             "reader": counts.reader, "vectorised_rows": counts.vectorised},
             total_rows=counts.total, valid_rows=counts.valid, invalid_rows=counts.invalid,
             layout=counts.layout, skipped_rows=counts.skipped, notes=Jsonb(counts.notes),
         )

@@ -11,6 +11,7 @@ import random
 import pytest
 
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
+from ingestion_pipeline.samples.platform_exports import meta_ads_manager_csv
 from ingestion_pipeline_tests.faults.harness import (
     METRIC_POINTS,
     ActiveVersionWatcher,
@@ -86,8 +87,10 @@ def test_twenty_kills_of_process_converge(harness, database_url, db, corpus_dir,
 
 @pytest.mark.timeout(900)
 def test_metric_uploads_killed_mid_staging_and_mid_promotion(harness, database_url, db, tmp_path):
-    exports = [write_export(tmp_path / "older.csv", "meta", daily_rows(10, 10, 10, 25)),  # 25,000 rows: 3 chunks
-               write_export(tmp_path / "newer.csv", "meta", daily_rows(10, 10, 10, 25, seed=3))]  # new figures
+    # 25,000 rows each: the generic layout is staged row by row (3 chunks), the Ads Manager export as Arrow
+    # batches (5 of them, written on the COPY thread): each is killed after its first committed piece
+    exports = [write_export(tmp_path / "older.csv", "meta", daily_rows(10, 10, 10, 25)),
+               meta_ads_manager_csv(tmp_path / "newer.csv", daily_rows(10, 10, 10, 25, seed=3))]  # new figures
     for export in exports:
         result = harness.cli("metrics", "submit", str(export), "--workspace", "acme", "--platform", "meta")
         assert result.returncode == 0, result.stderr
@@ -97,7 +100,8 @@ def test_metric_uploads_killed_mid_staging_and_mid_promotion(harness, database_u
     assert invariant_violations(database_url) == []
     uploads = table(db, "SELECT * FROM data_uploads ORDER BY upload_id")
     assert [(u["status"], u["promoted_rows"]) for u in uploads] == [("completed", 25_000)] * 2
-    assert any(u["stats"].get("resumed_after_row") for u in uploads)  # staging resumed after the last staged row
+    assert all(u["stats"].get("resumed_after_row") for u in uploads)  # staging resumed after the last staged row
+    assert [u["stats"]["reader"] for u in uploads] == ["rows", "arrow"]
     assert table(db, "SELECT count(*) AS n FROM daily_metrics")[0]["n"] == 25_000
     assert table(db, "SELECT count(*) AS n FROM ingestion_events")[0]["n"] == 2
     newest = table(db, "SELECT count(*) AS n FROM daily_metrics WHERE last_upload_id = %s", uploads[1]["upload_id"])
