@@ -6,6 +6,8 @@ is downloaded at run time; any local sentence-transformers folder can be configu
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import threading
@@ -44,9 +46,17 @@ def resolve_model_path(configured: str | None) -> str:
 class ModelInfo:
     """What identifies a model for the pipeline fingerprint, read from its files without loading it."""
 
-    name: str
+    name: str  # for people: the folder's name
     dimension: int
     max_seq_length: int
+    digest: str = ""  # SHA-256 over the weights, the configuration and the tokenizer files
+
+
+# The files that decide a model's vectors: weights, configuration (architecture, pooling, normalisation,
+# sequence length) and the tokenizer. Another folder holding the same files is the same model.
+_IDENTITY_FILES = ("model.safetensors", "pytorch_model.bin", "config.json", "modules.json",
+                   "sentence_bert_config.json", "1_Pooling/config.json", "tokenizer.json", "tokenizer_config.json",
+                   "vocab.txt", "special_tokens_map.json")
 
 
 def model_info(model_path: str) -> ModelInfo:
@@ -64,9 +74,27 @@ def model_info(model_path: str) -> ModelInfo:
     if st_config.exists():
         max_seq = int(json.loads(st_config.read_text()).get("max_seq_length") or max_seq)
     name = directory.name if directory.name != "model" else directory.parent.name
-    weights = directory / "model.safetensors"
-    size = weights.stat().st_size if weights.exists() else 0
-    return ModelInfo(name=f"{name}:{size}", dimension=int(dimension), max_seq_length=max_seq)
+    return ModelInfo(name=name, dimension=int(dimension), max_seq_length=max_seq, digest=model_digest(directory))
+
+
+def model_digest(directory: Path) -> str:
+    """SHA-256 over the model's identity files (names and contents); cached while the files are unchanged."""
+    present = [directory / name for name in _IDENTITY_FILES if (directory / name).is_file()]
+    if not any(p.name in ("model.safetensors", "pytorch_model.bin") for p in present):
+        raise ValueError(f"no model weights (model.safetensors or pytorch_model.bin) in {directory}")
+    stamp = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in present)
+    return _digest(stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(stamp: tuple[tuple[str, int, int], ...]) -> str:
+    digest = hashlib.sha256()
+    for path, _, _ in stamp:
+        digest.update(Path(path).name.encode() + b"\0")
+        with open(path, "rb") as stream:
+            while block := stream.read(1 << 20):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 class Embedder:
