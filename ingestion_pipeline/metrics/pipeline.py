@@ -135,7 +135,11 @@ def evaluate_threshold(db: Database, partition_key: str, owner: str,
     upload = _held(db, partition_key, owner)
     if upload is None:
         return None
-    counts = staged_counts(db, upload["upload_id"])
+    if upload["total_rows"] is not None and upload["valid_rows"] is not None:  # recorded when staging completed
+        counts = StagingCounts(upload["total_rows"], upload["valid_rows"],
+                               upload["total_rows"] - upload["valid_rows"], upload["total_rows"])
+    else:
+        counts = staged_counts(db, upload["upload_id"])
     ratio = counts.valid / counts.total if counts.total else 0.0
     threshold = float(upload["valid_threshold"])
     passed = ratio >= threshold
