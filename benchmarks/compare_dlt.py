@@ -46,8 +46,10 @@ def arrow_tables(path: Path, preamble: int) -> Iterator:
     import pyarrow.compute as pc
     import pyarrow.csv as pa_csv
 
+    # Google's "--" means no value: without null_values Arrow's type inference stops at it
     reader = pa_csv.open_csv(path, read_options=pa_csv.ReadOptions(skip_rows=preamble),
-                             convert_options=pa_csv.ConvertOptions(column_types={k: pa.string() for k in KEY}))
+                             convert_options=pa_csv.ConvertOptions(column_types={k: pa.string() for k in KEY},
+                                                                   null_values=["", "--"], strings_can_be_null=True))
     for batch in reader:
         table = pa.Table.from_batches([batch])
         yield table.filter(pc.invert(pc.starts_with(table["Day"], "Total")))
