@@ -207,7 +207,7 @@ class SourceOut(BaseModel):
 
 class SyncStarted(BaseModel):
     source_id: int
-    status: Literal["started"] = "started"
+    status: Literal["started", "already_running"] = "started"
     detail: str
 
 

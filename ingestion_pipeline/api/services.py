@@ -6,6 +6,7 @@ Built once per app (``create_app``) and swappable in tests, like the Dagster res
 from __future__ import annotations
 
 import threading
+import time
 from functools import cached_property
 from typing import Any
 
@@ -14,6 +15,9 @@ from ingestion_pipeline.core.settings import ApiSettings, Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.fingerprint import pipeline_fingerprint
+
+SYNC_SLOTS = 2
+SYNC_MARK_SECONDS = 600.0
 
 
 class ApiServices:
@@ -27,6 +31,26 @@ class ApiServices:
         self._s3_client_factory = s3_client_factory
         self._s3_clients: dict[str | None, Any] = {}
         self._s3_lock = threading.Lock()
+        # "Sync now" listings run after the response: one per source at a time, at most SYNC_SLOTS at once.
+        # Each holds two pooled connections while it lists (the source's lock and the work), so a burst of
+        # them must not take the connections requests need (a request waits at most 5 s, then 503).
+        self.sync_slots = threading.BoundedSemaphore(SYNC_SLOTS)
+        self._syncing: dict[int, float] = {}  # source id -> when its listing was started
+        self._syncing_lock = threading.Lock()
+
+    def begin_sync(self, source_id: int) -> bool:
+        """Mark the source as being listed in the background; False if it already is (nothing to start).
+        A mark older than SYNC_MARK_SECONDS is ignored (a task that never ran, e.g. the client went away)."""
+        with self._syncing_lock:
+            started = self._syncing.get(source_id)
+            if started is not None and time.monotonic() - started < SYNC_MARK_SECONDS:
+                return False
+            self._syncing[source_id] = time.monotonic()
+            return True
+
+    def end_sync(self, source_id: int) -> None:
+        with self._syncing_lock:
+            self._syncing.pop(source_id, None)
 
     @property
     def embedder(self) -> Embedder:

@@ -36,3 +36,43 @@ def test_add_sync_pause_remove(database, db, bucket, s3_env):
     assert api.client.delete(f"/v1/sources/{source_id}", headers=admin).status_code == 200
     assert api.client.get(f"/v1/sources/{source_id}", headers=admin).status_code == 404
     assert api.client.get("/v1/sources", headers=admin).json()["total"] == 1
+
+
+def test_a_burst_of_sync_requests_lists_each_source_once_at_a_time_and_keeps_connections_for_requests(
+        database, bucket, s3_env, monkeypatch):
+    """Each "sync now" listing holds two pooled connections; a burst used to take all eight and the next
+    request got 503 (schemathesis found it). Now: one listing per source at a time, two at once."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ingestion_pipeline.api.routes import sources as sources_route
+
+    _, name = bucket
+    api = make_api(database, ApiSettings(jwt_secret=SECRET, allowed_s3_endpoints=(s3_env,)))
+    admin = api.as_("acme-admin")
+    ids = [api.client.post("/v1/sources", headers=admin,
+                           json={"uri": f"s3://{name}/p{i}/", "endpoint_url": s3_env}).json()["source_id"]
+           for i in range(4)]
+    running: list[str] = []
+    peak = []
+    lock = threading.Lock()
+
+    def slow_sync(db, settings, s3_client_for, metric_store, *, names):
+        with lock:
+            running.append(names[0])
+            peak.append((len(running), len(set(running)) == len(running)))
+        time.sleep(0.3)
+        with lock:
+            running.remove(names[0])
+        return []
+
+    monkeypatch.setattr(sources_route, "sync_sources", slow_sync)
+    with ThreadPoolExecutor(16) as pool:  # the test client runs each request's background task in its thread
+        answers = list(pool.map(lambda i: api.client.post(f"/v1/sources/{ids[i % 4]}/sync", headers=admin),
+                                range(16)))
+    assert {r.status_code for r in answers} == {202}
+    statuses = [r.json()["status"] for r in answers]
+    assert statuses.count("started") >= 4 and "already_running" in statuses
+    assert max(n for n, _ in peak) <= 2 and all(distinct for _, distinct in peak)
+    assert api.client.get("/v1/sources", headers=admin).status_code == 200

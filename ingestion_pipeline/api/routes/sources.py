@@ -115,6 +115,9 @@ def sync(source_id: SourceId, who: Admin, services: Services, background: Backgr
             raise not_found("source") from exc
     if source.paused:
         raise ApiError(409, "paused", "the source is paused; resume it first")
+    if not services.begin_sync(source.source_id):
+        return {"source_id": source_id, "status": "already_running",
+                "detail": "a listing of this source is already under way; see last_sync_at / last_sync_error"}
     background.add_task(_sync_now, services, source.source_id, source.name)
     return {"source_id": source_id, "status": "started",
             "detail": "listing now; see last_sync_at / last_sync_error and the object counts of the source"}
@@ -122,16 +125,20 @@ def sync(source_id: SourceId, who: Admin, services: Services, background: Backgr
 
 def _sync_now(services, source_id: int, name: str) -> None:
     try:
-        reports = sync_sources(services.db, services.settings, services.s3_client, services.metric_store,
-                               names=[name])
-        error = None
-        _log.info(json.dumps({"event": "source_synced", "source_id": source_id,
-                              **(reports[0].as_dict() if reports else {})}))
-    except Exception as exc:  # noqa: BLE001 - an S3 failure is the sync's outcome, kept on the source
-        error = f"{type(exc).__name__}: {exc}"[:1000]
-        _log.warning(json.dumps({"event": "source_sync_failed", "source_id": source_id, "error": error}))
-    with services.db.connection() as conn:
-        registry.record_sync_outcome(conn, source_id, error)
+        with services.sync_slots:  # waits here holding no connection
+            try:
+                reports = sync_sources(services.db, services.settings, services.s3_client, services.metric_store,
+                                       names=[name])
+                error = None
+                _log.info(json.dumps({"event": "source_synced", "source_id": source_id,
+                                      **(reports[0].as_dict() if reports else {})}))
+            except Exception as exc:  # noqa: BLE001 - an S3 failure is the sync's outcome, kept on the source
+                error = f"{type(exc).__name__}: {exc}"[:1000]
+                _log.warning(json.dumps({"event": "source_sync_failed", "source_id": source_id, "error": error}))
+            with services.db.connection() as conn:
+                registry.record_sync_outcome(conn, source_id, error)
+    finally:
+        services.end_sync(source_id)
 
 
 @router.delete("/{source_id}", response_model=SourceOut)
