@@ -49,7 +49,7 @@ class ModelInfo:
     name: str  # for people: the folder's name
     dimension: int
     max_seq_length: int
-    digest: str = ""  # SHA-256 over the weights, the configuration and the tokenizer files
+    digest: str  # SHA-256 over the weights, the configuration and the tokenizer files
 
 
 # The files that decide a model's vectors: weights, configuration (architecture, pooling, normalisation,

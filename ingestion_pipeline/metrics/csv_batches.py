@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 SCAN_BYTES = 8 * 1024 * 1024
@@ -51,8 +52,8 @@ def scan_bytes(path: Path) -> ByteScan:
     with path.open("rb") as stream:
         while chunk := stream.read(SCAN_BYTES):
             quotes += chunk.count(b'"')
-            controls = controls or bool(chunk.translate(None, _NOT_CONTROL)) or _NEXT_LINE in tail + chunk[:1]
-            controls = controls or _NEXT_LINE in chunk
+            controls = (controls or bool(chunk.translate(None, _NOT_CONTROL)) or _NEXT_LINE in chunk
+                        or tail + chunk[:1] == _NEXT_LINE)  # split across two reads
             cr = cr or b"\r" in chunk
             tail = chunk[-1:]
     return ByteScan(quotes, controls, cr)
@@ -83,8 +84,7 @@ class RowBatch:
 
 
 def line_breaks(values: pa.Array, with_cr: bool) -> np.ndarray:
-    import pyarrow.compute as pc
-
+    """Line breaks (\n, \r\n, or a lone \r) inside each value."""
     counts = pc.count_substring(values, "\n").to_numpy(zero_copy_only=False).astype(np.int64)
     if with_cr:
         counts += pc.count_substring(values, "\r").to_numpy(zero_copy_only=False)
@@ -92,7 +92,7 @@ def line_breaks(values: pa.Array, with_cr: bool) -> np.ndarray:
     return counts
 
 
-def _text_breaks(text: str) -> int:
+def text_breaks(text: str) -> int:
     return text.count("\n") + text.count("\r") - text.count("\r\n")
 
 
@@ -159,7 +159,7 @@ def _lines(next_line: int, next_logical: int, logical: np.ndarray, breaks: np.nd
            refused: list[RefusedRow]) -> tuple[np.ndarray, list[int], int]:
     """Start lines of the batch's rows and of the refused rows among them; and the line after them all."""
     all_logical = np.concatenate([logical, np.array([r.logical for r in refused], dtype=np.int64)])
-    all_breaks = np.concatenate([breaks, np.array([_text_breaks(r.text) for r in refused], dtype=np.int64)])
+    all_breaks = np.concatenate([breaks, np.array([text_breaks(r.text) for r in refused], dtype=np.int64)])
     order = np.argsort(all_logical, kind="stable")
     sorted_logical = all_logical[order]
     sorted_breaks = all_breaks[order]

@@ -39,7 +39,7 @@ from ingestion_pipeline.metrics.batch_normalization import (
     exact_staged,
     supports,
 )
-from ingestion_pipeline.metrics.csv_batches import RowBatch, read_batches, scan_bytes
+from ingestion_pipeline.metrics.csv_batches import RowBatch, read_batches, scan_bytes, text_breaks
 from ingestion_pipeline.metrics.exports import ExportReader, locate_header, plan_notes
 from ingestion_pipeline.metrics.normalization import normalize_row
 from ingestion_pipeline.metrics.readers import MalformedFileError, csv_rows, open_text
@@ -135,12 +135,9 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str) -> Stagi
             staged = exact_staged([(int(n), int(line), raw, group_plan) for n, (line, raw) in zip(logical, group,
                                                                                                    strict=True)],
                                   workspace_id=upload["workspace_id"], platform=upload["platform"], dumps=_dumps)
+        _put_unstaged(writer, staged, row_index, already)
         row_index += len(group)
         group.clear()
-        indexes = pa.array(logical)
-        keep = pc.greater(indexes, already)
-        if row_index > already:
-            writer.put((staged.filter(keep), pc.filter(indexes, keep)))
 
     with raw_path.open("rb") as stream, \
             _BackgroundWriter(lambda item: _copy_batch(db, upload_id, owner, *item)) as writer:
@@ -174,7 +171,7 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str) -> Stag
     if not supports(plan):
         raise ArrowPathUnavailable(f"layout {plan.layout.name}")
     header_line, header = seen[header_at]
-    header_breaks = sum(c.count("\n") + c.count("\r") - c.count("\r\n") for c in header)
+    header_breaks = sum(text_breaks(cell) for cell in header)
     normalizer = BatchNormalizer(plan, header, upload["workspace_id"], upload["platform"], _dumps,
                                  check_controls=scan.has_controls)
     row_index = 0
@@ -184,18 +181,25 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str) -> Stag
             for batch in read_batches(raw_path, encoding=encoding, width=len(header), header_rows=header_at + 1,
                                       first_data_line=header_line + 1 + header_breaks, with_cr=scan.has_cr):
                 staged = normalizer.stage(batch)
-                n = staged.num_rows
-                indexes = pa.array(range(row_index + 1, row_index + n + 1), pa.int64())
-                row_index += n
-                keep = pc.greater(indexes, already)
-                if n and row_index > already:
-                    writer.put((staged.filter(keep), pc.filter(indexes, keep)))
+                _put_unstaged(writer, staged, row_index, already)
+                row_index += staged.num_rows
         except (pa.ArrowInvalid, csv.Error, UnicodeDecodeError) as exc:  # undecodable text, malformed refused row
             writer.close()  # what was read before the problem is staged; the row path continues after it
             raise ArrowPathUnavailable(str(exc)) from exc
     total, valid = _counts(db, upload_id)
     return StagingCounts(total, valid, total - valid, already, normalizer.summary_rows, plan.layout.name,
                          plan_notes(plan), "arrow", normalizer.fast_rows)
+
+
+def _put_unstaged(writer: _BackgroundWriter, staged: pa.Table, before: int, already: int) -> None:
+    """Hand the writer the rows of ``staged`` (numbered from ``before + 1``) that an earlier attempt has not
+    staged yet (``already``: the last row it staged)."""
+    n = staged.num_rows
+    if n == 0 or before + n <= already:
+        return
+    indexes = pa.array(range(before + 1, before + n + 1), pa.int64())
+    keep = pc.greater(indexes, already)
+    writer.put((staged.filter(keep), pc.filter(indexes, keep)))
 
 
 class _BackgroundWriter:
