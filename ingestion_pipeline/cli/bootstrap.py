@@ -4,6 +4,7 @@ hand the command one ``Context`` (database pool, settings, stores, the embedding
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import cached_property
 
 from ingestion_pipeline.core.db import Database, resolve_dagster_storage_url, resolve_database_url
@@ -11,7 +12,7 @@ from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.core.settings import Settings, load_settings, project_root
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents.embedding import Embedder
-from ingestion_pipeline.documents.fingerprint import pipeline_fingerprint
+from ingestion_pipeline.documents.fingerprint import fingerprint_for, pipeline_fingerprint
 
 
 class Context:
@@ -33,6 +34,12 @@ class Context:
     def fingerprint(self) -> str:
         chunk = self.settings.chunk
         return pipeline_fingerprint(self.embedder.info, chunk.target_tokens, chunk.max_tokens)
+
+    @property
+    def fingerprint_for(self) -> Callable[[str | None], str | None]:
+        """extractor version of stored elements -> the fingerprint re-indexing them now gives."""
+        chunk = self.settings.chunk
+        return fingerprint_for(self.embedder.info, chunk.target_tokens, chunk.max_tokens)
 
     @property
     def document_store(self) -> LocalUploadStore:

@@ -1,4 +1,4 @@
-"""Document commands: submit, process, ingest, documents, search."""
+"""Document commands: submit, process, ingest, reindex, documents, search."""
 
 from __future__ import annotations
 
@@ -139,6 +139,45 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return submitted or processed
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    """Queue a re-index of every stale active version (or every one, ``--all``); ``--process`` runs them now."""
+    from ingestion_pipeline.documents import reindex
+
+    with bootstrap() as ctx:
+        with ctx.db.transaction() as conn:
+            plan = reindex.find_versions(conn, ctx.fingerprint_for, tenant_id=args.tenant, stale_only=not args.all)
+            if not args.dry_run:
+                reindex.queue(conn, plan, force=args.all)
+        records = [{"tenant_id": v.tenant_id, "doc_id": v.doc_id, "version": v.version_number, "file": v.filename,
+                    "fingerprint": v.fingerprint,
+                    "status": "would re-index" if args.dry_run
+                    else "already queued" if v.version_id in plan.already_queued else "queued",
+                    "reason": ""} for v in plan.reindexable]
+        records += [{"tenant_id": v.tenant_id, "doc_id": v.doc_id, "version": v.version_number, "file": v.filename,
+                     "fingerprint": v.fingerprint, "status": "needs file", "reason": v.reason}
+                    for v in plan.needs_file]
+        summary = {"current_fingerprint": plan.current_fingerprint, "active": plan.active, "current": plan.current,
+                   "reindexable": len(plan.reindexable), "needs_file": len(plan.needs_file),
+                   "queued": len(plan.queued_run_ids), "already_queued": len(plan.already_queued),
+                   "dry_run": args.dry_run}
+
+        def render(_records: list[dict]) -> None:
+            if records:
+                print_table(records, ["tenant_id", "doc_id", "version", "file", "status", "reason"])
+            print(f"pipeline fingerprint {plan.current_fingerprint}: {plan.summary()}")
+            if not plan.reindexable:
+                print("nothing to re-index" + (" (every active version is current)" if not plan.stale else ""))
+            elif not args.dry_run and not args.process:
+                print("run `ingestion-pipeline process` to re-index now (the upload sensor launches them under "
+                      "`make dev`)")
+
+        emit(args, [{"reindex": summary, "versions": records}], render)
+        if args.process and not args.dry_run and plan.queued_run_ids:
+            summaries = process_queued(ctx, args)
+            return 0 if all(s["run_success"] for s in summaries) else 1
+    return 0
+
+
 def cmd_documents(args: argparse.Namespace) -> int:
     from ingestion_pipeline.documents.listing import list_documents
     from ingestion_pipeline.documents.promotion import deactivate_document
@@ -182,7 +221,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    """Add submit, process, ingest, documents and search to the top-level subparsers."""
+    """Add submit, process, ingest, reindex, documents and search to the top-level subparsers."""
 
     def add_files(p: argparse.ArgumentParser) -> None:
         p.add_argument("files", nargs="+", metavar="FILE")
@@ -206,6 +245,18 @@ def register(sub) -> None:
     add_files(p)
     add_json_flag(p)
     p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("reindex", help="chunk and embed active versions again after a pipeline change (from their "
+                                       "stored elements), as batches like uploads")
+    p.add_argument("--tenant", help="one tenant (default: every tenant)")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--stale-only", action="store_true", default=True,
+                       help="only versions whose pipeline fingerprint differs from the current one (the default)")
+    scope.add_argument("--all", action="store_true", help="every active version, current ones too")
+    p.add_argument("--dry-run", action="store_true", help="say what would be re-indexed; queue nothing")
+    p.add_argument("--process", action="store_true", help="run the queued re-indexes now and wait (as `process`)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_reindex)
 
     p = sub.add_parser("documents", help="a tenant's documents and their active versions; `deactivate DOC_ID`")
     p.add_argument("--tenant")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import dagster as dg
@@ -68,12 +68,13 @@ def run_key(partition_key: str, launch_gen: int) -> str:
 
 
 def plan_document_runs(
-    instance: dg.DagsterInstance, db: Database, limits: BatchSettings, run_type: str | None = None
+    instance: dg.DagsterInstance, db: Database, limits: BatchSettings,
+    run_types: Sequence[str] | None = None
 ) -> RunPlan:
-    """Assign queued rows (of ``run_type``, or all) to batches; one run per batch with work due now."""
+    """Assign queued rows (of ``run_types``, or all) to batches; one run per batch with work due now."""
     with db.connection() as conn:
-        assign_queued_to_batches(conn, limits, run_type=run_type)
-        due = due_batches(conn, run_type=run_type)
+        assign_queued_to_batches(conn, limits, run_types=run_types)
+        due = due_batches(conn, run_types=run_types)
         keys = [b["partition_key"] for b in due]
         sources = partition_sources(conn, keys)
     requests = [

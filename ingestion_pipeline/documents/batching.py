@@ -7,6 +7,7 @@ sensor tick or a concurrent ``process`` never puts one row into two batches.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -59,7 +60,8 @@ def partition_key_for(
 
 
 def assign_queued_to_batches(
-    conn: psycopg.Connection, limits: BatchSettings, *, max_batches: int = 25, run_type: str | None = None
+    conn: psycopg.Connection, limits: BatchSettings, *, max_batches: int = 25,
+    run_types: Sequence[str] | None = None
 ) -> list[Batch]:
     """Claim unbatched queued rows into new batches (at most ``max_batches`` per call)."""
     batches: list[Batch] = []
@@ -71,10 +73,10 @@ def assign_queued_to_batches(
                  JOIN tenants t ON t.tenant_id = r.tenant_id
                 WHERE r.status = 'queued' AND r.partition_key IS NULL AND NOT t.paused
                   AND NOT coalesce(s.paused, false)
-                  AND (%(run_type)s::text IS NULL OR r.run_type = %(run_type)s)
+                  AND (%(run_types)s::text[] IS NULL OR r.run_type = ANY(%(run_types)s))
                 ORDER BY r.tenant_id, r.source_id NULLS FIRST, r.run_id
                 LIMIT %(limit)s""",
-            {"run_type": run_type, "limit": limits.max_files * max_batches},
+            {"run_types": _types(run_types), "limit": limits.max_files * max_batches},
         ).fetchall()
         for group in plan_batches(rows, limits)[:max_batches]:
             key = partition_key_for(group[0]["tenant_id"], group[0]["run_id"], source_name=group[0]["source_name"])
@@ -89,7 +91,7 @@ def assign_queued_to_batches(
     return batches
 
 
-def due_batches(conn: psycopg.Connection, run_type: str | None = None) -> list[dict]:
+def due_batches(conn: psycopg.Connection, run_types: Sequence[str] | None = None) -> list[dict]:
     """Batches with work due now: {partition_key, launch_gen}, oldest first.
 
     Rows waiting for a retry (``next_attempt_at`` in the future) and rows of a paused tenant or source
@@ -103,15 +105,15 @@ def due_batches(conn: psycopg.Connection, run_type: str | None = None) -> list[d
              LEFT JOIN ingestion_sources s ON s.source_id = r.source_id
             WHERE r.status = 'queued' AND r.partition_key IS NOT NULL AND r.next_attempt_at <= now()
               AND NOT t.paused AND NOT coalesce(s.paused, false)
-              AND (%(run_type)s::text IS NULL OR r.run_type = %(run_type)s)
+              AND (%(run_types)s::text[] IS NULL OR r.run_type = ANY(%(run_types)s))
             GROUP BY r.partition_key ORDER BY first_run""",
-        {"run_type": run_type},
+        {"run_types": _types(run_types)},
     ).fetchall()
 
 
-def partitions_with_queued_rows(conn: psycopg.Connection, run_type: str | None = None) -> list[str]:
+def partitions_with_queued_rows(conn: psycopg.Connection, run_types: Sequence[str] | None = None) -> list[str]:
     """Batches that still have work waiting now (new ones, relaunched ones, retries that are due)."""
-    return [r["partition_key"] for r in due_batches(conn, run_type)]
+    return [r["partition_key"] for r in due_batches(conn, run_types)]
 
 
 def next_due_at(conn: psycopg.Connection):
@@ -136,3 +138,7 @@ def partition_sources(conn: psycopg.Connection, partition_keys: list[str]) -> di
         (partition_keys,),
     ).fetchall()
     return {r["partition_key"]: r["name"] for r in rows}
+
+
+def _types(run_types: Sequence[str] | None) -> list[str] | None:
+    return None if run_types is None else list(run_types)

@@ -8,18 +8,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 
 from ingestion_pipeline.documents.chunking import CHUNKER_VERSION
 from ingestion_pipeline.documents.embedding import ModelInfo
 from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION
 
 
-def pipeline_fingerprint(model: ModelInfo, target_tokens: int, max_tokens: int) -> str:
+def pipeline_fingerprint(model: ModelInfo, target_tokens: int, max_tokens: int,
+                         extractor_version: str = EXTRACTOR_VERSION) -> str:
+    """``extractor_version``: the extractor that made the elements (a re-index from stored elements keeps
+    the one that extracted them)."""
     spec = {
-        "extractor": EXTRACTOR_VERSION,
+        "extractor": extractor_version,
         "chunker": {"version": CHUNKER_VERSION, "target_tokens": target_tokens, "max_tokens": max_tokens},
         # the model by what it is (its files' SHA-256), not by where it lies or its name
         "model": {"digest": model.digest, "dimension": model.dimension, "max_seq_length": model.max_seq_length},
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
     return f"fp2-{digest[:16]}"
+
+
+def fingerprint_for(model: ModelInfo, target_tokens: int, max_tokens: int) -> Callable[[str | None], str | None]:
+    """extractor version of some elements (None: no elements) -> the fingerprint chunking and embedding
+    them now would give (None: nothing to chunk)."""
+    return lambda extractor: (None if extractor is None
+                              else pipeline_fingerprint(model, target_tokens, max_tokens, extractor))

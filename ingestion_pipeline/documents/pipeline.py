@@ -26,13 +26,18 @@ from ingestion_pipeline.core.ledger import LeaseLost, Worker
 from ingestion_pipeline.core.progress import Progress, Sink
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
-from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents import reindex, runs, staging
 from ingestion_pipeline.documents.chunking import chunk_elements, effective_budgets
 from ingestion_pipeline.documents.embedding import Embedder
-from ingestion_pipeline.documents.extraction import extract
+from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION, extract
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
-from ingestion_pipeline.documents.fingerprint import pipeline_fingerprint
-from ingestion_pipeline.documents.promotion import PromotionError, promote_document_version
+from ingestion_pipeline.documents.fingerprint import fingerprint_for
+from ingestion_pipeline.documents.promotion import (
+    PromotionError,
+    Superseded,
+    promote_document_version,
+    superseded_reason,
+)
 
 _log = logging.getLogger("ingestion_pipeline.documents")
 
@@ -44,8 +49,9 @@ Extractor = Callable[[Path, str], Any]
 # Errors of the database itself: not a file's fault, so the step (not the file) is retried.
 _STEP_ERRORS = ("db_unavailable", "db_conflict")
 
-# outcome statuses besides the ledger's: the step is done and more follow; the file was handed back
-STEP_DONE, RETRY, LOST, RELEASED, SKIPPED = "running", "retry", "lost", "released", "skipped"
+# outcome statuses besides the ledger's: the step is done and more follow; the file was handed back;
+# nothing to do (identical content already active / the version is already at the current fingerprint)
+STEP_DONE, RETRY, LOST, RELEASED, SKIPPED, CURRENT = "running", "retry", "lost", "released", "skipped", "current"
 
 
 @dataclass
@@ -98,8 +104,14 @@ class DocumentPipeline:
 
     # -- shared ---------------------------------------------------------------------------------
     @property
+    def fingerprint_for(self) -> reindex.FingerprintFor:
+        """extractor version of a file's elements -> the fingerprint this pipeline gives them."""
+        return fingerprint_for(self.model, self.settings.chunk.target_tokens, self.settings.chunk.max_tokens)
+
+    @property
     def fingerprint(self) -> str:
-        return pipeline_fingerprint(self.model, self.settings.chunk.target_tokens, self.settings.chunk.max_tokens)
+        """The fingerprint of a file extracted now."""
+        return self.fingerprint_for(EXTRACTOR_VERSION)
 
     @property
     def owner(self) -> str:
@@ -172,6 +184,8 @@ class DocumentPipeline:
         """
         assert self.worker is not None
         with self.db.transaction() as conn:
+            if replay_finished:  # a person's backfill re-indexes the batch's stale versions
+                reindex.queue_stale_in_partition(conn, partition_key, self.fingerprint_for)
             claimed = {r["run_id"] for r in runs.claim(conn, self.worker, partition_key,
                                                        replay_finished=replay_finished)}
             others = [r for r in runs.partition_rows(conn, partition_key) if r["run_id"] not in claimed]
@@ -181,7 +195,14 @@ class DocumentPipeline:
         """Why a file of the batch is not this run's to work on."""
         status = row["status"]
         if status == runs.SUCCEEDED:
-            detail = "already done"
+            with self.db.connection() as conn:
+                active = conn.execute(
+                    """SELECT version_number, pipeline_fingerprint FROM document_versions
+                        WHERE doc_id = %s AND is_active""", (row["doc_id"],)).fetchone()
+            if active is not None and active["pipeline_fingerprint"] == self.fingerprint:
+                return FileOutcome(row["run_id"], _filename(row), CURRENT,
+                                   f"version {active['version_number']} is current")
+            detail = "already done" if active is not None else "already done; the document is no longer active"
         elif status == runs.RUNNING:
             detail = f"held by run {row['owner']} (lease until {row['lease_expires_at']:%H:%M:%S})"
         elif status == runs.QUEUED:
@@ -202,6 +223,8 @@ class DocumentPipeline:
 
     def _verify_raw(self, row: dict) -> FileOutcome:
         start = time.perf_counter()
+        if row["run_type"] == reindex.REINDEX:
+            return self._stage_stored_elements(row, start)
         if row.get("source_id") is not None and not (row["raw_path"] and Path(row["raw_path"]).is_file()):
             row = self._fetch_s3_object(row)
         raw = Path(row["raw_path"] or "")
@@ -233,6 +256,35 @@ class DocumentPipeline:
             staging.discard(conn, row["run_id"])
         self._release_raw(row)
         return FileOutcome(row["run_id"], _filename(row), SKIPPED, "already the active version")
+
+    def _stage_stored_elements(self, row: dict, start: float) -> FileOutcome:
+        """A re-index starts from the elements stored with the version (the extract step then has
+        nothing to do); unless the version is no longer active, or already current."""
+        config = row["config"] or {}
+        with self.db.transaction() as conn:
+            runs.hold(conn, row["run_id"], self.owner)
+            version = conn.execute(
+                """SELECT version_id, version_number, is_active, pipeline_fingerprint, page_count, extractor_version
+                     FROM document_versions WHERE version_id = %s""", (row["reindex_of_version_id"],)).fetchone()
+            skipped = None
+            if not version["is_active"]:
+                skipped = superseded_reason(conn, row["doc_id"], version["version_number"])
+            elif (version["pipeline_fingerprint"] == self.fingerprint_for(version["extractor_version"])
+                  and not config.get("force")):
+                skipped = f"version {version['version_number']} is current"
+            if skipped is not None:
+                runs.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": skipped})
+                staging.discard(conn, row["run_id"])
+                return FileOutcome(row["run_id"], _filename(row), CURRENT if "current" in skipped else SKIPPED,
+                                   skipped)
+            staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
+            n = staging.stage_version_elements(conn, row["run_id"], version["version_id"], version["page_count"])
+            if n == 0:
+                raise ExtractionError(f"version {version['version_number']} has no stored elements; submit the "
+                                      "file again to re-index it", code="reindex_needs_file")
+            runs.heartbeat(conn, row["run_id"], self.owner, {"elements": n, "timings_ms": {"verify": _ms(start)}})
+        return FileOutcome(row["run_id"], _filename(row), STEP_DONE,
+                           f"re-indexing version {version['version_number']} from {n} stored elements")
 
     def _fetch_s3_object(self, row: dict) -> dict:
         """Stream the listed object version into the raw store, hashing on the way; record hash and size."""
@@ -365,14 +417,23 @@ class DocumentPipeline:
         return self._for_each(partition_key, self._promote_one, "promote")
 
     def _promote_one(self, row: dict) -> FileOutcome:
-        with self.db.transaction() as conn:
-            state = staging.staging_state(conn, row["run_id"])
-            if state is None or not state["embeddings_done"]:
-                raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
-            version = promote_document_version(
-                conn, row, owner=self.owner, fingerprint=self.fingerprint, model=self.model.name,
-                timings_ms=dict((row["stats"] or {}).get("timings_ms") or {}),
-            )
+        # a re-index keeps the extractor that made the stored elements
+        extractor = (row["config"] or {}).get("extractor_version") if row["reindex_of_version_id"] else None
+        extractor = extractor or EXTRACTOR_VERSION
+        try:
+            with self.db.transaction() as conn:
+                state = staging.staging_state(conn, row["run_id"])
+                if state is None or not state["embeddings_done"]:
+                    raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
+                version = promote_document_version(
+                    conn, row, owner=self.owner, fingerprint=self.fingerprint_for(extractor), model=self.model.name,
+                    extractor_version=extractor, timings_ms=dict((row["stats"] or {}).get("timings_ms") or {}),
+                )
+        except Superseded as exc:  # a newer version (or a deletion) came first: nothing to promote
+            with self.db.transaction() as conn:
+                runs.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": str(exc)})
+                staging.discard(conn, row["run_id"])
+            return FileOutcome(row["run_id"], _filename(row), SKIPPED, str(exc))
         self._release_raw(row)
         return FileOutcome(
             row["run_id"], _filename(row), runs.SUCCEEDED,

@@ -28,6 +28,21 @@ class PromotionError(CodedError):
         super().__init__(code, message)
 
 
+class Superseded(PromotionError):
+    """A re-index whose version is no longer active: a newer version (or a deletion) came first."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="superseded")
+
+
+def superseded_reason(conn: psycopg.Connection, doc_id: int, version_number: int) -> str:
+    active = conn.execute("SELECT version_number FROM document_versions WHERE doc_id = %s AND is_active",
+                          (doc_id,)).fetchone()
+    if active is None:
+        return f"version {version_number} is no longer active (the document was deactivated)"
+    return f"superseded: version {active['version_number']} is active"
+
+
 @dataclass(frozen=True)
 class PromotedVersion:
     version_id: int
@@ -38,16 +53,25 @@ class PromotedVersion:
 
 
 def promote_document_version(
-    conn: psycopg.Connection, run: dict, *, owner: str, fingerprint: str, model: str, timings_ms: dict[str, int]
+    conn: psycopg.Connection, run: dict, *, owner: str, fingerprint: str, model: str, extractor_version: str,
+    timings_ms: dict[str, int],
 ) -> PromotedVersion:
     """Promote the staged chunks of ledger row ``run``, held by ``owner``. The caller commits (or rolls back).
 
-    ``timings_ms`` (the earlier steps) is completed with this step's duration on the ledger row.
+    The staged elements are kept with the version (``version_elements``, made by ``extractor_version``):
+    re-indexing starts from them. A re-index (``run["reindex_of_version_id"]``) whose version is no
+    longer active raises ``Superseded``. ``timings_ms`` (the earlier steps) is completed with this
+    step's duration on the ledger row.
     """
     started = time.perf_counter()
     tenant_id, doc_id, run_id = run["tenant_id"], run["doc_id"], run["run_id"]
     runs.hold(conn, run_id, owner)  # first: a run that lost this file promotes nothing
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"doc:{doc_id}",))
+    if run.get("reindex_of_version_id") is not None:  # under the lock: no newer version can slip in after this
+        reindexed = conn.execute("SELECT version_number, is_active FROM document_versions WHERE version_id = %s",
+                                 (run["reindex_of_version_id"],)).fetchone()
+        if not reindexed["is_active"]:
+            raise Superseded(superseded_reason(conn, doc_id, reindexed["version_number"]))
     totals = conn.execute(
         """SELECT count(*) AS chunks, coalesce(sum(token_count), 0) AS tokens,
                   count(*) FILTER (WHERE embedding IS NULL) AS unembedded
@@ -80,16 +104,22 @@ def promote_document_version(
         """INSERT INTO document_versions
                (tenant_id, doc_id, version_number, content_hash, pipeline_fingerprint, is_active, title,
                 filename, content_type, size_bytes, page_count, chunk_count, token_count, ingestion_run_id,
-                activated_at)
+                activated_at, extractor_version)
            VALUES (%s, %s,
                    (SELECT coalesce(max(version_number), 0) + 1 FROM document_versions WHERE doc_id = %s),
-                   %s, %s, true, %s, %s, %s, %s, %s, %s, %s, %s, now())
+                   %s, %s, true, %s, %s, %s, %s, %s, %s, %s, %s, now(), %s)
            RETURNING version_id, version_number""",
         (tenant_id, doc_id, doc_id, run["content_hash"], fingerprint, config.get("title"),
          config.get("filename"), config.get("content_type"), run["size_bytes"], page_count,
-         totals["chunks"], totals["tokens"], run_id),
+         totals["chunks"], totals["tokens"], run_id, extractor_version),
     ).fetchone()
     version_id = version["version_id"]
+    conn.execute(
+        """INSERT INTO version_elements (version_id, tenant_id, ordinal, element_type, text, page_number, section_path)
+           SELECT %s, %s, ordinal, element_type, text, page_number, section_path
+             FROM staging_elements WHERE run_id = %s""",
+        (version_id, tenant_id, run_id),
+    )
     conn.execute(
         """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, page_start, page_end, section_path,
                                element_types, token_count, content_hash)

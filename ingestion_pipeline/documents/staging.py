@@ -41,6 +41,23 @@ def write_elements(conn: psycopg.Connection, run_id: int, elements: Iterable[Ele
     return n
 
 
+def stage_version_elements(conn: psycopg.Connection, run_id: int, version_id: int, page_count: int | None) -> int:
+    """Stage the elements stored with a promoted version (a re-index) and mark extraction done."""
+    conn.execute("DELETE FROM staging_elements WHERE run_id = %s", (run_id,))
+    n = conn.execute(
+        """INSERT INTO staging_elements (run_id, ordinal, element_type, text, page_number, section_path)
+           SELECT %s, ordinal, element_type, text, page_number, section_path
+             FROM version_elements WHERE version_id = %s""",
+        (run_id, version_id),
+    ).rowcount
+    conn.execute(
+        """UPDATE staging_documents SET elements_done = true, page_count = %s, stats = stats || %s,
+                  updated_at = now() WHERE run_id = %s""",
+        (page_count, Jsonb({"elements": n, "from_version": version_id}), run_id),
+    )
+    return n
+
+
 def read_elements(conn: psycopg.Connection, run_id: int) -> list[Element]:
     rows = conn.execute(
         """SELECT element_type, text, page_number, section_path FROM staging_elements

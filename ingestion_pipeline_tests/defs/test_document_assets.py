@@ -50,7 +50,7 @@ def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database
     assert "password-protected" in files["password.pdf"]["detail"]
 
     checks = result.get_asset_check_evaluations()
-    assert len(checks) == 3 and all(c.passed for c in checks)
+    assert len(checks) == 4 and all(c.passed for c in checks)  # fingerprints_current too: nothing is stale
     assert all(c.metadata["checked_nothing"].value is False for c in checks)
 
     # the failed file kept its raw upload, the promoted ones had theirs removed

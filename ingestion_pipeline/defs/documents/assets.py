@@ -19,7 +19,7 @@ from ingestion_pipeline.defs.resources import (
     UploadStoreResource,
     build_document_pipeline,
 )
-from ingestion_pipeline.documents import integrity
+from ingestion_pipeline.documents import integrity, reindex
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report
 
@@ -133,6 +133,9 @@ chunk_embeddings = _file_step(
                           description="every promoted chunk has one vector of the model's dimension"),
         dg.AssetCheckSpec("no_version_without_chunks", asset="promoted_documents",
                           description="no promoted version is empty"),
+        dg.AssetCheckSpec("fingerprints_current", asset="promoted_documents",
+                          description="every active version (all tenants) was made by the current pipeline "
+                                      "fingerprint; a warning says a re-index (backfill) is due"),
     ],
 )
 def promoted_documents(
@@ -156,6 +159,7 @@ def promoted_documents(
         multi = integrity.docs_without_exactly_one_active_version(conn, doc_ids)
         mismatched = integrity.versions_with_embedding_mismatch(conn, version_ids, pipeline.model.dimension)
         empty = integrity.versions_without_chunks(conn, version_ids)
+        stale = reindex.stale_counts(conn, pipeline.fingerprint_for)
     # A check with nothing to look at says so, rather than passing silently.
     nothing = {"checked_nothing": not doc_ids,
                "note": "no file of this batch was promoted, so nothing was checked" if not doc_ids else "checked"}
@@ -171,6 +175,14 @@ def promoted_documents(
         dg.AssetCheckResult(
             check_name="no_version_without_chunks", passed=not empty,
             metadata={"versions_checked": len(version_ids), "violations": str(empty[:20]), **nothing},
+        ),
+        dg.AssetCheckResult(
+            check_name="fingerprints_current", passed=stale["stale"] == 0, severity=dg.AssetCheckSeverity.WARN,
+            metadata={**stale, "current_fingerprint": pipeline.fingerprint, "checked_nothing": stale["active"] == 0,
+                      "note": "no active version to check" if stale["active"] == 0 else
+                      "current" if stale["stale"] == 0 else
+                      "run `ingestion-pipeline reindex` or backfill the batches from the UI; versions that need "
+                      "their file again are listed by `ingestion-pipeline reindex --dry-run`"},
         ),
     ]
     counts = Counter(o.status for o in every_file)

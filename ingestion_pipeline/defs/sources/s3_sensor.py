@@ -26,7 +26,7 @@ def s3_sensor(
     settings = document_pipeline.settings()
     for report in sync_sources(postgres.db, settings, S3Clients(s3), upload_store.metrics()):
         context.log.info(f"source {report.source}: {report.as_dict()}")
-    return plan_document_runs(context.instance, postgres.db, settings.batch, run_type="s3_sync").sensor_result()
+    return plan_document_runs(context.instance, postgres.db, settings.batch, run_types=("s3_sync",)).sensor_result()
 
 
 @dg.definitions

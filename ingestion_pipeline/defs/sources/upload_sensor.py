@@ -5,20 +5,22 @@ import dagster as dg
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+from ingestion_pipeline.documents.reindex import REINDEX
 
 
 @dg.sensor(
     job=document_batch_job,
     minimum_interval_seconds=10,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Groups queued uploads into batches and launches one run per batch.",
+    description="Groups queued uploads and re-indexes into batches and launches one run per batch.",
 )
 def upload_sensor(
     context: dg.SensorEvaluationContext,
     postgres: PostgresResource,
     document_pipeline: DocumentPipelineResource,
 ) -> dg.SensorResult:
-    plan = plan_document_runs(context.instance, postgres.db, document_pipeline.settings().batch, run_type="upload")
+    plan = plan_document_runs(context.instance, postgres.db, document_pipeline.settings().batch,
+                              run_types=("upload", REINDEX))
     return plan.sensor_result()
 
 
