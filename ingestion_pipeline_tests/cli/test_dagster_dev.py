@@ -161,3 +161,98 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
         _stop(proc)
         log.close()
 
+
+
+def _graphql(port: int, query: str, variables: dict) -> dict:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql",
+                                     data=json.dumps({"query": query, "variables": variables}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        body = json.loads(response.read())
+    assert "errors" not in body, body
+    return body["data"]
+
+
+_LAUNCH_BACKFILL = """
+mutation($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}"""
+_BACKFILL_STATUS = """
+query($id: String!) {
+  partitionBackfillOrError(backfillId: $id) { __typename ... on PartitionBackfill { status } }
+}"""
+_ASSETS = ["raw_documents", "document_elements", "document_chunks", "chunk_embeddings", "promoted_documents"]
+
+
+def _backfill(port: int, partition_key: str, proc, log_path: Path) -> str:
+    """What the UI's "Materialize selected" over a partition launches: an asset backfill, run by the daemon."""
+    launched = _graphql(port, _LAUNCH_BACKFILL, {"params": {
+        "partitionNames": [partition_key], "assetSelection": [{"path": [a]} for a in _ASSETS]}})
+    result = launched["launchPartitionBackfill"]
+    assert result["__typename"] == "LaunchBackfillSuccess", result
+    backfill_id = result["backfillId"]
+
+    def finished() -> str | None:
+        status = _graphql(port, _BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]["status"]
+        return status if status.startswith("COMPLETED") or status in ("FAILED", "CANCELED") else None
+
+    assert _wait(finished, 420, proc, log_path, f"backfill {backfill_id}") in ("COMPLETED", "COMPLETED_SUCCESS")
+    return backfill_id
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_current(
+        database_url, project_dagster_home, db, corpus_dir, tmp_path, monkeypatch):
+    """A backfill launched as the UI does (GraphQL `launchPartitionBackfill`, the daemon runs it) over a
+    batch ingested before a chunker change re-indexes its documents; a second one changes nothing and
+    reports them `current`."""
+    from dagster import AssetKey, DagsterInstance
+
+    cli = str(Path(sys.executable).parent / "ingestion-pipeline")
+    docs = corpus_dir / "documents"
+    subprocess.run([cli, "ingest", str(docs / "codeblock.md"), str(docs / "simple.docx"), "--tenant", "acme"],
+                   check=True, capture_output=True, env=os.environ.copy(), timeout=600)
+    [key] = {r["partition_key"] for r in table(db, "SELECT partition_key FROM ingestion_runs")}
+    v1 = {v["doc_id"]: v for v in table(db, "SELECT * FROM document_versions")}
+
+    monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "60")  # the deployment's chunker setting changed
+    port = _free_port()
+    log_path = tmp_path / "dev.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(
+        ["env", "--default-signal=INT", cli, "dev", "--port", str(port), "--api-port", "0"],
+        cwd=project_root(), env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5):
+                    return True
+            except OSError:
+                return False
+
+        _wait(ready, 240, proc, log_path, "the webserver")
+        _backfill(port, key, proc, log_path)
+        reindexed = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex' ORDER BY run_id")
+        assert len(reindexed) == 2 and {r["status"] for r in reindexed} == {"succeeded"}, reindexed
+        active = {v["doc_id"]: v for v in table(db, "SELECT * FROM document_versions WHERE is_active")}
+        for doc_id, old in v1.items():
+            assert active[doc_id]["version_number"] == 2
+            assert active[doc_id]["pipeline_fingerprint"] != old["pipeline_fingerprint"]
+
+        _backfill(port, key, proc, log_path)  # nothing changed since: a no-op that says so
+        assert len(table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex'")) == 2
+        assert len(table(db, "SELECT * FROM document_versions")) == 4
+        with DagsterInstance.from_config(str(project_dagster_home)) as instance:
+            event = instance.get_latest_materialization_event(AssetKey("raw_documents"))
+            files = event.asset_materialization.metadata["files"].value.records
+        assert event.asset_materialization.partition == key
+        assert {f.data["outcome"] for f in files} == {"current"} and len(files) == 4  # 2 uploads + 2 re-indexes
+    finally:
+        _stop(proc)
+        log.close()
