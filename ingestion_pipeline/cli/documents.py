@@ -208,7 +208,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     with bootstrap() as ctx:
         vector = ctx.embedder.embed([args.query])[0]
         with ctx.db.connection() as conn:
-            hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k)
+            hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k,
+                                 model=ctx.embedder.info.name)
     def render(records: list[dict]) -> None:
         if not records:
             print("no results")

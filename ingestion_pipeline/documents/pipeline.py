@@ -38,6 +38,7 @@ from ingestion_pipeline.documents.promotion import (
     promote_document_version,
     superseded_reason,
 )
+from ingestion_pipeline.documents.vector_index import ensure_vector_index
 
 _log = logging.getLogger("ingestion_pipeline.documents")
 
@@ -90,11 +91,6 @@ class DocumentPipeline:
         self.worker = worker
         self._s3_client_for = s3_client_for
         self._extract = extractor or (lambda path, extension: extract(path, extension, settings.limits))
-        if self.model.dimension != 384:
-            raise ValueError(
-                f"embedding model has dimension {self.model.dimension}, the schema stores vector(384); "
-                "add a migration for another dimension"
-            )
 
     def close(self) -> None:
         """Stop the extraction worker, if this pipeline started one."""
@@ -414,6 +410,8 @@ class DocumentPipeline:
 
     # -- step 5: promoted_documents ----------------------------------------------------------------------
     def promote_batch(self, partition_key: str) -> list[FileOutcome]:
+        with self.db.connection() as conn:  # the first vectors of a new model dimension get their index
+            ensure_vector_index(conn, self.model.dimension)
         return self._for_each(partition_key, self._promote_one, "promote")
 
     def _promote_one(self, row: dict) -> FileOutcome:

@@ -14,6 +14,7 @@ import psycopg
 
 from ingestion_pipeline.core.tenants import validate_tenant_id
 from ingestion_pipeline.documents.promotion import FTS_CONFIG
+from ingestion_pipeline.documents.vector_index import of_dimension
 
 RRF_K = 60
 
@@ -49,26 +50,29 @@ class SearchHit:
         return {**asdict(self), "citation": self.citation()}
 
 
-# The vector stage, by the HNSW index. The index is scanned before the tenant/active filter applies,
-# so when the nearest vectors belong to other tenants it can return fewer than asked for (even none).
+# The vector stage, by the HNSW index of the query's dimension (documents/vector_index.py), over the
+# current model's vectors only. The index is scanned before the tenant/active filter applies, so when
+# the nearest vectors belong to other tenants it can return fewer than asked for (even none).
 _VECTOR_ANN_SQL = """
 SELECT e.chunk_id
   FROM chunk_embeddings e
   JOIN chunks c ON c.chunk_id = e.chunk_id
   JOIN document_versions v ON v.version_id = c.version_id AND v.is_active
  WHERE e.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s
- ORDER BY e.embedding <=> %(vector)s
+   AND vector_dims(e.embedding) = {dim} AND e.model = %(model)s
+ ORDER BY {vector} <=> %(vector)s
  LIMIT %(candidates)s
 """
 # The same ranking computed exactly over the tenant's own rows ("+ 0" keeps the planner off the index).
-_VECTOR_EXACT_SQL = _VECTOR_ANN_SQL.replace("ORDER BY e.embedding <=> %(vector)s",
-                                            "ORDER BY (e.embedding <=> %(vector)s) + 0")
+_VECTOR_EXACT_SQL = _VECTOR_ANN_SQL.replace("ORDER BY {vector} <=> %(vector)s",
+                                            "ORDER BY ({vector} <=> %(vector)s) + 0")
 _ACTIVE_CHUNKS_SQL = """
 SELECT count(*) AS n FROM (
     SELECT 1 FROM chunk_embeddings e
       JOIN chunks c ON c.chunk_id = e.chunk_id
       JOIN document_versions v ON v.version_id = c.version_id AND v.is_active
      WHERE e.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s
+       AND vector_dims(e.embedding) = {dim} AND e.model = %(model)s
      LIMIT %(candidates)s) x
 """
 
@@ -112,9 +116,12 @@ def _supports_iterative_scan(conn: psycopg.Connection) -> bool:
 
 
 def hybrid_search(
-    conn: psycopg.Connection, *, tenant_id: str, query: str, query_vector: np.ndarray, k: int = 5,
+    conn: psycopg.Connection, *, tenant_id: str, query: str, query_vector: np.ndarray, model: str, k: int = 5,
     candidates: int = 50,
 ) -> list[SearchHit]:
+    """The ``k`` best chunks of the tenant's active versions; ``model`` (the one that embedded
+    ``query_vector``) picks the vectors compared with it. Versions not yet re-indexed under it are found
+    by text only."""
     validate_tenant_id(tenant_id)
     if not query.strip():
         raise ValueError("search query is empty")
@@ -122,7 +129,7 @@ def hybrid_search(
         raise ValueError("k must be at least 1")
     candidates = max(candidates, k)
     with conn.transaction():
-        vector_ids = _vector_candidates(conn, tenant_id, query_vector, candidates)
+        vector_ids = _vector_candidates(conn, tenant_id, query_vector, model, candidates)
         rows = conn.execute(
             _SEARCH_SQL,
             {"tenant": tenant_id, "vector_ids": vector_ids, "query": query, "candidates": candidates,
@@ -131,7 +138,7 @@ def hybrid_search(
     return [SearchHit(**{**r, "section_path": list(r["section_path"] or [])}) for r in rows]
 
 
-def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray,
+def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,
                        candidates: int) -> list[int]:
     """The tenant's ``candidates`` nearest active chunks, nearest first.
 
@@ -139,11 +146,13 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
     filter; older versions (pgserver ships 0.6) stop after ``ef_search`` index entries, so when the
     query's neighbourhood belongs to other tenants it comes back short. Then the ranking is computed
     exactly over the tenant's own rows, so a tenant never gets fewer results than it has chunks."""
-    params = {"tenant": tenant_id, "vector": query_vector, "candidates": candidates}
+    params = {"tenant": tenant_id, "vector": query_vector, "model": model, "candidates": candidates}
+    dim = len(query_vector)
     if _supports_iterative_scan(conn):
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
     conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(400, min(candidates * 4, 1000))),))
-    ids = [r["chunk_id"] for r in conn.execute(_VECTOR_ANN_SQL, params).fetchall()]
-    if len(ids) < candidates and conn.execute(_ACTIVE_CHUNKS_SQL, params).fetchone()["n"] > len(ids):
-        ids = [r["chunk_id"] for r in conn.execute(_VECTOR_EXACT_SQL, params).fetchall()]
+    ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_ANN_SQL, dim), params).fetchall()]
+    if (len(ids) < candidates
+            and conn.execute(of_dimension(_ACTIVE_CHUNKS_SQL, dim), params).fetchone()["n"] > len(ids)):
+        ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim), params).fetchall()]
     return ids

@@ -184,3 +184,66 @@ def test_versions_without_stored_elements_are_reported_not_queued(instance, data
     monkeypatch.setattr(reindex, "EXTRACTOR_VERSION", "direct-2")
     plan = _plan(database, tenant_id="beta")
     assert len(plan.needs_file) == 1 and "extracted by direct-1 (now direct-2)" in plan.needs_file[0].reason
+
+
+def _tiny_model(folder: Path, dimension: int = 32) -> Path:
+    """A real sentence-transformers model of another dimension, made offline: one small BERT layer with
+    random weights and the packaged model's tokenizer."""
+    import shutil
+
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel
+
+    from ingestion_pipeline.documents.embedding import default_model_path
+
+    torch.manual_seed(0)
+    hf = folder / "hf"
+    BertModel(BertConfig(vocab_size=30522, hidden_size=dimension, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64)).save_pretrained(hf)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(Path(default_model_path()) / name, hf / name)
+    out = folder / f"tiny-{dimension}"
+    SentenceTransformer(modules=[models.Transformer(str(hf), max_seq_length=128),
+                                 models.Pooling(dimension, "mean")], device="cpu").save(str(out))
+    return out
+
+
+def test_a_model_of_another_dimension_reindexes_and_searches(instance, database, db, corpus_dir, tmp_path):
+    from ingestion_pipeline.core.settings import load_settings
+    from ingestion_pipeline.core.upload_store import LocalUploadStore
+    from ingestion_pipeline.documents.embedding import Embedder
+    from ingestion_pipeline.documents.pipeline import DocumentPipeline
+    from ingestion_pipeline.documents.search import hybrid_search
+
+    docs = corpus_dir / "documents"
+    ingest(instance, database, "acme", docs / "codeblock.md", docs / "fake-memo.pdf")
+    old_model = pipeline_for(database).model
+
+    tiny = Embedder(str(_tiny_model(tmp_path)))
+    assert tiny.info.dimension == 32
+    settings = load_settings()
+    switched = DocumentPipeline(database, LocalUploadStore(settings.upload.upload_dir), tiny, settings)
+    with database.transaction() as conn:
+        plan = reindex.queue(conn, reindex.find_versions(conn, switched.fingerprint_for))
+    assert len(plan.queued_run_ids) == 2
+    [key] = batch_queued(database)
+    result = materialize_batch(instance, key, resources={"embedder": tiny})
+    assert result.success and _check(result, "embeddings_match_chunks").passed
+    assert _check(result, "fingerprints_current").metadata["stale"].value == 0
+
+    active_vectors = table(db, """SELECT DISTINCT vector_dims(e.embedding) AS dim, e.model FROM chunk_embeddings e
+                                    JOIN chunks c ON c.chunk_id = e.chunk_id
+                                    JOIN document_versions v ON v.version_id = c.version_id AND v.is_active""")
+    assert active_vectors == [{"dim": 32, "model": "tiny-32"}]
+    for run in table(db, "SELECT stats FROM ingestion_runs WHERE run_type = 'reindex'"):
+        assert run["stats"]["embeddings_reused"] == 0 and run["stats"]["embedded"] == run["stats"]["chunks"]
+    assert table(db, "SELECT to_regclass('chunk_embeddings_hnsw_32') IS NOT NULL AS present")[0]["present"]
+
+    query = "fenced code block"
+    hits = hybrid_search(db, tenant_id="acme", query=query, query_vector=tiny.embed([query])[0], model="tiny-32")
+    assert hits and all(h.version_number == 2 for h in hits) and any(h.vector_rank for h in hits)
+    # the previous model's vectors are no longer searched: its versions are inactive
+    old = hybrid_search(db, tenant_id="acme", query=query, model=old_model.name,
+                        query_vector=pipeline_for(database).embedder.embed([query])[0])
+    assert all(h.vector_rank is None for h in old)

@@ -39,8 +39,10 @@ def run_all(instance, result: dg.SensorResult) -> list[dg.ExecuteInProcessResult
 
 
 def search(db, database, tenant, query):
-    vector = pipeline_for(database).embedder.embed([query])[0]
-    return hybrid_search(db, tenant_id=tenant, query=query, query_vector=vector, k=10)
+    embedder = pipeline_for(database).embedder
+    vector = embedder.embed([query])[0]
+    return hybrid_search(db, tenant_id=tenant, query=query, query_vector=vector, k=10,
+                         model=embedder.info.name)
 
 
 def test_initial_sync_modify_delete_and_unchanged(kb, database, db):

@@ -8,8 +8,9 @@ from ingestion_pipeline_tests.helpers import ingest, pipeline_for
 
 
 def _search(db, database, tenant, query, k=5):
-    vector = pipeline_for(database).embedder.embed([query])[0]
-    return hybrid_search(db, tenant_id=tenant, query=query, query_vector=vector, k=k)
+    embedder = pipeline_for(database).embedder
+    vector = embedder.embed([query])[0]
+    return hybrid_search(db, tenant_id=tenant, query=query, query_vector=vector, k=k, model=embedder.info.name)
 
 
 @pytest.fixture
@@ -91,5 +92,15 @@ def test_a_tenant_whose_neighbourhood_belongs_to_another_tenant_still_gets_its_c
     db.execute("SET enable_seqscan = off")
     db.execute("SET enable_sort = off")
     hits = hybrid_search(db, tenant_id="loner", query="nothing matches this", query_vector=query.astype(np.float32),
-                         k=5)
+                         k=5, model="m")
     assert sorted(h.chunk_id for h in hits) == sorted(mine)
+    # the vector stage reads the dimension's own HNSW index (sql/013: partial, on embedding::vector(384))
+    from ingestion_pipeline.documents.search import _VECTOR_ANN_SQL
+    from ingestion_pipeline.documents.vector_index import of_dimension
+
+    with db.transaction():
+        db.execute("SELECT set_config('hnsw.ef_search', '400', true)")
+        plan = db.execute(of_dimension("EXPLAIN " + _VECTOR_ANN_SQL, 384),
+                          {"tenant": "loner", "vector": query.astype(np.float32), "model": "m", "candidates": 50}
+                          ).fetchall()
+    assert "chunk_embeddings_hnsw_384" in " ".join(r["QUERY PLAN"] for r in plan)

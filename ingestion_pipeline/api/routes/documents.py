@@ -72,7 +72,8 @@ def search(
     """Hybrid search (vectors + full text) over the tenant's active versions; each hit with its citation."""
     vector = services.embedder.embed([q])[0]
     with services.db.connection() as conn:
-        hits = hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k)
+        hits = hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k,
+                             model=services.embedder.info.name)
     return {"query": q, "hits": [
         {"chunk_id": h.chunk_id, "score": h.score, "citation": h.citation(),
          "source": {"doc_id": h.doc_id, "title": h.title, "filename": h.filename, "source_uri": h.source_uri,
