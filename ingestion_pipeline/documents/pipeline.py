@@ -219,7 +219,7 @@ class DocumentPipeline:
 
     def _verify_raw(self, row: dict) -> FileOutcome:
         start = time.perf_counter()
-        if row["run_type"] == reindex.REINDEX:
+        if row["run_type"] == reindex.REINDEX and (row["config"] or {}).get("from") != "s3":
             return self._stage_stored_elements(row, start)
         if row.get("source_id") is not None and not (row["raw_path"] and Path(row["raw_path"]).is_file()):
             row = self._fetch_s3_object(row)

@@ -3,14 +3,16 @@ elements stored with them, as ordinary ledger rows (``run_type = 'reindex'``) th
 batches, runs and steps as uploads.
 
 A version is *stale* when its fingerprint differs from the current one. It can be re-indexed from its
-stored elements when doing so gives another fingerprint (the chunker or the model changed). When only
-the extractor changed, or the version was promoted before elements were kept, the elements cannot be
-made again without the raw file, which is not kept after promotion: such versions are reported as
-needing the file, never queued to come out the same.
+stored elements when doing so gives another fingerprint (the chunker or the model changed). When the
+extractor changed, or the version was promoted before elements were kept, the elements must be made
+again from the raw file, which is not kept after promotion: a version from an S3 source whose object is
+still the one it was made from is fetched again (``from: s3``); any other is reported as needing the
+file, never queued to come out the same.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,6 +36,7 @@ class StaleVersion:
     filename: str | None
     fingerprint: str
     reason: str | None = None  # why it cannot be re-indexed here (None: it can)
+    from_s3: bool = False  # extracted again from its S3 object (the stored elements will not do)
 
 
 @dataclass
@@ -73,8 +76,11 @@ def find_versions(conn: psycopg.Connection, fingerprint_for: FingerprintFor, *, 
     rows = conn.execute(
         """SELECT v.version_id, v.tenant_id, v.doc_id, v.version_number, v.filename, v.pipeline_fingerprint,
                   v.extractor_version,
-                  EXISTS (SELECT 1 FROM version_elements e WHERE e.version_id = v.version_id) AS has_elements
+                  EXISTS (SELECT 1 FROM version_elements e WHERE e.version_id = v.version_id) AS has_elements,
+                  (o.status = 'active' AND o.etag = r.source_etag) AS object_unchanged
              FROM document_versions v
+             LEFT JOIN ingestion_runs r ON r.run_id = v.ingestion_run_id
+             LEFT JOIN source_objects o ON o.source_id = r.source_id AND o.key = r.source_key
             WHERE v.is_active AND (%(tenant)s::text IS NULL OR v.tenant_id = %(tenant)s)
               AND (%(docs)s::bigint[] IS NULL OR v.doc_id = ANY(%(docs)s))
             ORDER BY v.tenant_id, v.version_id""",
@@ -89,21 +95,23 @@ def find_versions(conn: psycopg.Connection, fingerprint_for: FingerprintFor, *, 
         target = fingerprint_for(r["extractor_version"]) if r["has_elements"] else None
         version = StaleVersion(r["version_id"], r["tenant_id"], r["doc_id"], r["version_number"], r["filename"],
                                r["pipeline_fingerprint"])
-        if target is None:
-            plan.needs_file.append(_with_reason(version, "promoted before extracted elements were kept; "
+        # elements of an older extractor (or none): extract again if the S3 object is still the same
+        if (target is None or r["extractor_version"] != EXTRACTOR_VERSION) and r["object_unchanged"]:
+            plan.reindexable.append(_with(version, from_s3=True))
+        elif target is None:
+            plan.needs_file.append(_with(version, reason="promoted before extracted elements were kept; "
                                                          "submit the file again to re-index it"))
         elif target == r["pipeline_fingerprint"] and stale:
-            plan.needs_file.append(_with_reason(
-                version, f"extracted by {r['extractor_version']} (now {EXTRACTOR_VERSION}) and the raw file is "
-                         "not kept; submit the file again to extract it anew"))
+            plan.needs_file.append(_with(
+                version, reason=f"extracted by {r['extractor_version']} (now {EXTRACTOR_VERSION}) and the raw file "
+                                "is not kept; submit the file again to extract it anew"))
         else:
             plan.reindexable.append(version)
     return plan
 
 
-def _with_reason(version: StaleVersion, reason: str) -> StaleVersion:
-    return StaleVersion(version.version_id, version.tenant_id, version.doc_id, version.version_number,
-                        version.filename, version.fingerprint, reason)
+def _with(version: StaleVersion, **changes) -> StaleVersion:
+    return dataclasses.replace(version, **changes)
 
 
 def queue(conn: psycopg.Connection, plan: ReindexPlan, *, force: bool = False,
@@ -114,23 +122,27 @@ def queue(conn: psycopg.Connection, plan: ReindexPlan, *, force: bool = False,
     them to the planner. ``force``: re-index even if the version turns out current when its turn comes.
     """
     for version in plan.reindexable:
+        # from its S3 object: fetched (If-Match the ETag it was made from) and extracted like a new file
+        extra = {"reindex_of_version": version.version_number, "force": force,
+                 "from": "s3" if version.from_s3 else "elements"}
         row = conn.execute(
             """INSERT INTO ingestion_runs
                    (tenant_id, doc_id, run_type, status, source_uri, content_hash, size_bytes, config, source_id,
-                    source_key, partition_key, reindex_of_version_id)
+                    source_key, source_etag, partition_key, reindex_of_version_id)
                SELECT v.tenant_id, v.doc_id, %(type)s, 'queued', coalesce(r.source_uri, 'version:' || v.version_id),
                       v.content_hash, v.size_bytes,
                       jsonb_build_object('filename', v.filename, 'title', v.title, 'content_type', v.content_type,
                                          'extension', r.config -> 'extension',
-                                         'extractor_version', v.extractor_version)
+                                         'extractor_version', CASE WHEN %(from_s3)s THEN NULL
+                                                                   ELSE v.extractor_version END)
                       || %(extra)s,
-                      r.source_id, r.source_key, %(partition)s, v.version_id
+                      r.source_id, r.source_key, r.source_etag, %(partition)s, v.version_id
                  FROM document_versions v LEFT JOIN ingestion_runs r ON r.run_id = v.ingestion_run_id
                 WHERE v.version_id = %(version)s
                ON CONFLICT (reindex_of_version_id) WHERE status IN ('queued', 'running') DO NOTHING
                RETURNING run_id""",
-            {"type": REINDEX, "version": version.version_id, "partition": partition_key,
-             "extra": Jsonb({"reindex_of_version": version.version_number, "force": force})},
+            {"type": REINDEX, "version": version.version_id, "partition": partition_key, "from_s3": version.from_s3,
+             "extra": Jsonb(extra)},
         ).fetchone()
         if row is None:
             plan.already_queued.append(version.version_id)

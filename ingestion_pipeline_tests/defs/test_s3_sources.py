@@ -236,3 +236,47 @@ def test_s3_throttling_is_retried_with_backoff(kb, db, monkeypatch):
     travel = table(db, "SELECT * FROM ingestion_runs WHERE source_key = 'kb/travel.txt'")[0]
     assert (travel["status"], travel["attempts"]) == ("succeeded", 2) and throttled == ["kb/travel.txt"]
     assert table(db, "SELECT status FROM source_objects WHERE key = 'kb/travel.txt'")[0]["status"] == "active"
+
+
+def test_an_extractor_change_reextracts_from_the_unchanged_object(kb, database, db, monkeypatch):
+    """The stored elements came from an older extractor and the raw file is gone: a version from an S3 source
+    whose object is still the same is fetched and extracted again; one whose object changed is not."""
+    from ingestion_pipeline.documents import pipeline as pipeline_module
+    from ingestion_pipeline.documents import reindex
+    from ingestion_pipeline_tests.helpers import batch_queued
+
+    client, bucket, _source = kb
+    with dg.instance_for_test() as instance:
+        run_all(instance, tick(instance))
+        before = {v["version_id"]: v for v in table(db, "SELECT * FROM document_versions WHERE is_active")}
+        assert len(before) == 3
+        # the extractor changed since these versions were made
+        for module in (reindex, pipeline_module):
+            monkeypatch.setattr(module, "EXTRACTOR_VERSION", "direct-2")
+        with database.transaction() as conn:
+            plan = reindex.queue(conn, reindex.find_versions(conn, pipeline_for(database).fingerprint_for))
+        assert len(plan.reindexable) == 3 and all(v.from_s3 for v in plan.reindexable)
+        [key] = batch_queued(database)
+        result = materialize_batch(instance, key)
+        assert result.success
+
+        runs = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex'")
+        assert {r["status"] for r in runs} == {"succeeded"}, [r["error"] for r in runs]
+        assert all(r["stats"]["timings_ms"].get("extract") is not None for r in runs)  # extracted again
+        after = table(db, "SELECT * FROM document_versions WHERE is_active")
+        assert {v["extractor_version"] for v in after} == {"direct-2"} and len(after) == 3
+        assert {v["content_hash"] for v in after} == {v["content_hash"] for v in before.values()}
+        assert all(table(db, "SELECT count(*) AS n FROM version_elements WHERE version_id = %s",
+                         v["version_id"])[0]["n"] > 0 for v in after)
+
+        # an object that changed after its version was made is not fetched: the next sync makes its version
+        monkeypatch.setattr(reindex, "EXTRACTOR_VERSION", "direct-3")
+        monkeypatch.setattr(pipeline_module, "EXTRACTOR_VERSION", "direct-3")
+        changed = sorted(DOCS)[0]
+        put(client, bucket, changed, DOCS[changed] + "\n\nEdited.\n")
+        sync_sources(database, load_settings(), S3Clients(S3Resource()), UploadStoreResource().metrics(),
+                     max_pages=None)
+        with database.transaction() as conn:
+            plan = reindex.find_versions(conn, pipeline_for(database).fingerprint_for)
+        assert len(plan.reindexable) == 2 and len(plan.needs_file) == 1
+        assert "submit the file again" in plan.needs_file[0].reason
