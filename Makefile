@@ -7,13 +7,15 @@ CORPUS ?= $(firstword $(wildcard ../shared/corpus) $(wildcard /work/shared/corpu
 
 .PHONY: demo test test-fast check-defs dev lint validate bench soak stop clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml packaging/en_core_web_sm/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
 	# torch first, pinned: the CPU build on this machine's disk (anything else pulls a multi-GB CUDA build)
 	$(BIN)/pip install -q torch==2.13.0 2>&1 | grep -v "is ignored" || true
 	$(BIN)/pip install -q -e '.[dev]' 2>&1 | grep -v "is ignored" || true
-	$(BIN)/python -c "import dagster, torch, sentence_transformers, pgserver, pypdfium2" 
+	# spaCy's model under the name unstructured loads, offline (see packaging/en_core_web_sm)
+	$(BIN)/pip install -q ./packaging/en_core_web_sm 2>&1 | grep -v "is ignored" || true
+	$(BIN)/python -c "import dagster, torch, sentence_transformers, pgserver, pypdfium2, unstructured, en_core_web_sm"
 	touch $(STAMP)
 
 demo: $(STAMP)

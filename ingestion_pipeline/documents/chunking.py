@@ -4,7 +4,7 @@ Rules, in order:
 - a title closes the running chunk and opens a new one (it stays with the text under it);
 - elements are packed into a chunk up to ``target`` tokens;
 - a table or list item that fits within ``hard_max`` is never split; one that does not is split by
-  lines, then by tokens;
+  lines (a table repeats its header row at the top of every part), then by tokens;
 - prose longer than ``target`` is split at sentence ends;
 - every chunk is re-counted at the end: none exceeds ``hard_max`` (<= the model's max sequence length
   minus its two special tokens), so nothing is silently truncated when embedded.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ingestion_pipeline.documents.extraction.elements import LIST_ITEM, TABLE, TITLE, Element
 from ingestion_pipeline.documents.tokens import TokenCounter
 
-CHUNKER_VERSION = "structure-1"
+CHUNKER_VERSION = "structure-2"  # 2: a table split by rows repeats its header row
 _WHOLE_TYPES = (TABLE, LIST_ITEM)
 
 
@@ -110,12 +110,15 @@ def _split_oversized(el: Element, tokens: int, target: int, hard_max: int, count
         texts = []
         lines = el.text.split("\n")
         line_tokens = counter.count_many(lines)
+        # a table split by rows repeats its header row in every part (when the header is not itself large)
+        header = [lines[0]] if el.type == TABLE and line_tokens[0] <= target // 2 else []
+        header_tokens = line_tokens[0] if header else 0
         current: list[str] = []
         current_tokens = 0
         for line, n in zip(lines, line_tokens, strict=True):
-            if current and current_tokens + n > target:
+            if len(current) > (len(header) if texts else 0) and current_tokens + n > target:
                 texts.append("\n".join(current))
-                current, current_tokens = [], 0
+                current, current_tokens = list(header), header_tokens
             current.append(line)
             current_tokens += n
         if current:

@@ -82,11 +82,15 @@ def test_long_prose_splits_at_sentence_ends(counter):
     assert all(c.text.endswith(".") for c in chunks)
 
 
-def test_oversized_table_is_split_by_rows_within_cap(counter):
-    table = "\n".join(f"row {i} | " + "cell " * 20 for i in range(60))
+def test_oversized_table_is_split_by_rows_within_cap_repeating_its_header(counter):
+    header = "Pier | Tonnes | Cargo"
+    table = "\n".join([header] + [f"row {i} | " + "cell " * 20 for i in range(60)])
     chunks = chunk_elements(_elements(Element(TABLE, table, 4)), counter, target=200, hard_max=254)
     assert len(chunks) > 1 and all(c.token_count <= 254 for c in chunks)
-    assert all(c.text.startswith("row ") for c in chunks)
+    parts = [c.text.split("\n") for c in chunks]
+    assert all(p[0] == header and p[1].startswith("row ") for p in parts)  # every part: the header, then rows
+    rows = [line for p in parts for line in p[1:]]
+    assert rows == table.split("\n")[1:]  # every row once, in order
 
 
 def test_chunk_carries_hash_and_ordinals(counter, corpus_dir):

@@ -6,6 +6,7 @@ one text element or raises ``ExtractionError`` with a reason a person can act on
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from ingestion_pipeline.core.settings import ExtractionLimits
@@ -14,6 +15,7 @@ from ingestion_pipeline.documents.extraction.elements import Element, ExtractedD
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.extraction.html import extract_html
 from ingestion_pipeline.documents.extraction.markdown import extract_markdown
+from ingestion_pipeline.documents.extraction.office import OFFICE_FORMATS, extract_office
 from ingestion_pipeline.documents.extraction.pdf import extract_pdf
 from ingestion_pipeline.documents.extraction.text import extract_text
 
@@ -27,6 +29,7 @@ _EXTRACTORS = {
     ".htm": extract_html,
     ".md": extract_markdown,
     ".txt": extract_text,
+    **{extension: functools.partial(extract_office, extension=extension) for extension in OFFICE_FORMATS},
 }
 
 __all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError", "extract"]
