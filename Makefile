@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORPUS ?= $(firstword $(wildcard ../shared/corpus) $(wildcard /work/shared/corpus))
 
-.PHONY: demo test test-fast check-defs dev lint validate bench soak stop clean
+.PHONY: demo test test-fast check-defs system-deps dev lint validate bench soak stop clean
 
 $(STAMP): pyproject.toml packaging/en_core_web_sm/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,15 +18,25 @@ $(STAMP): pyproject.toml packaging/en_core_web_sm/pyproject.toml
 	$(BIN)/python -c "import dagster, torch, sentence_transformers, pgserver, pypdfium2, unstructured, en_core_web_sm"
 	touch $(STAMP)
 
-demo: $(STAMP)
+# OCR of scanned PDF pages needs the system's Tesseract: installed where that is possible (root and apt-get),
+# otherwise a note (such pages then fail with how to enable OCR).
+system-deps:
+	@command -v tesseract >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing tesseract-ocr (OCR of scanned PDFs)"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends tesseract-ocr >/dev/null; \
+	  else echo "note: tesseract is not installed; scanned PDF pages cannot be read (apt-get install tesseract-ocr)"; fi; }
+
+demo: $(STAMP) system-deps
 	$(BIN)/python scripts/demo.py --corpus "$(CORPUS)"
 
-test: $(STAMP) check-defs
+test: $(STAMP) system-deps check-defs
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
 	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider --durations=15 ingestion_pipeline_tests
 
 # The suite without the minutes-long end-to-end tests (fault injection, whole corpus, daemon); CI runs all.
-test-fast: $(STAMP) check-defs
+test-fast: $(STAMP) system-deps check-defs
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
 	INGESTION_CORPUS_DIR="$(CORPUS)" $(BIN)/pytest -q -p no:cacheprovider -m "not slow" ingestion_pipeline_tests
 
@@ -36,7 +46,7 @@ check-defs: $(STAMP)
 	  && DAGSTER_HOME="$$home" VIRTUAL_ENV="$(CURDIR)/$(VENV)" $(BIN)/dg check defs; \
 	  rc=$$?; rm -rf "$$home"; exit $$rc
 
-dev: $(STAMP)
+dev: $(STAMP) system-deps
 	$(BIN)/ingestion-pipeline dev
 
 lint: $(STAMP)

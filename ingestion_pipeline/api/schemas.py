@@ -162,6 +162,7 @@ class Citation(BaseModel):
     page_end: int | None = None
     section_path: list[str]
     text: str
+    ocr: bool = Field(False, description="read by OCR from a scanned page")
 
 
 class SearchHitOut(BaseModel):

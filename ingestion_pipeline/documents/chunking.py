@@ -6,6 +6,7 @@ Rules, in order:
 - a table or list item that fits within ``hard_max`` is never split; one that does not is split by
   lines (a table repeats its header row at the top of every part), then by tokens;
 - prose longer than ``target`` is split at sentence ends;
+- text read by OCR and text from a text layer never share a chunk (an OCR chunk is marked as such);
 - every chunk is re-counted at the end: none exceeds ``hard_max`` (<= the model's max sequence length
   minus its two special tokens), so nothing is silently truncated when embedded.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from ingestion_pipeline.documents.extraction.elements import LIST_ITEM, TABLE, TITLE, Element
+from ingestion_pipeline.documents.extraction.elements import LIST_ITEM, OCR_TEXT, TABLE, TITLE, Element
 from ingestion_pipeline.documents.tokens import TokenCounter
 
 CHUNKER_VERSION = "structure-2"  # 2: a table split by rows repeats its header row
@@ -71,6 +72,9 @@ class _Packer:
 
     def only_titles(self) -> bool:
         return all(p.type == TITLE for p in self.pieces)
+
+    def holds_ocr(self) -> bool:
+        return any(p.type == OCR_TEXT for p in self.pieces)
 
     def _emit(self) -> None:
         if self.pieces:
@@ -144,6 +148,8 @@ def chunk_elements(
             text = el.text if tokens <= title_tokens else counter.split(el.text, title_tokens)[0]
             packer.add(_Piece(text, counter.count(text), TITLE, el.page_number, el.section_path + [el.text]))
             continue
+        if (el.type == OCR_TEXT) != packer.holds_ocr():
+            packer.flush()  # text read by OCR is never mixed with a text layer's: its chunks say "ocr"
         for piece in _split_oversized(el, tokens, target, hard_max, counter):
             packer.add(piece, keep_whole=piece.type in _WHOLE_TYPES)
     groups = packer.finish()

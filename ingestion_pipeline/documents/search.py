@@ -13,6 +13,7 @@ import numpy as np
 import psycopg
 
 from ingestion_pipeline.core.tenants import validate_tenant_id
+from ingestion_pipeline.documents.extraction.elements import OCR_TEXT
 from ingestion_pipeline.documents.promotion import FTS_CONFIG
 from ingestion_pipeline.documents.vector_index import of_dimension
 
@@ -34,6 +35,7 @@ class SearchHit:
     page_end: int | None
     section_path: list[str]
     text: str
+    ocr: bool = False  # read by OCR from a scanned page (the text may hold recognition errors)
 
     def citation(self) -> str:
         where = []
@@ -43,6 +45,8 @@ class SearchHit:
             where.append(pages)
         if self.section_path:
             where.append(" > ".join(self.section_path))
+        if self.ocr:
+            where.append("OCR")
         label = self.title or self.filename or self.source_uri
         return f"{label} (v{self.version_number}" + (", " + ", ".join(where) if where else "") + ")"
 
@@ -99,7 +103,8 @@ fused AS (
       FROM vector_hits vh FULL OUTER JOIN text_hits th ON th.chunk_id = vh.chunk_id
 )
 SELECT f.chunk_id, f.score::float8 AS score, f.vector_rank, f.text_rank, c.doc_id, v.title, v.filename,
-       d.source_uri, v.version_number, c.page_start, c.page_end, c.section_path, c.text
+       d.source_uri, v.version_number, c.page_start, c.page_end, c.section_path, c.text,
+       %(ocr_type)s = ANY(c.element_types) AS ocr
   FROM fused f
   JOIN chunks c ON c.chunk_id = f.chunk_id AND c.tenant_id = %(tenant)s
   JOIN document_versions v ON v.version_id = c.version_id AND v.is_active AND v.tenant_id = %(tenant)s
@@ -133,7 +138,7 @@ def hybrid_search(
         rows = conn.execute(
             _SEARCH_SQL,
             {"tenant": tenant_id, "vector_ids": vector_ids, "query": query, "candidates": candidates,
-             "k": k, "rrf_k": RRF_K, "fts_config": FTS_CONFIG},
+             "k": k, "rrf_k": RRF_K, "fts_config": FTS_CONFIG, "ocr_type": OCR_TEXT},
         ).fetchall()
     return [SearchHit(**{**r, "section_path": list(r["section_path"] or [])}) for r in rows]
 

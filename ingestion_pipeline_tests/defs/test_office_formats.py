@@ -86,3 +86,16 @@ def test_a_file_with_no_text_says_so(tmp_path):
     openpyxl.Workbook().save(path)
     with pytest.raises(Exception, match="Excel file contains no text"):
         extract(path, ".xlsx")
+
+
+def test_a_missing_piece_is_a_clear_error_never_an_empty_result(tmp_path, monkeypatch):
+    import spacy.util
+
+    from ingestion_pipeline.documents.extraction.errors import ExtractionError
+
+    sample = write_office_samples(tmp_path)[".pptx"]
+    monkeypatch.setattr(spacy.util, "is_package", lambda name: False)  # as if the model were not installed
+    with pytest.raises(ExtractionError, match="the spaCy model en_core_web_sm is not installed") as failure:
+        extract(sample.path, ".pptx")
+    assert failure.value.code == "format_support_missing"
+    assert "pip install ./packaging/en_core_web_sm" in str(failure.value)

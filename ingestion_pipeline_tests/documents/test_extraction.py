@@ -6,6 +6,7 @@ import pytest
 
 from ingestion_pipeline.documents.extraction import ExtractionError, extract
 from ingestion_pipeline.documents.extraction.elements import LIST_ITEM, TABLE, TITLE
+from ingestion_pipeline_tests.helpers import needs_tesseract
 
 
 def _extract(path: Path):
@@ -96,14 +97,29 @@ def test_copy_protection_is_noted(corpus_dir):
     assert any("copy-protected" in n for n in document.notes)
 
 
-def test_scanned_pdf_without_text_layer_fails(tmp_path):
+def test_pdf_without_text_layer_and_without_ocr_says_how_to_enable_it(tmp_path, monkeypatch):
     import pypdfium2 as pdfium
 
     pdf = pdfium.PdfDocument.new()
     pdf.new_page(200, 200)
     path = tmp_path / "scan.pdf"
     pdf.save(str(path))
-    with pytest.raises(ExtractionError, match="no text layer"):
+    monkeypatch.setenv("INGESTION_TESSERACT", str(tmp_path / "no-such-tesseract"))
+    with pytest.raises(ExtractionError, match=r"no text layer on any of its 1 page\(s\) \(scanned or image-only\) "
+                                              r"and OCR is not available: install Tesseract") as failure:
+        _extract(path)
+    assert failure.value.code == "pdf_no_text_layer"
+
+
+@needs_tesseract
+def test_blank_pdf_page_has_no_text_even_by_ocr(tmp_path):
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument.new()
+    pdf.new_page(200, 200)
+    path = tmp_path / "blank.pdf"
+    pdf.save(str(path))
+    with pytest.raises(ExtractionError, match=r"PDF has no text on any of its 1 page\(s\) \(not even by OCR\)"):
         _extract(path)
 
 

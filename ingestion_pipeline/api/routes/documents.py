@@ -78,6 +78,6 @@ def search(
         {"chunk_id": h.chunk_id, "score": h.score, "citation": h.citation(),
          "source": {"doc_id": h.doc_id, "title": h.title, "filename": h.filename, "source_uri": h.source_uri,
                     "version_number": h.version_number, "page_start": h.page_start, "page_end": h.page_end,
-                    "section_path": h.section_path, "text": h.text}}
+                    "section_path": h.section_path, "text": h.text, "ocr": h.ocr}}
         for h in hits
     ]}

@@ -10,8 +10,9 @@ NARRATIVE_TEXT = "NarrativeText"
 LIST_ITEM = "ListItem"
 TABLE = "Table"
 CODE_BLOCK = "CodeBlock"
+OCR_TEXT = "OcrText"  # prose read by OCR from a page without a text layer (chunks carrying it: ``ocr``)
 
-ELEMENT_TYPES = (TITLE, NARRATIVE_TEXT, LIST_ITEM, TABLE, CODE_BLOCK)
+ELEMENT_TYPES = (TITLE, NARRATIVE_TEXT, LIST_ITEM, TABLE, CODE_BLOCK, OCR_TEXT)
 
 
 @dataclass

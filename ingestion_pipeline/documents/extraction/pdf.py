@@ -1,9 +1,11 @@
-"""PDF text-layer extraction with PDFium (pypdfium2): fast, no OCR, page numbers kept.
+"""PDF extraction with PDFium (pypdfium2): the text layer, page numbers kept; pages without one (scans)
+are read by OCR (``ocr.py``, Tesseract) when it is installed.
 
 Sections come from the PDF outline (bookmarks) when it has one, otherwise from a conservative
 heading heuristic (numbered or upper-case short lines). PDFium repairs many structural defects
 (missing startxref, broken linearization) and then reads the text layer completely; such files
-are ingested. Files it cannot open, encrypted files and files without any text fail with the reason.
+are ingested. Files it cannot open, encrypted files and files without any text fail with the reason
+(for a scan without Tesseract: how to enable OCR).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from ingestion_pipeline.core.settings import ExtractionLimits
+from ingestion_pipeline.documents.extraction import ocr
 from ingestion_pipeline.documents.extraction.elements import (
     NARRATIVE_TEXT,
+    OCR_TEXT,
     TITLE,
     Element,
     ExtractedDocument,
@@ -90,7 +94,8 @@ def _looks_like_heading(line: str) -> bool:
 
 
 def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> ExtractedDocument:
-    """The text layer of every page (``limits`` unused: PDFium reads a page at a time)."""
+    """The text layer of every page, OCR for pages without one (``limits`` unused: PDFium reads a page at a
+    time)."""
     pdf = _open(path)
     try:
         page_count = len(pdf)
@@ -101,16 +106,26 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> Extracted
         if permissions != 0xFFFFFFFF and not permissions & _PERMISSION_COPY:
             notes.append("PDF is copy-protected (owner permissions); its text layer was extracted for indexing")
         outline = _outline_titles(pdf)
+        tesseract = ocr.tesseract_binary()
+        unread: list[int] = []  # pages without a text layer that could not be OCRed
+        ocr_pages = 0
         elements: list[Element] = []
         for index in range(page_count):
             page_number = index + 1
             for level, title in outline.get(index, []):
                 elements.append(Element(TITLE, title, page_number, level=level))
             page = pdf[index]
+            by_ocr = False
             try:
                 textpage = page.get_textpage()
                 text = textpage.get_text_bounded()
                 textpage.close()
+                if not text.strip():  # no text layer: a scanned page
+                    if tesseract is None:
+                        unread.append(page_number)
+                    else:
+                        text, by_ocr = ocr.ocr_page(page, page_number, tesseract), True
+                        ocr_pages += 1
             except pdfium.PdfiumError as exc:
                 raise ExtractionError(f"PDF page {page_number} cannot be read ({exc})",
                                       code="pdf_page_unreadable") from exc
@@ -120,15 +135,37 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> Extracted
                 paragraph = clean_text(paragraph)
                 if not paragraph:
                     continue
+                if by_ocr:  # OCR finds no headings worth trusting: its text is prose, marked as read by OCR
+                    elements.append(Element(OCR_TEXT, paragraph, page_number, level=2))
+                    continue
                 is_heading = not outline and _looks_like_heading(paragraph)
                 # Under an outline, numbered headings nest below the outline entries.
                 elements.append(Element(TITLE if is_heading else NARRATIVE_TEXT, paragraph, page_number, level=2))
+        if ocr_pages:
+            notes.append(f"{ocr_pages} page(s) without a text layer read by OCR (Tesseract)")
         if not any(e.text.strip() for e in elements if e.type != TITLE):
+            if unread:
+                raise ExtractionError(
+                    f"PDF has no text layer on any of its {page_count} page(s) (scanned or image-only) and OCR "
+                    f"is not available: {ocr.HOW_TO_ENABLE}", code="pdf_no_text_layer",
+                    suggestion=ocr.HOW_TO_ENABLE)
             raise ExtractionError(
-                f"PDF has no text layer on any of its {page_count} page(s) (scanned or image-only); "
-                "OCR is not supported",
-                code="pdf_no_text_layer",
-            )
+                f"PDF has no text on any of its {page_count} page(s)"
+                + (" (not even by OCR)" if ocr_pages else ""), code="pdf_no_text_layer")
+        if unread:
+            notes.append(f"page(s) {_ranges(unread)} have no text layer and were not read: {ocr.HOW_TO_ENABLE}")
         return ExtractedDocument(elements, page_count=page_count, notes=notes)
     finally:
         pdf.close()
+
+
+def _ranges(pages: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    parts: list[str] = []
+    start = prev = pages[0]
+    for n in pages[1:] + [0]:
+        if n != prev + 1:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+            start = n
+        prev = n
+    return ", ".join(parts)
