@@ -141,8 +141,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_reindex(args: argparse.Namespace) -> int:
     """Queue a re-index of every stale active version (or every one, ``--all``); ``--process`` runs them now."""
+    from ingestion_pipeline.core.tenants import validate_tenant_id
     from ingestion_pipeline.documents import reindex
 
+    if args.tenant:
+        validate_tenant_id(args.tenant)
     with bootstrap() as ctx:
         with ctx.db.transaction() as conn:
             plan = reindex.find_versions(conn, ctx.fingerprint_for, tenant_id=args.tenant, stale_only=not args.all)
@@ -172,7 +175,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
                       "`make dev`)")
 
         emit(args, [{"reindex": summary, "versions": records}], render)
-        if args.process and not args.dry_run and plan.queued_run_ids:
+        if args.process and not args.dry_run and (plan.queued_run_ids or plan.already_queued):
             summaries = process_queued(ctx, args)
             return 0 if all(s["run_success"] for s in summaries) else 1
     return 0

@@ -262,17 +262,16 @@ class DocumentPipeline:
             version = conn.execute(
                 """SELECT version_id, version_number, is_active, pipeline_fingerprint, page_count, extractor_version
                      FROM document_versions WHERE version_id = %s""", (row["reindex_of_version_id"],)).fetchone()
-            skipped = None
+            skipped = outcome = None
             if not version["is_active"]:
-                skipped = superseded_reason(conn, row["doc_id"], version["version_number"])
+                skipped, outcome = superseded_reason(conn, row["doc_id"], version["version_number"]), SKIPPED
             elif (version["pipeline_fingerprint"] == self.fingerprint_for(version["extractor_version"])
                   and not config.get("force")):
-                skipped = f"version {version['version_number']} is current"
+                skipped, outcome = f"version {version['version_number']} is current", CURRENT
             if skipped is not None:
                 runs.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": skipped})
                 staging.discard(conn, row["run_id"])
-                return FileOutcome(row["run_id"], _filename(row), CURRENT if "current" in skipped else SKIPPED,
-                                   skipped)
+                return FileOutcome(row["run_id"], _filename(row), outcome, skipped)
             staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
             n = staging.stage_version_elements(conn, row["run_id"], version["version_id"], version["page_count"])
             if n == 0:
