@@ -96,6 +96,24 @@ def metrics_demo(workspace: str) -> None:
     cli.main(["events", "--workspace", workspace])
 
 
+def generated_samples() -> list[Path]:
+    """One file of each format read through unstructured, and a scanned PDF (OCR), written once: a second
+    `make demo` submits the same bytes, so they are skipped like the corpus."""
+    from ingestion_pipeline.core.settings import data_dir
+    from ingestion_pipeline.samples.office_documents import write_office_samples
+    from ingestion_pipeline.samples.scanned_pdf import write_scanned_pdf
+
+    folder = data_dir() / "demo-samples"
+    if not (folder / "done").exists():
+        write_office_samples(folder)
+        write_scanned_pdf(folder / "harbour-minutes-scan.pdf", [
+            "Harbour Board minutes, winter session",
+            "The harbour master approved the winter ferry schedule.",
+            "Ferries sail twice daily until the ice melts in April."])
+        (folder / "done").touch()
+    return sorted(p for p in folder.iterdir() if p.name != "done")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", required=True, help="folder holding documents/ and broken/")
@@ -108,8 +126,9 @@ def main() -> int:
     if not (corpus / "documents").is_dir():
         print(f"corpus not found at {corpus!r}; pass CORPUS=/path/to/corpus", file=sys.stderr)
         return 2
-    files = sorted((corpus / "documents").iterdir()) + sorted((corpus / "broken").iterdir())
-    print(f"== Submitting {len(files)} files for tenant '{args.tenant}' (good and broken) ==")
+    files = sorted((corpus / "documents").iterdir()) + sorted((corpus / "broken").iterdir()) + generated_samples()
+    print(f"== Submitting {len(files)} files for tenant '{args.tenant}' (good and broken; slides, a sheet, mail, "
+          "e-books and a scan generated beside them) ==")
     counts: dict[str, int] = {}
     for line in _quiet(["submit", *map(str, files), "--tenant", args.tenant, "--json"]).splitlines():
         result = json.loads(line)
@@ -137,9 +156,12 @@ def main() -> int:
     print("\n== Failed files (the ledger) ==")
     cli.main(["runs", "--tenant", args.tenant, "--status", "failed"])
     for query in ("What does the Universal Declaration of Human Rights say about dignity?",
-                  "risk factors in the annual report"):
+                  "risk factors in the annual report", "When will the lantern be serviced?",
+                  "winter ferry schedule"):
         print(f"\n== search: {query!r} ==")
         cli.main(["search", query, "--tenant", args.tenant, "-k", "3"])
+    print("\n== reindex --dry-run: is any active version from another pipeline (chunker, model)? ==")
+    cli.main(["reindex", "--dry-run", "--tenant", args.tenant])
     s3_demo(corpus, args.tenant)
     metrics_demo(args.tenant)
     print("\nRun `make demo` again: unchanged files are skipped (no extraction, no embedding).")
