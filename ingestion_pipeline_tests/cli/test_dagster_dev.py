@@ -123,11 +123,13 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
 
         row = _wait(lambda: table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s AND status = 'succeeded'",
                                   killed.run_id), 300, proc, log_path, "the retry to finish the file")[0]
+        retry_id = row["dagster_run_id"]
         with DagsterInstance.from_config(str(project_dagster_home)) as instance:
             first = instance.get_run_by_id(row["owner"])  # the claim stays with the root run
+            # the file is promoted before the run ends (the asset checks come after): wait for the run's end
+            _wait(lambda: instance.get_run_by_id(retry_id).is_finished, 120, proc, log_path, "the retry run's end")
             statuses = {r.run_id: r.status for r in instance.get_run_group(first.run_id)[1]}
         assert statuses[first.run_id] == DagsterRunStatus.FAILURE
-        retry_id = row["dagster_run_id"]
         assert retry_id != first.run_id and statuses[retry_id] == DagsterRunStatus.SUCCESS
         events = [r["event"] for r in table(db, """SELECT event FROM ledger_history WHERE item_id = %s
                                                    AND kind = 'document' ORDER BY history_id""", killed.run_id)]
