@@ -12,7 +12,8 @@ def test_rejected_files_leave_no_rows_and_no_bytes(database, db, tmp_path, isola
     exe.write_bytes(b"MZ")
     [result] = submit(database, "acme", exe)
     assert result.status == "rejected"
-    assert result.reason == "file type .exe is not allowed; allowed: docx, htm, html, md, pdf, txt"
+    assert result.reason == ("file type .exe is not allowed; allowed: docx, eml, epub, htm, html, md, msg, odt, pdf, "
+                             "pptx, rtf, txt, xlsx")
 
     monkeypatch.setenv("INGESTION_MAX_UPLOAD_BYTES", "100")
     big = tmp_path / "big.txt"
