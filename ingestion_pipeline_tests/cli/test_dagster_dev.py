@@ -183,27 +183,27 @@ mutation($params: LaunchBackfillParams!) {
     ... on PythonError { message }
   }
 }"""
-_BACKFILL_STATUS = """
-query($id: String!) {
-  partitionBackfillOrError(backfillId: $id) { __typename ... on PartitionBackfill { status } }
-}"""
 _ASSETS = ["raw_documents", "document_elements", "document_chunks", "chunk_embeddings", "promoted_documents"]
 
 
-def _backfill(port: int, partition_key: str, proc, log_path: Path) -> str:
-    """What the UI's "Materialize selected" over a partition launches: an asset backfill, run by the daemon."""
+def _backfill(port: int, partition_key: str, instance, proc, log_path: Path):
+    """What the UI's "Materialize selected" over a partition launches: an asset backfill, run by the daemon.
+    Returns the backfill's run once it has ended (the backfill itself is marked done a daemon tick later)."""
+    from dagster import DagsterRunStatus, RunsFilter
+
     launched = _graphql(port, _LAUNCH_BACKFILL, {"params": {
         "partitionNames": [partition_key], "assetSelection": [{"path": [a]} for a in _ASSETS]}})
     result = launched["launchPartitionBackfill"]
     assert result["__typename"] == "LaunchBackfillSuccess", result
     backfill_id = result["backfillId"]
 
-    def finished() -> str | None:
-        status = _graphql(port, _BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]["status"]
-        return status if status.startswith("COMPLETED") or status in ("FAILED", "CANCELED") else None
+    def finished():
+        runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill_id}))
+        return runs[0] if runs and runs[0].is_finished else None
 
-    assert _wait(finished, 420, proc, log_path, f"backfill {backfill_id}") in ("COMPLETED", "COMPLETED_SUCCESS")
-    return backfill_id
+    run = _wait(finished, 420, proc, log_path, f"the run of backfill {backfill_id}")
+    assert run.status == DagsterRunStatus.SUCCESS and run.tags.get("dagster/partition") == partition_key
+    return run
 
 
 @pytest.mark.slow
@@ -213,7 +213,9 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_current(
     """A backfill launched as the UI does (GraphQL `launchPartitionBackfill`, the daemon runs it) over a
     batch ingested before a chunker change re-indexes its documents; a second one changes nothing and
     reports them `current`."""
-    from dagster import AssetKey, DagsterInstance
+    from contextlib import ExitStack
+
+    from dagster import DagsterInstance
 
     cli = str(Path(sys.executable).parent / "ingestion-pipeline")
     docs = corpus_dir / "documents"
@@ -230,6 +232,7 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_current(
         ["env", "--default-signal=INT", cli, "dev", "--port", str(port), "--api-port", "0"],
         cwd=project_root(), env=os.environ.copy(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
+    stack = ExitStack()
     try:
         def ready() -> bool:
             try:
@@ -239,7 +242,8 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_current(
                 return False
 
         _wait(ready, 240, proc, log_path, "the webserver")
-        _backfill(port, key, proc, log_path)
+        instance = stack.enter_context(DagsterInstance.from_config(str(project_dagster_home)))
+        _backfill(port, key, instance, proc, log_path)
         reindexed = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex' ORDER BY run_id")
         assert len(reindexed) == 2 and {r["status"] for r in reindexed} == {"succeeded"}, reindexed
         active = {v["doc_id"]: v for v in table(db, "SELECT * FROM document_versions WHERE is_active")}
@@ -247,14 +251,16 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_current(
             assert active[doc_id]["version_number"] == 2
             assert active[doc_id]["pipeline_fingerprint"] != old["pipeline_fingerprint"]
 
-        _backfill(port, key, proc, log_path)  # nothing changed since: a no-op that says so
+        second = _backfill(port, key, instance, proc, log_path)  # nothing changed since: a no-op that says so
         assert len(table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex'")) == 2
         assert len(table(db, "SELECT * FROM document_versions")) == 4
-        with DagsterInstance.from_config(str(project_dagster_home)) as instance:
-            event = instance.get_latest_materialization_event(AssetKey("raw_documents"))
-            files = event.asset_materialization.metadata["files"].value.records
-        assert event.asset_materialization.partition == key
+        [event] = [e for e in instance.all_logs(second.run_id) if e.dagster_event
+                   and e.dagster_event.is_step_materialization and e.step_key == "raw_documents"]
+        materialization = event.dagster_event.step_materialization_data.materialization
+        files = materialization.metadata["files"].value.records
+        assert materialization.partition == key
         assert {f.data["outcome"] for f in files} == {"current"} and len(files) == 4  # 2 uploads + 2 re-indexes
     finally:
+        stack.close()
         _stop(proc)
         log.close()
