@@ -380,7 +380,8 @@ class DocumentPipeline:
                 raise ExtractionError("chunking did not complete for this file", code="step_out_of_order")
         with self.db.transaction() as conn:
             runs.hold(conn, run_id, self.owner)
-            reused = staging.reuse_stored_embeddings(conn, run_id, row["tenant_id"], self.model.name)
+            reused = staging.reuse_stored_embeddings(conn, run_id, row["tenant_id"], self.model.name,
+                                                     self.model.digest)
         self._progress.advance(chunks=reused)  # vectors of identical chunk text, not encoded again
         start = time.perf_counter()
         embedded = model_ms = 0
@@ -424,6 +425,7 @@ class DocumentPipeline:
                     raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
                 version = promote_document_version(
                     conn, row, owner=self.owner, fingerprint=self.fingerprint_for(extractor), model=self.model.name,
+                    model_digest=self.model.digest,
                     extractor_version=extractor, timings_ms=dict((row["stats"] or {}).get("timings_ms") or {}),
                 )
         except Superseded as exc:  # a newer version (or a deletion) came first: nothing to promote

@@ -53,8 +53,8 @@ class PromotedVersion:
 
 
 def promote_document_version(
-    conn: psycopg.Connection, run: dict, *, owner: str, fingerprint: str, model: str, extractor_version: str,
-    timings_ms: dict[str, int],
+    conn: psycopg.Connection, run: dict, *, owner: str, fingerprint: str, model: str, model_digest: str,
+    extractor_version: str, timings_ms: dict[str, int],
 ) -> PromotedVersion:
     """Promote the staged chunks of ledger row ``run``, held by ``owner``. The caller commits (or rolls back).
 
@@ -129,11 +129,11 @@ def promote_document_version(
         (tenant_id, version_id, doc_id, run_id),
     )
     conn.execute(
-        """INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding)
-           SELECT c.chunk_id, %s, %s, sc.embedding
+        """INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, model_digest, embedding)
+           SELECT c.chunk_id, %s, %s, %s, sc.embedding
              FROM chunks c JOIN staging_chunks sc ON sc.run_id = %s AND sc.ordinal = c.ordinal
             WHERE c.version_id = %s""",
-        (tenant_id, model, run_id, version_id),
+        (tenant_id, model, model_digest, run_id, version_id),
     )
     conn.execute(
         """INSERT INTO chunk_fts (chunk_id, tenant_id, tsv)

@@ -83,18 +83,20 @@ def write_chunks(conn: psycopg.Connection, run_id: int, chunks: list[Chunk], sta
     )
 
 
-def reuse_stored_embeddings(conn: psycopg.Connection, run_id: int, tenant_id: str, model: str) -> int:
-    """Fill staged chunks whose exact text is already embedded (same tenant, same model)."""
+def reuse_stored_embeddings(conn: psycopg.Connection, run_id: int, tenant_id: str, model: str,
+                            model_digest: str) -> int:
+    """Fill staged chunks whose exact text is already embedded (same tenant, same model: name and digest)."""
     cur = conn.execute(
         """UPDATE staging_chunks sc
               SET embedding = reuse.embedding, embedding_reused = true
              FROM (SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding
                      FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id
                     WHERE c.tenant_id = %(tenant)s AND e.tenant_id = %(tenant)s AND e.model = %(model)s
+                      AND e.model_digest = %(digest)s
                       AND c.content_hash IN (SELECT content_hash FROM staging_chunks
                                               WHERE run_id = %(run)s AND embedding IS NULL)) reuse
             WHERE sc.run_id = %(run)s AND sc.embedding IS NULL AND sc.content_hash = reuse.content_hash""",
-        {"tenant": tenant_id, "model": model, "run": run_id},
+        {"tenant": tenant_id, "model": model, "digest": model_digest, "run": run_id},
     )
     return cur.rowcount
 

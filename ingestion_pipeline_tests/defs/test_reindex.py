@@ -186,7 +186,7 @@ def test_versions_without_stored_elements_are_reported_not_queued(instance, data
     assert len(plan.needs_file) == 1 and "extracted by direct-1 (now direct-2)" in plan.needs_file[0].reason
 
 
-def _tiny_model(folder: Path, dimension: int = 32) -> Path:
+def _tiny_model(folder: Path, dimension: int = 32, seed: int = 0) -> Path:
     """A real sentence-transformers model of another dimension, made offline: one small BERT layer with
     random weights and the packaged model's tokenizer."""
     import shutil
@@ -197,7 +197,7 @@ def _tiny_model(folder: Path, dimension: int = 32) -> Path:
 
     from ingestion_pipeline.documents.embedding import default_model_path
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     hf = folder / "hf"
     BertModel(BertConfig(vocab_size=30522, hidden_size=dimension, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=64)).save_pretrained(hf)
@@ -247,3 +247,35 @@ def test_a_model_of_another_dimension_reindexes_and_searches(instance, database,
     old = hybrid_search(db, tenant_id="acme", query=query, model=old_model.name,
                         query_vector=pipeline_for(database).embedder.embed([query])[0])
     assert all(h.vector_rank is None for h in old)
+
+
+def test_new_weights_under_the_same_model_name_reuse_no_vector(instance, database, db, corpus_dir, tmp_path):
+    """Vectors are reused for unchanged chunk text only under the same model *digest*: a model retrained in
+    place (same folder name, new weights) re-embeds every chunk when re-indexed."""
+    from ingestion_pipeline.core.settings import load_settings
+    from ingestion_pipeline.core.upload_store import LocalUploadStore
+    from ingestion_pipeline.documents.embedding import Embedder
+    from ingestion_pipeline.documents.pipeline import DocumentPipeline
+
+    settings = load_settings()
+    first = Embedder(str(_tiny_model(tmp_path)))
+    ingest_with = {"embedder": first}
+    from ingestion_pipeline_tests.helpers import submit
+
+    submit(database, "acme", corpus_dir / "documents" / "codeblock.md")
+    [key] = batch_queued(database)
+    assert materialize_batch(instance, key, resources=ingest_with).success
+
+    retrained = Embedder(str(_tiny_model(tmp_path, seed=1)))  # the same folder, other weights
+    assert retrained.info.name == first.info.name and retrained.info.digest != first.info.digest
+    pipeline = DocumentPipeline(database, LocalUploadStore(settings.upload.upload_dir), retrained, settings)
+    with database.transaction() as conn:
+        plan = reindex.queue(conn, reindex.find_versions(conn, pipeline.fingerprint_for))
+    assert len(plan.queued_run_ids) == 1
+    [key] = batch_queued(database)
+    assert materialize_batch(instance, key, resources={"embedder": retrained}).success
+    [run] = table(db, "SELECT stats FROM ingestion_runs WHERE run_type = 'reindex'")
+    assert run["stats"]["embeddings_reused"] == 0 and run["stats"]["embedded"] == run["stats"]["chunks"] > 0
+    digests = table(db, """SELECT DISTINCT e.model_digest FROM chunk_embeddings e JOIN chunks c USING (chunk_id)
+                            JOIN document_versions v ON v.version_id = c.version_id WHERE v.is_active""")
+    assert digests == [{"model_digest": retrained.info.digest}]
