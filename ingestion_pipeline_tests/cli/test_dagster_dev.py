@@ -1,6 +1,7 @@
 """`make dev` for real: `ingestion-pipeline dev` (webserver + daemon) picks up a queued upload through
 upload_sensor, runs the batch and finalizes the ledger, with no `process` call."""
 
+import contextlib
 import json
 import os
 import signal
@@ -24,17 +25,16 @@ def _free_port() -> int:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Stop the process group we started (dagster dev, its daemon, code server and run workers)."""
-    for sig, wait in ((signal.SIGINT, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """Stop the process group we started (dagster dev, its daemon, code server and run workers): SIGINT
+    first, then SIGKILL to whatever of the group is left (a code server can outlive `dagster dev`)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
 
 
 @pytest.mark.slow
