@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -24,13 +23,14 @@ from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import build_embedder, default_resources
 from ingestion_pipeline.documents.batching import assign_queued_to_batches
 from ingestion_pipeline.documents.embedding import Embedder
+from ingestion_pipeline.documents.extraction.ocr import tesseract_binary
 from ingestion_pipeline.documents.intake import SubmitResult, submit_upload
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
 
 # OCR tests need the system's tesseract; CI (INGESTION_REQUIRE_OCR=1, set by .ci/run) runs them regardless, so
 # a machine where `make` could not install it fails them instead of skipping.
 needs_tesseract = pytest.mark.skipif(
-    shutil.which(os.environ.get("INGESTION_TESSERACT") or "tesseract") is None
+    tesseract_binary() is None
     and not os.environ.get("INGESTION_REQUIRE_OCR"),
     reason="Tesseract is not installed (make installs it where it can: apt-get install tesseract-ocr)")
 

@@ -185,16 +185,17 @@ class DocumentPipeline:
             claimed = {r["run_id"] for r in runs.claim(conn, self.worker, partition_key,
                                                        replay_finished=replay_finished)}
             others = [r for r in runs.partition_rows(conn, partition_key) if r["run_id"] not in claimed]
-        return [self._not_claimed(r) for r in others] + self._for_each(partition_key, self._verify_raw, "fetch")
+            done = [r["doc_id"] for r in others if r["status"] == runs.SUCCEEDED]
+            active = {v["doc_id"]: v for v in conn.execute(  # one query for the batch, not one per file
+                """SELECT doc_id, version_number, pipeline_fingerprint FROM document_versions
+                    WHERE doc_id = ANY(%s) AND is_active""", (done,)).fetchall()} if done else {}
+        return ([self._not_claimed(r, active.get(r["doc_id"])) for r in others]
+                + self._for_each(partition_key, self._verify_raw, "fetch"))
 
-    def _not_claimed(self, row: dict) -> FileOutcome:
-        """Why a file of the batch is not this run's to work on."""
+    def _not_claimed(self, row: dict, active: dict | None) -> FileOutcome:
+        """Why a file of the batch is not this run's to work on (``active``: its document's active version)."""
         status = row["status"]
         if status == runs.SUCCEEDED:
-            with self.db.connection() as conn:
-                active = conn.execute(
-                    """SELECT version_number, pipeline_fingerprint FROM document_versions
-                        WHERE doc_id = %s AND is_active""", (row["doc_id"],)).fetchone()
             if active is not None and active["pipeline_fingerprint"] == self.fingerprint:
                 return FileOutcome(row["run_id"], _filename(row), CURRENT,
                                    f"version {active['version_number']} is current")
