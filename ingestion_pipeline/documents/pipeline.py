@@ -64,6 +64,14 @@ class FileOutcome:
     stats: dict = field(default_factory=dict)
 
 
+@dataclass
+class _Embedding:
+    """A file in the embed step: its ledger row and the figures it will record."""
+
+    row: dict
+    stats: dict
+
+
 def _ms(start: float) -> int:
     return int((time.perf_counter() - start) * 1000)
 
@@ -115,32 +123,32 @@ class DocumentPipeline:
             raise RuntimeError("this pipeline has no worker: it can only be used to read")
         return self.worker.owner
 
-    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str,
-                  total_chunks: Callable[[list[int]], int] | None = None) -> list[FileOutcome]:
+    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str) -> list[FileOutcome]:
         """Run ``work`` on every file of the partition this worker holds; one file's failure is its own.
         Progress (files, chunks, rate, ETA) is reported as it goes."""
         outcomes = self._release_paused(partition_key)
         with self.db.connection() as conn:
             rows = runs.held_rows(conn, partition_key, self.owner)
-        chunks_ahead = None
-        if total_chunks is not None and rows:
-            chunks_ahead = total_chunks([r["run_id"] for r in rows])
-        self._progress = Progress(step, len(rows), total_chunks=chunks_ahead, sinks=self._progress_sinks)
+        self._progress = Progress(step, len(rows), sinks=self._progress_sinks)
         for row in rows:
-            try:
-                outcomes.append(work(row))
-            except LeaseLost as exc:
-                _log.warning("file %s (run %s): %s", _filename(row), row["run_id"], exc)
-                outcomes.append(FileOutcome(row["run_id"], _filename(row), LOST, str(exc)))
-            except Exception as exc:
-                failure = classify(exc)
-                if failure.code in _STEP_ERRORS:
-                    raise  # the database, not the file: the step is retried, the file stays held
-                outcomes.append(self._fail(row, failure))
+            outcomes.append(self._guarded(row, work))
             self._progress.advance(files=1)
         if rows:
             self._progress.finish()
         return outcomes
+
+    def _guarded(self, row: dict, work: Callable[[dict], FileOutcome | None]) -> FileOutcome | None:
+        """``work(row)``, with a file's failure (or lost claim) turned into that file's outcome."""
+        try:
+            return work(row)
+        except LeaseLost as exc:
+            _log.warning("file %s (run %s): %s", _filename(row), row["run_id"], exc)
+            return FileOutcome(row["run_id"], _filename(row), LOST, str(exc))
+        except Exception as exc:
+            failure = classify(exc)
+            if failure.code in _STEP_ERRORS:
+                raise  # the database, not the file: the step is retried, the file stays held
+            return self._fail(row, failure)
 
     def _fail(self, row: dict, failure: FailureInfo) -> FileOutcome:
         _log.warning("file %s (run %s) failed: %s: %s", _filename(row), row["run_id"], failure.code, failure.message)
@@ -367,13 +375,42 @@ class DocumentPipeline:
 
     # -- step 4: chunk_embeddings ----------------------------------------------------------------------
     def embed_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._embed_one, "embed", total_chunks=self._chunks_to_embed)
+        """Vectors for every staged chunk of the batch's files, encoded *across* files.
 
-    def _chunks_to_embed(self, run_ids: list[int]) -> int:
+        Each file first reuses the stored vectors of its unchanged chunk texts. The chunks still without
+        a vector, of all the files together, are then encoded in committed units sorted by token count
+        (a small file no longer pays its own ``encode`` call, and similar lengths pad little). If a unit
+        fails to encode, its files are encoded one by one so that only the file at fault fails.
+        """
+        outcomes = self._release_paused(partition_key)
         with self.db.connection() as conn:
-            return staging.count_missing_embeddings(conn, run_ids)
+            rows = runs.held_rows(conn, partition_key, self.owner)
+            ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else None
+        self._progress = Progress("embed", len(rows), total_chunks=ahead, sinks=self._progress_sinks)
+        start = time.perf_counter()
+        work: dict[int, _Embedding] = {}
+        for row in rows:
+            outcome = self._guarded(row, lambda r: self._reuse_embeddings(r, work))
+            if outcome is not None:
+                outcomes.append(outcome)
+                self._progress.advance(files=1)
+        unit = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
+        while work:
+            with self.db.connection() as conn:
+                pending = staging.pending_embeddings(conn, list(work), unit)
+            if not pending:
+                break
+            outcomes += self._embed_unit(pending, work)
+            failpoint("embed.unit")  # one unit committed, the next not yet
+        for item in work.values():
+            item.stats["timings_ms"] = _timings(item.row, embed=_ms(start))
+            outcomes.append(self._guarded(item.row, lambda _row, item=item: self._finish_embedding(item)))
+            self._progress.advance(files=1)
+        if rows:
+            self._progress.finish()
+        return outcomes
 
-    def _embed_one(self, row: dict) -> FileOutcome:
+    def _reuse_embeddings(self, row: dict, work: dict[int, _Embedding]) -> FileOutcome | None:
         run_id = row["run_id"]
         with self.db.connection() as conn:
             state = staging.staging_state(conn, run_id)
@@ -384,30 +421,68 @@ class DocumentPipeline:
             reused = staging.reuse_stored_embeddings(conn, run_id, row["tenant_id"], self.model.name,
                                                      self.model.digest)
         self._progress.advance(chunks=reused)  # vectors of identical chunk text, not encoded again
-        start = time.perf_counter()
-        embedded = model_ms = 0
-        unit = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
-        while True:
-            with self.db.connection() as conn:
-                pending = staging.chunks_missing_embeddings(conn, run_id, unit)
-            if not pending:
-                break
-            model_start = time.perf_counter()
+        work[run_id] = _Embedding(row, {"embedded": 0, "embeddings_reused": reused, "model_ms": 0})
+        return None
+
+    def _embed_unit(self, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+        """Encode one unit (chunks of one or more files) and commit its vectors; files that lost their
+        claim, or whose text cannot be encoded, leave the work with their outcome."""
+        model_start = time.perf_counter()
+        try:
             vectors = self.embedder.embed([p["text"] for p in pending])  # outside any transaction
-            model_ms += _ms(model_start)
-            with self.db.transaction() as conn:
-                runs.hold(conn, run_id, self.owner)
-                staging.write_embeddings(conn, run_id, [p["ordinal"] for p in pending], vectors)
-                runs.heartbeat(conn, run_id, self.owner)
-            embedded += len(pending)
-            self._progress.advance(chunks=len(pending))
-            failpoint("embed.unit")  # one unit committed, the next not yet
-        stats = {"embedded": embedded, "embeddings_reused": reused, "model_ms": model_ms}
+        except Exception as exc:
+            if classify(exc).code in _STEP_ERRORS:
+                raise
+            return self._embed_files_alone(pending, work)
+        model_ms = _ms(model_start)
+        by_file: dict[int, list[int]] = {}
+        for i, p in enumerate(pending):
+            by_file.setdefault(p["run_id"], []).append(i)
+        outcomes = []
+        with self.db.transaction() as conn:
+            for run_id, indexes in by_file.items():
+                try:
+                    with conn.transaction():  # a savepoint: a file that lost its claim leaves the others' vectors
+                        runs.hold(conn, run_id, self.owner)
+                        staging.write_embeddings(conn, run_id, [pending[i]["ordinal"] for i in indexes],
+                                                 vectors[indexes])
+                        runs.heartbeat(conn, run_id, self.owner)
+                except LeaseLost as exc:
+                    item = work.pop(run_id)
+                    _log.warning("file %s (run %s): %s", _filename(item.row), run_id, exc)
+                    outcomes.append(FileOutcome(run_id, _filename(item.row), LOST, str(exc)))
+                    continue
+                stats = work[run_id].stats
+                stats["embedded"] += len(indexes)
+                stats["model_ms"] += model_ms * len(indexes) // len(pending)
+        self._progress.advance(chunks=len(pending), files=len(outcomes))
+        return outcomes
+
+    def _embed_files_alone(self, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+        """A unit failed to encode: encode each of its files' texts alone, failing only the one at fault."""
+        outcomes = []
+        for run_id in dict.fromkeys(p["run_id"] for p in pending):
+            texts = [p["text"] for p in pending if p["run_id"] == run_id]
+            try:
+                self.embedder.embed(texts)
+            except Exception as exc:
+                failure = classify(exc)
+                if failure.code in _STEP_ERRORS:
+                    raise
+                outcomes.append(self._fail(work.pop(run_id).row, failure))
+                self._progress.advance(files=1)
+        if not outcomes:  # it failed together but not alone: the model's trouble, not a file's
+            raise RuntimeError("a unit of chunks failed to encode, yet each of its files encodes alone")
+        return outcomes
+
+    def _finish_embedding(self, item: _Embedding) -> FileOutcome:
+        run_id = item.row["run_id"]
         with self.db.transaction() as conn:
             runs.hold(conn, run_id, self.owner)
-            staging.mark_embeddings_done(conn, run_id, stats)
-            runs.heartbeat(conn, run_id, self.owner, {**stats, "timings_ms": _timings(row, embed=_ms(start))})
-        return FileOutcome(run_id, _filename(row), STEP_DONE, f"{embedded} embedded, {reused} reused", stats)
+            staging.mark_embeddings_done(conn, run_id, item.stats)
+            runs.heartbeat(conn, run_id, self.owner, item.stats)
+        return FileOutcome(run_id, _filename(item.row), STEP_DONE,
+                           f"{item.stats['embedded']} embedded, {item.stats['embeddings_reused']} reused", item.stats)
 
     # -- step 5: promoted_documents ----------------------------------------------------------------------
     def promote_batch(self, partition_key: str) -> list[FileOutcome]:

@@ -101,11 +101,13 @@ def reuse_stored_embeddings(conn: psycopg.Connection, run_id: int, tenant_id: st
     return cur.rowcount
 
 
-def chunks_missing_embeddings(conn: psycopg.Connection, run_id: int, limit: int) -> list[dict]:
+def pending_embeddings(conn: psycopg.Connection, run_ids: list[int], limit: int) -> list[dict]:
+    """Up to ``limit`` chunks of these files still without a vector, shortest first: the model pads a
+    batch to its longest text, so texts of one length are encoded together."""
     return conn.execute(
-        """SELECT ordinal, text FROM staging_chunks WHERE run_id = %s AND embedding IS NULL
-            ORDER BY ordinal LIMIT %s""",
-        (run_id, limit),
+        """SELECT run_id, ordinal, text FROM staging_chunks WHERE run_id = ANY(%s) AND embedding IS NULL
+            ORDER BY token_count, run_id, ordinal LIMIT %s""",
+        (run_ids, limit),
     ).fetchall()
 
 

@@ -1,0 +1,73 @@
+"""The embed step encodes the chunks of a batch's files together, and still fails only a file at fault."""
+
+import pytest
+
+from ingestion_pipeline.core.ledger import Worker
+from ingestion_pipeline_tests.helpers import batch_queued, pipeline_for, shared_embedder, submit, table
+
+
+@pytest.fixture
+def notes(tmp_path):
+    paths = []
+    for i in range(12):
+        path = tmp_path / f"note-{i:02d}.md"
+        body = " ".join(f"Sentence {j} of note {i} about river barges." for j in range(i * 3 + 1))
+        path.write_text(f"# Note {i}\n\n{body}\n")
+        paths.append(path)
+    return paths
+
+
+def _run_to_embeddings(database, key):
+    pipeline = pipeline_for(database)
+    pipeline.worker = Worker("run-u", "run-u", 600)
+    pipeline.claim_batch(key)
+    pipeline.extract_batch(key)
+    pipeline.chunk_batch(key)
+    return pipeline
+
+
+def test_small_files_share_encode_calls_sorted_by_length(database, db, notes, monkeypatch):
+    submit(database, "acme", *notes)
+    [key] = batch_queued(database)
+    pipeline = _run_to_embeddings(database, key)
+    calls: list[list[str]] = []
+    embedder = shared_embedder()
+    original = type(embedder).embed
+    monkeypatch.setattr(type(embedder), "embed", lambda self, texts: calls.append(texts) or original(self, texts))
+
+    outcomes = pipeline.embed_batch(key)
+
+    assert [o.status for o in outcomes] == ["running"] * 12
+    assert len(calls) == 1  # twelve files, one encode call (a unit holds up to batch_size * 16 texts)
+    tokens = [r["token_count"] for r in table(
+        db, "SELECT token_count FROM staging_chunks ORDER BY token_count, run_id, ordinal")]
+    counter = embedder.token_counter
+    assert [counter.count(t) for t in calls[0]] == pytest.approx(tokens, abs=2)  # shortest first
+    stats = {r["config"]["filename"]: r["stats"] for r in table(db, "SELECT * FROM ingestion_runs")}
+    assert all(s["embedded"] == s["chunks"] and s["embeddings_reused"] == 0 for s in stats.values())
+    assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE embedding IS NULL")[0]["n"] == 0
+    [promoted] = {o.status for o in pipeline.promote_batch(key)}
+    assert promoted == "succeeded"
+
+
+def test_a_text_the_model_refuses_fails_its_file_alone(database, db, notes, monkeypatch):
+    submit(database, "acme", *notes)
+    [key] = batch_queued(database)
+    pipeline = _run_to_embeddings(database, key)
+    embedder = shared_embedder()
+    original = type(embedder).embed
+
+    def refuse_note_7(self, texts):
+        if any("of note 7 " in t for t in texts):
+            raise ValueError("the tokenizer cannot read this text")
+        return original(self, texts)
+
+    monkeypatch.setattr(type(embedder), "embed", refuse_note_7)
+    outcomes = {o.filename: o for o in pipeline.embed_batch(key)}
+
+    assert outcomes.pop("note-07.md").status == "failed"
+    assert {o.status for o in outcomes.values()} == {"running"}
+    [failed] = table(db, "SELECT * FROM ingestion_runs WHERE status = 'failed'")
+    assert failed["config"]["filename"] == "note-07.md" and "cannot read this text" in failed["error"]
+    assert {o.status for o in pipeline.promote_batch(key)} == {"succeeded"}
+    assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 11
