@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORPUS ?= $(firstword $(wildcard ../shared/corpus) $(wildcard /work/shared/corpus))
 
-.PHONY: demo test test-fast check-defs system-deps dev lint validate bench soak stop clean
+.PHONY: demo test test-fast check-defs system-deps dev lint validate bench bench-peers soak stop clean
 
 $(STAMP): pyproject.toml packaging/en_core_web_sm/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/ingest_corpus.py --corpus "$(CORPUS)/documents"
+
+# LangChain and LlamaIndex in their own virtualenv (next to the pipeline they would downgrade some of its
+# dependencies), then our ingestion side by side with theirs
+bench-peers: $(STAMP)
+	test -x .venv-peers/bin/python || $(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/pip install -q -r benchmarks/peers-requirements.txt 2>&1 | grep -v "is ignored" || true
+	$(BIN)/python benchmarks/compare_peers.py
 
 soak: $(STAMP)
 	$(BIN)/python benchmarks/fault_soak.py --kills 100 --corpus "$(CORPUS)"

@@ -52,7 +52,7 @@ def main() -> None:
                 submit_upload(ctx.db, ctx.document_store, tenant_id=args.tenant, path=path, fingerprint=ctx.fingerprint,
                               max_bytes=ctx.settings.upload.max_bytes)
             with contextlib.redirect_stdout(io.StringIO()):
-                process_queued(ctx)
+                process_queued(ctx, argparse.Namespace(json=True))
             return time.perf_counter() - start
 
         first_s = run_once()
