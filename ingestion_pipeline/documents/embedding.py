@@ -6,6 +6,7 @@ is downloaded at run time; any local sentence-transformers folder can be configu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -113,6 +114,7 @@ class Embedder:
         self._lock = threading.Lock()
         self._model = None
         self._token_counter: TokenCounter | None = None
+        self._warming: threading.Thread | None = None
 
     @property
     def model(self):
@@ -123,6 +125,20 @@ class Embedder:
 
                 self._model = SentenceTransformer(self.model_path, device="cpu", local_files_only=True)
             return self._model
+
+    def warm_up(self) -> None:
+        """Start loading the model on a background thread, so that importing torch and reading the weights
+        (seconds on a cold process) overlap with the steps before embedding. A failure to load is left
+        for the embed step to meet and report."""
+        with self._lock:
+            if self._model is not None or self._warming is not None:
+                return
+            self._warming = threading.Thread(target=self._load_quietly, name="embedder-warm-up", daemon=True)
+            self._warming.start()
+
+    def _load_quietly(self) -> None:
+        with contextlib.suppress(Exception):  # the embed step loads it again and reports why it cannot
+            self.model  # noqa: B018 - loading is the point
 
     @property
     def token_counter(self) -> TokenCounter:

@@ -197,8 +197,10 @@ class DocumentPipeline:
             active = {v["doc_id"]: v for v in conn.execute(  # one query for the batch, not one per file
                 """SELECT doc_id, version_number, pipeline_fingerprint FROM document_versions
                     WHERE doc_id = ANY(%s) AND is_active""", (done,)).fetchall()} if done else {}
-        return ([self._not_claimed(r, active.get(r["doc_id"])) for r in others]
-                + self._for_each(partition_key, self._verify_raw, "fetch"))
+        outcomes = self._for_each(partition_key, self._verify_raw, "fetch")
+        if any(o.status == STEP_DONE for o in outcomes):
+            self.embedder.warm_up()  # files go on to be embedded: the model loads while they are extracted
+        return [self._not_claimed(r, active.get(r["doc_id"])) for r in others] + outcomes
 
     def _not_claimed(self, row: dict, active: dict | None) -> FileOutcome:
         """Why a file of the batch is not this run's to work on (``active``: its document's active version)."""

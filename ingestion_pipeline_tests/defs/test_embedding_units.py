@@ -1,9 +1,18 @@
 """The embed step encodes the chunks of a batch's files together, and still fails only a file at fault."""
 
+import dagster as dg
 import pytest
 
 from ingestion_pipeline.core.ledger import Worker
-from ingestion_pipeline_tests.helpers import batch_queued, pipeline_for, shared_embedder, submit, table
+from ingestion_pipeline.definitions import defs
+from ingestion_pipeline.documents.embedding import Embedder
+from ingestion_pipeline_tests.helpers import batch_queued, ingest, pipeline_for, shared_embedder, submit, table
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
 
 
 @pytest.fixture
@@ -71,3 +80,32 @@ def test_a_text_the_model_refuses_fails_its_file_alone(database, db, notes, monk
     assert failed["config"]["filename"] == "note-07.md" and "cannot read this text" in failed["error"]
     assert {o.status for o in pipeline.promote_batch(key)} == {"succeeded"}
     assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 11
+
+
+def test_the_model_loads_in_the_background_once_files_go_on_to_be_embedded(database, db, notes):
+    submit(database, "acme", *notes[:2])
+    [key] = batch_queued(database)
+    pipeline = pipeline_for(database)
+    pipeline.embedder = Embedder(shared_embedder().model_path)  # a cold process's model: not loaded yet
+    pipeline.worker = Worker("run-w", "run-w", 600)
+    pipeline.claim_batch(key)
+    warming = pipeline.embedder._warming
+    assert warming is not None and warming.name == "embedder-warm-up"
+    warming.join(120)
+    assert pipeline.embedder._model is not None  # loaded before the embed step asked for it
+
+
+def test_nothing_loads_the_model_when_no_file_goes_on(database, db, notes, instance):
+    [key] = ingest(instance, database, "acme", notes[0])
+    pipeline = pipeline_for(database)  # the batch again, once it is done: nothing in it goes on
+    pipeline.embedder = Embedder(shared_embedder().model_path)
+    pipeline.worker = Worker("run-s", "run-s", 600)
+    assert [o.status for o in pipeline.claim_batch(key)] == ["current"]
+    assert pipeline.embedder._warming is None and pipeline.embedder._model is None
+
+
+def test_only_the_fetch_step_builds_an_s3_client():
+    d = defs()
+    needs_s3 = {key.to_user_string() for key in d.resolve_asset_graph().get_all_asset_keys()
+                if "s3" in d.resolve_assets_def(key).required_resource_keys}
+    assert needs_s3 == {"raw_documents"}
