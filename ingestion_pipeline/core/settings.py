@@ -78,7 +78,7 @@ class ChunkSettings:
 @dataclass(frozen=True)
 class EmbeddingSettings:
     model_path: str | None = None  # None: the packaged all-MiniLM-L6-v2
-    batch_size: int = 32
+    batch_size: int = 16  # measured: benchmarks/embedding_backends.py
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ def load_settings() -> Settings:
         ),
         embedding=EmbeddingSettings(
             model_path=os.environ.get("INGESTION_EMBEDDING_MODEL") or None,
-            batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 32)),
+            batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 16)),
         ),
         metrics=MetricsSettings(
             upload_dir=Path(os.environ.get("INGESTION_METRICS_UPLOAD_DIR", data_dir() / "metric_uploads")).resolve(),
