@@ -77,6 +77,16 @@ def project_dagster_home(tmp_path: Path, dagster_pg_url: str, monkeypatch: pytes
     return home
 
 
+@pytest.fixture(scope="session", autouse=True)
+def model_cache() -> Iterator[Path]:
+    """One ONNX export of the model for the whole session, shared by the processes tests start."""
+    folder = Path(tempfile.mkdtemp(prefix="ip-models-"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("INGESTION_MODEL_CACHE_DIR", str(folder))
+        yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def isolated_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Upload store and data folder per test; never the developer's .data/."""

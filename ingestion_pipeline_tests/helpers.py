@@ -135,3 +135,26 @@ DOCS = {
 
 def put(client, bucket, key, body):
     client.put_object(Bucket=bucket, Key=key, Body=body.encode() if isinstance(body, str) else body)
+
+
+def tiny_model(folder: Path, dimension: int = 32, seed: int = 0) -> Path:
+    """A real sentence-transformers model of another dimension, made offline: one small BERT layer with
+    random weights and the packaged model's tokenizer."""
+    import shutil
+
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from transformers import BertConfig, BertModel
+
+    from ingestion_pipeline.documents.embedding import default_model_path
+
+    torch.manual_seed(seed)
+    hf = folder / "hf"
+    BertModel(BertConfig(vocab_size=30522, hidden_size=dimension, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64)).save_pretrained(hf)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(Path(default_model_path()) / name, hf / name)
+    out = folder / f"tiny-{dimension}"
+    SentenceTransformer(modules=[models.Transformer(str(hf), max_seq_length=128),
+                                 models.Pooling(dimension, "mean")], device="cpu").save(str(out))
+    return out

@@ -79,6 +79,8 @@ class ChunkSettings:
 class EmbeddingSettings:
     model_path: str | None = None  # None: the packaged all-MiniLM-L6-v2
     batch_size: int = 16  # measured: benchmarks/embedding_backends.py
+    backend: str = "auto"  # auto | onnx | torch (documents/embedding.py)
+    cache_dir: Path | None = None  # exported ONNX models; None: <data dir>/models
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,16 @@ class ApiSettings:
         return int(self.jwt_expiry_hours * 3600)
 
 
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in choices:
+            raise ValueError(raw)
+        return value
+
+    return parse
+
+
 def _bool(raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -200,6 +212,9 @@ def load_settings() -> Settings:
         embedding=EmbeddingSettings(
             model_path=os.environ.get("INGESTION_EMBEDDING_MODEL") or None,
             batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 16)),
+            backend=_env("INGESTION_EMBEDDING_BACKEND", "auto", _one_of("auto", "onnx", "torch"),
+                         "auto, onnx or torch"),
+            cache_dir=Path(os.environ.get("INGESTION_MODEL_CACHE_DIR") or data_dir() / "models").resolve(),
         ),
         metrics=MetricsSettings(
             upload_dir=Path(os.environ.get("INGESTION_METRICS_UPLOAD_DIR", data_dir() / "metric_uploads")).resolve(),

@@ -113,7 +113,8 @@ class EmbedderResource(dg.ConfigurableResource):
 
 def build_embedder(model_path: str | None = None, batch_size: int | None = None) -> Embedder:
     settings = load_settings().embedding
-    return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size)
+    return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size,
+                    backend=settings.backend, cache_dir=settings.cache_dir)
 
 
 class DocumentPipelineResource(dg.ConfigurableResource):

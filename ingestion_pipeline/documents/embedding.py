@@ -10,14 +10,17 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from ingestion_pipeline.core.failpoints import failpoint
+from ingestion_pipeline.core.settings import data_dir
 from ingestion_pipeline.documents.tokens import TokenCounter, load_token_counter
 
 # No hub traffic, no telemetry (invariant 8). Set before transformers is imported anywhere.
@@ -28,6 +31,8 @@ os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 MAX_BATCH_SIZE = 256
+BACKENDS = ("auto", "onnx", "torch")
+_log = logging.getLogger("ingestion_pipeline.embedding")
 
 
 def default_model_path() -> str:
@@ -105,11 +110,19 @@ class Embedder:
     per process (the ``embedder`` resource), so a run loads the model once.
     """
 
-    def __init__(self, model_path: str, batch_size: int = 32) -> None:
+    def __init__(self, model_path: str, batch_size: int = 16, *, backend: str = "auto",
+                 cache_dir: Path | None = None) -> None:
+        """``backend``: auto (ONNX Runtime if it runs this model with torch's vectors, else torch), onnx or
+        torch; ``cache_dir``: where exported ONNX models are kept (default ``<data dir>/models``)."""
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"embedding batch size must be between 1 and {MAX_BATCH_SIZE}")
+        if backend not in BACKENDS:
+            raise ValueError(f"embedding backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
         self.model_path = model_path
         self.batch_size = batch_size
+        self.backend = backend
+        self.backend_in_use: str | None = None  # known once the model is loaded
+        self.cache_dir = cache_dir or data_dir() / "models"
         self.info = model_info(model_path)
         self._lock = threading.Lock()
         self._model = None
@@ -117,14 +130,29 @@ class Embedder:
         self._warming: threading.Thread | None = None
 
     @property
-    def model(self):
+    def model(self) -> Encoder:
         with self._lock:
             if self._model is None:
                 failpoint("model.load")
-                from sentence_transformers import SentenceTransformer
-
-                self._model = SentenceTransformer(self.model_path, device="cpu", local_files_only=True)
+                self._model = self._load()
             return self._model
+
+    def _load(self) -> Encoder:
+        """ONNX Runtime when it can run this model (``auto``, the default) or when asked (``onnx``), else torch."""
+        if self.backend in ("auto", "onnx"):
+            from ingestion_pipeline.documents.onnx_encoder import OnnxEncoder, UnsupportedModel, exported_model
+
+            try:
+                encoder = OnnxEncoder(self.model_path, exported_model(self.model_path, self.info.digest,
+                                                                      self.cache_dir))
+                self.backend_in_use = "onnx"
+                return encoder
+            except (ImportError, UnsupportedModel) as exc:
+                if self.backend == "onnx":
+                    raise
+                _log.warning("embedding with torch: ONNX Runtime cannot run %s (%s)", self.info.name, exc)
+        self.backend_in_use = "torch"
+        return TorchEncoder(self.model_path)
 
     def warm_up(self) -> None:
         """Start loading the model on a background thread, so that importing torch and reading the weights
@@ -151,11 +179,22 @@ class Embedder:
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.info.dimension), dtype=np.float32)
-        vectors = self.model.encode(
-            texts,
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return vectors.astype(np.float32, copy=False)
+        return self.model.encode(texts, self.batch_size).astype(np.float32, copy=False)
+
+
+class Encoder(Protocol):
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        """L2-normalised vectors, one row per text."""
+
+
+class TorchEncoder:
+    """sentence-transformers on torch (imports torch: seconds)."""
+
+    def __init__(self, model_path: str) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self._model = SentenceTransformer(model_path, device="cpu", local_files_only=True)
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        return self._model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
+                                  show_progress_bar=False)

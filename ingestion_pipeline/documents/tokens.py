@@ -15,7 +15,7 @@ _SENTENCE_END = re.compile(r"[.!?;:](?=\s)|\n")
 
 
 class TokenCounter:
-    """Wraps a Hugging Face fast tokenizer; counts exclude the [CLS]/[SEP] specials."""
+    """Wraps the model's fast tokenizer (a ``tokenizers.Tokenizer``); counts exclude the [CLS]/[SEP] specials."""
 
     def __init__(self, tokenizer, model_max_tokens: int) -> None:
         self._tokenizer = tokenizer
@@ -25,9 +25,7 @@ class TokenCounter:
     def count_many(self, texts: list[str]) -> list[int]:
         if not texts:
             return []
-        encoded = self._tokenizer(texts, add_special_tokens=False, return_attention_mask=False,
-                                  return_token_type_ids=False)
-        return [len(ids) for ids in encoded["input_ids"]]
+        return [len(e.ids) for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
 
     def count(self, text: str) -> int:
         return self.count_many([text])[0]
@@ -37,8 +35,7 @@ class TokenCounter:
 
         Cuts fall only where a new word starts, so each piece re-tokenises to the same tokens.
         """
-        encoded = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        offsets: list[tuple[int, int]] = encoded["offset_mapping"]
+        offsets: list[tuple[int, int]] = self._tokenizer.encode(text, add_special_tokens=False).offsets
         if len(offsets) <= max_tokens:
             return [text]
         pieces: list[str] = []
@@ -72,13 +69,40 @@ class TokenCounter:
 
 
 def load_token_counter(model_path: str) -> TokenCounter:
-    """Only the tokenizer (fast, no weights): chunking does not need the model itself."""
-    from transformers import AutoTokenizer
+    """Only the tokenizer (no weights, no torch): chunking does not need the model itself."""
+    return TokenCounter(load_tokenizer(model_path), model_max_seq_length(Path(model_path)))
 
-    logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-    max_len = _model_max_seq_length(Path(model_path), tokenizer.model_max_length)
-    return TokenCounter(tokenizer, max_len)
+
+def load_tokenizer(model_path: str):
+    """The model's ``tokenizers.Tokenizer`` with truncation and padding off (tokenizer.json may set both).
+
+    Read from ``tokenizer.json`` directly (a fraction of a second; importing transformers takes seconds);
+    a model folder without one gets it converted by transformers.
+    """
+    from tokenizers import Tokenizer
+
+    path = Path(model_path) / "tokenizer.json"
+    if path.is_file():
+        tokenizer = Tokenizer.from_file(str(path))
+    else:
+        from transformers import AutoTokenizer
+
+        logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
+        tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True).backend_tokenizer
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def model_max_seq_length(model_dir: Path) -> int:
+    """sentence-transformers' max_seq_length (sentence_bert_config.json), within the tokenizer's own limit."""
+    tokenizer_max = 512
+    config = model_dir / "tokenizer_config.json"
+    if config.exists():
+        value = json.loads(config.read_text()).get("model_max_length")
+        if isinstance(value, int) and 0 < value < 1_000_000:
+            tokenizer_max = value
+    return _model_max_seq_length(model_dir, tokenizer_max)
 
 
 def _model_max_seq_length(model_dir: Path, tokenizer_max: int) -> int:

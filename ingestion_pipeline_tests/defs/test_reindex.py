@@ -16,6 +16,7 @@ from ingestion_pipeline_tests.helpers import (
     materialize_batch,
     pipeline_for,
     table,
+    tiny_model,
 )
 from ingestion_pipeline_tests.helpers import test_resources as resources_for_a_run
 
@@ -186,29 +187,6 @@ def test_versions_without_stored_elements_are_reported_not_queued(instance, data
     assert len(plan.needs_file) == 1 and "extracted by direct-1 (now direct-2)" in plan.needs_file[0].reason
 
 
-def _tiny_model(folder: Path, dimension: int = 32, seed: int = 0) -> Path:
-    """A real sentence-transformers model of another dimension, made offline: one small BERT layer with
-    random weights and the packaged model's tokenizer."""
-    import shutil
-
-    import torch
-    from sentence_transformers import SentenceTransformer, models
-    from transformers import BertConfig, BertModel
-
-    from ingestion_pipeline.documents.embedding import default_model_path
-
-    torch.manual_seed(seed)
-    hf = folder / "hf"
-    BertModel(BertConfig(vocab_size=30522, hidden_size=dimension, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=64)).save_pretrained(hf)
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(Path(default_model_path()) / name, hf / name)
-    out = folder / f"tiny-{dimension}"
-    SentenceTransformer(modules=[models.Transformer(str(hf), max_seq_length=128),
-                                 models.Pooling(dimension, "mean")], device="cpu").save(str(out))
-    return out
-
-
 def test_a_model_of_another_dimension_reindexes_and_searches(instance, database, db, corpus_dir, tmp_path):
     from ingestion_pipeline.core.settings import load_settings
     from ingestion_pipeline.core.upload_store import LocalUploadStore
@@ -220,7 +198,7 @@ def test_a_model_of_another_dimension_reindexes_and_searches(instance, database,
     ingest(instance, database, "acme", docs / "codeblock.md", docs / "fake-memo.pdf")
     old_model = pipeline_for(database).model
 
-    tiny = Embedder(str(_tiny_model(tmp_path)))
+    tiny = Embedder(str(tiny_model(tmp_path)))
     assert tiny.info.dimension == 32
     settings = load_settings()
     switched = DocumentPipeline(database, LocalUploadStore(settings.upload.upload_dir), tiny, settings)
@@ -258,7 +236,7 @@ def test_new_weights_under_the_same_model_name_reuse_no_vector(instance, databas
     from ingestion_pipeline.documents.pipeline import DocumentPipeline
 
     settings = load_settings()
-    first = Embedder(str(_tiny_model(tmp_path)))
+    first = Embedder(str(tiny_model(tmp_path)))
     ingest_with = {"embedder": first}
     from ingestion_pipeline_tests.helpers import submit
 
@@ -266,7 +244,7 @@ def test_new_weights_under_the_same_model_name_reuse_no_vector(instance, databas
     [key] = batch_queued(database)
     assert materialize_batch(instance, key, resources=ingest_with).success
 
-    retrained = Embedder(str(_tiny_model(tmp_path, seed=1)))  # the same folder, other weights
+    retrained = Embedder(str(tiny_model(tmp_path, seed=1)))  # the same folder, other weights
     assert retrained.info.name == first.info.name and retrained.info.digest != first.info.digest
     pipeline = DocumentPipeline(database, LocalUploadStore(settings.upload.upload_dir), retrained, settings)
     with database.transaction() as conn:

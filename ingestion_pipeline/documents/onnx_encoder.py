@@ -1,0 +1,150 @@
+"""The embedding model run by ONNX Runtime: the same weights, exported once per model from torch.
+
+Why: a process that embeds with ONNX Runtime imports neither torch nor sentence-transformers (together
+~6 s on this machine, more than the whole work of a one-file run), and encodes ~7 % faster on 2 cores
+(``benchmarks/embedding_backends.py``). The export runs torch once per model digest and is kept under
+``<data dir>/models``; it is only used if its vectors match torch's on probe texts (cosine ≥ 0.9999).
+Pooling (mean, CLS or max, from ``1_Pooling/config.json``) and L2 normalisation are done here as
+sentence-transformers does them; a model with any other pooling is not exported (torch is used).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ingestion_pipeline.documents.tokens import load_tokenizer, model_max_seq_length
+
+MIN_COSINE = 0.9999
+_PROBES = [
+    "The committee approved the budget for the new river crossing on Tuesday.",
+    "Revenue grew 12% year over year, driven by subscriptions in Europe and Asia.",
+    "Die Würde des Menschen ist unantastbar.",
+    "x",
+    " ".join(["Long text that exceeds the model's sequence length and must be truncated the same way."] * 40),
+]
+
+
+class UnsupportedModel(Exception):
+    """The model cannot be run by this encoder (its pooling, or its vectors differ from torch's)."""
+
+
+def pooling_mode(model_dir: Path) -> str:
+    config_path = model_dir / "1_Pooling" / "config.json"
+    if not config_path.is_file():
+        raise UnsupportedModel("no 1_Pooling/config.json: not a sentence-transformers folder")
+    config = json.loads(config_path.read_text())
+    if "pooling_mode" in config:  # sentence-transformers 6: "mean", or a list of modes
+        named = config["pooling_mode"]
+        modes = [named] if isinstance(named, str) else list(named)
+    else:  # earlier versions: one flag per mode
+        modes = [k.removeprefix("pooling_mode_") for k, v in config.items() if k.startswith("pooling_mode_") and v]
+    modes = [{"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max"}.get(m, m) for m in modes]
+    if len(modes) != 1 or modes[0] not in ("mean", "cls", "max"):
+        raise UnsupportedModel(f"pooling {modes} is not one of mean, cls, max")
+    return modes[0]
+
+
+class OnnxEncoder:
+    """Tokenise (truncated to the model's sequence length), run the transformer, pool, normalise."""
+
+    def __init__(self, model_path: str, onnx_file: Path) -> None:
+        import onnxruntime as ort
+
+        directory = Path(model_path)
+        self._pooling = pooling_mode(directory)
+        self._tokenizer = load_tokenizer(model_path)
+        self._tokenizer.enable_truncation(model_max_seq_length(directory))
+        self._tokenizer.enable_padding(pad_id=self._tokenizer.token_to_id("[PAD]") or 0)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        self._inputs = [i.name for i in self._session.get_inputs()]
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        out = []
+        for start in range(0, len(texts), batch_size):
+            encodings = self._tokenizer.encode_batch(texts[start:start + batch_size])
+            feed = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                    "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+                    "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64)}
+            hidden = self._session.run(None, {name: feed[name] for name in self._inputs})[0]
+            mask = feed["attention_mask"][..., None].astype(np.float32)
+            if self._pooling == "mean":
+                pooled = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
+            elif self._pooling == "cls":
+                pooled = hidden[:, 0]
+            else:
+                pooled = np.where(mask > 0, hidden, -1e9).max(axis=1)
+            norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+            out.append((pooled / norms).astype(np.float32))
+        return np.vstack(out)
+
+
+def exported_model(model_path: str, digest: str, cache_dir: Path) -> Path:
+    """The model's ONNX file for this digest, exporting (and checking) it first if needed."""
+    folder = cache_dir / digest[:32]
+    target = folder / "model.onnx"
+    refused = folder / "unsupported.txt"
+    if target.is_file():
+        return target
+    if refused.is_file():  # tried before: do not pay torch's import again in every process
+        raise UnsupportedModel(refused.read_text())
+    pooling_mode(Path(model_path))
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, suffix=".onnx.part")
+    os.close(handle)
+    try:
+        _export(model_path, Path(temporary))
+        worst = _min_cosine_against_torch(model_path, Path(temporary))
+        if worst < MIN_COSINE:
+            reason = f"ONNX vectors differ from torch's (min cosine {worst:.6f} < {MIN_COSINE})"
+            refused.write_text(reason)
+            raise UnsupportedModel(reason)
+        os.replace(temporary, target)  # atomic: a concurrent process sees the whole file or none
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+    return target
+
+
+def _torch_model(model_path: str):
+    from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    return SentenceTransformer(model_path, device="cpu", local_files_only=True)
+
+
+def _export(model_path: str, target: Path) -> None:
+    import torch
+
+    model = _torch_model(model_path)
+    transformer = model[0].auto_model.eval()
+    tokenizer = model.tokenizer
+    sample = tokenizer(["a", "b c"], padding=True, return_tensors="pt")
+    names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
+
+    class LastHiddenState(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.transformer = transformer
+
+        def forward(self, *inputs):
+            return self.transformer(**dict(zip(names, inputs, strict=True))).last_hidden_state
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on control flow; the probes check the result
+        torch.onnx.export(LastHiddenState(), tuple(sample[n] for n in names), str(target), input_names=names,
+                          output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                          dynamic_axes={n: {0: "batch", 1: "tokens"} for n in [*names, "last_hidden_state"]})
+
+
+def _min_cosine_against_torch(model_path: str, onnx_file: Path) -> float:
+    reference = _torch_model(model_path).encode(_PROBES, normalize_embeddings=True, convert_to_numpy=True)
+    vectors = OnnxEncoder(model_path, onnx_file).encode(_PROBES, batch_size=len(_PROBES))
+    return float((reference * vectors).sum(axis=1).min())

@@ -1,0 +1,121 @@
+"""ONNX Runtime and torch give the same vectors; the export is made once per model; what ONNX cannot run
+falls back to torch; a process that embeds with ONNX never imports torch; the fast tokenizer counts as
+transformers' does."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.documents import onnx_encoder
+from ingestion_pipeline.documents.chunking import chunk_elements, effective_budgets
+from ingestion_pipeline.documents.embedding import Embedder, default_model_path
+from ingestion_pipeline.documents.extraction import extract
+from ingestion_pipeline.documents.tokens import load_token_counter
+from ingestion_pipeline_tests.helpers import tiny_model
+
+CORPUS_FILES = ("norwich-city.txt", "UDHR_first_article_all.txt", "eng_spa_mult.md", "codeblock.md",
+                "example-10k-1p.html", "fake-memo.pdf")
+
+
+@pytest.fixture(scope="module")
+def corpus_chunks(corpus_dir) -> list[str]:
+    counter = load_token_counter(default_model_path())
+    settings = load_settings().chunk
+    target, hard_max = effective_budgets(settings.target_tokens, settings.max_tokens, counter)
+    texts = []
+    for name in CORPUS_FILES:
+        path = corpus_dir / "documents" / name
+        texts += [c.text for c in chunk_elements(extract(path, path.suffix).elements, counter, target=target,
+                                                 hard_max=hard_max)]
+    return texts
+
+
+def test_onnx_vectors_match_torch_on_the_corpus(corpus_chunks, model_cache):
+    onnx = Embedder(default_model_path(), backend="onnx", cache_dir=model_cache)
+    torch = Embedder(default_model_path(), backend="torch", cache_dir=model_cache)
+    texts = corpus_chunks + ["x", "Ünïcödé, 中文, العربية", " ".join(["a long run of words"] * 300)]
+    cosine = (onnx.embed(texts) * torch.embed(texts)).sum(axis=1)
+    assert (onnx.backend_in_use, torch.backend_in_use) == ("onnx", "torch")
+    assert len(texts) > 100 and cosine.min() >= 0.9999
+
+
+def test_the_export_is_made_once_per_model_digest(tmp_path, monkeypatch):
+    model = tiny_model(tmp_path)
+    cache = tmp_path / "models"
+    first = Embedder(str(model), cache_dir=cache)
+    vectors = first.embed(["one small text", "and another"])
+    [exported] = cache.glob("*/model.onnx")
+    assert first.backend_in_use == "onnx" and exported.parent.name == first.info.digest[:32]
+
+    def no_export(*_args):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(onnx_encoder, "_export", no_export)
+    again = Embedder(str(model), cache_dir=cache)  # another process's embedder: reads the export
+    assert np.allclose(again.embed(["one small text", "and another"]), vectors, atol=1e-6)
+    monkeypatch.undo()
+    retrained = Embedder(str(tiny_model(tmp_path, seed=1)), cache_dir=cache)  # same folder, new weights
+    retrained.embed(["one small text"])
+    assert len(list(cache.glob("*/model.onnx"))) == 2
+
+
+def test_a_pooling_onnx_cannot_run_falls_back_to_torch(tmp_path):
+    model = tiny_model(tmp_path)
+    config_path = model / "1_Pooling" / "config.json"
+    config = json.loads(config_path.read_text())
+    config["pooling_mode"] = "mean_sqrt_len_tokens"
+    config_path.write_text(json.dumps(config))
+    cache = tmp_path / "models"
+
+    auto = Embedder(str(model), cache_dir=cache)
+    vectors = auto.embed(["a text"])
+    assert auto.backend_in_use == "torch" and vectors.shape == (1, 32)
+    assert not list(cache.glob("*/model.onnx"))
+    with pytest.raises(onnx_encoder.UnsupportedModel, match="pooling"):
+        Embedder(str(model), backend="onnx", cache_dir=cache).embed(["a text"])
+
+
+def test_an_export_that_does_not_match_torch_is_refused_and_remembered(tmp_path, monkeypatch):
+    model = tiny_model(tmp_path)
+    cache = tmp_path / "models"
+    monkeypatch.setattr(onnx_encoder, "_min_cosine_against_torch", lambda *_: 0.98)
+    auto = Embedder(str(model), cache_dir=cache)
+    auto.embed(["a text"])
+    assert auto.backend_in_use == "torch"
+    [refused] = cache.glob("*/unsupported.txt")
+    assert "min cosine 0.980000" in refused.read_text()
+    monkeypatch.setattr(onnx_encoder, "_export", lambda *_: pytest.fail("tried to export again"))
+    later = Embedder(str(model), cache_dir=cache)
+    later.embed(["a text"])
+    assert later.backend_in_use == "torch"
+
+
+def test_a_process_embedding_with_onnx_imports_neither_torch_nor_transformers(model_cache):
+    Embedder(default_model_path(), cache_dir=model_cache).embed(["export it first, if no test did"])
+    code = ("import sys; from ingestion_pipeline.defs.resources import build_embedder; e = build_embedder(); "
+            "v = e.embed(['hello']); n = e.token_counter.count('hello world'); "
+            "print(e.backend_in_use, v.shape[1], n, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    env = {**os.environ, "INGESTION_MODEL_CACHE_DIR": str(model_cache)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["onnx", "384", "2", "False", "False"]
+
+
+def test_the_fast_tokenizer_counts_and_cuts_as_transformers_does(corpus_chunks, corpus_dir):
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(default_model_path())
+    counter = load_token_counter(default_model_path())
+    long_texts = [Path(corpus_dir / "documents" / n).read_text(errors="replace")[:30000]
+                  for n in ("UDHR_first_article_all.txt", "norwich-city.txt")]
+    texts = corpus_chunks + long_texts
+    assert counter.count_many(texts) == [len(ids) for ids in reference(texts, add_special_tokens=False)["input_ids"]]
+    for text in long_texts:  # offsets decide where split() cuts
+        expected = reference(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        assert counter._tokenizer.encode(text, add_special_tokens=False).offsets == expected
+    assert counter.max_content_tokens == 254  # 256 (sentence_bert_config.json) minus [CLS] and [SEP]
