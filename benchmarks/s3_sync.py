@@ -82,7 +82,7 @@ def main() -> None:
                 return 0.0
             start = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):
-                process_queued(ctx)
+                process_queued(ctx, argparse.Namespace(json=True))
             return time.perf_counter() - start
 
         initial_s, initial = full_pass()

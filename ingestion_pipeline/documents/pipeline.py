@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.ledger import LeaseLost, Worker
 from ingestion_pipeline.core.progress import Progress, Sink
 from ingestion_pipeline.core.settings import Settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile
 from ingestion_pipeline.documents import reindex, runs, staging
 from ingestion_pipeline.documents.chunking import chunk_elements, effective_budgets
 from ingestion_pipeline.documents.embedding import Embedder
@@ -46,6 +47,9 @@ _log = logging.getLogger("ingestion_pipeline.documents")
 S3ClientFor = Callable[[str | None], Any]
 # (path, extension) -> ExtractedDocument; runs use a bounded worker process (extraction/isolation.py)
 Extractor = Callable[[Path, str], Any]
+
+# S3 objects downloaded at once by the fetch step (boto3 clients are thread-safe)
+_FETCH_CONCURRENCY = 4
 
 # Errors of the database itself: not a file's fault, so the step (not the file) is retried.
 _STEP_ERRORS = ("db_unavailable", "db_conflict")
@@ -98,6 +102,7 @@ class DocumentPipeline:
         self.model = embedder.info
         self.worker = worker
         self._s3_client_for = s3_client_for
+        self._downloads: dict[int, Future[StoredFile]] = {}  # run_id -> S3 download started ahead
         self._extract = extractor or (lambda path, extension: extract(path, extension, settings.limits))
 
     def close(self) -> None:
@@ -197,7 +202,12 @@ class DocumentPipeline:
             active = {v["doc_id"]: v for v in conn.execute(  # one query for the batch, not one per file
                 """SELECT doc_id, version_number, pipeline_fingerprint FROM document_versions
                     WHERE doc_id = ANY(%s) AND is_active""", (done,)).fetchall()} if done else {}
-        outcomes = self._for_each(partition_key, self._verify_raw, "fetch")
+        with ThreadPoolExecutor(_FETCH_CONCURRENCY, thread_name_prefix="s3-fetch") as pool:
+            self._prefetch_s3_objects(partition_key, pool)
+            try:
+                outcomes = self._for_each(partition_key, self._verify_raw, "fetch")
+            finally:
+                self._discard_unused_downloads()
         if any(o.status == STEP_DONE for o in outcomes):
             self.embedder.warm_up()  # files go on to be embedded: the model loads while they are extracted
         return [self._not_claimed(r, active.get(r["doc_id"])) for r in others] + outcomes
@@ -292,8 +302,42 @@ class DocumentPipeline:
         return FileOutcome(row["run_id"], _filename(row), STEP_DONE,
                            f"re-indexing version {version['version_number']} from {n} stored elements")
 
+    def _prefetch_s3_objects(self, partition_key: str, pool: ThreadPoolExecutor) -> None:
+        """Start downloading the batch's S3 objects, a few at a time, while the files before them are
+        verified; each file's download (or its error) is taken up by its own turn in ``_verify_raw``."""
+        with self.db.connection() as conn:
+            rows = runs.held_rows(conn, partition_key, self.owner)
+        self._downloads = {
+            r["run_id"]: pool.submit(self._download_s3_object, r) for r in rows
+            if r.get("source_id") is not None and not (r["raw_path"] and Path(r["raw_path"]).is_file())
+            and not (r["run_type"] == reindex.REINDEX and (r["config"] or {}).get("from") != "s3")
+        }
+
+    def _discard_unused_downloads(self) -> None:
+        """Objects downloaded for files that did not get their turn (paused, or the step failed) leave the
+        store, unless a waiting ledger row names the same bytes."""
+        downloads, self._downloads = self._downloads, {}
+        for download in downloads.values():
+            try:
+                stored = download.result()
+            except Exception:  # noqa: BLE001 - the file's turn did not come: its error is nobody's to report
+                continue
+            with self.db.connection() as conn:
+                needed = conn.execute("SELECT 1 FROM ingestion_runs WHERE raw_path = %s AND status IN "
+                                      "('queued', 'running') LIMIT 1", (str(stored.path),)).fetchone()
+            if stored.created and needed is None:
+                self.store.release(stored.path)
+
     def _fetch_s3_object(self, row: dict) -> dict:
-        """Stream the listed object version into the raw store, hashing on the way; record hash and size."""
+        """The listed object version in the raw store (downloaded ahead, or now); its hash and size recorded."""
+        download = self._downloads.pop(row["run_id"], None)
+        stored = download.result() if download is not None else self._download_s3_object(row)
+        with self.db.transaction() as conn:
+            return runs.record_fetched_object(conn, row["run_id"], self.owner, raw_path=str(stored.path),
+                                              sha256=stored.sha256, size=stored.size)
+
+    def _download_s3_object(self, row: dict) -> StoredFile:
+        """Stream the listed object version into the raw store, hashing on the way."""
         if self._s3_client_for is None:
             raise ExtractionError("no S3 connection configured for this run", code="s3_not_configured")
         with self.db.connection() as conn:
@@ -317,12 +361,9 @@ class DocumentPipeline:
             raise  # classified: throttling, 5xx and timeouts are retried with backoff
         body = response["Body"]
         try:
-            stored = self.store.put(row["tenant_id"], body, max_bytes=self.settings.upload.max_bytes)
+            return self.store.put(row["tenant_id"], body, max_bytes=self.settings.upload.max_bytes)
         finally:
             body.close()
-        with self.db.transaction() as conn:
-            return runs.record_fetched_object(conn, row["run_id"], self.owner, raw_path=str(stored.path),
-                                              sha256=stored.sha256, size=stored.size)
 
     # -- step 2: document_elements ------------------------------------------------------------------
     def extract_batch(self, partition_key: str) -> list[FileOutcome]:

@@ -280,3 +280,42 @@ def test_an_extractor_change_reextracts_from_the_unchanged_object(kb, database, 
             plan = reindex.find_versions(conn, pipeline_for(database).fingerprint_for)
         assert len(plan.reindexable) == 2 and len(plan.needs_file) == 1
         assert "submit the file again" in plan.needs_file[0].reason
+
+
+def test_objects_are_fetched_concurrently_and_a_deleted_one_fails_alone(kb, db, monkeypatch):
+    """The fetch step downloads a batch's objects a few at a time; each object's error stays its own."""
+    client, bucket, _source = kb
+    for i in range(8):
+        put(client, bucket, f"kb/extra-{i}.md", f"# Extra {i}\n\nExtra note {i} about the harbour.\n")
+    original = S3Clients.__call__
+    lock, in_flight, peak, fetched = threading.Lock(), [0], [0], []
+
+    class Slow:
+        def __init__(self, client):
+            self._client = client
+
+        def __getattr__(self, name):
+            return getattr(self._client, name)
+
+        def get_object(self, **kwargs):
+            with lock:
+                in_flight[0] += 1
+                peak[0] = max(peak[0], in_flight[0])
+            try:
+                time.sleep(0.2)  # a real bucket's latency
+                fetched.append(kwargs["Key"])
+                return self._client.get_object(**kwargs)
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+    monkeypatch.setattr(S3Clients, "__call__", lambda self, endpoint: Slow(original(self, endpoint)))
+    with dg.instance_for_test() as instance:
+        first = tick(instance)
+        client.delete_object(Bucket=bucket, Key="kb/extra-5.md")  # gone after it was listed
+        run_all(instance, first)
+    rows = {r["source_key"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
+    assert len(rows) == 11 and peak[0] > 1 and len(fetched) == 11
+    gone = rows.pop("kb/extra-5.md")
+    assert (gone["status"], gone["error_code"]) == ("failed", "s3_object_deleted")
+    assert {r["status"] for r in rows.values()} == {"succeeded"}
