@@ -10,7 +10,7 @@ from ingestion_pipeline.documents.reindex import REINDEX
 
 @dg.sensor(
     job=document_batch_job,
-    minimum_interval_seconds=10,
+    minimum_interval_seconds=5,  # a submitted file waits at most this long for its run (a cheap query)
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Groups queued uploads and re-indexes into batches and launches one run per batch.",
 )
