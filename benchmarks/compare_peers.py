@@ -84,9 +84,11 @@ def run_ours(namespace: str, files: list[str]) -> dict:
     return {"chunks": chunks, "embedded": row["embedded"], "failed": row["failed"], "model_s": row["model_ms"] / 1000}
 
 
-def model_baseline(url: str, ours: str, langchain: str) -> dict:
-    """Our active chunks, and LangChain's, encoded alone (batch 32, sorted by length) after the model loaded."""
+def model_baseline(url: str, ours: str, langchain: str, llamaindex: str = "") -> dict:
+    """Our active chunks, LangChain's and LlamaIndex's, encoded alone by torch (batch 32, sorted by length)
+    after the model loaded."""
     import psycopg
+    from psycopg import sql
     from sentence_transformers import SentenceTransformer
 
     from ingestion_pipeline.documents.embedding import default_model_path
@@ -101,8 +103,11 @@ def model_baseline(url: str, ours: str, langchain: str) -> dict:
             """SELECT e.document FROM langchain_pg_embedding e
                  JOIN langchain_pg_collection c ON c.uuid = e.collection_id
                 WHERE c.name = %s""", (langchain,))] if _has_table(conn, "langchain_pg_embedding") else []
+        table = f"data_{llamaindex}"
+        nodes = [r[0] for r in conn.execute(sql.SQL("SELECT text FROM {}").format(
+            sql.Identifier(table)))] if _has_table(conn, table) else []
     figures = {}
-    for label, texts in (("ours", mine), ("langchain", theirs)):
+    for label, texts in (("ours", mine), ("langchain", theirs), ("llamaindex", nodes)):
         if not texts:
             continue
         texts = sorted(texts, key=len)
@@ -207,8 +212,9 @@ def main() -> None:
 
 
 def _baseline(env: dict, namespace: str, systems: tuple[str, ...]) -> dict:
+    names = ", ".join(repr(f"{prefix}_{namespace}") for prefix in ("ou", "la", "ll"))
     code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import compare_peers as c; "
-            f"print(json.dumps(c.model_baseline({env['DATABASE_URL']!r}, 'ou_{namespace}', 'la_{namespace}')))")
+            f"print(json.dumps(c.model_baseline({env['DATABASE_URL']!r}, {names})))")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     for label, f in figures.items():
@@ -241,11 +247,9 @@ def _print_table(results: dict, systems: tuple[str, ...], baseline: list[dict], 
               f"overhead beyond pure encode {(wall - pure) * 1000 / n_small:.0f} ms per file "
               f"(includes process start, imports and the model load)")
     for b in baseline:
-        if "ours" in b and "langchain" in b:
-            o, lc = b["ours"], b["langchain"]
-            print(f"model time per 1k tokens: ours {o['encode_s'] * 1000 / o['tokens']:.3f} s, "
-                  f"LangChain {lc['encode_s'] * 1000 / lc['tokens']:.3f} s (its chunks over the model's limit: "
-                  f"{lc['truncated']} of {lc['chunks']}, text the model never reads)")
+        print("model alone, per 1k tokens it reads: " + "; ".join(
+            f"{label} {f['encode_s'] * 1000 / f['tokens']:.3f} s ({f['truncated']} of {f['chunks']} chunks longer "
+            "than the model reads: their ends are never embedded)" for label, f in b.items()))
 
 
 if __name__ == "__main__":

@@ -63,7 +63,7 @@ class UploadSettings:
 class BatchSettings:
     """Bounds of one `document_batches` partition (and so of one run)."""
 
-    max_files: int = 50
+    max_files: int = 200  # measured: 300 small files in 6 runs of 50 took 50.6 s, in one run 44.6 s
     max_bytes: int = 200 * 1024 * 1024
 
 
@@ -202,7 +202,7 @@ def load_settings() -> Settings:
             max_bytes=_int_env("INGESTION_MAX_UPLOAD_BYTES", 50 * 1024 * 1024),
         ),
         batch=BatchSettings(
-            max_files=_int_env("INGESTION_BATCH_MAX_FILES", 50),
+            max_files=_int_env("INGESTION_BATCH_MAX_FILES", 200),
             max_bytes=_int_env("INGESTION_BATCH_MAX_BYTES", 200 * 1024 * 1024),
         ),
         chunk=ChunkSettings(

@@ -137,8 +137,9 @@ def _export(model_path: str, target: Path) -> None:
         def forward(self, *inputs):
             return self.transformer(**dict(zip(names, inputs, strict=True))).last_hidden_state
 
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the tracer's notes on control flow; the probes check the result
+    # record=True: the tracer's notes on control flow are kept here, not shown (torch sets its own warning
+    # filters inside the export, so "ignore" alone does not hold); the probes check the result instead
+    with torch.no_grad(), warnings.catch_warnings(record=True):
         torch.onnx.export(LastHiddenState(), tuple(sample[n] for n in names), str(target), input_names=names,
                           output_names=["last_hidden_state"], opset_version=17, dynamo=False,
                           dynamic_axes={n: {0: "batch", 1: "tokens"} for n in [*names, "last_hidden_state"]})
