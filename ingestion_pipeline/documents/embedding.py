@@ -125,6 +125,7 @@ class Embedder:
         self.cache_dir = cache_dir or data_dir() / "models"
         self.info = model_info(model_path)
         self._lock = threading.Lock()
+        self._tokenizer_lock = threading.Lock()
         self._model = None
         self._token_counter: TokenCounter | None = None
         self._warming: threading.Thread | None = None
@@ -171,7 +172,7 @@ class Embedder:
     @property
     def token_counter(self) -> TokenCounter:
         """The model's own tokenizer (no weights): chunk budgets are counted in its tokens."""
-        with self._lock:
+        with self._tokenizer_lock:  # not the model's lock: chunking goes on while the model loads
             if self._token_counter is None:
                 self._token_counter = load_token_counter(self.model_path)
             return self._token_counter

@@ -100,8 +100,13 @@ def exported_model(model_path: str, digest: str, cache_dir: Path) -> Path:
     handle, temporary = tempfile.mkstemp(dir=folder, suffix=".onnx.part")
     os.close(handle)
     try:
-        _export(model_path, Path(temporary))
-        worst = _min_cosine_against_torch(model_path, Path(temporary))
+        try:
+            _export(model_path, Path(temporary))
+            worst = _min_cosine_against_torch(model_path, Path(temporary))
+        except Exception as exc:  # an architecture torch.onnx cannot trace: torch it is, from now on
+            reason = f"the export failed: {type(exc).__name__}: {exc}"[:2000]
+            refused.write_text(f"{reason} (delete {refused} to try again)")
+            raise UnsupportedModel(reason) from exc
         if worst < MIN_COSINE:
             reason = f"ONNX vectors differ from torch's (min cosine {worst:.6f} < {MIN_COSINE})"
             refused.write_text(reason)

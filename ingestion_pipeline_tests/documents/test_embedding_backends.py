@@ -119,3 +119,19 @@ def test_the_fast_tokenizer_counts_and_cuts_as_transformers_does(corpus_chunks, 
         expected = reference(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
         assert counter._tokenizer.encode(text, add_special_tokens=False).offsets == expected
     assert counter.max_content_tokens == 254  # 256 (sentence_bert_config.json) minus [CLS] and [SEP]
+
+
+def test_an_export_that_fails_falls_back_to_torch_and_is_not_tried_again(tmp_path, monkeypatch):
+    model = tiny_model(tmp_path)
+    cache = tmp_path / "models"
+
+    def cannot_trace(*_args):
+        raise RuntimeError("unsupported operator aten::something")
+
+    monkeypatch.setattr(onnx_encoder, "_export", cannot_trace)
+    auto = Embedder(str(model), cache_dir=cache)
+    assert auto.embed(["a text"]).shape == (1, 32) and auto.backend_in_use == "torch"
+    [refused] = cache.glob("*/unsupported.txt")
+    assert "aten::something" in refused.read_text() and not list(cache.glob("*/*.part"))
+    with pytest.raises(onnx_encoder.UnsupportedModel, match="aten::something"):
+        Embedder(str(model), backend="onnx", cache_dir=cache).embed(["a text"])
