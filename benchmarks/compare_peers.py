@@ -84,7 +84,7 @@ def run_ours(namespace: str, files: list[str]) -> dict:
     return {"chunks": chunks, "embedded": row["embedded"], "failed": row["failed"], "model_s": row["model_ms"] / 1000}
 
 
-def model_baseline(url: str, ours: str, langchain: str, llamaindex: str = "") -> dict:
+def model_baseline(url: str, ours: str, langchain: str, llamaindex: str) -> dict:
     """Our active chunks, LangChain's and LlamaIndex's, encoded alone by torch (batch 32, sorted by length)
     after the model loaded."""
     import psycopg

@@ -101,8 +101,9 @@ def exported_model(model_path: str, digest: str, cache_dir: Path) -> Path:
     os.close(handle)
     try:
         try:
-            _export(model_path, Path(temporary))
-            worst = _min_cosine_against_torch(model_path, Path(temporary))
+            model = _torch_model(model_path)  # loaded once: exported, then the reference for the probes
+            _export(model, Path(temporary))
+            worst = _min_cosine_against_torch(model, model_path, Path(temporary))
         except Exception as exc:  # an architecture torch.onnx cannot trace: torch it is, from now on
             reason = f"the export failed: {type(exc).__name__}: {exc}"[:2000]
             refused.write_text(f"{reason} (delete {refused} to try again)")
@@ -125,10 +126,9 @@ def _torch_model(model_path: str):
     return SentenceTransformer(model_path, device="cpu", local_files_only=True)
 
 
-def _export(model_path: str, target: Path) -> None:
+def _export(model, target: Path) -> None:
     import torch
 
-    model = _torch_model(model_path)
     transformer = model[0].auto_model.eval()
     tokenizer = model.tokenizer
     sample = tokenizer(["a", "b c"], padding=True, return_tensors="pt")
@@ -150,7 +150,7 @@ def _export(model_path: str, target: Path) -> None:
                           dynamic_axes={n: {0: "batch", 1: "tokens"} for n in [*names, "last_hidden_state"]})
 
 
-def _min_cosine_against_torch(model_path: str, onnx_file: Path) -> float:
-    reference = _torch_model(model_path).encode(_PROBES, normalize_embeddings=True, convert_to_numpy=True)
+def _min_cosine_against_torch(model, model_path: str, onnx_file: Path) -> float:
+    reference = model.encode(_PROBES, normalize_embeddings=True, convert_to_numpy=True)
     vectors = OnnxEncoder(model_path, onnx_file).encode(_PROBES, batch_size=len(_PROBES))
     return float((reference * vectors).sum(axis=1).min())
