@@ -85,6 +85,9 @@ class RowBatch:
 
 def line_breaks(values: pa.Array, with_cr: bool) -> np.ndarray:
     """Line breaks (\n, \r\n, or a lone \r) inside each value."""
+    marks = ("\n", "\r") if with_cr else ("\n",)
+    if not any(pc.any(pc.match_substring(values, mark)).as_py() for mark in marks):
+        return np.zeros(len(values), dtype=np.int64)  # the usual column, found at half the cost of counting
     counts = pc.count_substring(values, "\n").to_numpy(zero_copy_only=False).astype(np.int64)
     if with_cr:
         counts += pc.count_substring(values, "\r").to_numpy(zero_copy_only=False)
