@@ -8,13 +8,14 @@ spelling such as ``12.0`` impressions) goes through ``normalize_row`` itself, so
 are exactly the row-by-row ones; ``test_arrow_staging`` compares both paths on the same files.
 
 Valid rows leave as text ready for ``COPY ... (FORMAT csv)``: the normalised values as the text of their
-typed columns, the raw record as JSON built with Arrow string kernels, the natural key hashed with ``hashlib``.
+typed columns, the raw record as a JSON array of its values built with Arrow string kernels (the upload's
+``raw_columns`` name them once for all its rows; ``staged_record()``, sql/016, makes the object again), the
+natural key hashed with ``hashlib``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,13 +66,14 @@ class BatchNormalizer:
     summary_rows: int = 0
     fast_rows: int = 0
     exact_rows: int = 0
-    _keys: list[tuple[str, int]] = field(default_factory=list)  # raw JSON key fragment, column index
+    raw_columns: list[str] = field(default_factory=list)  # the names of a valid row's raw values, in order
 
     def __post_init__(self) -> None:
         last: dict[str, int] = {}
         for index, name in enumerate(self.header):  # dict(zip(header, row)): the last duplicate wins
             last[name] = index
-        self._keys = [(json.dumps(name, ensure_ascii=False), index) for name, index in last.items()]
+        self.raw_columns = list(last)
+        self._raw_indexes = list(last.values())
         self._source = {canonical: last[header] for canonical, header in self.plan.source.items()}
         self._summary_ids = [i for i, h in enumerate(self.header) if normalize_header(h) in _SUMMARY_IDS]
         self._hash_prefix = f"daily_metric|{self.workspace_id}|{self.platform}|"
@@ -185,12 +187,12 @@ class BatchNormalizer:
         if batch.raw_json is not None:  # JSON records: stored as they were
             raw = pc.filter(pa.array(batch.raw_json, pa.string()), ok)
         else:
+            # the values alone, in raw_columns' order (staged_record() in sql/016 names them again)
             raw_parts: list[pa.Array | str] = []
-            for i, (key, index) in enumerate(self._keys):
-                raw_parts.append(("{" if i == 0 else ",") + key + ":\"")
+            for i, index in enumerate(self._raw_indexes):
+                raw_parts.append("[\"" if i == 0 else "\",\"")
                 raw_parts.append(_json_escape(columns[index]))
-                raw_parts.append("\"")
-            raw_parts.append("}")
+            raw_parts.append("\"]")
             raw = _join(raw_parts, n)
         hashes = [hashlib.sha256(f"{self._hash_prefix}{a}|{d}".encode()).hexdigest()
                   for a, d in zip(values["ad_id"].to_pylist(), values["date"].to_pylist(), strict=True)]

@@ -174,6 +174,10 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str) -> Stag
     header_breaks = sum(text_breaks(cell) for cell in header)
     normalizer = BatchNormalizer(plan, header, upload["workspace_id"], upload["platform"], _dumps,
                                  check_controls=scan.has_controls)
+    with db.transaction() as conn:
+        ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
+        conn.execute("UPDATE data_uploads SET raw_columns = %s WHERE upload_id = %s",
+                     (Jsonb(normalizer.raw_columns), upload_id))
     row_index = 0
     # Postgres parses and indexes one batch while this process validates the next (both cores busy).
     with _BackgroundWriter(lambda item: _copy_batch(db, upload_id, owner, *item)) as writer:

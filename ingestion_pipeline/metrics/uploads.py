@@ -204,7 +204,8 @@ def upload_errors(
 ) -> list[dict]:
     """The rows of an upload that did not validate (none for an upload of another workspace)."""
     return conn.execute(
-        """SELECT s.row_index, s.line_number, s.entity_type, s.validation_status, s.validation_errors, s.raw_data
+        """SELECT s.row_index, s.line_number, s.entity_type, s.validation_status, s.validation_errors,
+                  staged_record(s.raw_data, u.raw_columns) AS raw_data
              FROM staging_rows s JOIN data_uploads u ON u.upload_id = s.upload_id
             WHERE s.upload_id = %(id)s AND s.validation_status <> 'valid'
               AND (%(ws)s::text IS NULL OR u.workspace_id = %(ws)s)

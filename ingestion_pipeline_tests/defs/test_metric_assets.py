@@ -141,7 +141,8 @@ def test_bom_and_non_utf8_headers(instance, database, db, tmp_path):
         submitted = submit(database, tmp_path, path)
         assert run_upload(instance, submitted.partition_key).success
         assert upload_row(db, submitted.upload_id)["status"] == "completed"
-    raw = table(db, "SELECT raw_data FROM staging_rows WHERE raw_data ? 'Région' LIMIT 1")
+    raw = table(db, """SELECT staged_record(raw_data, raw_columns) AS raw_data FROM staging_rows JOIN data_uploads
+                          USING (upload_id) WHERE staged_record(raw_data, raw_columns) ? 'Région' LIMIT 1""")
     assert raw and raw[0]["raw_data"]["Région"] == "Île-de-France"
     assert table(db, "SELECT count(*) AS n FROM daily_metrics")[0]["n"] == 12
 

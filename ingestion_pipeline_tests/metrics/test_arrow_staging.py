@@ -69,7 +69,8 @@ def _stage_both(database, tmp_path, path: Path, platform: str | None):
         counts = staging.stage_upload(database, upload, owner=worker.owner, arrow=arrow)
         with database.connection() as conn:
             rows = conn.execute(
-                """SELECT row_index, line_number, entity_type, natural_key_hash, raw_data, s.campaign_id, s.ad_set_id,
+                """SELECT row_index, line_number, entity_type, natural_key_hash,
+                          staged_record(raw_data, u.raw_columns) AS raw_data, s.campaign_id, s.ad_set_id,
                           s.ad_id, s.campaign_name, s.ad_set_name, s.ad_name, s.status, s.date, s.impressions, s.clicks,
                           s.spend, s.currency, s.conversions, validation_status, validation_errors
                      FROM staging_rows s JOIN data_uploads u USING (upload_id)
@@ -204,3 +205,27 @@ def test_json_lines_with_every_kind_of_value(database, tmp_path, monkeypatch):
     assert arrow.total == 13 and arrow.valid == 6 and arrow.vectorised == 2  # the rest took the exact path
     reasons = {e["field"] + ": " + e["error"] for r in rows for e in r["validation_errors"]}
     assert "row: not an object/record" in reasons and "impressions: not a finite number ('inf')" in reasons
+
+
+def test_a_row_staged_as_values_reads_back_as_the_exports_record(database, tmp_path):
+    """Arrow-staged valid rows keep only their values (sql/016); a row that turns out unpromotable is
+    listed with the record as the export had it, column names included."""
+    from ingestion_pipeline.metrics.promotion import promote_upload
+    from ingestion_pipeline.metrics.uploads import upload_errors
+
+    orphan = "2024-03-01,2024-03-31,2024-03-02,Spring,Set A,Ad 9,c1,,a9,100,80,1.00,3,1"  # no ad set id
+    path = _meta(tmp_path, "orphan.csv", rows=[META_ROWS[2], orphan])  # 12.0 impressions: the exact path
+    with path.open("rb") as stream:
+        submitted = submit_metric_file(database, LocalUploadStore(tmp_path / "store"), workspace_id="w",
+                                       platform="meta", filename=path.name, stream=stream, max_bytes=2**31)
+    worker = Worker("run", "run", 600)
+    upload = pipeline.claim_upload(database, submitted.partition_key, worker, ReliabilitySettings())
+    counts = staging.stage_upload(database, upload, owner=worker.owner)
+    assert (counts.reader, counts.vectorised, counts.valid) == ("arrow", 1, 2)
+    with database.transaction() as conn:
+        assert promote_upload(conn, upload, below_threshold=False).unpromotable_rows == 1
+        raw = conn.execute("SELECT raw_data FROM staging_rows WHERE upload_id = %s ORDER BY row_index",
+                           (upload["upload_id"],)).fetchall()
+        assert isinstance(raw[0]["raw_data"], dict) and isinstance(raw[1]["raw_data"], list)
+        [error] = upload_errors(conn, upload["upload_id"], workspace_id="w")
+    assert error["raw_data"] == dict(zip(META_HEADER.split(","), orphan.split(","), strict=True))
