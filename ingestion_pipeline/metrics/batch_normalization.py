@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingestion_pipeline.metrics.csv_batches import RowBatch
+from ingestion_pipeline.metrics.csv_batches import RowBatch, may_contain
 from ingestion_pipeline.metrics.exports import is_summary
 from ingestion_pipeline.metrics.layouts import ColumnPlan, Layout, normalize_header
 from ingestion_pipeline.metrics.normalization import normalize_row
@@ -265,7 +265,7 @@ def column_text(value) -> str | None:
 def _json_escape(values: pa.Array) -> pa.Array:
     """Text for inside a JSON string (rows with control characters never get here)."""
     for special, escaped in (("\\", "\\\\"), ("\"", "\\\"")):
-        if pc.any(pc.match_substring(values, special)).as_py():  # ids, dates and figures never hold one
+        if may_contain(values, special.encode()):  # ids, dates and figures never hold one
             values = pc.replace_substring(values, special, escaped)
     return values
 
