@@ -76,6 +76,23 @@ def _json_default(value):
     return str(value)
 
 
+@dataclass
+class _Written:
+    """Rows this attempt committed, counted as each batch commits (recounting 1M staged rows costs 0.5 s)."""
+    total: int = 0
+    valid: int = 0
+
+    def copy(self, db: Database, upload_id: int, owner: str, staged: pa.Table, indexes: pa.Array) -> None:
+        _copy_batch(db, upload_id, owner, staged, indexes)
+        self.total += staged.num_rows
+        self.valid += staged.num_rows - (pc.sum(pc.equal(staged["validation_status"], "invalid")).as_py() or 0)
+
+    def counts(self, db: Database, upload_id: int, already: int) -> tuple[int, int]:
+        """(total, valid) of the upload: an earlier attempt's rows (up to ``already``) from the table."""
+        total, valid = _counts(db, upload_id, through=already) if already else (0, 0)
+        return total + self.total, valid + self.valid
+
+
 def _staged_rows(db: Database, upload_id: int) -> int:
     with db.connection() as conn:
         return conn.execute(
@@ -108,6 +125,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str) -> Stagi
     consecutive records of one layout (a batch of anything the Arrow path does not support, one by one)."""
     upload_id = upload["upload_id"]
     already = _staged_rows(db, upload_id)
+    written = _Written()
     normalizers: dict[tuple, BatchNormalizer] = {}
     group: list[tuple[int, object]] = []
     group_plan = None
@@ -140,7 +158,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str) -> Stagi
         group.clear()
 
     with raw_path.open("rb") as stream, \
-            _BackgroundWriter(lambda item: _copy_batch(db, upload_id, owner, *item)) as writer:
+            _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, *item)) as writer:
         export = ExportReader(stream, upload["file_format"], upload["platform"])
         for line, raw, plan in export.rows():
             if group and (plan is not group_plan or len(group) >= JSON_BATCH_ROWS):
@@ -149,7 +167,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str) -> Stagi
             group_plan = plan
         flush(writer)
     fast = sum(n.fast_rows for n in normalizers.values())
-    total, valid = _counts(db, upload_id)
+    total, valid = written.counts(db, upload_id, already)
     return StagingCounts(total, valid, total - valid, already, export.summary_rows,
                          export.layout.name if export.layout else None, export.notes, "arrow", fast)
 
@@ -179,8 +197,9 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str) -> Stag
         conn.execute("UPDATE data_uploads SET raw_columns = %s WHERE upload_id = %s",
                      (Jsonb(normalizer.raw_columns), upload_id))
     row_index = 0
+    written = _Written()
     # Postgres parses and indexes one batch while this process validates the next (both cores busy).
-    with _BackgroundWriter(lambda item: _copy_batch(db, upload_id, owner, *item)) as writer:
+    with _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, *item)) as writer:
         try:
             for batch in read_batches(raw_path, encoding=encoding, width=len(header), header_rows=header_at + 1,
                                       first_data_line=header_line + 1 + header_breaks, with_cr=scan.has_cr):
@@ -190,7 +209,7 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str) -> Stag
         except (pa.ArrowInvalid, csv.Error, UnicodeDecodeError) as exc:  # undecodable text, malformed refused row
             writer.close()  # what was read before the problem is staged; the row path continues after it
             raise ArrowPathUnavailable(str(exc)) from exc
-    total, valid = _counts(db, upload_id)
+    total, valid = written.counts(db, upload_id, already)
     return StagingCounts(total, valid, total - valid, already, normalizer.summary_rows, plan.layout.name,
                          plan_notes(plan), "arrow", normalizer.fast_rows)
 
@@ -260,6 +279,17 @@ class _BackgroundWriter:
             self._stop()
 
 
+def _batch_commit(conn) -> None:
+    """A staging batch commits without waiting for its WAL to reach the disk (~180 waits per million rows).
+
+    Safe because nothing outside this database acts on a batch's commit: a later attempt resumes after
+    the last row the table holds, and a server crash loses only a suffix of the batches (WAL is
+    replayed in order), which that attempt stages again. Staging ends with a synchronous commit
+    (``staging_complete``) that flushes every batch before Dagster hears of it.
+    """
+    conn.execute("SET LOCAL synchronous_commit = off")
+
+
 def _copy_batch(db: Database, upload_id: int, owner: str, staged: pa.Table, indexes: pa.Array) -> None:
     table = pa.table({
         "upload_id": pa.array([upload_id] * staged.num_rows, pa.int64()), "row_index": indexes,
@@ -268,18 +298,20 @@ def _copy_batch(db: Database, upload_id: int, owner: str, staged: pa.Table, inde
     buffer = io.BytesIO()
     pa_csv.write_csv(table, buffer, write_options=pa_csv.WriteOptions(include_header=False))
     with db.transaction() as conn:
+        _batch_commit(conn)
         ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
         with conn.cursor().copy(_COPY_CSV) as copy:
             copy.write(buffer.getbuffer())
     failpoint("metrics.stage")  # one batch committed, the rest not yet
 
 
-def _counts(db: Database, upload_id: int) -> tuple[int, int]:
+def _counts(db: Database, upload_id: int, *, through: int | None = None) -> tuple[int, int]:
+    """(total, valid) staged rows of the upload, all or those numbered up to ``through``."""
     with db.connection() as conn:
         counts = conn.execute(
             """SELECT count(*) AS total, count(*) FILTER (WHERE validation_status <> 'invalid') AS valid
-                 FROM staging_rows WHERE upload_id = %s""",
-            (upload_id,),
+                 FROM staging_rows WHERE upload_id = %s AND (%s::int IS NULL OR row_index <= %s::int)""",
+            (upload_id, through, through),
         ).fetchone()
     return counts["total"], counts["valid"]
 
@@ -294,6 +326,7 @@ def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_ro
         if not pending:
             return
         with db.transaction() as conn:
+            _batch_commit(conn)
             ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
             with conn.cursor().copy(_COPY) as copy:
                 for record in pending:
