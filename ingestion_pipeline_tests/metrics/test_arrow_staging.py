@@ -224,8 +224,9 @@ def test_a_row_staged_as_values_reads_back_as_the_exports_record(database, tmp_p
     assert (counts.reader, counts.vectorised, counts.valid) == ("arrow", 1, 2)
     with database.transaction() as conn:
         assert promote_upload(conn, upload, below_threshold=False).unpromotable_rows == 1
-        raw = conn.execute("SELECT raw_data FROM staging_rows WHERE upload_id = %s ORDER BY row_index",
-                           (upload["upload_id"],)).fetchall()
+        raw = conn.execute(
+            "SELECT raw_data::jsonb AS raw_data FROM staging_rows WHERE upload_id = %s ORDER BY row_index",
+            (upload["upload_id"],)).fetchall()
         assert isinstance(raw[0]["raw_data"], dict) and isinstance(raw[1]["raw_data"], list)
         [error] = upload_errors(conn, upload["upload_id"], workspace_id="w")
     assert error["raw_data"] == dict(zip(META_HEADER.split(","), orphan.split(","), strict=True))
