@@ -8,7 +8,11 @@ simplest use) and pyarrow tables from ``pyarrow.csv.open_csv`` (its fast path). 
 they are: it validates nothing and skips the Google report's title and ``Total`` rows only because this
 script does so for it. Needs the ``bench`` extra: ``.venv/bin/pip install -e '.[bench]'``.
 
-    .venv/bin/python benchmarks/compare_dlt.py [--rows 1000000]
+With ``--rounds N`` ours and dlt's Arrow path run N times, interleaved (ours, dlt, ours, dlt, …; each
+round into new tables), and the table shows medians: on a shared 2-core machine one run of each can
+differ by ±15 % from the next. dlt's dict path (minutes per export) runs once.
+
+    .venv/bin/python benchmarks/compare_dlt.py [--rows 1000000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import csv
 import logging
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -55,7 +60,7 @@ def arrow_tables(path: Path, preamble: int) -> Iterator:
         yield table.filter(pc.invert(pc.starts_with(table["Day"], "Total")))
 
 
-def run_dlt(work: Path, files: dict[str, Path], mode: str) -> dict[str, float]:
+def run_dlt(work: Path, files: dict[str, Path], mode: str, round_no: int = 1) -> dict[str, float]:
     import dlt
     from psycopg.conninfo import conninfo_to_dict
 
@@ -68,9 +73,10 @@ def run_dlt(work: Path, files: dict[str, Path], mode: str) -> dict[str, float]:
         feed = dict_rows if mode == "dicts" else arrow_tables
         resource = dlt.resource(feed(path, PREAMBLE[layout]), name="daily_metrics", write_disposition="merge",
                                 primary_key=KEY)
-        pipeline = dlt.pipeline(pipeline_name=f"bench_{mode}_{layout.split('.')[0]}",
+        name = f"{mode}_{layout.split('.')[0]}_{round_no}"  # a new pipeline and dataset each round
+        pipeline = dlt.pipeline(pipeline_name=f"bench_{name}",
                                 destination=dlt.destinations.postgres(credentials=credentials),
-                                dataset_name=f"dlt_{mode}_{layout.split('.')[0]}", pipelines_dir=str(work / "dlt"))
+                                dataset_name=f"dlt_{name}", pipelines_dir=str(work / "dlt"))
         start = time.perf_counter()
         pipeline.run(resource)
         times[layout] = time.perf_counter() - start
@@ -81,6 +87,7 @@ def run_dlt(work: Path, files: dict[str, Path], mode: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved runs of ours and dlt's Arrow path")
     args = parser.parse_args()
     logging.getLogger("dlt").setLevel(logging.ERROR)
     os.environ.setdefault("RUNTIME__LOG_LEVEL", "ERROR")
@@ -88,15 +95,27 @@ def main() -> None:
     os.environ["DLT_DATA_DIR"] = str(work / "dlt")
     try:
         files = generate(work, args.rows, DEFAULT_LAYOUTS)
-        ours = {r.layout: r for r in run_ours(work, files)}
+        ours_runs: dict[str, list[float]] = {layout: [] for layout in files}
+        arrow_runs: dict[str, list[float]] = {layout: [] for layout in files}
+        for round_no in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                print(f"-- round {round_no} of {args.rounds}", flush=True)
+            for result in run_ours(work, files, round_no):
+                ours_runs[result.layout].append(result.total_s)
+            for layout, seconds in run_dlt(work, files, "arrow", round_no).items():
+                arrow_runs[layout].append(seconds)
         dicts = run_dlt(work, files, "dicts")
-        arrow = run_dlt(work, files, "arrow")
+        label = "" if args.rounds == 1 else f" (medians of {args.rounds} interleaved rounds)"
         print(f"\n{'export':<24}{'ours (validated)':>18}{'dlt dicts':>12}{'dlt arrow':>12}"
-              f"{'dicts ÷ ours':>14}{'arrow ÷ ours':>14}")
+              f"{'dicts ÷ ours':>14}{'arrow ÷ ours':>14}{label}")
         for layout in files:
-            total = ours[layout].total_s
-            print(f"{layout:<24}{total:>16.1f} s{dicts[layout]:>10.1f} s{arrow[layout]:>10.1f} s"
-                  f"{dicts[layout] / total:>13.2f}×{arrow[layout] / total:>13.2f}×")
+            total, arrow = statistics.median(ours_runs[layout]), statistics.median(arrow_runs[layout])
+            print(f"{layout:<24}{total:>16.1f} s{dicts[layout]:>10.1f} s{arrow:>10.1f} s"
+                  f"{dicts[layout] / total:>13.2f}×{arrow / total:>13.2f}×")
+        if args.rounds > 1:
+            for layout in files:
+                print(f"{layout}: ours {', '.join(f'{x:.1f}' for x in ours_runs[layout])} s; "
+                      f"dlt arrow {', '.join(f'{x:.1f}' for x in arrow_runs[layout])} s")
     finally:
         cli(work, "db", "stop")
         shutil.rmtree(work, ignore_errors=True)

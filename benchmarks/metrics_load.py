@@ -94,14 +94,16 @@ def database_url(work: Path) -> str:
     return cli(work, "db", "url")[2].strip()
 
 
-def run_ours(work: Path, files: dict[str, Path]) -> list[Result]:
+def run_ours(work: Path, files: dict[str, Path], round_no: int = 1) -> list[Result]:
+    """Submit and process each export into a workspace of its own (a new one each round: a round promotes
+    into empty tables, as the first did)."""
     import psycopg
     from psycopg.rows import dict_row
 
     cli(work, "db", "migrate")  # the embedded server starts here, not inside the timed commands
     results = []
     for layout, path in files.items():
-        workspace = "bench-" + layout.split(".")[0]
+        workspace = "bench-" + layout.split(".")[0] + (f"-{round_no}" if round_no > 1 else "")
         submit_s, _, _ = cli(work, "metrics", "submit", str(path), "--workspace", workspace)
         process_s, rss, _ = cli(work, "process")
         with psycopg.connect(database_url(work), row_factory=dict_row) as conn:
