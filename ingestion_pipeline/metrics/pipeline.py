@@ -109,8 +109,8 @@ def stage(db: Database, partition_key: str, owner: str,
         raise _fail(db, upload, owner, UploadFailed("no_data_rows", "the file has no data rows"), policy,
                     total_rows=0)
     with db.connection() as conn:
-        # the promotion's plans see this upload's rows; only the columns they filter and join on (the
-        # raw record's jsonb would triple the cost)
+        # the promotion's plans see this upload's rows; only the columns they filter and join on (the raw
+        # records and error lists would triple the cost)
         conn.execute("ANALYZE staging_rows (upload_id, row_index, validation_status, entity_type, campaign_id, "
                      "ad_set_id, ad_id, date)")
     with db.transaction() as conn:
