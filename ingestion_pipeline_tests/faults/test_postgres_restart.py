@@ -100,3 +100,50 @@ def test_postgres_restart_mid_run(private_postgres, isolated_storage, corpus_dir
     assert states == {"succeeded": len(first) * 2 + len(more)}
     assert active == len(first) + len(more)
     print(f"process exited {worker.returncode}; recovery took {recovery:.1f} s")
+
+
+@pytest.mark.timeout(900)
+def test_postgres_crash_mid_metric_staging_loses_nothing(private_postgres, isolated_storage, tmp_path):
+    """Staging batches commit without waiting for their WAL flush: a crash (``pg_ctl -m immediate``, no
+    shutdown checkpoint) may lose the last of them. The next `process` must stage them again: every row
+    exactly once, the upload completed with all of them."""
+    from ingestion_pipeline.samples.metric_exports import daily_rows
+    from ingestion_pipeline.samples.platform_exports import meta_ads_manager_csv
+
+    url, pgdata = private_postgres
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "DATABASE_URL": url, "DAGSTER_PG_URL": embedded_dagster_url(url), "DAGSTER_HOME": str(home),
+           "INGESTION_LEASE_SECONDS": "3", "INGESTION_RETRY_BACKOFF": "2,4,8,8,8"}
+    harness = FaultHarness(url, env, tmp_path / "faults")
+    export = meta_ads_manager_csv(tmp_path / "big.csv", daily_rows(100, 10, 10, 20))  # 200,000 rows
+    assert harness.cli("metrics", "submit", str(export), "--workspace", "acme").returncode == 0
+    log = (tmp_path / "process.log").open("w")
+    worker = subprocess.Popen([str(Path(sys.executable).parent / "ingestion-pipeline"), "process"],
+                              env=harness.env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        staged = 0
+        while time.monotonic() < deadline and staged < 20_000:  # staging is under way
+            with psycopg.connect(url, autocommit=True) as conn:
+                staged = conn.execute("SELECT count(*) FROM staging_rows").fetchone()[0]
+            time.sleep(0.05)
+        assert 0 < staged < 200_000, f"staging was not caught in the middle ({staged} rows)"
+        _pg_ctl(pgdata, "-w", "-m", "immediate", "stop")  # a crash: unflushed commits are gone
+        start_postgres(pgdata)
+        worker.wait(600)
+        log.close()
+        harness.converge()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert invariant_violations(url) == []
+    with psycopg.connect(url, autocommit=True) as conn:
+        upload = conn.execute("SELECT status, total_rows, promoted_rows FROM data_uploads").fetchone()
+        rows = conn.execute("SELECT count(*), count(DISTINCT row_index), min(row_index), max(row_index) "
+                            "FROM staging_rows").fetchone()
+        facts = conn.execute("SELECT count(*) FROM daily_metrics WHERE workspace_id = 'acme'").fetchone()[0]
+    assert upload == ("completed", 200_000, 200_000)
+    assert rows == (200_000, 200_000, 1, 200_000)
+    assert facts == 200_000
