@@ -61,6 +61,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
 
     from ingestion_pipeline.definitions import defs
     from ingestion_pipeline.defs.launching import METRIC_JOB, ProcessedRun, run_queued_in_process
+    from ingestion_pipeline.defs.pooled_instance import pooled_instance
     from ingestion_pipeline.defs.resources import PostgresResource
     from ingestion_pipeline.documents.pipeline import batch_report
     from ingestion_pipeline.metrics.uploads import upload_for_partition
@@ -93,25 +94,11 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     reporter = install_terminal_reporter()  # files, chunks, rate, ETA of each step, on stderr
     try:
         with interruptible() as interrupted:
-            run_queued_in_process(_pooled_instance(), defs(), ctx.db, ctx.settings, resources, on_run=report,
+            run_queued_in_process(pooled_instance(), defs(), ctx.db, ctx.settings, resources, on_run=report,
                                   interrupted=interrupted.is_set)
     finally:
         logging.getLogger("ingestion_pipeline.progress").removeHandler(reporter)
     return summaries
-
-
-def _pooled_instance():
-    """The project's Dagster instance, its storages each keeping one open connection for this process.
-
-    Dagster's Postgres storages open a new connection for every event they write unless told otherwise
-    (a 1M-row metric run opened ~170, about 1.5 s of forks and logins); the webserver tells them with
-    ``optimize_for_webserver``, and so does ``process``, which runs whole jobs in this one process.
-    """
-    import dagster as dg
-
-    instance = dg.DagsterInstance.get()
-    instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
-    return instance
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from dagster import AssetKey
 
 from ingestion_pipeline.core.embedded_postgres import embedded_dagster_url, ensure_embedded_postgres
 from ingestion_pipeline.core.migrations import apply_migrations
@@ -147,3 +148,27 @@ def test_postgres_crash_mid_metric_staging_loses_nothing(private_postgres, isola
     assert upload == ("completed", 200_000, 200_000)
     assert rows == (200_000, 200_000, 1, 200_000)
     assert facts == 200_000
+
+
+@pytest.mark.timeout(300)
+def test_the_pooled_dagster_instance_survives_a_postgres_restart(private_postgres, tmp_path, monkeypatch):
+    """`process` keeps Dagster's storage connections open for the whole batch; after a restart the first
+    storage query must not fail on a connection the server closed (it is checked out and replaced)."""
+    from ingestion_pipeline.defs.pooled_instance import pooled_instance
+
+    url, pgdata = private_postgres
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_PG_URL", embedded_dagster_url(url))
+    instance = pooled_instance()
+    try:
+        assert instance.get_runs_count() == 0  # each storage now holds an open connection
+        assert instance.get_latest_materialization_event(AssetKey("raw_documents")) is None
+        _pg_ctl(pgdata, "-w", "-m", "immediate", "stop")
+        start_postgres(pgdata)
+        assert instance.get_runs_count() == 0
+        assert instance.get_latest_materialization_event(AssetKey("raw_documents")) is None
+    finally:
+        instance.dispose()

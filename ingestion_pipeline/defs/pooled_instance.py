@@ -1,0 +1,35 @@
+"""The Dagster instance `process` runs its jobs with: storage connections pooled, and checked on checkout.
+
+Dagster's Postgres storages open a new connection for every event they write unless told otherwise (a
+1M-row metric run opened ~170, about 1.5 s of forks and logins); the webserver tells them with
+``optimize_for_webserver``, and so does ``process``, which runs whole jobs in this one process.
+
+A pooled connection outlives a database restart on the client side only: the first query on it fails
+with "server closed the connection unexpectedly", and that query is a run's event write. Dagster does
+not offer SQLAlchemy's ``pool_pre_ping`` here, so every pooled checkout in this process is pinged first
+(SQLAlchemy's documented checkout event: raising ``DisconnectionError`` makes the pool discard the
+connection and open a new one). A ping is one local round trip (~0.1 ms) per event write.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+from sqlalchemy import event, exc
+from sqlalchemy.pool import QueuePool
+
+
+def pooled_instance() -> dg.DagsterInstance:
+    """The project's instance (``DAGSTER_HOME``), its storages each keeping open connections."""
+    if not event.contains(QueuePool, "checkout", _ping):
+        event.listen(QueuePool, "checkout", _ping)
+    instance = dg.DagsterInstance.get()
+    instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+    return instance
+
+
+def _ping(dbapi_connection, _record, _proxy) -> None:
+    try:
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as error:  # the driver's own error type: psycopg2 or psycopg
+        raise exc.DisconnectionError(f"pooled Dagster storage connection is gone: {error}") from error
