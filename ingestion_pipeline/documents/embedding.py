@@ -31,7 +31,7 @@ os.environ.setdefault("DO_NOT_TRACK", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 MAX_BATCH_SIZE = 256
-BACKENDS = ("auto", "onnx", "torch")
+BACKENDS = ("auto", "openvino", "onnx", "torch")
 _log = logging.getLogger("ingestion_pipeline.embedding")
 
 
@@ -112,8 +112,9 @@ class Embedder:
 
     def __init__(self, model_path: str, batch_size: int = 16, *, backend: str = "auto",
                  cache_dir: Path | None = None) -> None:
-        """``backend``: auto (ONNX Runtime if it runs this model with torch's vectors, else torch), onnx or
-        torch; ``cache_dir``: where exported ONNX models are kept (default ``<data dir>/models``)."""
+        """``backend``: auto (OpenVINO, else ONNX Runtime, whichever first runs this model with torch's
+        vectors, else torch), openvino, onnx or torch; ``cache_dir``: where exported ONNX models are kept
+        (default ``<data dir>/models``)."""
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"embedding batch size must be between 1 and {MAX_BATCH_SIZE}")
         if backend not in BACKENDS:
@@ -139,17 +140,33 @@ class Embedder:
             return self._model
 
     def _load(self) -> Encoder:
-        """ONNX Runtime when it can run this model (``auto``, the default) or when asked (``onnx``), else torch."""
-        if self.backend in ("auto", "onnx"):
-            from ingestion_pipeline.documents.onnx_encoder import OnnxEncoder, UnsupportedModel, exported_model
+        """The exported model on OpenVINO (``auto``, the default, or ``openvino``), else on ONNX Runtime
+        (``auto`` or ``onnx``), each only if its vectors match torch's; else torch."""
+        if self.backend != "torch":
+            from ingestion_pipeline.documents.onnx_encoder import (
+                OnnxEncoder,
+                UnsupportedModel,
+                exported_model,
+                openvino_encoder,
+            )
 
             try:
-                encoder = OnnxEncoder(self.model_path, exported_model(self.model_path, self.info.digest,
-                                                                      self.cache_dir))
+                onnx_file = exported_model(self.model_path, self.info.digest, self.cache_dir)
+                if self.backend in ("auto", "openvino"):
+                    try:
+                        encoder = openvino_encoder(self.model_path, onnx_file)
+                        self.backend_in_use = "openvino"
+                        _log.info("embedding with OpenVINO (%s)", encoder.precision)
+                        return encoder
+                    except (ImportError, UnsupportedModel) as exc:
+                        if self.backend == "openvino":
+                            raise
+                        _log.warning("embedding with ONNX Runtime: OpenVINO cannot run %s (%s)", self.info.name, exc)
+                encoder = OnnxEncoder(self.model_path, onnx_file)
                 self.backend_in_use = "onnx"
                 return encoder
             except (ImportError, UnsupportedModel) as exc:
-                if self.backend == "onnx":
+                if self.backend != "auto":
                     raise
                 _log.warning("embedding with torch: ONNX Runtime cannot run %s (%s)", self.info.name, exc)
         self.backend_in_use = "torch"

@@ -21,6 +21,7 @@ import numpy as np
 from ingestion_pipeline.documents.tokens import load_tokenizer, model_max_seq_length
 
 MIN_COSINE = 0.9999
+PROBES_FILE = "probes.npy"  # torch's vectors of _PROBES, next to the export
 _PROBES = [
     "The committee approved the budget for the new river crossing on Tuesday.",
     "Revenue grew 12% year over year, driven by subscriptions in Europe and Asia.",
@@ -50,21 +51,20 @@ def pooling_mode(model_dir: Path) -> str:
     return modes[0]
 
 
-class OnnxEncoder:
-    """Tokenise (truncated to the model's sequence length), run the transformer, pool, normalise."""
+class _ExportedEncoder:
+    """Tokenise (truncated to the model's sequence length), run the exported transformer, pool, normalise.
+    The runtime that runs the transformer is the subclass's."""
 
-    def __init__(self, model_path: str, onnx_file: Path) -> None:
-        import onnxruntime as ort
-
+    def __init__(self, model_path: str) -> None:
         directory = Path(model_path)
         self._pooling = pooling_mode(directory)
         self._tokenizer = load_tokenizer(model_path)
         self._tokenizer.enable_truncation(model_max_seq_length(directory))
         self._tokenizer.enable_padding(pad_id=self._tokenizer.token_to_id("[PAD]") or 0)
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        self._session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
-        self._inputs = [i.name for i in self._session.get_inputs()]
+
+    def _hidden(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        """The last hidden state, (batch, tokens, dimension)."""
+        raise NotImplementedError
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         out = []
@@ -73,7 +73,7 @@ class OnnxEncoder:
             feed = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
                     "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
                     "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64)}
-            hidden = self._session.run(None, {name: feed[name] for name in self._inputs})[0]
+            hidden = self._hidden(feed).astype(np.float32, copy=False)
             mask = feed["attention_mask"][..., None].astype(np.float32)
             if self._pooling == "mean":
                 pooled = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
@@ -84,6 +84,56 @@ class OnnxEncoder:
             norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
             out.append((pooled / norms).astype(np.float32))
         return np.vstack(out)
+
+
+class OnnxEncoder(_ExportedEncoder):
+    """The export run by ONNX Runtime (float32)."""
+
+    def __init__(self, model_path: str, onnx_file: Path) -> None:
+        import onnxruntime as ort
+
+        super().__init__(model_path)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
+        self._inputs = [i.name for i in self._session.get_inputs()]
+
+    def _hidden(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        return self._session.run(None, {name: feed[name] for name in self._inputs})[0]
+
+
+class OpenVinoEncoder(_ExportedEncoder):
+    """The export run by OpenVINO on the CPU. ``precision`` None is the device's default: bfloat16 on a CPU
+    that computes in it (AVX512_BF16 or AMX), float32 elsewhere."""
+
+    def __init__(self, model_path: str, onnx_file: Path, precision: str | None = None) -> None:
+        import openvino as ov
+
+        super().__init__(model_path)
+        core = ov.Core()
+        config = {"INFERENCE_PRECISION_HINT": precision} if precision else {}
+        self._compiled = core.compile_model(core.read_model(str(onnx_file)), "CPU", config)
+        self.precision = self._compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # "bf16", "f32"
+        self._inputs = [port.get_any_name() for port in self._compiled.inputs]
+
+    def _hidden(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        request = self._compiled.create_infer_request()  # one per call: a request is not thread-safe
+        return request.infer({name: feed[name] for name in self._inputs})[0]
+
+
+def openvino_encoder(model_path: str, onnx_file: Path) -> OpenVinoEncoder:
+    """OpenVINO at the CPU's default precision if its vectors match torch's on the probe texts, else at
+    float32 if those match, else ``UnsupportedModel``. Checked in every process that loads it (5 short
+    texts): the precision is the CPU's, and the export's folder may move to another machine."""
+    reference = probe_reference(model_path, onnx_file.parent)
+    for precision in (None, "f32"):
+        encoder = OpenVinoEncoder(model_path, onnx_file, precision)
+        worst = _min_cosine(reference, encoder)
+        if worst >= MIN_COSINE:
+            return encoder
+        if encoder.precision == "f32":
+            break
+    raise UnsupportedModel(f"OpenVINO vectors differ from torch's (min cosine {worst:.6f} < {MIN_COSINE})")
 
 
 def exported_model(model_path: str, digest: str, cache_dir: Path) -> Path:
@@ -101,9 +151,10 @@ def exported_model(model_path: str, digest: str, cache_dir: Path) -> Path:
     os.close(handle)
     try:
         try:
-            model = _torch_model(model_path)  # loaded once: exported, then the reference for the probes
+            model = _torch_model(model_path)  # loaded once: the probes' reference, then exported
+            reference = _torch_probes(model)
             _export(model, Path(temporary))
-            worst = _min_cosine_against_torch(model, model_path, Path(temporary))
+            worst = _min_cosine_against_torch(reference, model_path, Path(temporary))
         except Exception as exc:  # an architecture torch.onnx cannot trace: torch it is, from now on
             reason = f"the export failed: {type(exc).__name__}: {exc}"[:2000]
             refused.write_text(f"{reason} (delete {refused} to try again)")
@@ -112,6 +163,7 @@ def exported_model(model_path: str, digest: str, cache_dir: Path) -> Path:
             reason = f"ONNX vectors differ from torch's (min cosine {worst:.6f} < {MIN_COSINE})"
             refused.write_text(reason)
             raise UnsupportedModel(reason)
+        _save_probes(folder, reference)  # before the export appears: an export always has its probes
         os.replace(temporary, target)  # atomic: a concurrent process sees the whole file or none
     finally:
         Path(temporary).unlink(missing_ok=True)
@@ -150,7 +202,34 @@ def _export(model, target: Path) -> None:
                           dynamic_axes={n: {0: "batch", 1: "tokens"} for n in [*names, "last_hidden_state"]})
 
 
-def _min_cosine_against_torch(model, model_path: str, onnx_file: Path) -> float:
-    reference = model.encode(_PROBES, normalize_embeddings=True, convert_to_numpy=True)
-    vectors = OnnxEncoder(model_path, onnx_file).encode(_PROBES, batch_size=len(_PROBES))
-    return float((reference * vectors).sum(axis=1).min())
+def probe_reference(model_path: str, folder: Path) -> np.ndarray:
+    """Torch's vectors of the probe texts, saved with the export (computed once for an export made before
+    they were saved)."""
+    saved = folder / PROBES_FILE
+    if saved.is_file():
+        return np.load(saved)
+    reference = _torch_probes(_torch_model(model_path))
+    _save_probes(folder, reference)
+    return reference
+
+
+def _torch_probes(model) -> np.ndarray:
+    return model.encode(_PROBES, normalize_embeddings=True, convert_to_numpy=True)
+
+
+def _save_probes(folder: Path, reference: np.ndarray) -> None:
+    handle, temporary = tempfile.mkstemp(dir=folder, suffix=".npy.part")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            np.save(stream, reference)
+        os.replace(temporary, folder / PROBES_FILE)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def _min_cosine(reference: np.ndarray, encoder: _ExportedEncoder) -> float:
+    return float((reference * encoder.encode(_PROBES, batch_size=len(_PROBES))).sum(axis=1).min())
+
+
+def _min_cosine_against_torch(reference: np.ndarray, model_path: str, onnx_file: Path) -> float:
+    return _min_cosine(reference, OnnxEncoder(model_path, onnx_file))

@@ -1,6 +1,6 @@
-"""ONNX Runtime and torch give the same vectors; the export is made once per model; what ONNX cannot run
-falls back to torch; a process that embeds with ONNX never imports torch; the fast tokenizer counts as
-transformers' does."""
+"""OpenVINO, ONNX Runtime and torch give the same vectors; the export is made once per model; OpenVINO
+that differs falls back to ONNX Runtime, and what ONNX cannot run to torch; a process that embeds an
+export never imports torch; the fast tokenizer counts as transformers' does."""
 
 import json
 import os
@@ -36,13 +36,49 @@ def corpus_chunks(corpus_dir) -> list[str]:
     return texts
 
 
-def test_onnx_vectors_match_torch_on_the_corpus(corpus_chunks, model_cache):
-    onnx = Embedder(default_model_path(), backend="onnx", cache_dir=model_cache)
+@pytest.mark.parametrize("backend", ["onnx", "openvino"])
+def test_exported_vectors_match_torch_on_the_corpus(backend, corpus_chunks, model_cache):
+    exported = Embedder(default_model_path(), backend=backend, cache_dir=model_cache)
     torch = Embedder(default_model_path(), backend="torch", cache_dir=model_cache)
     texts = corpus_chunks + ["x", "Ünïcödé, 中文, العربية", " ".join(["a long run of words"] * 300)]
-    cosine = (onnx.embed(texts) * torch.embed(texts)).sum(axis=1)
-    assert (onnx.backend_in_use, torch.backend_in_use) == ("onnx", "torch")
+    cosine = (exported.embed(texts) * torch.embed(texts)).sum(axis=1)
+    assert (exported.backend_in_use, torch.backend_in_use) == (backend, "torch")
     assert len(texts) > 100 and cosine.min() >= 0.9999
+
+
+def test_openvino_that_does_not_match_torch_falls_back_to_f32_then_to_onnx_runtime(tmp_path, monkeypatch):
+    model = tiny_model(tmp_path)
+    cache = tmp_path / "models"
+    checked = []
+    real = onnx_encoder._min_cosine
+
+    def openvino_differs(reference, encoder):
+        if isinstance(encoder, onnx_encoder.OpenVinoEncoder):
+            checked.append(encoder.precision)
+            return 0.99
+        return real(reference, encoder)
+
+    monkeypatch.setattr(onnx_encoder, "_min_cosine", openvino_differs)
+    auto = Embedder(str(model), cache_dir=cache)
+    assert auto.embed(["a text"]).shape == (1, 32) and auto.backend_in_use == "onnx"
+    assert checked[-1] == "f32" and len(checked) in (1, 2)  # the CPU's default precision first, unless it is f32
+    with pytest.raises(onnx_encoder.UnsupportedModel, match="OpenVINO vectors differ"):
+        Embedder(str(model), backend="openvino", cache_dir=cache).embed(["a text"])
+
+
+def test_an_export_made_before_probes_were_saved_gets_them_once(tmp_path, monkeypatch):
+    model = tiny_model(tmp_path)
+    cache = tmp_path / "models"
+    first = Embedder(str(model), backend="onnx", cache_dir=cache)
+    first.embed(["a text"])
+    [probes] = cache.glob("*/probes.npy")
+    saved = np.load(probes)
+    probes.unlink()  # as an export of the last release left it
+    again = Embedder(str(model), cache_dir=cache)
+    assert again.embed(["a text"]).shape == (1, 32) and again.backend_in_use == "openvino"
+    assert np.allclose(np.load(probes), saved, atol=1e-6)
+    monkeypatch.setattr(onnx_encoder, "_torch_model", lambda *_: pytest.fail("probes computed again"))
+    assert Embedder(str(model), cache_dir=cache).embed(["a text"]).shape == (1, 32)
 
 
 def test_the_export_is_made_once_per_model_digest(tmp_path, monkeypatch):
@@ -51,14 +87,14 @@ def test_the_export_is_made_once_per_model_digest(tmp_path, monkeypatch):
     first = Embedder(str(model), cache_dir=cache)
     vectors = first.embed(["one small text", "and another"])
     [exported] = cache.glob("*/model.onnx")
-    assert first.backend_in_use == "onnx" and exported.parent.name == first.info.digest[:32]
+    assert first.backend_in_use == "openvino" and exported.parent.name == first.info.digest[:32]
 
     def no_export(*_args):
         raise AssertionError("exported again")
 
     monkeypatch.setattr(onnx_encoder, "_export", no_export)
     again = Embedder(str(model), cache_dir=cache)  # another process's embedder: reads the export
-    assert np.allclose(again.embed(["one small text", "and another"]), vectors, atol=1e-6)
+    assert np.allclose(again.embed(["one small text", "and another"]), vectors, atol=1e-5)
     monkeypatch.undo()
     retrained = Embedder(str(tiny_model(tmp_path, seed=1)), cache_dir=cache)  # same folder, new weights
     retrained.embed(["one small text"])
@@ -96,14 +132,14 @@ def test_an_export_that_does_not_match_torch_is_refused_and_remembered(tmp_path,
     assert later.backend_in_use == "torch"
 
 
-def test_a_process_embedding_with_onnx_imports_neither_torch_nor_transformers(model_cache):
+def test_a_process_embedding_an_export_imports_neither_torch_nor_transformers(model_cache):
     Embedder(default_model_path(), cache_dir=model_cache).embed(["export it first, if no test did"])
     code = ("import sys; from ingestion_pipeline.defs.resources import build_embedder; e = build_embedder(); "
             "v = e.embed(['hello']); n = e.token_counter.count('hello world'); "
             "print(e.backend_in_use, v.shape[1], n, 'torch' in sys.modules, 'transformers' in sys.modules)")
     env = {**os.environ, "INGESTION_MODEL_CACHE_DIR": str(model_cache)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["onnx", "384", "2", "False", "False"]
+    assert out.stdout.split() == ["openvino", "384", "2", "False", "False"]
 
 
 def test_the_fast_tokenizer_counts_and_cuts_as_transformers_does(corpus_chunks, corpus_dir):
