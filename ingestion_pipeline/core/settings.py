@@ -213,7 +213,7 @@ def load_settings() -> Settings:
             model_path=os.environ.get("INGESTION_EMBEDDING_MODEL") or None,
             batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 16)),
             backend=_env("INGESTION_EMBEDDING_BACKEND", "auto", _one_of("auto", "openvino", "onnx", "torch"),
-                         "auto, onnx or torch"),
+                         "auto, openvino, onnx or torch"),
             cache_dir=Path(os.environ.get("INGESTION_MODEL_CACHE_DIR") or data_dir() / "models").resolve(),
         ),
         metrics=MetricsSettings(

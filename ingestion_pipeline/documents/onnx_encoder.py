@@ -1,9 +1,11 @@
-"""The embedding model run by ONNX Runtime: the same weights, exported once per model from torch.
+"""The embedding model exported to ONNX once per model from torch, run by OpenVINO or ONNX Runtime.
 
-Why: a process that embeds with ONNX Runtime imports neither torch nor sentence-transformers (together
-~6 s on this machine, more than the whole work of a one-file run), and encodes ~7 % faster on 2 cores
-(``benchmarks/embedding_backends.py``). The export runs torch once per model digest and is kept under
-``<data dir>/models``; it is only used if its vectors match torch's on probe texts (cosine ≥ 0.9999).
+Why: a process that embeds an export imports neither torch nor sentence-transformers (together ~6 s on
+this machine, more than the whole work of a one-file run). OpenVINO runs it in bfloat16 where the CPU
+computes in it (1.9x ONNX Runtime on 2 cores here, ``benchmarks/embedding_backends.py``). The export runs
+torch once per model digest and is kept under ``<data dir>/models`` with torch's vectors of the probe
+texts; an export is only used if its vectors match those (cosine >= 0.9999): ONNX Runtime's once, when it
+is made, OpenVINO's in every process that loads it (its precision depends on the CPU).
 Pooling (mean, CLS or max, from ``1_Pooling/config.json``) and L2 normalisation are done here as
 sentence-transformers does them; a model with any other pooling is not exported (torch is used).
 """
