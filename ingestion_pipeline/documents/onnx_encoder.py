@@ -13,6 +13,7 @@ sentence-transformers does them; a model with any other pooling is not exported 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import warnings
@@ -22,6 +23,7 @@ import numpy as np
 
 from ingestion_pipeline.documents.tokens import load_tokenizer, model_max_seq_length
 
+_log = logging.getLogger(__name__)
 MIN_COSINE = 0.9999
 PROBES_FILE = "probes.npy"  # torch's vectors of _PROBES, next to the export
 _PROBES = [
@@ -211,7 +213,10 @@ def probe_reference(model_path: str, folder: Path) -> np.ndarray:
     if saved.is_file():
         return np.load(saved)
     reference = _torch_probes(_torch_model(model_path))
-    _save_probes(folder, reference)
+    try:
+        _save_probes(folder, reference)
+    except OSError as exc:  # a read-only cache: computed again by the next process, which still works
+        _log.warning("could not save the probe vectors in %s: %s", folder, exc)
     return reference
 
 

@@ -74,6 +74,15 @@ def test_an_export_made_before_probes_were_saved_gets_them_once(tmp_path, monkey
     [probes] = cache.glob("*/probes.npy")
     saved = np.load(probes)
     probes.unlink()  # as an export of the last release left it
+
+    def read_only(*_args):
+        raise PermissionError("read-only file system")
+
+    with monkeypatch.context() as patched:  # a cache it cannot write to: computed, used, not kept
+        patched.setattr(onnx_encoder, "_save_probes", read_only)
+        unsaved = Embedder(str(model), cache_dir=cache)
+        assert unsaved.embed(["a text"]).shape == (1, 32) and unsaved.backend_in_use == "openvino"
+    assert not probes.exists()
     again = Embedder(str(model), cache_dir=cache)
     assert again.embed(["a text"]).shape == (1, 32) and again.backend_in_use == "openvino"
     assert np.allclose(np.load(probes), saved, atol=1e-6)
