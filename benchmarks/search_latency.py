@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import statistics
+import sys
 import time
-import uuid
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 DIM = 384
 
 
@@ -36,10 +37,14 @@ def synthetic_vectors(n: int, centers: np.ndarray, rng: np.random.Generator) -> 
 
 def load(conn, sizes: list[int], rng: np.random.Generator) -> dict[str, np.ndarray]:
     """One document with one active version per 50 chunks; COPY everything, then build the HNSW index."""
+    from psycopg import sql
+
+    from ingestion_pipeline.documents.vector_index import ensure_vector_index, index_name
+
     centers = rng.normal(size=(200, DIM))
     centers /= np.linalg.norm(centers, axis=1, keepdims=True)
     vectors_by_tenant: dict[str, np.ndarray] = {}
-    conn.execute("DROP INDEX IF EXISTS chunk_embeddings_hnsw")
+    conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(index_name(DIM))))
     chunk_id = 0
     for t, size in enumerate(sizes):
         tenant = f"t{t:02d}"
@@ -74,7 +79,7 @@ def load(conn, sizes: list[int], rng: np.random.Generator) -> dict[str, np.ndarr
     conn.execute("SELECT setval('chunks_chunk_id_seq', %s)", (chunk_id,))
     started = time.perf_counter()
     conn.execute("SET maintenance_work_mem = '1GB'")
-    conn.execute("CREATE INDEX chunk_embeddings_hnsw ON chunk_embeddings USING hnsw (embedding vector_cosine_ops)")
+    ensure_vector_index(conn, DIM)  # the pipeline's own index of this dimension (sql/013)
     conn.execute("ANALYZE")
     print(f"HNSW index over {chunk_id:,} vectors built in {time.perf_counter() - started:.0f} s")
     return vectors_by_tenant
@@ -111,19 +116,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
 
-    import psycopg
+    from throwaway_database import throwaway_database
 
-    from ingestion_pipeline.core.db import connect, resolve_database_url
-    from ingestion_pipeline.core.migrations import apply_migrations
+    from ingestion_pipeline.core.db import connect
 
-    server_url = os.environ.get("BENCH_DATABASE_URL") or resolve_database_url()
-    name = f"bench_search_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = server_url.replace("/ingestion?", f"/{name}?") if "/ingestion?" in server_url else \
-        server_url.rsplit("/", 1)[0] + f"/{name}"
-    try:
-        apply_migrations(url)
+    with throwaway_database("bench_search") as url:
         rng = np.random.default_rng(args.seed)
         sizes = tenant_sizes(args.chunks, args.tenants)
         with connect(url, autocommit=True) as conn:
@@ -142,10 +139,6 @@ def main() -> None:
             name, m = worst
             print(f"  lowest recall@10 of all {len(vectors)} tenants (30 queries each): {name} "
                   f"({len(vectors[name]):,} chunks) {m['recall_at_10']:.3f}, p95 {m['p95_ms']:.1f} ms")
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
 
 if __name__ == "__main__":
     main()
