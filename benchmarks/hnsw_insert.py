@@ -1,0 +1,114 @@
+"""What HNSW index maintenance costs when the pipeline promotes vectors, against what encoding them costs.
+
+Promotion inserts a version's vectors into ``chunk_embeddings``, whose per-dimension HNSW index (sql/013)
+is maintained row by row. This loads ``--existing`` vectors (synthetic, clustered, as search_latency.py
+does) with the index built once, then inserts ``--insert`` more in transactions of ``--batch`` (as
+promotion does, ``INSERT … SELECT`` from the staged vectors), with the index and then without it, and
+encodes real text with the pipeline's embedder in the same run: if maintenance were a large share of a
+big initial load, it would be worth batching (the issue's lever); the figures say whether it is.
+
+    .venv/bin/python benchmarks/hnsw_insert.py [--existing 100000] [--insert 5000] [--batch 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_latency import DIM, load, synthetic_vectors, tenant_sizes  # noqa: E402
+from throwaway_database import throwaway_database  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "documents"
+
+
+def stage_new_vectors(conn, count: int, rng: np.random.Generator) -> list[int]:
+    """A tenant with ``count`` chunk rows and their vectors in a temporary table, not yet promoted."""
+    conn.execute("INSERT INTO tenants (tenant_id) VALUES ('new')")
+    doc = conn.execute("INSERT INTO documents (tenant_id, source_uri, title) VALUES ('new', 'bench://new', 'new') "
+                       "RETURNING doc_id").fetchone()["doc_id"]
+    version = conn.execute(
+        """INSERT INTO document_versions (tenant_id, doc_id, version_number, content_hash, pipeline_fingerprint,
+               is_active, size_bytes, chunk_count, token_count, activated_at)
+           VALUES ('new', %s, 1, 'h', 'bench', true, 1, %s, %s, now()) RETURNING version_id""",
+        (doc, count, count)).fetchone()["version_id"]
+    ids = [r["chunk_id"] for r in conn.execute(
+        """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, token_count, content_hash)
+           SELECT 'new', %s, %s, g, 'new chunk ' || g, 2, 'h' FROM generate_series(1, %s) g RETURNING chunk_id""",
+        (version, doc, count)).fetchall()]
+    centers = rng.normal(size=(200, DIM))
+    vectors = synthetic_vectors(count, centers / np.linalg.norm(centers, axis=1, keepdims=True), rng)
+    conn.execute("CREATE TABLE pending (chunk_id bigint PRIMARY KEY, embedding vector(384))")
+    buffer = io.StringIO()
+    for chunk_id, vector in zip(ids, vectors, strict=True):
+        buffer.write(f"{chunk_id}\t[{','.join(f'{x:.6f}' for x in vector)}]\n")
+    with conn.cursor().copy("COPY pending (chunk_id, embedding) FROM STDIN") as copy:
+        copy.write(buffer.getvalue())
+    return ids
+
+
+def timed_inserts(conn, ids: list[int], batch: int) -> list[float]:
+    """Seconds per vector of each transaction of ``batch`` inserts."""
+    per_vector = []
+    for start in range(0, len(ids), batch):
+        part = ids[start:start + batch]
+        began = time.perf_counter()
+        with conn.transaction():
+            conn.execute("""INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding)
+                            SELECT chunk_id, 'new', 'bench', embedding FROM pending
+                             WHERE chunk_id BETWEEN %s AND %s""", (part[0], part[-1]))
+        per_vector.append((time.perf_counter() - began) / len(part))
+    return per_vector
+
+
+def encode_seconds_per_chunk(texts: int) -> tuple[str, float]:
+    """The pipeline's embedder (its default backend) on ~800-character passages of a real book."""
+    from ingestion_pipeline.defs.resources import build_embedder
+
+    book = (CORPUS / "book-war-and-peace-1225p.txt").read_text(encoding="utf-8", errors="replace")
+    passages = [book[i:i + 800] for i in range(0, texts * 800, 800)]
+    embedder = build_embedder()
+    embedder.embed(passages[:16])
+    began = time.perf_counter()
+    embedder.embed(passages)
+    return embedder.backend_in_use or "?", (time.perf_counter() - began) / len(passages)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--existing", type=int, default=100_000)
+    parser.add_argument("--insert", type=int, default=5_000)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--encode", type=int, default=256, help="passages to encode for the comparison")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.documents.vector_index import index_name
+
+    rng = np.random.default_rng(args.seed)
+    with throwaway_database("bench_hnsw") as url, connect(url, autocommit=True) as conn:
+        load(conn, tenant_sizes(args.existing, 20), rng)
+        ids = stage_new_vectors(conn, args.insert, rng)
+        with_index = timed_inserts(conn, ids, args.batch)
+        conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = 'new'")
+        conn.execute(f'DROP INDEX "{index_name(DIM)}"')
+        without_index = timed_inserts(conn, ids, args.batch)
+    backend, encode = encode_seconds_per_chunk(args.encode)
+    indexed, plain = statistics.median(with_index), statistics.median(without_index)
+    print(f"\ninserting {args.insert:,} vectors in transactions of {args.batch} into a table of "
+          f"{args.existing:,} (median per vector):")
+    print(f"  with the HNSW index      {indexed * 1000:7.2f} ms   ({1 / indexed:8,.0f} vectors/s)")
+    print(f"  without it               {plain * 1000:7.2f} ms   ({1 / plain:8,.0f} vectors/s)")
+    print(f"  index maintenance        {(indexed - plain) * 1000:7.2f} ms per vector")
+    print(f"  encoding one ~800-character chunk ({backend}): {encode * 1000:.1f} ms, so index maintenance is "
+          f"{(indexed - plain) / encode:.1%} of the model's time per chunk")
+
+
+if __name__ == "__main__":
+    main()
