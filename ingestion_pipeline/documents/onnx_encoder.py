@@ -131,8 +131,13 @@ def openvino_encoder(model_path: str, onnx_file: Path) -> OpenVinoEncoder:
     texts): the precision is the CPU's, and the export's folder may move to another machine."""
     reference = probe_reference(model_path, onnx_file.parent)
     for precision in (None, "f32"):
-        encoder = OpenVinoEncoder(model_path, onnx_file, precision)
-        worst = _min_cosine(reference, encoder)
+        try:
+            encoder = OpenVinoEncoder(model_path, onnx_file, precision)
+            worst = _min_cosine(reference, encoder)
+        except ImportError:
+            raise
+        except Exception as exc:  # OpenVINO's own errors (a CPU or graph it cannot compile) are RuntimeErrors
+            raise UnsupportedModel(f"OpenVINO failed: {type(exc).__name__}: {exc}"[:2000]) from exc
         if worst >= MIN_COSINE:
             return encoder
         if encoder.precision == "f32":

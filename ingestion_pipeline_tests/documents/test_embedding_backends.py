@@ -66,6 +66,20 @@ def test_openvino_that_does_not_match_torch_falls_back_to_f32_then_to_onnx_runti
         Embedder(str(model), backend="openvino", cache_dir=cache).embed(["a text"])
 
 
+def test_openvino_that_fails_to_compile_falls_back_to_onnx_runtime(tmp_path, monkeypatch):
+    model = tiny_model(tmp_path)
+    cache = tmp_path / "models"
+
+    def cannot_compile(*_args, **_kwargs):
+        raise RuntimeError("Exception from src/inference/src/cpp/core.cpp: unsupported operation")
+
+    monkeypatch.setattr(onnx_encoder.OpenVinoEncoder, "__init__", cannot_compile)
+    auto = Embedder(str(model), cache_dir=cache)
+    assert auto.embed(["a text"]).shape == (1, 32) and auto.backend_in_use == "onnx"
+    with pytest.raises(onnx_encoder.UnsupportedModel, match="OpenVINO failed: RuntimeError: .*unsupported operation"):
+        Embedder(str(model), backend="openvino", cache_dir=cache).embed(["a text"])
+
+
 def test_an_export_made_before_probes_were_saved_gets_them_once(tmp_path, monkeypatch):
     model = tiny_model(tmp_path)
     cache = tmp_path / "models"
