@@ -179,7 +179,10 @@ class Embedder:
         with self._lock:
             if self._model is not None or self._warming is not None:
                 return
-            self._warming = threading.Thread(target=self._load_quietly, name="embedder-warm-up", daemon=True)
+            # not a daemon: a process that ends while the runtime is compiling the model (a run with nothing
+            # left to embed ends within a second) aborts in C++ ("terminate called without an active
+            # exception", exit -6) if the interpreter finalises under it; the exit waits for the load instead
+            self._warming = threading.Thread(target=self._load_quietly, name="embedder-warm-up", daemon=False)
             self._warming.start()
 
     def _load_quietly(self) -> None:

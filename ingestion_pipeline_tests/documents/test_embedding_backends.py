@@ -165,6 +165,18 @@ def test_a_process_embedding_an_export_imports_neither_torch_nor_transformers(mo
     assert out.stdout.split() == ["openvino", "384", "2", "False", "False"]
 
 
+def test_a_process_that_ends_while_the_model_warms_up_exits_cleanly(model_cache):
+    """`process` starts loading the model as soon as files go on; a run with nothing left to embed ends
+    while it loads. Ending under the runtime's compiler aborted the process (exit -6) before."""
+    Embedder(default_model_path(), cache_dir=model_cache).embed(["export it first, if no test did"])
+    env = {**os.environ, "INGESTION_MODEL_CACHE_DIR": str(model_cache)}
+    for delay in (0.05, 0.1, 0.2, 0.3, 0.5):  # somewhere in the load: imports, compilation, the probes
+        code = ("import time; from ingestion_pipeline.defs.resources import build_embedder; "
+                f"e = build_embedder(); e.warm_up(); time.sleep({delay})")
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, (delay, done.returncode, done.stderr[-2000:])
+
+
 def test_the_fast_tokenizer_counts_and_cuts_as_transformers_does(corpus_chunks, corpus_dir):
     from transformers import AutoTokenizer
 
