@@ -15,6 +15,8 @@ all chunks (the pipeline makes a reduced precision its default only if this reca
 from __future__ import annotations
 
 import argparse
+import atexit
+import shutil
 import statistics
 import sys
 import tempfile
@@ -124,6 +126,7 @@ def main() -> None:
     from ingestion_pipeline.documents.embedding import default_model_path
 
     work = Path(tempfile.mkdtemp(prefix="ip-embed-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # the files and two exports: ~110 MB
     texts = our_chunks(small_files(Path(args.corpus), work / "small", args.files))
     model = SentenceTransformer(default_model_path(), device="cpu")
     tokens = sum(len(ids) for ids in model.tokenizer(texts, truncation=True, max_length=256)["input_ids"])
