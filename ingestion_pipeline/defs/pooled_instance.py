@@ -8,7 +8,7 @@ A pooled connection outlives a database restart on the client side only: the fir
 with "server closed the connection unexpectedly", and that query is a run's event write. Dagster does
 not offer SQLAlchemy's ``pool_pre_ping`` here, so every pooled checkout in this process is pinged first
 (SQLAlchemy's documented checkout event: raising ``DisconnectionError`` makes the pool discard the
-connection and open a new one). A ping is one local round trip (~0.1 ms) per event write.
+connection and open a new one). A ping is one more round trip per checkout, on the local socket.
 """
 
 from __future__ import annotations
