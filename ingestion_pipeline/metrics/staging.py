@@ -279,17 +279,6 @@ class _BackgroundWriter:
             self._stop()
 
 
-def _batch_commit(conn) -> None:
-    """A staging batch commits without waiting for its WAL to reach the disk (~180 waits per million rows).
-
-    Safe because nothing outside this database acts on a batch's commit: a later attempt resumes after
-    the last row the table holds, and a server crash loses only a suffix of the batches (WAL is
-    replayed in order), which that attempt stages again. Staging ends with a synchronous commit
-    (``staging_complete``) that flushes every batch before Dagster hears of it.
-    """
-    conn.execute("SET LOCAL synchronous_commit = off")
-
-
 def _copy_batch(db: Database, upload_id: int, owner: str, staged: pa.Table, indexes: pa.Array) -> None:
     table = pa.table({
         "upload_id": pa.array([upload_id] * staged.num_rows, pa.int64()), "row_index": indexes,
@@ -298,7 +287,6 @@ def _copy_batch(db: Database, upload_id: int, owner: str, staged: pa.Table, inde
     buffer = io.BytesIO()
     pa_csv.write_csv(table, buffer, write_options=pa_csv.WriteOptions(include_header=False))
     with db.transaction() as conn:
-        _batch_commit(conn)
         ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
         with conn.cursor().copy(_COPY_CSV) as copy:
             copy.write(buffer.getbuffer())
@@ -326,7 +314,6 @@ def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_ro
         if not pending:
             return
         with db.transaction() as conn:
-            _batch_commit(conn)
             ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
             with conn.cursor().copy(_COPY) as copy:
                 for record in pending:
