@@ -105,9 +105,9 @@ def test_postgres_restart_mid_run(private_postgres, isolated_storage, corpus_dir
 
 @pytest.mark.timeout(900)
 def test_postgres_crash_mid_metric_staging_loses_nothing(private_postgres, isolated_storage, tmp_path):
-    """Staging batches commit without waiting for their WAL flush: a crash (``pg_ctl -m immediate``, no
-    shutdown checkpoint) may lose the last of them. The next `process` must stage them again: every row
-    exactly once, the upload completed with all of them."""
+    """A crash (``pg_ctl -m immediate``, no shutdown checkpoint) in the middle of staging, with the server
+    back at once: the next `process` must resume after the rows that survived, every row exactly once,
+    the upload completed with all of them. (It caught the lost batches of an asynchronous commit.)"""
     from ingestion_pipeline.samples.metric_exports import daily_rows
     from ingestion_pipeline.samples.platform_exports import meta_ads_manager_csv
 
