@@ -10,9 +10,10 @@ script does so for it. Needs the ``bench`` extra: ``.venv/bin/pip install -e '.[
 
 With ``--rounds N`` ours and dlt's Arrow path run N times, interleaved (ours, dlt, ours, dlt, …; each
 round into new tables), and the table shows medians: on a shared 2-core machine one run of each can
-differ by ±15 % from the next. dlt's dict path (minutes per export) runs once.
+differ by ±15 % from the next. dlt's dict path (minutes per export) runs once, or not at all with
+``--skip-dicts`` (its column then shows nan).
 
-    .venv/bin/python benchmarks/compare_dlt.py [--rows 1000000] [--rounds 3]
+    .venv/bin/python benchmarks/compare_dlt.py [--rows 1000000] [--rounds 3] [--skip-dicts]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import logging
+import math
 import os
 import shutil
 import statistics
@@ -88,6 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=1, help="interleaved runs of ours and dlt's Arrow path")
+    parser.add_argument("--skip-dicts", action="store_true", help="leave out dlt's dict path (minutes per export)")
     args = parser.parse_args()
     logging.getLogger("dlt").setLevel(logging.ERROR)
     os.environ.setdefault("RUNTIME__LOG_LEVEL", "ERROR")
@@ -104,7 +107,7 @@ def main() -> None:
                 ours_runs[result.layout].append(result.total_s)
             for layout, seconds in run_dlt(work, files, "arrow", round_no).items():
                 arrow_runs[layout].append(seconds)
-        dicts = run_dlt(work, files, "dicts")
+        dicts = {layout: math.nan for layout in files} if args.skip_dicts else run_dlt(work, files, "dicts")
         label = "" if args.rounds == 1 else f" (medians of {args.rounds} interleaved rounds)"
         print(f"\n{'export':<24}{'ours (validated)':>18}{'dlt dicts':>12}{'dlt arrow':>12}"
               f"{'dicts ÷ ours':>14}{'arrow ÷ ours':>14}{label}")

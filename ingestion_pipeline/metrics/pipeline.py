@@ -25,7 +25,7 @@ from ingestion_pipeline.core.tenants import is_paused
 from ingestion_pipeline.metrics.layouts import UnknownLayout
 from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
-from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload
+from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload, verify_staged
 from ingestion_pipeline.metrics.uploads import upload_for_partition
 
 
@@ -114,6 +114,7 @@ def stage(db: Database, partition_key: str, owner: str,
         conn.execute("ANALYZE staging_rows (upload_id, row_index, validation_status, entity_type, campaign_id, "
                      "ad_set_id, ad_id, date)")
     with db.transaction() as conn:
+        verify_staged(conn, upload["upload_id"], counts.total)  # no batch lost to a crash (staging's doc)
         upload = ledger.advance(
             conn, METRIC_UPLOADS, upload["upload_id"], owner, "staging_complete",
             {"staging_ms": int((time.perf_counter() - start) * 1000), "resumed_after_row": counts.resumed_after,
