@@ -1,15 +1,18 @@
-"""Progress of long work: files done of total, chunks, rate and ETA, reported at most every few seconds.
+"""Progress of long work, reported at most every ``INGESTION_PROGRESS_SECONDS`` (2) seconds.
 
-A step creates one ``Progress`` and advances it; each report goes to the ``ingestion_pipeline.progress``
-logger (with the figures as ``record.progress``) and to any extra sink (a Dagster step passes its run
-log). ``install_terminal_reporter`` makes the CLI show them: one line rewritten in place on a terminal,
-one JSON object per report otherwise.
+A document step creates one ``Progress`` (files done of total, chunks, rate, ETA); metric staging one
+``RowProgress`` (rows, rows/s, bytes read of the file, ETA from the bytes: the row count is known only
+at the end). Each report goes to the ``ingestion_pipeline.progress`` logger (with the figures as
+``record.progress``) and to any extra sink (a Dagster step passes its run log).
+``install_terminal_reporter`` makes the CLI show them: one line rewritten in place on a terminal, one
+JSON object per report otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -31,29 +34,57 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-class Progress:
-    def __init__(self, step: str, total_files: int, *, total_chunks: int | None = None, sinks: Iterable[Sink] = (),
-                 interval: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.step = step
-        self.total_files = total_files
-        self.total_chunks = total_chunks  # when known (embedding), the ETA follows chunks: files vary in size
-        self.files_done = 0
-        self.chunks = 0
+def default_interval() -> float:
+    return float(os.environ.get("INGESTION_PROGRESS_SECONDS", "2"))
+
+
+class _Reporter:
+    """Throttled reports of ``snapshot()`` / ``describe()`` to the progress logger and the sinks."""
+
+    def __init__(self, sinks: Iterable[Sink], interval: float | None, clock: Callable[[], float]) -> None:
         self._sinks = list(sinks)
-        self._interval = interval
+        self._interval = default_interval() if interval is None else interval
         self._clock = clock
         self._started = clock()
         self._last_report = self._started
 
-    def advance(self, files: int = 0, chunks: int = 0) -> None:
-        self.files_done += files
-        self.chunks += chunks
+    def snapshot(self, now: float | None = None) -> dict:
+        raise NotImplementedError
+
+    def describe(self, snapshot: dict | None = None) -> str:
+        raise NotImplementedError
+
+    def _maybe_report(self) -> None:
         now = self._clock()
         if now - self._last_report >= self._interval:
             self._report(now)
 
     def finish(self) -> None:
         self._report(self._clock(), final=True)
+
+    def _report(self, now: float, final: bool = False) -> None:
+        self._last_report = now
+        snapshot = {**self.snapshot(now), "final": final}
+        message = self.describe(snapshot)
+        _log.info(message, extra={"progress": snapshot})
+        for sink in self._sinks:
+            sink(message)
+
+
+class Progress(_Reporter):
+    def __init__(self, step: str, total_files: int, *, total_chunks: int | None = None, sinks: Iterable[Sink] = (),
+                 interval: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(sinks, interval, clock)
+        self.step = step
+        self.total_files = total_files
+        self.total_chunks = total_chunks  # when known (embedding), the ETA follows chunks: files vary in size
+        self.files_done = 0
+        self.chunks = 0
+
+    def advance(self, files: int = 0, chunks: int = 0) -> None:
+        self.files_done += files
+        self.chunks += chunks
+        self._maybe_report()
 
     def snapshot(self, now: float | None = None) -> dict:
         now = self._clock() if now is None else now
@@ -79,13 +110,39 @@ class Progress:
         return (f"{s['step']}: {s['files_done']}/{s['files_total']} files{chunks}, "
                 f"{s['files_per_s']:.2f} files/s, elapsed {_duration(s['elapsed_s'])}, ETA {eta}")
 
-    def _report(self, now: float, final: bool = False) -> None:
-        self._last_report = now
-        snapshot = {**self.snapshot(now), "final": final}
-        message = self.describe(snapshot)
-        _log.info(message, extra={"progress": snapshot})
-        for sink in self._sinks:
-            sink(message)
+
+class RowProgress(_Reporter):
+    """Rows of one streamed file; the ETA follows the bytes read of ``total_bytes``."""
+
+    def __init__(self, step: str, total_bytes: int, *, sinks: Iterable[Sink] = (), interval: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(sinks, interval, clock)
+        self.step = step
+        self.total_bytes = max(total_bytes, 0)
+        self.rows = 0
+        self.bytes_read = 0
+
+    def advance(self, rows: int, bytes_read: int) -> None:
+        """``rows`` more rows done; ``bytes_read``: the position reached in the file (never goes back)."""
+        self.rows += rows
+        self.bytes_read = max(self.bytes_read, min(bytes_read, self.total_bytes))
+        self._maybe_report()
+
+    def snapshot(self, now: float | None = None) -> dict:
+        now = self._clock() if now is None else now
+        elapsed = max(now - self._started, 1e-9)
+        left = self.total_bytes - self.bytes_read
+        eta = 0.0 if left <= 0 else (left / (self.bytes_read / elapsed) if self.bytes_read else None)
+        return {"step": self.step, "rows": self.rows, "rows_per_s": round(self.rows / elapsed),
+                "bytes_read": self.bytes_read, "bytes_total": self.total_bytes, "elapsed_s": round(elapsed, 1),
+                "eta_s": None if eta is None else round(eta, 1)}
+
+    def describe(self, snapshot: dict | None = None) -> str:
+        s = snapshot or self.snapshot()
+        eta = "?" if s["eta_s"] is None else _duration(s["eta_s"])
+        share = s["bytes_read"] / s["bytes_total"] if s["bytes_total"] else 1.0
+        return (f"{s['step']}: {s['rows']:,} rows ({s['rows_per_s']:,}/s), {s['bytes_read'] / 1e6:.0f} of "
+                f"{s['bytes_total'] / 1e6:.0f} MB read ({share:.0%}), elapsed {_duration(s['elapsed_s'])}, ETA {eta}")
 
 
 class _TerminalReporter(logging.Handler):

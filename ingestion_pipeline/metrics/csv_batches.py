@@ -38,6 +38,7 @@ class ByteScan:
     quotes: int
     has_controls: bool  # control characters other than line breaks (values that need JSON escaping)
     has_cr: bool
+    newlines: int = 0  # "\n" bytes: how far a row's line number is into the file (progress)
 
     @property
     def quotes_balanced(self) -> bool:
@@ -45,18 +46,20 @@ class ByteScan:
 
 
 def scan_bytes(path: Path) -> ByteScan:
-    """One pass over the raw bytes (a few hundred MB/s): quote parity, control characters, carriage returns."""
-    quotes = 0
+    """One pass over the raw bytes (a few hundred MB/s): quote parity, control characters, carriage returns,
+    line feeds."""
+    quotes = newlines = 0
     controls = cr = False
     tail = b""
     with path.open("rb") as stream:
         while chunk := stream.read(SCAN_BYTES):
             quotes += chunk.count(b'"')
+            newlines += chunk.count(b"\n")
             controls = (controls or bool(chunk.translate(None, _NOT_CONTROL)) or _NEXT_LINE in chunk
                         or tail + chunk[:1] == _NEXT_LINE)  # split across two reads
             cr = cr or b"\r" in chunk
             tail = chunk[-1:]
-    return ByteScan(quotes, controls, cr)
+    return ByteScan(quotes, controls, cr, newlines)
 
 
 @dataclass

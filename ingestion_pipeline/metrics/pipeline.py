@@ -20,6 +20,7 @@ from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import CodedError
 from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.ledger import METRIC_UPLOADS, Worker
+from ingestion_pipeline.core.progress import Sink
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.core.tenants import is_paused
 from ingestion_pipeline.metrics.layouts import UnknownLayout
@@ -91,8 +92,8 @@ def claim_upload(db: Database, partition_key: str, worker: Worker, policy: Relia
     return upload
 
 
-def stage(db: Database, partition_key: str, owner: str,
-          policy: ReliabilitySettings) -> tuple[dict, StagingCounts] | None:
+def stage(db: Database, partition_key: str, owner: str, policy: ReliabilitySettings,
+          progress_log: Sink | None = None) -> tuple[dict, StagingCounts] | None:
     upload = _held(db, partition_key, owner)
     if upload is None:
         return None
@@ -100,7 +101,7 @@ def stage(db: Database, partition_key: str, owner: str,
         return upload, staged_counts(db, upload["upload_id"])
     start = time.perf_counter()
     try:
-        counts = stage_upload(db, upload, owner=owner)
+        counts = stage_upload(db, upload, owner=owner, progress_log=progress_log)
     except (MalformedFileError, UnicodeDecodeError) as exc:
         raise _fail(db, upload, owner, UploadFailed("malformed_file", f"malformed file: {exc}"), policy) from exc
     except UnknownLayout as exc:

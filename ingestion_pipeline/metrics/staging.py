@@ -41,6 +41,7 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import TransientError
 from ingestion_pipeline.core.ledger import METRIC_UPLOADS
+from ingestion_pipeline.core.progress import RowProgress, Sink
 from ingestion_pipeline.metrics.batch_normalization import (
     VALUE_COLUMNS,
     BatchNormalizer,
@@ -132,26 +133,32 @@ def _staged_rows(db: Database, upload_id: int) -> int:
 
 
 def stage_upload(db: Database, upload: dict, *, owner: str, chunk_rows: int = 10_000,
-                 arrow: bool = True) -> StagingCounts:
+                 arrow: bool = True, progress_log: Sink | None = None) -> StagingCounts:
     """Stage every row of the upload's file; raises MalformedFileError (with the line) on a broken file.
 
     Each chunk is written only while ``owner`` still holds the upload (``LeaseLost`` otherwise).
-    ``arrow=False`` forces the row path (the tests compare both).
+    ``arrow=False`` forces the row path (the tests compare both). Progress (rows, rows/s, bytes read,
+    ETA) goes to the progress logger and to ``progress_log``.
     """
     raw_path = Path(upload["raw_path"] or "")
     if not raw_path.is_file():
         raise MalformedFileError(None, f"the stored file is missing ({raw_path}); submit it again")
+    progress = RowProgress(f"staging upload {upload['upload_id']}", raw_path.stat().st_size,
+                           sinks=[progress_log] if progress_log else [])
     if arrow and upload["file_format"] == "csv":
         try:
-            return _stage_arrow(db, upload, raw_path, owner)
+            counts = _stage_arrow(db, upload, raw_path, owner, progress)
         except ArrowPathUnavailable:
-            pass
+            counts = _stage_rows(db, upload, raw_path, owner, chunk_rows, progress)
     elif arrow:
-        return _stage_json(db, upload, raw_path, owner)
-    return _stage_rows(db, upload, raw_path, owner, chunk_rows)
+        counts = _stage_json(db, upload, raw_path, owner, progress)
+    else:
+        counts = _stage_rows(db, upload, raw_path, owner, chunk_rows, progress)
+    progress.finish()
+    return counts
 
 
-def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str) -> StagingCounts:
+def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str, progress: RowProgress) -> StagingCounts:
     """JSON arrays, JSON Lines and API responses: records read incrementally, validated in batches of
     consecutive records of one layout (a batch of anything the Arrow path does not support, one by one)."""
     upload_id = upload["upload_id"]
@@ -186,6 +193,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str) -> Stagi
                                   workspace_id=upload["workspace_id"], platform=upload["platform"], dumps=_dumps)
         _put_unstaged(writer, staged, row_index, already)
         row_index += len(group)
+        progress.advance(len(group), _position(stream))
         group.clear()
 
     with raw_path.open("rb") as stream, \
@@ -203,12 +211,18 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str) -> Stagi
                          export.layout.name if export.layout else None, export.notes, "arrow", fast)
 
 
+def _position(stream) -> int:
+    """How far into the file the reading got (the readers' text wrappers close it once it is read through:
+    then all of it; ``RowProgress`` caps the position at the file's size)."""
+    return 2**62 if stream.closed else stream.tell()
+
+
 def _cell(value) -> str:
     """A JSON value as the text normalize_row reads (``_text``: str(value)); null as blank."""
     return "" if value is None else str(value)
 
 
-def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str) -> StagingCounts:
+def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str, progress: RowProgress) -> StagingCounts:
     upload_id = upload["upload_id"]
     already = _staged_rows(db, upload_id)
     scan = scan_bytes(raw_path)
@@ -237,6 +251,9 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str) -> Stag
                 staged = normalizer.stage(batch)
                 _put_unstaged(writer, staged, row_index, already)
                 row_index += staged.num_rows
+                # Arrow reads far ahead of the rows it hands out: how far in the file is the batch's last line
+                line = int(batch.lines[-1]) if len(batch.lines) else 0
+                progress.advance(staged.num_rows, progress.total_bytes * line // max(scan.newlines, 1))
         except (pa.ArrowInvalid, csv.Error, UnicodeDecodeError) as exc:  # undecodable text, malformed refused row
             writer.close()  # what was read before the problem is staged; the row path continues after it
             raise ArrowPathUnavailable(str(exc)) from exc
@@ -338,7 +355,8 @@ def _counts(db: Database, upload_id: int, *, through: int | None = None) -> tupl
     return counts["total"], counts["valid"]
 
 
-def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_rows: int) -> StagingCounts:
+def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_rows: int,
+                progress: RowProgress) -> StagingCounts:
     upload_id = upload["upload_id"]
     already = _staged_rows(db, upload_id)
     pending: list[tuple] = []
@@ -369,7 +387,9 @@ def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_ro
                 "valid" if row.valid else "invalid", Jsonb(row.errors, dumps=_dumps),
             ))
             if len(pending) >= chunk_rows:
+                progress.advance(len(pending), _position(stream))
                 flush()
+        progress.advance(len(pending), _position(stream))
         flush()
     total, valid = _counts(db, upload_id)
     return StagingCounts(total, valid, total - valid, already, export.summary_rows,

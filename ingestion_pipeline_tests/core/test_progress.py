@@ -68,3 +68,23 @@ def test_with_a_chunk_total_the_eta_follows_chunks_not_files():
     progress.advance(chunks=250)  # a quarter of the chunks in 10 s, no file finished yet
     assert progress.snapshot()["eta_s"] == 30.0
     assert seen[-1].startswith("embed: 0/3 files, 250/1,000 chunks (25.0/s)") and seen[-1].endswith("ETA 30s")
+
+
+def test_row_progress_follows_the_bytes_read_for_its_eta():
+    from ingestion_pipeline.core.progress import RowProgress
+
+    clock, seen = FakeClock(), []
+    progress = RowProgress("staging upload 7", 200_000_000, sinks=[seen.append], interval=2.0, clock=clock)
+    clock.now += 1
+    progress.advance(30_000, 10_000_000)
+    assert seen == []  # within the interval
+    clock.now += 4
+    progress.advance(70_000, 50_000_000)
+    assert seen == ["staging upload 7: 100,000 rows (20,000/s), 50 of 200 MB read (25%), elapsed 5s, ETA 15s"]
+    progress.advance(0, 40_000_000)  # a position behind the last one (a path starting over) is not progress back
+    assert progress.bytes_read == 50_000_000
+    clock.now += 15
+    progress.advance(300_000, 250_000_000)  # read-ahead past the end counts as the end
+    progress.finish()
+    assert seen[-1] == "staging upload 7: 400,000 rows (20,000/s), 200 of 200 MB read (100%), elapsed 20s, ETA 0s"
+    assert progress.snapshot()["eta_s"] == 0.0

@@ -173,8 +173,9 @@ def test_a_staging_batch_lost_in_a_crash_is_staged_again_not_skipped(private_pos
     markers = tmp_path / "failpoints"
     markers.mkdir()
     # a long lease: no heartbeat commit (it would flush the WAL, batch included) in the ~0.2 s before the crash
+    # nor a progress report (a Dagster event, committed in the same cluster)
     env = {**os.environ, "DATABASE_URL": url, "DAGSTER_PG_URL": embedded_dagster_url(url), "DAGSTER_HOME": str(home),
-           "INGESTION_LEASE_SECONDS": "60", "INGESTION_RETRY_BACKOFF": "1,1,1"}
+           "INGESTION_LEASE_SECONDS": "60", "INGESTION_RETRY_BACKOFF": "1,1,1", "INGESTION_PROGRESS_SECONDS": "600"}
     harness = FaultHarness(url, env, tmp_path / "faults")
     export = meta_ads_manager_csv(tmp_path / "big.csv", daily_rows(ads, 10, 10, 10))
     expected = ads * 1000

@@ -133,6 +133,29 @@ def test_each_platform_csv_over_many_batches(database, tmp_path, monkeypatch, la
     assert arrow.total == 181 and arrow.vectorised >= 160
 
 
+@pytest.mark.parametrize("reader", ["arrow", "rows", "json"])
+def test_staging_reports_rows_rate_and_bytes_read_as_it_goes(database, tmp_path, monkeypatch, reader):
+    """Long staging shows progress (the Dagster step passes its run log as ``progress_log``)."""
+    monkeypatch.setattr(csv_batches, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(staging, "JSON_BATCH_ROWS", 20)
+    monkeypatch.setenv("INGESTION_PROGRESS_SECONDS", "0")  # every batch reports
+    layout = "meta.insights_api_json" if reader == "json" else "meta.ads_manager_csv"
+    path = WRITERS[layout][0](tmp_path / ("export.json" if reader == "json" else "export.csv"),
+                              daily_rows(2, 2, 5, 5))
+    with path.open("rb") as stream:
+        submitted = submit_metric_file(database, LocalUploadStore(tmp_path / "store"), workspace_id="w",
+                                       platform="meta", filename=path.name, stream=stream, max_bytes=2**31)
+    worker = Worker("run", "run", 600)
+    upload = pipeline.claim_upload(database, submitted.partition_key, worker, ReliabilitySettings())
+    seen: list[str] = []
+    counts = staging.stage_upload(database, upload, owner=worker.owner, arrow=reader != "rows", chunk_rows=25,
+                                  progress_log=seen.append)
+    assert counts.total == 100
+    assert len(seen) >= 3, seen  # several batches, then the final report
+    assert all(m.startswith(f"staging upload {upload['upload_id']}: ") for m in seen)
+    assert seen[-1].split(": ")[1].startswith("100 rows (") and "(100%)" in seen[-1] and seen[-1].endswith("ETA 0s")
+
+
 def test_an_interrupted_arrow_staging_resumes_where_it_stopped(database, tmp_path, monkeypatch):
     monkeypatch.setattr(csv_batches, "BLOCK_BYTES", 4096)
     writer, _ = WRITERS["meta.ads_manager_csv"]

@@ -66,7 +66,7 @@ def staged_metric_rows(
     owner, policy = heartbeat.worker.owner, load_settings().reliability
     try:
         staged = retrying_transient_errors(context, lambda: pipeline.stage(postgres.db, context.partition_key,
-                                                                           owner, policy))
+                                                                           owner, policy, context.log.info))
     except UploadFailed as exc:
         raise _fail(exc) from exc
     threshold = staged and retrying_transient_errors(
