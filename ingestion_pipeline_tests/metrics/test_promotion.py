@@ -72,3 +72,20 @@ def test_a_fact_whose_ad_is_missing_never_lands(db):
     reason = db.execute("SELECT validation_errors FROM staging_rows WHERE ad_id = 'orphan'").fetchone()
     assert reason["validation_errors"] == [{"field": "ad_id",
                                             "error": "ad orphan not found in this upload or the workspace"}]
+
+
+def test_an_ad_record_lands_under_a_stored_ad_set_and_never_under_a_missing_one(db):
+    promote_upload(db, _upload(db, [_fact("a1", "2024-03-01", 10)]), below_threshold=False)  # stores c1 / s1 / a1
+
+    def ad(ad_id: str, ad_set: str) -> tuple:
+        return ("ad", None, ad_set, ad_id, None, None, f"Ad {ad_id}", "ACTIVE", None, None, None, None, None)
+
+    # s404 is neither stored nor promotable from this upload (its only row has no campaign)
+    upload = _upload(db, [ad("a2", "s1"), ad("a3", "s404")])
+    result = promote_upload(db, upload, below_threshold=False)
+    assert (result.status, result.promoted_rows, result.unpromotable_rows) == ("partial", 1, 1)
+    assert result.upserted["ads"] == 1
+    assert db.execute("SELECT array_agg(ad_id ORDER BY ad_id) AS ads FROM ads").fetchone()["ads"] == ["a1", "a2"]
+    reason = db.execute("SELECT validation_errors FROM staging_rows WHERE ad_id = 'a3'").fetchone()
+    assert reason["validation_errors"] == [{"field": "ad_set_id",
+                                            "error": "ad set s404 not found in this upload or the workspace"}]
