@@ -62,14 +62,18 @@ JSON_BATCH_ROWS = 5_000
 
 
 class StagedRowsLost(TransientError):
-    """Rows this attempt committed are gone: a crash lost commits that had not reached disk yet."""
+    """The upload's staged rows are not the ones this attempt committed: a crash lost commits that had not
+    reached disk yet (or, were the ledger's hold ever bypassed, another attempt wrote rows after them)."""
 
     def __init__(self, upload_id: int, expected_last: int, found_last: int) -> None:
-        super().__init__(
-            "staged_rows_lost",
-            f"upload {upload_id}: rows {found_last + 1}-{expected_last} were committed but are no longer staged "
-            f"(the database restarted before they reached disk); the retry stages them again from row "
-            f"{found_last + 1}")
+        if found_last < expected_last:
+            message = (f"rows {found_last + 1}-{expected_last} were committed but are no longer staged (the "
+                       f"database restarted before they reached disk); the retry stages them again from row "
+                       f"{found_last + 1}")
+        else:
+            message = (f"rows {expected_last + 1}-{found_last} are staged but this attempt did not write them; "
+                       f"the retry resumes after row {found_last}")
+        super().__init__("staged_rows_lost", f"upload {upload_id}: {message}")
 
 
 def _last_staged(conn, upload_id: int) -> int:
