@@ -364,7 +364,7 @@ def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_ro
     upload_id = upload["upload_id"]
     already = _staged_rows(db, upload_id)
     pending: list[tuple] = []
-    row_index = 0
+    row_index = reported = 0  # progress counts rows read, an earlier attempt's included (as the Arrow path)
 
     def flush() -> None:
         if not pending:
@@ -391,9 +391,10 @@ def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_ro
                 "valid" if row.valid else "invalid", Jsonb(row.errors, dumps=_dumps),
             ))
             if len(pending) >= chunk_rows:
-                progress.advance(len(pending), _position(stream))
+                progress.advance(row_index - reported, _position(stream))
+                reported = row_index
                 flush()
-        progress.advance(len(pending), _position(stream))
+        progress.advance(row_index - reported, _position(stream))
         flush()
     total, valid = _counts(db, upload_id)
     return StagingCounts(total, valid, total - valid, already, export.summary_rows,

@@ -133,9 +133,11 @@ def test_each_platform_csv_over_many_batches(database, tmp_path, monkeypatch, la
     assert arrow.total == 181 and arrow.vectorised >= 160
 
 
+@pytest.mark.parametrize("resumed", [False, True], ids=["first-attempt", "resumed"])
 @pytest.mark.parametrize("reader", ["arrow", "rows", "json"])
-def test_staging_reports_rows_rate_and_bytes_read_as_it_goes(database, tmp_path, monkeypatch, reader):
-    """Long staging shows progress (the Dagster step passes its run log as ``progress_log``)."""
+def test_staging_reports_rows_rate_and_bytes_read_as_it_goes(database, tmp_path, monkeypatch, reader, resumed):
+    """Long staging shows progress (the Dagster step passes its run log as ``progress_log``). Its rows are
+    the rows read from the file: a resumed attempt ends at the file's rows too, on every path."""
     monkeypatch.setattr(csv_batches, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(staging, "JSON_BATCH_ROWS", 20)
     monkeypatch.setenv("INGESTION_PROGRESS_SECONDS", "0")  # every batch reports
@@ -147,10 +149,15 @@ def test_staging_reports_rows_rate_and_bytes_read_as_it_goes(database, tmp_path,
                                        platform="meta", filename=path.name, stream=stream, max_bytes=2**31)
     worker = Worker("run", "run", 600)
     upload = pipeline.claim_upload(database, submitted.partition_key, worker, ReliabilitySettings())
+    if resumed:  # an earlier attempt staged the first batch, then died
+        monkeypatch.setattr(staging, "failpoint", lambda name: (_ for _ in ()).throw(RuntimeError("worker killed")))
+        with pytest.raises(RuntimeError):
+            staging.stage_upload(database, upload, owner=worker.owner, arrow=reader != "rows", chunk_rows=25)
+        monkeypatch.setattr(staging, "failpoint", lambda name: None)
     seen: list[str] = []
     counts = staging.stage_upload(database, upload, owner=worker.owner, arrow=reader != "rows", chunk_rows=25,
                                   progress_log=seen.append)
-    assert counts.total == 100
+    assert counts.total == 100 and (counts.resumed_after > 0) == resumed
     assert len(seen) >= 3, seen  # several batches, then the final report
     assert all(m.startswith(f"staging upload {upload['upload_id']}: ") for m in seen)
     assert seen[-1].split(": ")[1].startswith("100 rows (") and "(100%)" in seen[-1] and seen[-1].endswith("ETA 0s")
