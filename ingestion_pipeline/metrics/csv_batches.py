@@ -38,7 +38,7 @@ class ByteScan:
     quotes: int
     has_controls: bool  # control characters other than line breaks (values that need JSON escaping)
     has_cr: bool
-    newlines: int = 0  # "\n" bytes: how far a row's line number is into the file (progress)
+    line_breaks: int = 0  # "\n", "\r\n" or a lone "\r", as rows' line numbers count them (progress)
 
     @property
     def quotes_balanced(self) -> bool:
@@ -48,18 +48,22 @@ class ByteScan:
 def scan_bytes(path: Path) -> ByteScan:
     """One pass over the raw bytes (a few hundred MB/s): quote parity, control characters, carriage returns,
     line feeds."""
-    quotes = newlines = 0
+    quotes = breaks = 0
     controls = cr = False
     tail = b""
     with path.open("rb") as stream:
         while chunk := stream.read(SCAN_BYTES):
             quotes += chunk.count(b'"')
-            newlines += chunk.count(b"\n")
+            breaks += chunk.count(b"\n")
             controls = (controls or bool(chunk.translate(None, _NOT_CONTROL)) or _NEXT_LINE in chunk
                         or tail + chunk[:1] == _NEXT_LINE)  # split across two reads
-            cr = cr or b"\r" in chunk
+            if b"\r" in chunk:  # a lone "\r" breaks a line too; "\r\n" is one break (it may span two reads)
+                cr = True
+                breaks += chunk.count(b"\r") - chunk.count(b"\r\n")
+            if tail == b"\r" and chunk[:1] == b"\n":
+                breaks -= 1
             tail = chunk[-1:]
-    return ByteScan(quotes, controls, cr, newlines)
+    return ByteScan(quotes, controls, cr, breaks)
 
 
 @dataclass

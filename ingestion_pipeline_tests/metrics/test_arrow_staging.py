@@ -163,6 +163,18 @@ def test_staging_reports_rows_rate_and_bytes_read_as_it_goes(database, tmp_path,
     assert seen[-1].split(": ")[1].startswith("100 rows (") and "(100%)" in seen[-1] and seen[-1].endswith("ETA 0s")
 
 
+@pytest.mark.parametrize("scan_bytes", [2, 3, 1 << 16], ids=["pairs-split", "odd-reads", "one-read"])
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"], ids=["lf", "crlf", "cr"])
+def test_the_byte_scan_counts_line_breaks_as_rows_line_numbers_do(tmp_path, monkeypatch, end, scan_bytes):
+    """Staging's progress places a row by its line number among the file's line breaks: a file with
+    carriage returns only has breaks too (its progress sat at 100% from the first batch)."""
+    monkeypatch.setattr(csv_batches, "SCAN_BYTES", scan_bytes)
+    path = tmp_path / "export.csv"
+    path.write_bytes(end.join(["a,b", "1,2", '"x\ny",3', "4,5", ""]).encode())  # one break inside a value
+    scan = csv_batches.scan_bytes(path)
+    assert scan.line_breaks == 5 and scan.has_cr == ("\r" in end)
+
+
 def test_an_interrupted_arrow_staging_resumes_where_it_stopped(database, tmp_path, monkeypatch):
     monkeypatch.setattr(csv_batches, "BLOCK_BYTES", 4096)
     writer, _ = WRITERS["meta.ads_manager_csv"]
