@@ -257,7 +257,8 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str, progres
                 row_index += staged.num_rows
                 # Arrow reads far ahead of the rows it hands out: how far in the file is the batch's last line
                 line = int(batch.lines[-1]) if len(batch.lines) else 0
-                progress.advance(staged.num_rows, progress.total_bytes * line // max(scan.line_breaks, 1))
+                progress.advance(staged.num_rows,
+                                 min(progress.total_bytes, progress.total_bytes * line // max(scan.line_breaks, 1)))
         except (pa.ArrowInvalid, csv.Error, UnicodeDecodeError) as exc:  # undecodable text, malformed refused row
             writer.close()  # what was read before the problem is staged; the row path continues after it
             raise ArrowPathUnavailable(str(exc)) from exc

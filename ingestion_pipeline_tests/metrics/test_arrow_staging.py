@@ -175,6 +175,18 @@ def test_the_byte_scan_counts_line_breaks_as_rows_line_numbers_do(tmp_path, monk
     assert scan.line_breaks == 5 and scan.has_cr == ("\r" in end)
 
 
+@pytest.mark.parametrize("scan_bytes", [2, 3, 1 << 16], ids=["pairs-split", "odd-reads", "one-read"])
+def test_the_byte_scan_finds_a_next_line_character_wherever_the_reads_split_it(tmp_path, monkeypatch, scan_bytes):
+    """U+0085 (bytes C2 85) is space to str.strip(): a file holding one takes the exact path's checks.
+    A "Å" (C3 85) shares its second byte and is not one."""
+    monkeypatch.setattr(csv_batches, "SCAN_BYTES", scan_bytes)
+    plain, with_next_line = tmp_path / "plain.csv", tmp_path / "next-line.csv"
+    plain.write_text("a,b\nÅse,1\n", encoding="utf-8")
+    with_next_line.write_text("a,b\nÅse\u0085,1\n", encoding="utf-8")
+    assert not csv_batches.scan_bytes(plain).has_controls
+    assert csv_batches.scan_bytes(with_next_line).has_controls
+
+
 def test_an_interrupted_arrow_staging_resumes_where_it_stopped(database, tmp_path, monkeypatch):
     monkeypatch.setattr(csv_batches, "BLOCK_BYTES", 4096)
     writer, _ = WRITERS["meta.ads_manager_csv"]
