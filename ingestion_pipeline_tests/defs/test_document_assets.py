@@ -138,3 +138,16 @@ def test_failed_promotion_leaves_previous_version_served(instance, database, db,
     assert retried["status"] == "succeeded"
     active = table(db, "SELECT * FROM document_versions WHERE is_active")
     assert len(active) == 1 and active[0]["version_number"] == 2
+
+
+def test_a_batch_of_uploads_builds_no_s3_client(instance, database, corpus_dir, monkeypatch):
+    """Dagster hands each step that requires ``s3`` what the resource puts on the context; ours builds no
+    boto3 client there (S3 files get theirs from ``S3Clients`` when they are fetched)."""
+    from dagster_aws.s3 import S3Resource
+
+    built = []
+    monkeypatch.setattr(S3Resource, "get_client", lambda self: built.append(self))
+    submit(database, "acme", corpus_dir / "documents" / "codeblock.md")
+    [key] = batch_queued(database)
+    assert materialize_batch(instance, key).success
+    assert built == []
