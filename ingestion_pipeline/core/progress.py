@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TextIO
@@ -80,11 +81,13 @@ class Progress(_Reporter):
         self.total_chunks = total_chunks  # when known (embedding), the ETA follows chunks: files vary in size
         self.files_done = 0
         self.chunks = 0
+        self._lock = threading.Lock()
 
     def advance(self, files: int = 0, chunks: int = 0) -> None:
-        self.files_done += files
-        self.chunks += chunks
-        self._maybe_report()
+        with self._lock:  # a step may work on files in several lanes
+            self.files_done += files
+            self.chunks += chunks
+            self._maybe_report()
 
     def snapshot(self, now: float | None = None) -> dict:
         now = self._clock() if now is None else now

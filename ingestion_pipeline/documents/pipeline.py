@@ -11,9 +11,10 @@ retry — Dagster's re-execution, a relaunch, a replay — resumes instead of st
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,10 @@ Extractor = Callable[[Path, str], Any]
 
 # S3 objects downloaded at once by the fetch step (boto3 clients are thread-safe)
 _FETCH_CONCURRENCY = 4
+
+# files a step works on at once: much of a file's time is the server's (a promotion's HNSW and text-index
+# inserts) or the extraction worker's, so a second lane keeps the second core busy (compare_peers.py)
+_FILE_LANES = 2
 
 # Errors of the database itself: not a file's fault, so the step (not the file) is retried.
 _STEP_ERRORS = ("db_unavailable", "db_conflict")
@@ -104,6 +109,7 @@ class DocumentPipeline:
         self._s3_client_for = s3_client_for
         self._downloads: dict[int, Future[StoredFile]] = {}  # run_id -> S3 download started ahead
         self._extract = extractor or (lambda path, extension: extract(path, extension, settings.limits))
+        self._extract_lock = threading.Lock()
 
     def close(self) -> None:
         """Stop the extraction worker, if this pipeline started one."""
@@ -128,19 +134,59 @@ class DocumentPipeline:
             raise RuntimeError("this pipeline has no worker: it can only be used to read")
         return self.worker.owner
 
-    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str) -> list[FileOutcome]:
+    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str, *,
+                  lanes: int = 1) -> list[FileOutcome]:
         """Run ``work`` on every file of the partition this worker holds; one file's failure is its own.
-        Progress (files, chunks, rate, ETA) is reported as it goes."""
+        Progress (files, chunks, rate, ETA) is reported as it goes.
+
+        ``lanes`` > 1: that many files are worked on at once, each in its own transaction on its own
+        connection (for work whose time is the server's: one lane leaves a core idle). The files of one
+        document stay in one lane, in their order, so its later version is still promoted last.
+        """
         outcomes = self._release_paused(partition_key)
         with self.db.connection() as conn:
             rows = runs.held_rows(conn, partition_key, self.owner)
         self._progress = Progress(step, len(rows), sinks=self._progress_sinks)
-        for row in rows:
-            outcomes.append(self._guarded(row, work))
-            self._progress.advance(files=1)
+        outcomes += self._in_lanes(rows, work, lanes)
         if rows:
             self._progress.finish()
         return outcomes
+
+    def _in_lanes(self, rows: list[dict], work: Callable[[dict], FileOutcome | None], lanes: int, *,
+                  count_files: bool = True) -> list[FileOutcome | None]:
+        """``_guarded(row, work)`` for every row, ``lanes`` documents at a time; outcomes in the rows' order.
+
+        Progress (``count_files``) is advanced here, on the step's thread. An error of the step (the
+        database) stops the lanes: files not begun stay held for the step's retry, as in one lane.
+        """
+        if lanes <= 1 or len(rows) <= 1:
+            outcomes = []
+            for row in rows:
+                outcomes.append(self._guarded(row, work))
+                if count_files:
+                    self._progress.advance(files=1)
+            return outcomes
+        by_document: dict[Any, list[tuple[int, dict]]] = {}
+        for i, row in enumerate(rows):
+            by_document.setdefault(row.get("doc_id", row["run_id"]), []).append((i, row))
+
+        def document_files(files: list[tuple[int, dict]]) -> list[tuple[int, FileOutcome | None]]:
+            return [(i, self._guarded(row, work)) for i, row in files]
+
+        done: list[tuple[int, FileOutcome | None]] = []
+        with ThreadPoolExecutor(lanes, thread_name_prefix="file-lane") as pool:
+            futures = [pool.submit(document_files, files) for files in by_document.values()]
+            try:
+                for future in as_completed(futures):
+                    finished = future.result()
+                    done += finished
+                    if count_files:
+                        self._progress.advance(files=len(finished))
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+        return [outcome for _, outcome in sorted(done, key=lambda pair: pair[0])]
 
     def _guarded(self, row: dict, work: Callable[[dict], FileOutcome | None]) -> FileOutcome | None:
         """``work(row)``, with a file's failure (or lost claim) turned into that file's outcome."""
@@ -367,7 +413,7 @@ class DocumentPipeline:
 
     # -- step 2: document_elements ------------------------------------------------------------------
     def extract_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._extract_one, "extract")
+        return self._for_each(partition_key, self._extract_one, "extract", lanes=_FILE_LANES)
 
     def _extract_one(self, row: dict) -> FileOutcome:
         config = row["config"] or {}
@@ -377,7 +423,8 @@ class DocumentPipeline:
             return FileOutcome(row["run_id"], _filename(row), STEP_DONE, "elements already staged")
         start = time.perf_counter()
         failpoint("extract.file")
-        document = self._extract(Path(row["raw_path"]), config.get("extension") or Path(_filename(row)).suffix)
+        with self._extract_lock:  # one extraction worker: the other lane writes a file's elements meanwhile
+            document = self._extract(Path(row["raw_path"]), config.get("extension") or Path(_filename(row)).suffix)
         elapsed = _ms(start)
         stats = {"elements": len(document.elements), "pages": document.page_count, "notes": document.notes}
         with self.db.transaction() as conn:
@@ -389,7 +436,7 @@ class DocumentPipeline:
 
     # -- step 3: document_chunks ----------------------------------------------------------------------
     def chunk_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._chunk_one, "chunk")
+        return self._for_each(partition_key, self._chunk_one, "chunk", lanes=_FILE_LANES)
 
     def _chunk_one(self, row: dict) -> FileOutcome:
         with self.db.connection() as conn:
@@ -432,8 +479,8 @@ class DocumentPipeline:
         self._progress = Progress("embed", len(rows), total_chunks=ahead, sinks=self._progress_sinks)
         start = time.perf_counter()
         work: dict[int, _Embedding] = {}
-        for row in rows:
-            outcome = self._guarded(row, lambda r: self._reuse_embeddings(r, work))
+        for outcome in self._in_lanes(rows, lambda r: self._reuse_embeddings(r, work), _FILE_LANES,
+                                      count_files=False):
             if outcome is not None:
                 outcomes.append(outcome)
                 self._progress.advance(files=1)
@@ -447,8 +494,8 @@ class DocumentPipeline:
             failpoint("embed.unit")  # one unit committed, the next not yet
         for item in work.values():
             item.stats["timings_ms"] = _timings(item.row, embed=_ms(start))
-            outcomes.append(self._guarded(item.row, lambda _row, item=item: self._finish_embedding(item)))
-            self._progress.advance(files=1)
+        outcomes += self._in_lanes(sorted((item.row for item in work.values()), key=lambda r: r["run_id"]),
+                                   lambda row: self._finish_embedding(work[row["run_id"]]), _FILE_LANES)
         if rows:
             self._progress.finish()
         return outcomes
@@ -531,7 +578,7 @@ class DocumentPipeline:
     def promote_batch(self, partition_key: str) -> list[FileOutcome]:
         with self.db.connection() as conn:  # the first vectors of a new model dimension get their index
             ensure_vector_index(conn, self.model.dimension)
-        return self._for_each(partition_key, self._promote_one, "promote")
+        return self._for_each(partition_key, self._promote_one, "promote", lanes=_FILE_LANES)
 
     def _promote_one(self, row: dict) -> FileOutcome:
         # a re-index keeps the extractor that made the stored elements

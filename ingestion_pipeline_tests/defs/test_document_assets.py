@@ -140,6 +140,40 @@ def test_failed_promotion_leaves_previous_version_served(instance, database, db,
     assert len(active) == 1 and active[0]["version_number"] == 2
 
 
+def test_two_versions_of_a_document_in_one_batch_end_with_the_later_one_active(instance, database, db, tmp_path):
+    """The steps work on two files at once; a batch holding two versions of one document still ends with
+    the later one active (the lanes' order itself is tested in documents/test_file_lanes.py)."""
+    from ingestion_pipeline.documents.intake import submit_upload
+    from ingestion_pipeline_tests.helpers import pipeline_for
+
+    pipeline = pipeline_for(database)
+    paths = []
+    for i in range(6):  # other documents around the two versions, so both lanes have work
+        paths.append(tmp_path / f"other-{i}.md")
+        paths[-1].write_text(f"# Other {i}\n\n" + "Filler text of another document. " * 30 * (i + 1))
+    for version in (1, 2):
+        folder = tmp_path / f"v{version}"
+        folder.mkdir()
+        paths.insert(version * 3, folder / "policy.md")
+        paths[version * 3].write_text(f"# Policy\n\nThe policy, version {version}. " + "Its long text. " * 400)
+    for path in paths:
+        key = "policy" if path.name == "policy.md" else None
+        submit_upload(database, pipeline.store, tenant_id="acme", path=path, key=key,
+                      fingerprint=pipeline.fingerprint, max_bytes=pipeline.settings.upload.max_bytes)
+    [key] = batch_queued(database)
+    assert materialize_batch(instance, key).success
+
+    [active] = table(db, """SELECT v.version_number, v.chunk_count FROM document_versions v
+                             JOIN documents d ON d.doc_id = v.doc_id
+                            WHERE d.source_uri LIKE %s AND v.is_active""", "%policy")
+    assert active["version_number"] == 2
+    texts = table(db, """SELECT c.text FROM chunks c JOIN document_versions v ON v.version_id = c.version_id
+                          JOIN documents d ON d.doc_id = v.doc_id
+                         WHERE d.source_uri LIKE %s AND v.is_active""", "%policy")
+    assert any("version 2" in t["text"] for t in texts) and not any("version 1" in t["text"] for t in texts)
+    assert table(db, "SELECT count(*) AS n FROM document_versions WHERE is_active")[0]["n"] == 7
+
+
 def test_a_batch_of_uploads_builds_no_s3_client(instance, database, corpus_dir, monkeypatch):
     """Dagster hands each step that requires ``s3`` what the resource puts on the context; ours builds no
     boto3 client there (S3 files get theirs from ``S3Clients`` when they are fetched)."""

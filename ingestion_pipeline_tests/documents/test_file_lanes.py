@@ -1,0 +1,64 @@
+"""A step's files in two lanes: one document's files in order, in one lane; outcomes in the batch's order."""
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from ingestion_pipeline.core.progress import Progress
+from ingestion_pipeline.documents.pipeline import FileOutcome
+from ingestion_pipeline_tests.helpers import pipeline_for
+
+ROWS = [{"run_id": 1, "doc_id": 10}, {"run_id": 2, "doc_id": 20}, {"run_id": 3, "doc_id": 10},
+        {"run_id": 4, "doc_id": 30}, {"run_id": 5, "doc_id": 40}]
+
+
+def test_a_documents_files_run_in_order_in_one_lane_while_other_documents_run_beside_them(database):
+    pipeline = pipeline_for(database)
+    pipeline._progress = Progress("test", len(ROWS))
+    spans: dict[int, tuple[float, float, str]] = {}
+
+    def work(row: dict) -> FileOutcome:
+        start = time.monotonic()
+        time.sleep(0.4 if row["run_id"] == 1 else 0.05)  # the first version is slow: the second must wait
+        spans[row["run_id"]] = (start, time.monotonic(), threading.current_thread().name)
+        return FileOutcome(row["run_id"], f"file-{row['run_id']}", "running")
+
+    outcomes = pipeline._in_lanes(ROWS, work, 2)
+
+    assert [o.run_id for o in outcomes] == [1, 2, 3, 4, 5]  # the batch's order, whatever finished first
+    assert spans[3][0] >= spans[1][1] and spans[3][2] == spans[1][2]  # document 10: version 1, then 2
+    assert spans[2][0] < spans[1][1]  # another document ran while the slow file did
+    assert len({name for _, _, name in spans.values()}) == 2
+    assert pipeline._progress.files_done == len(ROWS)
+
+
+def test_one_lane_works_on_the_steps_own_thread(database):
+    pipeline = pipeline_for(database)
+    pipeline._progress = Progress("test", len(ROWS))
+    threads = set()
+
+    def work(row: dict) -> FileOutcome:
+        threads.add(threading.current_thread().name)
+        return FileOutcome(row["run_id"], "f", "running")
+
+    assert [o.run_id for o in pipeline._in_lanes(ROWS, work, 1)] == [1, 2, 3, 4, 5]
+    assert threads == {threading.current_thread().name}
+
+
+def test_an_error_of_the_database_stops_the_lanes_and_reaches_the_step(database):
+    pipeline = pipeline_for(database)
+    pipeline._progress = Progress("test", len(ROWS))
+    worked = []
+
+    def work(row: dict) -> FileOutcome:
+        if row["run_id"] == 2:
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        time.sleep(0.2)
+        worked.append(row["run_id"])
+        return FileOutcome(row["run_id"], "f", "running")
+
+    with pytest.raises(psycopg.OperationalError):  # the step is retried; the files stay held
+        pipeline._in_lanes(ROWS, work, 2)
+    assert 5 not in worked  # files not begun when the error came are left for the retry
