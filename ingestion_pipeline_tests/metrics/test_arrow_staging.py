@@ -150,7 +150,10 @@ def test_staging_reports_rows_rate_and_bytes_read_as_it_goes(database, tmp_path,
     worker = Worker("run", "run", 600)
     upload = pipeline.claim_upload(database, submitted.partition_key, worker, ReliabilitySettings())
     if resumed:  # an earlier attempt staged the first batch, then died
-        monkeypatch.setattr(staging, "failpoint", lambda name: (_ for _ in ()).throw(RuntimeError("worker killed")))
+        def killed(name: str) -> None:
+            raise RuntimeError("worker killed")
+
+        monkeypatch.setattr(staging, "failpoint", killed)
         with pytest.raises(RuntimeError):
             staging.stage_upload(database, upload, owner=worker.owner, arrow=reader != "rows", chunk_rows=25)
         monkeypatch.setattr(staging, "failpoint", lambda name: None)
