@@ -212,6 +212,26 @@ def hold(conn: psycopg.Connection, t: LedgerTable, item_id: int, owner: str) -> 
     return row
 
 
+def hold_many(conn: psycopg.Connection, t: LedgerTable, item_ids: Sequence[int], owner: str) -> dict[int, str]:
+    """``hold`` and ``heartbeat`` for several rows in one statement: the rows ``owner`` still works on are
+    locked for this transaction and touched. Returns the others, each with why it is not held."""
+    held = {r["id"] for r in conn.execute(
+        table_sql("""UPDATE {table} SET updated_at = now()
+                      WHERE {key} IN (SELECT {key} FROM {table} WHERE {key} = ANY(%(ids)s) ORDER BY {key}
+                                         FOR NO KEY UPDATE)
+                        AND owner = %(owner)s AND status = ANY(%(working)s)
+                  RETURNING {key} AS id""", t),
+        {"ids": list(item_ids), "owner": owner, "working": list(t.working)}).fetchall()}
+    lost = {}
+    for item_id in item_ids:
+        if item_id not in held:
+            try:
+                hold(conn, t, item_id, owner)
+            except LeaseLost as exc:
+                lost[item_id] = str(exc)
+    return lost
+
+
 def heartbeat(conn: psycopg.Connection, t: LedgerTable, item_id: int, owner: str,
               stats: Mapping[str, Any] | None = None) -> dict:
     """Progress of a held row: merge ``stats`` and touch ``updated_at`` (``LeaseLost`` if not held)."""

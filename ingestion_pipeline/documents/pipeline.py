@@ -529,19 +529,18 @@ class DocumentPipeline:
         for i, p in enumerate(pending):
             by_file.setdefault(p["run_id"], []).append(i)
         outcomes = []
-        with self.db.transaction() as conn:
-            for run_id, indexes in by_file.items():
-                try:
-                    with conn.transaction():  # a savepoint: a file that lost its claim leaves the others' vectors
-                        runs.hold(conn, run_id, self.owner)
-                        staging.write_embeddings(conn, run_id, [pending[i]["ordinal"] for i in indexes],
-                                                 vectors[indexes])
-                        runs.heartbeat(conn, run_id, self.owner)
-                except LeaseLost as exc:
-                    item = work.pop(run_id)
-                    _log.warning("file %s (run %s): %s", _filename(item.row), run_id, exc)
-                    outcomes.append(FileOutcome(run_id, _filename(item.row), LOST, str(exc)))
-                    continue
+        with self.db.transaction() as conn:  # the unit's files: one statement holds them, one executemany writes
+            lost = runs.hold_many(conn, list(by_file), self.owner)
+            for run_id, reason in lost.items():  # a file that lost its claim leaves the others' vectors
+                item = work.pop(run_id)
+                _log.warning("file %s (run %s): %s", _filename(item.row), run_id, reason)
+                outcomes.append(FileOutcome(run_id, _filename(item.row), LOST, reason))
+            kept = [i for i, p in enumerate(pending) if p["run_id"] not in lost]
+            if kept:
+                staging.write_embeddings(conn, [pending[i]["run_id"] for i in kept],
+                                         [pending[i]["ordinal"] for i in kept], vectors[kept])
+        for run_id, indexes in by_file.items():
+            if run_id not in lost:
                 stats = work[run_id].stats
                 stats["embedded"] += len(indexes)
                 stats["model_ms"] += model_ms * len(indexes) // len(pending)

@@ -72,6 +72,11 @@ def hold(conn: psycopg.Connection, run_id: int, owner: str) -> dict:
     return ledger.hold(conn, DOCUMENT_RUNS, run_id, owner)
 
 
+def hold_many(conn: psycopg.Connection, run_ids: list[int], owner: str) -> dict[int, str]:
+    """Hold (and touch) the files ``owner`` still works on; the others, with why they are not held."""
+    return ledger.hold_many(conn, DOCUMENT_RUNS, run_ids, owner)
+
+
 def heartbeat(conn: psycopg.Connection, run_id: int, owner: str, stats: dict[str, Any] | None = None) -> dict:
     return ledger.heartbeat(conn, DOCUMENT_RUNS, run_id, owner, stats)
 

@@ -117,11 +117,12 @@ def count_missing_embeddings(conn: psycopg.Connection, run_ids: list[int]) -> in
                         (run_ids,)).fetchone()["n"]
 
 
-def write_embeddings(conn: psycopg.Connection, run_id: int, ordinals: list[int], vectors: np.ndarray) -> None:
+def write_embeddings(conn: psycopg.Connection, run_ids: list[int], ordinals: list[int], vectors: np.ndarray) -> None:
+    """Vector ``i`` of the staged chunk (``run_ids[i]``, ``ordinals[i]``), for any number of files at once."""
     with conn.cursor() as cur:
         cur.executemany(
             "UPDATE staging_chunks SET embedding = %s WHERE run_id = %s AND ordinal = %s",
-            [(vectors[i], run_id, ordinal) for i, ordinal in enumerate(ordinals)],
+            [(vectors[i], run_id, ordinal) for i, (run_id, ordinal) in enumerate(zip(run_ids, ordinals, strict=True))],
         )
 
 

@@ -208,6 +208,38 @@ def test_cancel_mid_embedding_promotes_nothing_and_the_old_version_keeps_serving
     assert len(table(db, "SELECT * FROM document_versions")) == 1
 
 
+
+def test_a_file_canceled_mid_embedding_leaves_its_unit_to_the_other_files(instance, database, db, three_notes,
+                                                                          monkeypatch):
+    """The three notes' chunks are encoded in one unit; one note is canceled while it is encoded. Its
+    vectors are not written; the other two get theirs and are promoted."""
+    submissions = submit(database, "acme", *three_notes)
+    embedder = shared_embedder()
+    original = type(embedder).embed
+    inside, release = threading.Event(), threading.Event()
+
+    def blocking_embed(self, texts):
+        inside.set()
+        release.wait(30)
+        return original(self, texts)
+
+    monkeypatch.setattr(type(embedder), "embed", blocking_embed)
+    [key] = batch_queued(database)
+    worker = threading.Thread(target=lambda: materialize_batch(instance, key))
+    worker.start()
+    assert inside.wait(60)
+    canceled = submissions[1].run_id
+    operations.cancel_files(instance, database, [canceled], "tester")
+    release.set()
+    worker.join(60)
+    rows = {r["run_id"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
+    assert rows[canceled]["status"] == "canceled"
+    for kept in (submissions[0].run_id, submissions[2].run_id):
+        assert rows[kept]["status"] == "succeeded", rows[kept]["error"]
+        assert rows[kept]["stats"]["embedded"] == rows[kept]["stats"]["chunks"] > 0
+    assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 2
+    assert table(db, "SELECT * FROM staging_chunks") == []
+
 def test_pause_parks_in_flight_files_and_resume_continues_them(instance, database, db, three_notes, monkeypatch):
     submit(database, "acme", *three_notes)
     [key] = batch_queued(database)
@@ -255,6 +287,13 @@ def test_exclusive_claims(database, db, three_notes):
     assert (taken["run_id"], taken["claim_event"], taken["attempts"]) == (run_id, "taken_over", 2)
     with pytest.raises(ledger.LeaseLost, match="held by run run-b"), database.transaction() as conn:
         ledger.heartbeat(conn, DOCUMENT_RUNS, run_id, "run-a")  # the old owner stops touching it
+    others = [r["run_id"] for r in claimed_a[1:]]
+    with database.transaction() as conn:  # the same answer for many files in one statement (embedding units)
+        before = {r["run_id"]: r["updated_at"] for r in table(db, "SELECT run_id, updated_at FROM ingestion_runs")}
+        lost = ledger.hold_many(conn, DOCUMENT_RUNS, [run_id, *others], "run-a")
+    assert lost == {run_id: f"document {run_id} is no longer this run's (held by run run-b)"}
+    after = {r["run_id"]: r["updated_at"] for r in table(db, "SELECT run_id, updated_at FROM ingestion_runs")}
+    assert all(after[i] > before[i] for i in others) and after[run_id] == before[run_id]  # touched: held only
 
     # a file whose attempts are spent (it keeps killing its workers) is not taken over again: the
     # janitor's lease expiry dead-letters it
