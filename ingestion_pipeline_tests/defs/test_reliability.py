@@ -175,14 +175,9 @@ def test_dead_letter_after_the_last_attempt_then_replay(instance, database, db, 
     assert history(db, row["run_id"])[-4:] == ["dead_letter", "requeued", "claimed", "succeeded"]
 
 
-def test_cancel_mid_embedding_promotes_nothing_and_the_old_version_keeps_serving(
-        instance, database, db, corpus_dir, monkeypatch):
-    note = corpus_dir / "documents" / "norwich-city.txt"  # long enough that a new budget makes new chunks
-    submit(database, "acme", note)
-    process_in_process(instance, database)
-    [v1] = table(db, "SELECT * FROM document_versions")
-    monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "120")  # a new fingerprint: version 2 is queued
-    [queued] = submit(database, "acme", note)
+def _batch_held_in_its_first_encode(instance, database, monkeypatch) -> tuple[threading.Event, threading.Thread]:
+    """Materialise the queued batch on a thread, held inside the model's first ``embed`` call until the
+    returned event is set."""
     embedder = shared_embedder()
     original = type(embedder).embed
     inside, release = threading.Event(), threading.Event()
@@ -197,6 +192,18 @@ def test_cancel_mid_embedding_promotes_nothing_and_the_old_version_keeps_serving
     worker = threading.Thread(target=lambda: materialize_batch(instance, key))
     worker.start()
     assert inside.wait(60)
+    return release, worker
+
+
+def test_cancel_mid_embedding_promotes_nothing_and_the_old_version_keeps_serving(
+        instance, database, db, corpus_dir, monkeypatch):
+    note = corpus_dir / "documents" / "norwich-city.txt"  # long enough that a new budget makes new chunks
+    submit(database, "acme", note)
+    process_in_process(instance, database)
+    [v1] = table(db, "SELECT * FROM document_versions")
+    monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "120")  # a new fingerprint: version 2 is queued
+    [queued] = submit(database, "acme", note)
+    release, worker = _batch_held_in_its_first_encode(instance, database, monkeypatch)
     report = operations.cancel_files(instance, database, [queued.run_id], "tester")
     release.set()
     worker.join(60)
@@ -208,26 +215,12 @@ def test_cancel_mid_embedding_promotes_nothing_and_the_old_version_keeps_serving
     assert len(table(db, "SELECT * FROM document_versions")) == 1
 
 
-
 def test_a_file_canceled_mid_embedding_leaves_its_unit_to_the_other_files(instance, database, db, three_notes,
                                                                           monkeypatch):
     """The three notes' chunks are encoded in one unit; one note is canceled while it is encoded. Its
     vectors are not written; the other two get theirs and are promoted."""
     submissions = submit(database, "acme", *three_notes)
-    embedder = shared_embedder()
-    original = type(embedder).embed
-    inside, release = threading.Event(), threading.Event()
-
-    def blocking_embed(self, texts):
-        inside.set()
-        release.wait(30)
-        return original(self, texts)
-
-    monkeypatch.setattr(type(embedder), "embed", blocking_embed)
-    [key] = batch_queued(database)
-    worker = threading.Thread(target=lambda: materialize_batch(instance, key))
-    worker.start()
-    assert inside.wait(60)
+    release, worker = _batch_held_in_its_first_encode(instance, database, monkeypatch)
     canceled = submissions[1].run_id
     operations.cancel_files(instance, database, [canceled], "tester")
     release.set()
