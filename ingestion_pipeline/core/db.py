@@ -75,6 +75,11 @@ class Database:
             open=True,
         )
 
+    @property
+    def max_size(self) -> int:
+        """The most connections the pool opens."""
+        return self._pool.max_size
+
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A pooled connection in autocommit mode (each statement commits on its own)."""

@@ -157,8 +157,10 @@ class DocumentPipeline:
         """``_guarded(row, work)`` for every row, ``lanes`` documents at a time; outcomes in the rows' order.
 
         Progress (``count_files``) is advanced here, on the step's thread. An error of the step (the
-        database) stops the lanes: files not begun stay held for the step's retry, as in one lane.
+        database) stops the lanes: files not begun stay held for the step's retry, as in one lane. There
+        are never more lanes than pooled connections (a lane waiting for one could time out).
         """
+        lanes = min(lanes, self.db.max_size)
         if lanes <= 1 or len(rows) <= 1:
             outcomes = []
             for row in rows:

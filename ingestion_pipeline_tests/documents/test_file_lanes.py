@@ -6,6 +6,7 @@ import time
 import psycopg
 import pytest
 
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.progress import Progress
 from ingestion_pipeline.documents.pipeline import FileOutcome
 from ingestion_pipeline_tests.helpers import pipeline_for
@@ -44,6 +45,21 @@ def test_one_lane_works_on_the_steps_own_thread(database):
         return FileOutcome(row["run_id"], "f", "running")
 
     assert [o.run_id for o in pipeline._in_lanes(ROWS, work, 1)] == [1, 2, 3, 4, 5]
+    assert threads == {threading.current_thread().name}
+
+
+def test_a_pool_of_one_connection_gets_one_lane(database_url):
+    """A lane waiting for the pool's only connection could time out: one connection, one lane."""
+    with Database(database_url, max_size=1) as small:
+        pipeline = pipeline_for(small)
+        pipeline._progress = Progress("test", len(ROWS))
+        threads = set()
+
+        def work(row: dict) -> FileOutcome:
+            threads.add(threading.current_thread().name)
+            return FileOutcome(row["run_id"], "f", "running")
+
+        assert [o.run_id for o in pipeline._in_lanes(ROWS, work, 2)] == [1, 2, 3, 4, 5]
     assert threads == {threading.current_thread().name}
 
 
