@@ -233,6 +233,7 @@ def test_a_file_canceled_mid_embedding_leaves_its_unit_to_the_other_files(instan
     assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 2
     assert table(db, "SELECT * FROM staging_chunks") == []
 
+
 def test_pause_parks_in_flight_files_and_resume_continues_them(instance, database, db, three_notes, monkeypatch):
     submit(database, "acme", *three_notes)
     [key] = batch_queued(database)

@@ -35,7 +35,8 @@ def test_a_documents_files_run_in_order_in_one_lane_while_other_documents_run_be
     assert pipeline._progress.files_done == len(ROWS)
 
 
-def test_one_lane_works_on_the_steps_own_thread(database):
+def _run_ids_and_threads(database: Database, lanes: int) -> tuple[list[int], set[str]]:
+    """ROWS through ``_in_lanes``: the outcomes' run ids, and the names of the threads that did the work."""
     pipeline = pipeline_for(database)
     pipeline._progress = Progress("test", len(ROWS))
     threads = set()
@@ -44,22 +45,20 @@ def test_one_lane_works_on_the_steps_own_thread(database):
         threads.add(threading.current_thread().name)
         return FileOutcome(row["run_id"], "f", "running")
 
-    assert [o.run_id for o in pipeline._in_lanes(ROWS, work, 1)] == [1, 2, 3, 4, 5]
+    return [o.run_id for o in pipeline._in_lanes(ROWS, work, lanes)], threads
+
+
+def test_one_lane_works_on_the_steps_own_thread(database):
+    run_ids, threads = _run_ids_and_threads(database, 1)
+    assert run_ids == [1, 2, 3, 4, 5]
     assert threads == {threading.current_thread().name}
 
 
 def test_a_pool_of_one_connection_gets_one_lane(database_url):
     """A lane waiting for the pool's only connection could time out: one connection, one lane."""
     with Database(database_url, max_size=1) as small:
-        pipeline = pipeline_for(small)
-        pipeline._progress = Progress("test", len(ROWS))
-        threads = set()
-
-        def work(row: dict) -> FileOutcome:
-            threads.add(threading.current_thread().name)
-            return FileOutcome(row["run_id"], "f", "running")
-
-        assert [o.run_id for o in pipeline._in_lanes(ROWS, work, 2)] == [1, 2, 3, 4, 5]
+        run_ids, threads = _run_ids_and_threads(small, 2)
+        assert run_ids == [1, 2, 3, 4, 5]
     assert threads == {threading.current_thread().name}
 
 
