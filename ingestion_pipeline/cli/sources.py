@@ -49,9 +49,8 @@ def _print_sync(records: list[dict]) -> None:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     """One full listing pass of each (or the named) active source now; --wait also processes the batches."""
-    from dagster_aws.s3 import S3Resource
-
     from ingestion_pipeline.defs.resources import S3Clients
+    from ingestion_pipeline.defs.s3_resource import S3Resource
     from ingestion_pipeline.sources import registry as sources
     from ingestion_pipeline.sources.sync_pass import sync_sources
 

@@ -52,7 +52,7 @@ _S3_TRANSIENT_CODES = {
 def _s3_failure(exc: Exception) -> FailureInfo | None:
     try:
         import botocore.exceptions as boto
-    except ImportError:  # pragma: no cover - botocore ships with dagster-aws
+    except ImportError:  # pragma: no cover - botocore ships with boto3
         return None
     if isinstance(exc, boto.ClientError):
         error = exc.response.get("Error", {})

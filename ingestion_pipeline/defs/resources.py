@@ -11,10 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 from pydantic import Field, PrivateAttr
 
 from ingestion_pipeline.core.db import Database, resolve_database_url
@@ -23,6 +21,7 @@ from ingestion_pipeline.core.ledger import Worker
 from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.core.settings import Settings, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.documents.embedding import Embedder, resolve_model_path
 from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
@@ -143,18 +142,8 @@ class DocumentPipelineResource(dg.ConfigurableResource):
         )
 
 
-class LazyS3Resource(S3Resource):
-    """dagster_aws's ``S3Resource``, configured the same way, minus the client Dagster builds for each step.
-
-    Dagster puts ``get_object_to_set_on_execution_context()`` on ``context.resources.s3`` for every step
-    that requires the resource; ``S3Resource`` builds a boto3 client there (~0.2 s; measured in a
-    profile of 300 uploads). Our steps never read that client: they take the resource and ask
-    ``S3Clients`` for a client when a file does come from S3, so a batch of uploads builds none.
-    ``context.resources.s3`` is this resource itself (``.get_client()`` gives a client).
-    """
-
-    def get_object_to_set_on_execution_context(self) -> Any:
-        return self
+LazyS3Resource = S3Resource
+"""The name this resource had when it subclassed dagster-aws's (kept for code that imports it)."""
 
 
 class S3Clients:
@@ -196,7 +185,7 @@ def default_resources() -> dict:
         "upload_store": UploadStoreResource(),
         "embedder": EmbedderResource(),
         "document_pipeline": DocumentPipelineResource(),
-        "s3": LazyS3Resource(),
+        "s3": S3Resource(),
         "heartbeat": HeartbeatResource(),
     }
 

@@ -177,7 +177,7 @@ def test_two_versions_of_a_document_in_one_batch_end_with_the_later_one_active(i
 def test_a_batch_of_uploads_builds_no_s3_client(instance, database, corpus_dir, monkeypatch):
     """Dagster hands each step that requires ``s3`` what the resource puts on the context; ours builds no
     boto3 client there (S3 files get theirs from ``S3Clients`` when they are fetched)."""
-    from dagster_aws.s3 import S3Resource
+    from ingestion_pipeline.defs.s3_resource import S3Resource
 
     built = []
     monkeypatch.setattr(S3Resource, "get_client", lambda self: built.append(self))

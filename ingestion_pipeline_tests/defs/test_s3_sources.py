@@ -4,7 +4,6 @@ import threading
 import time
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.core.settings import load_settings
@@ -14,6 +13,7 @@ from ingestion_pipeline.defs.resources import (
     S3Clients,
     UploadStoreResource,
 )
+from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.defs.sources.s3_sensor import s3_sensor
 from ingestion_pipeline.documents.search import hybrid_search
 from ingestion_pipeline.sources.registry import add_source, set_paused

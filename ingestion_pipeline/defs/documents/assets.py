@@ -8,7 +8,6 @@ from collections import Counter
 from collections.abc import Callable
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from ingestion_pipeline.defs.ledger.steps import launched_by_a_person, retrying_transient_errors
 from ingestion_pipeline.defs.partitions import document_batches
@@ -19,6 +18,7 @@ from ingestion_pipeline.defs.resources import (
     UploadStoreResource,
     build_document_pipeline,
 )
+from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.documents import integrity, reindex
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report

@@ -2,11 +2,11 @@
 (core/retention.py), and so are objects of presigned uploads never completed (documents/presigned.py), hourly."""
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from ingestion_pipeline.core.retention import remove_expired_raw_files, remove_orphans
 from ingestion_pipeline.core.settings import load_api_settings, load_settings
 from ingestion_pipeline.defs.resources import PostgresResource, S3Clients, UploadStoreResource
+from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.documents import presigned
 
 

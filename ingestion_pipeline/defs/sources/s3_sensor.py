@@ -1,11 +1,11 @@
 """s3_sensor: every active document source is listed (bounded work per tick) and its changes batched."""
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, S3Clients, UploadStoreResource
+from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.sources.sync_pass import sync_sources
 
 

@@ -1,0 +1,70 @@
+"""The code location: what it holds, and what loading it costs a process."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+import ingestion_pipeline.definitions as code_location
+from ingestion_pipeline.defs.s3_resource import S3Resource
+
+
+def _contents(definitions: dg.Definitions) -> dict[str, list[str]]:
+    repository = definitions.get_repository_def()
+    graph = repository.asset_graph
+    return {
+        "assets": sorted(key.to_user_string() for key in graph.get_all_asset_keys()),
+        "checks": sorted(key.to_user_string() for key in graph.asset_check_keys),
+        "jobs": sorted(job.name for job in repository.get_all_jobs()),
+        "sensors": sorted(sensor.name for sensor in repository.sensor_defs),
+        "schedules": sorted(schedule.name for schedule in repository.schedule_defs),
+        "resources": sorted(repository.get_top_level_resources()),
+    }
+
+
+def test_the_code_location_holds_what_dagsters_defs_folder_loader_finds():
+    """Our loader walks ``defs/`` itself; a module whose objects it missed would show here."""
+    ours = _contents(code_location.defs())
+    dagsters = _contents(dg.load_from_defs_folder(path_within_project=Path(code_location.__file__).parent))
+    assert ours == dagsters
+    assert ours["assets"] and ours["jobs"] and ours["sensors"] and ours["checks"]
+    assert ours["resources"] == ["document_pipeline", "embedder", "heartbeat", "postgres", "s3", "upload_store"]
+
+
+def test_loading_the_code_location_imports_no_dagster_library_catalog_and_no_boto3():
+    """dagster-aws's package import (1.5 s) and boto3's (0.3 s) are not paid by a process that never reads
+    S3 (botocore's exceptions module, 18 ms, is: failures are classified with it)."""
+    code = ("import sys, ingestion_pipeline.definitions as d; d.defs().get_repository_def(); "
+            "print(sorted(m for m in ('dagster_aws', 'boto3') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_module_declares_only_its_own_definitions(tmp_path, monkeypatch):
+    """A ``defs`` function imported from another module is not loaded twice."""
+    (tmp_path / "first_defs.py").write_text(
+        "import dagster as dg\n\n@dg.asset\ndef one():\n    return 1\n\n"
+        "@dg.definitions\ndef defs():\n    return dg.Definitions(assets=[one])\n")
+    (tmp_path / "second_defs.py").write_text("from first_defs import defs as imported\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import first_defs
+    import second_defs
+
+    assert len(code_location.module_definitions(first_defs)) == 1
+    assert code_location.module_definitions(second_defs) == []
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_an_s3_client_is_configured_from_the_resource(unsigned):
+    from botocore import UNSIGNED
+
+    client = S3Resource(endpoint_url="http://127.0.0.1:9", region_name="eu-west-3", max_attempts=2,
+                        use_unsigned_session=unsigned, aws_access_key_id="key",
+                        aws_secret_access_key="secret").get_client()
+    assert client.meta.endpoint_url == "http://127.0.0.1:9"
+    assert client.meta.region_name == "eu-west-3"
+    assert client.meta.config.retries == {"total_max_attempts": 3, "mode": "standard"}  # botocore: 2 retries
+    assert (client.meta.config.signature_version is UNSIGNED) is unsigned
+    assert client.meta.service_model.service_name == "s3"
