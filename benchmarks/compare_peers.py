@@ -119,7 +119,7 @@ def model_baseline(url: str, ours: str, langchain: str, llamaindex: str) -> dict
         figures[label] = {"chunks": len(texts), "tokens": sum(min(len(t), limit) for t in tokens),
                           "truncated": sum(len(t) > limit for t in tokens), "encode_s": seconds}
     if mine:  # and our chunks encoded alone by the backend our runs use (INGESTION_EMBEDDING_BACKEND)
-        from ingestion_pipeline.defs.resources import build_embedder
+        from ingestion_pipeline.documents.embedding import build_embedder
 
         embedder = build_embedder()
         embedder.embed(["warm up"])
@@ -136,7 +136,7 @@ def _has_table(conn, name: str) -> bool:
 # -- the harness ----------------------------------------------------------------------------------------
 def prepare_model(env: dict) -> None:
     """The one-time ONNX export of the model (per machine and model, like installing it), outside the timings."""
-    code = "from ingestion_pipeline.defs.resources import build_embedder; e = build_embedder(); e.embed(['x']); " \
+    code = "from ingestion_pipeline.documents.embedding import build_embedder; e = build_embedder(); e.embed(['x']); " \
            "print(e.backend_in_use)"
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

@@ -72,7 +72,7 @@ def main() -> None:
 
     def submit_all() -> None:  # in this process: a cycle should spend its time in `process`, not in start-up
         from ingestion_pipeline.core.settings import load_settings
-        from ingestion_pipeline.defs.resources import build_embedder
+        from ingestion_pipeline.documents.embedding import build_embedder
         from ingestion_pipeline.documents.fingerprint import pipeline_fingerprint
         from ingestion_pipeline.documents.intake import submit_upload
 

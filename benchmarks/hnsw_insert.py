@@ -69,7 +69,7 @@ def timed_inserts(conn, ids: list[int], batch: int) -> list[float]:
 
 def encode_seconds_per_chunk(texts: int) -> tuple[str, float]:
     """The pipeline's embedder (its default backend) on ~800-character passages of a real book."""
-    from ingestion_pipeline.defs.resources import build_embedder
+    from ingestion_pipeline.documents.embedding import build_embedder
 
     book = (CORPUS / "book-war-and-peace-1225p.txt").read_text(encoding="utf-8", errors="replace")
     passages = [book[i:i + 800] for i in range(0, texts * 800, 800)]

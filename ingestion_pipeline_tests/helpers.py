@@ -20,9 +20,9 @@ from ingestion_pipeline.defs.documents.assets import (
     raw_documents,
 )
 from ingestion_pipeline.defs.partitions import document_batches
-from ingestion_pipeline.defs.resources import build_embedder, default_resources
+from ingestion_pipeline.defs.resources import default_resources
 from ingestion_pipeline.documents.batching import assign_queued_to_batches
-from ingestion_pipeline.documents.embedding import Embedder
+from ingestion_pipeline.documents.embedding import Embedder, build_embedder
 from ingestion_pipeline.documents.extraction.ocr import tesseract_binary
 from ingestion_pipeline.documents.intake import SubmitResult, submit_upload
 from ingestion_pipeline.documents.pipeline import DocumentPipeline

@@ -56,7 +56,7 @@ class ApiServices:
     def embedder(self) -> Embedder:
         with self._embedder_lock:
             if self._embedder is None:
-                from ingestion_pipeline.defs.resources import build_embedder
+                from ingestion_pipeline.documents.embedding import build_embedder
 
                 self._embedder = build_embedder()
             return self._embedder

@@ -26,7 +26,7 @@ class Context:
     @cached_property
     def embedder(self) -> Embedder:
         """The embedding model (read from its folder; weights load on the first embed)."""
-        from ingestion_pipeline.defs.resources import build_embedder
+        from ingestion_pipeline.documents.embedding import build_embedder
 
         return build_embedder()
 

@@ -22,7 +22,7 @@ from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.core.settings import Settings, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.s3_resource import S3Resource
-from ingestion_pipeline.documents.embedding import Embedder, resolve_model_path
+from ingestion_pipeline.documents.embedding import Embedder, build_embedder
 from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
 
@@ -109,12 +109,6 @@ class EmbedderResource(dg.ConfigurableResource):
 
     def create_resource(self, context: dg.InitResourceContext) -> Embedder:
         return build_embedder(self.model_path, self.batch_size)
-
-
-def build_embedder(model_path: str | None = None, batch_size: int | None = None) -> Embedder:
-    settings = load_settings().embedding
-    return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size,
-                    backend=settings.backend, cache_dir=settings.cache_dir)
 
 
 class DocumentPipelineResource(dg.ConfigurableResource):

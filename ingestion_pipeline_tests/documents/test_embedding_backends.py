@@ -157,7 +157,7 @@ def test_an_export_that_does_not_match_torch_is_refused_and_remembered(tmp_path,
 
 def test_a_process_embedding_an_export_imports_neither_torch_nor_transformers(model_cache):
     Embedder(default_model_path(), cache_dir=model_cache).embed(["export it first, if no test did"])
-    code = ("import sys; from ingestion_pipeline.defs.resources import build_embedder; e = build_embedder(); "
+    code = ("import sys; from ingestion_pipeline.documents.embedding import build_embedder; e = build_embedder(); "
             "v = e.embed(['hello']); n = e.token_counter.count('hello world'); "
             "print(e.backend_in_use, v.shape[1], n, 'torch' in sys.modules, 'transformers' in sys.modules)")
     env = {**os.environ, "INGESTION_MODEL_CACHE_DIR": str(model_cache)}
@@ -171,7 +171,7 @@ def test_a_process_that_ends_while_the_model_warms_up_exits_cleanly(model_cache)
     Embedder(default_model_path(), cache_dir=model_cache).embed(["export it first, if no test did"])
     env = {**os.environ, "INGESTION_MODEL_CACHE_DIR": str(model_cache)}
     for delay in (0.05, 0.1, 0.2, 0.3, 0.5):  # somewhere in the load: imports, compilation, the probes
-        code = ("import time; from ingestion_pipeline.defs.resources import build_embedder; "
+        code = ("import time; from ingestion_pipeline.documents.embedding import build_embedder; "
                 f"e = build_embedder(); e.warm_up(); time.sleep({delay})")
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         assert done.returncode == 0, (delay, done.returncode, done.stderr[-2000:])
