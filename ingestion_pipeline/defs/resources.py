@@ -118,6 +118,7 @@ class DocumentPipelineResource(dg.ConfigurableResource):
     chunk_max_tokens: int | None = None
     batch_max_files: int | None = None
     batch_max_bytes: int | None = None
+    batch_lanes: int | None = Field(default=None, ge=1, description="Files a step works on at once")
 
     def settings(self) -> Settings:
         base = load_settings()
@@ -132,6 +133,7 @@ class DocumentPipelineResource(dg.ConfigurableResource):
                 base.batch,
                 max_files=self.batch_max_files or base.batch.max_files,
                 max_bytes=self.batch_max_bytes or base.batch.max_bytes,
+                lanes=self.batch_lanes or base.batch.lanes,
             ),
         )
 

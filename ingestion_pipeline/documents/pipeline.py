@@ -52,10 +52,6 @@ Extractor = Callable[[Path, str], Any]
 # S3 objects downloaded at once by the fetch step (boto3 clients are thread-safe)
 _FETCH_CONCURRENCY = 4
 
-# files a step works on at once: much of a file's time is the server's (a promotion's HNSW and text-index
-# inserts) or the extraction worker's, so a second lane keeps the second core busy (compare_peers.py)
-_FILE_LANES = 2
-
 # Errors of the database itself: not a file's fault, so the step (not the file) is retried.
 _STEP_ERRORS = ("db_unavailable", "db_conflict")
 
@@ -118,6 +114,13 @@ class DocumentPipeline:
             close()
 
     # -- shared ---------------------------------------------------------------------------------
+    @property
+    def _lanes(self) -> int:
+        """Files a step works on at once (``INGESTION_BATCH_LANES``, 2): much of a file's time is the
+        server's (a promotion's HNSW and text-index inserts) or the extraction worker's, so a second lane
+        keeps the second core busy (compare_peers.py)."""
+        return self.settings.batch.lanes
+
     @property
     def fingerprint_for(self) -> reindex.FingerprintFor:
         """extractor version of a file's elements -> the fingerprint this pipeline gives them."""
@@ -415,7 +418,7 @@ class DocumentPipeline:
 
     # -- step 2: document_elements ------------------------------------------------------------------
     def extract_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._extract_one, "extract", lanes=_FILE_LANES)
+        return self._for_each(partition_key, self._extract_one, "extract", lanes=self._lanes)
 
     def _extract_one(self, row: dict) -> FileOutcome:
         config = row["config"] or {}
@@ -438,7 +441,7 @@ class DocumentPipeline:
 
     # -- step 3: document_chunks ----------------------------------------------------------------------
     def chunk_batch(self, partition_key: str) -> list[FileOutcome]:
-        return self._for_each(partition_key, self._chunk_one, "chunk", lanes=_FILE_LANES)
+        return self._for_each(partition_key, self._chunk_one, "chunk", lanes=self._lanes)
 
     def _chunk_one(self, row: dict) -> FileOutcome:
         with self.db.connection() as conn:
@@ -481,7 +484,7 @@ class DocumentPipeline:
         self._progress = Progress("embed", len(rows), total_chunks=ahead, sinks=self._progress_sinks)
         start = time.perf_counter()
         work: dict[int, _Embedding] = {}
-        for outcome in self._in_lanes(rows, lambda r: self._reuse_embeddings(r, work), _FILE_LANES,
+        for outcome in self._in_lanes(rows, lambda r: self._reuse_embeddings(r, work), self._lanes,
                                       count_files=False):
             if outcome is not None:
                 outcomes.append(outcome)
@@ -497,7 +500,7 @@ class DocumentPipeline:
         for item in work.values():
             item.stats["timings_ms"] = _timings(item.row, embed=_ms(start))
         outcomes += self._in_lanes(sorted((item.row for item in work.values()), key=lambda r: r["run_id"]),
-                                   lambda row: self._finish_embedding(work[row["run_id"]]), _FILE_LANES)
+                                   lambda row: self._finish_embedding(work[row["run_id"]]), self._lanes)
         if rows:
             self._progress.finish()
         return outcomes
@@ -579,7 +582,7 @@ class DocumentPipeline:
     def promote_batch(self, partition_key: str) -> list[FileOutcome]:
         with self.db.connection() as conn:  # the first vectors of a new model dimension get their index
             ensure_vector_index(conn, self.model.dimension)
-        return self._for_each(partition_key, self._promote_one, "promote", lanes=_FILE_LANES)
+        return self._for_each(partition_key, self._promote_one, "promote", lanes=self._lanes)
 
     def _promote_one(self, row: dict) -> FileOutcome:
         # a re-index keeps the extractor that made the stored elements

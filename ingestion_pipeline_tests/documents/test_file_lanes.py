@@ -77,3 +77,19 @@ def test_an_error_of_the_database_stops_the_lanes_and_reaches_the_step(database)
     with pytest.raises(psycopg.OperationalError):  # the step is retried; the files stay held
         pipeline._in_lanes(ROWS, work, 2)
     assert 5 not in worked  # files not begun when the error came are left for the retry
+
+
+def test_the_number_of_lanes_is_a_setting(database, monkeypatch):
+    from ingestion_pipeline.core.settings import load_settings
+    from ingestion_pipeline.defs.resources import DocumentPipelineResource
+
+    monkeypatch.delenv("INGESTION_BATCH_LANES", raising=False)
+    assert pipeline_for(database)._lanes == 2
+    monkeypatch.setenv("INGESTION_BATCH_LANES", "3")
+    assert pipeline_for(database)._lanes == 3
+    assert DocumentPipelineResource(batch_lanes=1).settings().batch.lanes == 1
+    for bad in ("0", "two"):
+        monkeypatch.setenv("INGESTION_BATCH_LANES", bad)
+        expected = f"INGESTION_BATCH_LANES must be a whole number of at least 1, got '{bad}'"
+        with pytest.raises(ValueError, match=expected):
+            load_settings()
