@@ -5,7 +5,8 @@ this machine, more than the whole work of a one-file run). OpenVINO runs it in b
 computes in it (1.9x ONNX Runtime on 2 cores here, ``benchmarks/embedding_backends.py``). The export runs
 torch once per model digest and is kept under ``<data dir>/models`` with torch's vectors of the probe
 texts; an export is only used if its vectors match those (cosine >= 0.9999): ONNX Runtime's once, when it
-is made, OpenVINO's in every process that loads it (its precision depends on the CPU).
+is made, OpenVINO's in every process that loads it (its precision depends on the CPU). OpenVINO's
+compiled model is cached beside the export (``openvino-cache/``).
 Pooling (mean, CLS or max, from ``1_Pooling/config.json``) and L2 normalisation are done here as
 sentence-transformers does them; a model with any other pooling is not exported (torch is used).
 """
@@ -26,6 +27,7 @@ from ingestion_pipeline.documents.tokens import load_tokenizer, model_max_seq_le
 _log = logging.getLogger(__name__)
 MIN_COSINE = 0.9999
 PROBES_FILE = "probes.npy"  # torch's vectors of _PROBES, next to the export
+OPENVINO_CACHE = "openvino-cache"  # OpenVINO's compiled models, next to the export
 _PROBES = [
     "The committee approved the budget for the new river crossing on Tuesday.",
     "Revenue grew 12% year over year, driven by subscriptions in Europe and Asia.",
@@ -115,9 +117,15 @@ class OpenVinoEncoder(_ExportedEncoder):
 
         super().__init__(model_path)
         core = ov.Core()
+        # OpenVINO's model cache: the compiled model is kept beside the export and imported by the next
+        # process (0.1 s instead of reading and compiling it, 0.7 s here). OpenVINO keys each blob by the
+        # model, device, configuration and its own version, and compiles again when a blob cannot be
+        # imported (a truncated one included); the probe check still runs on what it loaded.
+        core.set_property({"CACHE_DIR": str(onnx_file.parent / OPENVINO_CACHE)})
         config = {"INFERENCE_PRECISION_HINT": precision} if precision else {}
-        self._compiled = core.compile_model(core.read_model(str(onnx_file)), "CPU", config)
+        self._compiled = core.compile_model(str(onnx_file), "CPU", config)
         self.precision = self._compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # "bf16", "f32"
+        self.from_cache = bool(self._compiled.get_property("LOADED_FROM_CACHE"))
         self._inputs = [port.get_any_name() for port in self._compiled.inputs]
 
     def _hidden(self, feed: dict[str, np.ndarray]) -> np.ndarray:

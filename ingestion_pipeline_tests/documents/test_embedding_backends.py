@@ -104,6 +104,28 @@ def test_an_export_made_before_probes_were_saved_gets_them_once(tmp_path, monkey
     assert Embedder(str(model), cache_dir=cache).embed(["a text"]).shape == (1, 32)
 
 
+def test_openvino_imports_its_compiled_model_from_the_cache_and_compiles_a_truncated_one_again(tmp_path):
+    model = tiny_model(tmp_path)
+    cache = tmp_path / "models"
+    texts = ["one small text", "and another"]
+    first = Embedder(str(model), cache_dir=cache)
+    vectors = first.embed(texts)
+    assert first.backend_in_use == "openvino" and not first.model.from_cache
+    # the model in use was compiled last (a CPU computing in bf16 may have tried and kept that one first)
+    blob = max(cache.glob(f"*/{onnx_encoder.OPENVINO_CACHE}/*.blob"), key=lambda path: path.stat().st_mtime_ns)
+    size = blob.stat().st_size
+
+    again = Embedder(str(model), cache_dir=cache)  # the next process: imports what the first compiled
+    assert np.allclose(again.embed(texts), vectors, atol=1e-5) and again.model.from_cache
+
+    with blob.open("r+b") as stream:  # as a process killed while writing it would leave it
+        stream.truncate(size // 2)
+    repaired = Embedder(str(model), cache_dir=cache)
+    assert np.allclose(repaired.embed(texts), vectors, atol=1e-5) and repaired.backend_in_use == "openvino"
+    assert not repaired.model.from_cache
+    assert blob.stat().st_size > size // 2  # written again, whole: the next process imports it
+    assert Embedder(str(model), cache_dir=cache).model.from_cache
+
 def test_the_export_is_made_once_per_model_digest(tmp_path, monkeypatch):
     model = tiny_model(tmp_path)
     cache = tmp_path / "models"
