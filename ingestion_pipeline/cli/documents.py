@@ -58,6 +58,11 @@ def _print_upload(records: list[dict]) -> None:
 
 def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     """Run everything queued now, in this process, through the jobs and the project's instance; print each run."""
+    from ingestion_pipeline.documents.batching import documents_due
+
+    with ctx.db.connection() as conn:
+        if documents_due(conn):
+            ctx.embedder.warm_up()  # the model loads while Dagster's instance and the code location do
 
     from ingestion_pipeline.definitions import defs
     from ingestion_pipeline.defs.launching import METRIC_JOB, ProcessedRun, run_queued_in_process

@@ -111,6 +111,17 @@ def due_batches(conn: psycopg.Connection, run_types: Sequence[str] | None = None
     ).fetchall()
 
 
+def documents_due(conn: psycopg.Connection) -> bool:
+    """Whether any document waits to run now (batched or not; not paused, not waiting for a retry)."""
+    return conn.execute(
+        """SELECT EXISTS (SELECT 1 FROM ingestion_runs r
+                            JOIN tenants t ON t.tenant_id = r.tenant_id
+                            LEFT JOIN ingestion_sources s ON s.source_id = r.source_id
+                           WHERE r.status = 'queued' AND r.next_attempt_at <= now()
+                             AND NOT t.paused AND NOT coalesce(s.paused, false)) AS due""",
+    ).fetchone()["due"]
+
+
 def partitions_with_queued_rows(conn: psycopg.Connection, run_types: Sequence[str] | None = None) -> list[str]:
     """Batches that still have work waiting now (new ones, relaunched ones, retries that are due)."""
     return [r["partition_key"] for r in due_batches(conn, run_types)]

@@ -1,0 +1,45 @@
+"""`process` starts loading the model before it sets up Dagster when a document waits, and only then."""
+
+import argparse
+
+import pytest
+
+import ingestion_pipeline.defs.launching as launching
+from ingestion_pipeline.cli.bootstrap import bootstrap
+from ingestion_pipeline.cli.documents import process_queued
+from ingestion_pipeline.documents.intake import submit_upload
+from ingestion_pipeline_tests.helpers import table
+
+
+def _process_recording(ctx, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """``process_queued``; what happened, in order: the model's warm-up asked for, the runs started."""
+    events: list[str] = []
+    warm_up, run = ctx.embedder.warm_up, launching.run_queued_in_process
+    monkeypatch.setattr(ctx.embedder, "warm_up", lambda: (events.append("warm-up"), warm_up())[1])
+    monkeypatch.setattr(launching, "run_queued_in_process", lambda *a, **kw: (events.append("runs"), run(*a, **kw))[1])
+    process_queued(ctx, argparse.Namespace(json=True))
+    return events
+
+
+def test_the_model_warms_up_before_dagster_when_a_document_waits(database_url, project_dagster_home, db, tmp_path,
+                                                                 monkeypatch):
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nThe model loads while Dagster starts.\n")
+    with bootstrap() as ctx:
+        submit_upload(ctx.db, ctx.document_store, tenant_id="acme", path=note, fingerprint=ctx.fingerprint,
+                      max_bytes=ctx.settings.upload.max_bytes)
+        events = _process_recording(ctx, monkeypatch)
+    assert events[:2] == ["warm-up", "runs"]
+    assert table(db, "SELECT status FROM ingestion_runs") == [{"status": "succeeded"}]
+
+
+def test_no_warm_up_when_no_document_is_due(database_url, project_dagster_home, db, tmp_path, monkeypatch):
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nIts tenant is paused.\n")
+    with bootstrap() as ctx:
+        assert _process_recording(ctx, monkeypatch) == ["runs"]  # nothing queued
+        submit_upload(ctx.db, ctx.document_store, tenant_id="acme", path=note, fingerprint=ctx.fingerprint,
+                      max_bytes=ctx.settings.upload.max_bytes)
+        db.execute("UPDATE tenants SET paused = true WHERE tenant_id = 'acme'")
+        assert _process_recording(ctx, monkeypatch) == ["runs"]  # a paused tenant's file is not due
+    assert table(db, "SELECT status FROM ingestion_runs") == [{"status": "queued"}]
