@@ -6,9 +6,7 @@ Dagster's test utilities: 1.46 s of ``python -X importtime`` on this machine, pa
 that loads the code location (each CLI command, each run worker, each sensor tick's process) for the
 one class we used. The client is boto3's, built as dagster-aws builds it (a session per profile,
 standard retries, ``max_attempts`` 5, optional unsigned requests), and the fields keep dagster-aws's
-names and defaults, so a configuration written for ``dagster_aws.s3.S3Resource`` works unchanged; a
-deployment that passes dagster-aws's resource under ``s3`` works too (only ``get_client()`` and
-``endpoint_url`` are read).
+names and defaults, so a configuration written for ``dagster_aws.s3.S3Resource`` works unchanged.
 """
 
 from __future__ import annotations

@@ -13,11 +13,14 @@ sentence-transformers does them; a model with any other pooling is not exported 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -120,10 +123,13 @@ class OpenVinoEncoder(_ExportedEncoder):
         # OpenVINO's model cache: the compiled model is kept beside the export and imported by the next
         # process (0.1 s instead of reading and compiling it, 0.7 s here). OpenVINO keys each blob by the
         # model, device, configuration and its own version, and compiles again when a blob cannot be
-        # imported (a truncated one included); the probe check still runs on what it loaded.
-        core.set_property({"CACHE_DIR": str(onnx_file.parent / OPENVINO_CACHE)})
+        # imported (a truncated one included); the probe check still runs on what it loaded. OpenVINO
+        # writes a blob in place, so processes take turns (a file lock): none reads one half written.
+        cache = onnx_file.parent / OPENVINO_CACHE
+        core.set_property({"CACHE_DIR": str(cache)})
         config = {"INFERENCE_PRECISION_HINT": precision} if precision else {}
-        self._compiled = core.compile_model(str(onnx_file), "CPU", config)
+        with cache_lock(cache):
+            self._compiled = core.compile_model(str(onnx_file), "CPU", config)
         self.precision = self._compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # "bf16", "f32"
         self.from_cache = bool(self._compiled.get_property("LOADED_FROM_CACHE"))
         self._inputs = [port.get_any_name() for port in self._compiled.inputs]
@@ -131,6 +137,18 @@ class OpenVinoEncoder(_ExportedEncoder):
     def _hidden(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         request = self._compiled.create_infer_request()  # one per call: a request is not thread-safe
         return request.infer({name: feed[name] for name in self._inputs})[0]
+
+
+@contextlib.contextmanager
+def cache_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` (created if needed) across processes; released when the holder dies."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def openvino_encoder(model_path: str, onnx_file: Path) -> OpenVinoEncoder:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,26 @@ def test_openvino_imports_its_compiled_model_from_the_cache_and_compiles_a_trunc
     assert not repaired.model.from_cache
     assert blob.stat().st_size > size // 2  # written again, whole: the next process imports it
     assert Embedder(str(model), cache_dir=cache).model.from_cache
+
+def test_an_openvino_load_waits_while_another_process_holds_the_compiled_model_cache(tmp_path):
+    """OpenVINO writes a blob in place: a load takes its turn, so none reads a blob half written."""
+    model = tiny_model(tmp_path)
+    cache = tmp_path / "models"
+    Embedder(str(model), backend="onnx", cache_dir=cache).embed(["x"])  # the export exists, no blob yet
+    [export] = cache.glob("*/model.onnx")
+    loaded = []
+
+    def load() -> None:
+        embedder = Embedder(str(model), cache_dir=cache)
+        loaded.append(embedder.embed(["x"]).shape)
+
+    with onnx_encoder.cache_lock(export.parent / onnx_encoder.OPENVINO_CACHE):  # another open file: as a process
+        loading = threading.Thread(target=load)
+        loading.start()
+        loading.join(2.0)
+        assert loading.is_alive() and loaded == []
+    loading.join(120)
+    assert loaded == [(1, 32)]
 
 def test_the_export_is_made_once_per_model_digest(tmp_path, monkeypatch):
     model = tiny_model(tmp_path)
