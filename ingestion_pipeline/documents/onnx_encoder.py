@@ -125,10 +125,10 @@ class OpenVinoEncoder(_ExportedEncoder):
         # model, device, configuration and its own version, and compiles again when a blob cannot be
         # imported (a truncated one included); the probe check still runs on what it loaded. OpenVINO
         # writes a blob in place, so processes take turns (a file lock): none reads one half written.
-        cache = onnx_file.parent / OPENVINO_CACHE
-        core.set_property({"CACHE_DIR": str(cache)})
         config = {"INFERENCE_PRECISION_HINT": precision} if precision else {}
-        with cache_lock(cache):
+        with cache_lock(onnx_file.parent / OPENVINO_CACHE) as cache:
+            if cache is not None:
+                core.set_property({"CACHE_DIR": str(cache)})
             self._compiled = core.compile_model(str(onnx_file), "CPU", config)
         self.precision = self._compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # "bf16", "f32"
         self.from_cache = bool(self._compiled.get_property("LOADED_FROM_CACHE"))
@@ -140,13 +140,20 @@ class OpenVinoEncoder(_ExportedEncoder):
 
 
 @contextlib.contextmanager
-def cache_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder`` (created if needed) across processes; released when the holder dies."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a") as handle:
+def cache_lock(folder: Path) -> Iterator[Path | None]:
+    """``folder`` (created if needed), held with an exclusive lock across processes (released when the
+    holder dies); None, and no lock, when it cannot be written: the model is then compiled without a cache."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / ".lock", "a")  # noqa: SIM115 - closed below, after the lock is released
+    except OSError as exc:
+        _log.warning("OpenVINO's model cache %s cannot be written (%s): compiling without it", folder, exc)
+        yield None
+        return
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            yield
+            yield folder
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 

@@ -127,6 +127,17 @@ def test_openvino_imports_its_compiled_model_from_the_cache_and_compiles_a_trunc
     assert blob.stat().st_size > size // 2  # written again, whole: the next process imports it
     assert Embedder(str(model), cache_dir=cache).model.from_cache
 
+def test_openvino_runs_without_its_cache_where_the_cache_cannot_be_written(tmp_path, caplog):
+    model = tiny_model(tmp_path)
+    cache = tmp_path / "models"
+    Embedder(str(model), backend="onnx", cache_dir=cache).embed(["x"])  # the export exists, no blob yet
+    [export] = cache.glob("*/model.onnx")
+    (export.parent / onnx_encoder.OPENVINO_CACHE).write_text("not a folder")  # as a read-only mount would refuse
+    embedder = Embedder(str(model), cache_dir=cache)
+    assert embedder.embed(["x"]).shape == (1, 32)
+    assert embedder.backend_in_use == "openvino" and not embedder.model.from_cache
+    assert "OpenVINO's model cache" in caplog.text and "compiling without it" in caplog.text
+
 def test_an_openvino_load_waits_while_another_process_holds_the_compiled_model_cache(tmp_path):
     """OpenVINO writes a blob in place: a load takes its turn, so none reads a blob half written."""
     model = tiny_model(tmp_path)
