@@ -127,36 +127,54 @@ def test_openvino_imports_its_compiled_model_from_the_cache_and_compiles_a_trunc
     assert blob.stat().st_size > size // 2  # written again, whole: the next process imports it
     assert Embedder(str(model), cache_dir=cache).model.from_cache
 
-def test_openvino_runs_without_its_cache_where_the_cache_cannot_be_written(tmp_path, caplog):
+
+def _exported_without_blob(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A tiny model exported to ONNX (by an ONNX Runtime load), before OpenVINO compiled it:
+    (model folder, model cache, the export's folder)."""
     model = tiny_model(tmp_path)
     cache = tmp_path / "models"
-    Embedder(str(model), backend="onnx", cache_dir=cache).embed(["x"])  # the export exists, no blob yet
+    Embedder(str(model), backend="onnx", cache_dir=cache).embed(["x"])
     [export] = cache.glob("*/model.onnx")
-    (export.parent / onnx_encoder.OPENVINO_CACHE).write_text("not a folder")  # as a read-only mount would refuse
+    return model, cache, export.parent
+
+
+def test_openvino_runs_without_its_cache_where_the_cache_cannot_be_written(tmp_path, caplog):
+    model, cache, folder = _exported_without_blob(tmp_path)
+    (folder / onnx_encoder.OPENVINO_CACHE).write_text("not a folder")  # as a read-only mount would refuse
     embedder = Embedder(str(model), cache_dir=cache)
     assert embedder.embed(["x"]).shape == (1, 32)
     assert embedder.backend_in_use == "openvino" and not embedder.model.from_cache
     assert "OpenVINO's model cache" in caplog.text and "compiling without it" in caplog.text
 
+
 def test_an_openvino_load_waits_while_another_process_holds_the_compiled_model_cache(tmp_path):
-    """OpenVINO writes a blob in place: a load takes its turn, so none reads a blob half written."""
-    model = tiny_model(tmp_path)
-    cache = tmp_path / "models"
-    Embedder(str(model), backend="onnx", cache_dir=cache).embed(["x"])  # the export exists, no blob yet
-    [export] = cache.glob("*/model.onnx")
-    loaded = []
+    """OpenVINO writes a blob in place: a load takes its turn, so none reads a blob half written; a holder
+    that is killed (SIGKILL) leaves no lock behind."""
+    model, cache, folder = _exported_without_blob(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from ingestion_pipeline.documents.onnx_encoder import cache_lock\n"
+         f"with cache_lock(Path({str(folder / onnx_encoder.OPENVINO_CACHE)!r})):\n"
+         "    print('held', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        loaded = []
 
-    def load() -> None:
-        embedder = Embedder(str(model), cache_dir=cache)
-        loaded.append(embedder.embed(["x"]).shape)
+        def load() -> None:
+            embedder = Embedder(str(model), cache_dir=cache)
+            loaded.append(embedder.embed(["x"]).shape)
 
-    with onnx_encoder.cache_lock(export.parent / onnx_encoder.OPENVINO_CACHE):  # another open file: as a process
         loading = threading.Thread(target=load)
         loading.start()
         loading.join(2.0)
         assert loading.is_alive() and loaded == []
+    finally:
+        holder.kill()  # SIGKILL: the lock goes with the process
+        holder.wait()
     loading.join(120)
     assert loaded == [(1, 32)]
+
 
 def test_the_export_is_made_once_per_model_digest(tmp_path, monkeypatch):
     model = tiny_model(tmp_path)
