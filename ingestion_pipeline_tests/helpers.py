@@ -143,7 +143,12 @@ def tiny_model(folder: Path, dimension: int = 32, seed: int = 0) -> Path:
     import shutil
 
     import torch
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers 6 moved the modules (the old path warns)
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
     from transformers import BertConfig, BertModel
 
     from ingestion_pipeline.documents.embedding import default_model_path

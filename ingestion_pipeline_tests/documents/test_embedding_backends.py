@@ -287,3 +287,20 @@ def test_an_export_that_fails_falls_back_to_torch_and_is_not_tried_again(tmp_pat
     assert "aten::something" in refused.read_text() and not list(cache.glob("*/*.part"))
     with pytest.raises(onnx_encoder.UnsupportedModel, match="aten::something"):
         Embedder(str(model), backend="onnx", cache_dir=cache).embed(["a text"])
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 12])
+def test_openvino_batches_in_flight_come_back_in_order(tmp_path, count):
+    """The encoder keeps several batches in flight (one per stream); each text's vector is the one it gets
+    when batches run one at a time, whatever the number of texts against batch size and requests."""
+    model = tiny_model(tmp_path)
+    embedder = Embedder(str(model), backend="openvino", cache_dir=tmp_path / "models")
+    embedder.embed(["export it"])
+    encoder = embedder.model
+    assert isinstance(encoder, onnx_encoder.OpenVinoEncoder)
+    encoder.requests = 3  # more than this machine's streams: the extra requests queue, the order must hold
+    texts = [f"text number {i} " + "word " * (i * 7 % 23) for i in range(count)]
+    in_flight = encoder.encode(texts, 2)
+    one_at_a_time = onnx_encoder._ExportedEncoder.encode(encoder, texts, 2)
+    assert in_flight.shape == (count, 32)
+    assert np.allclose(in_flight, one_at_a_time, atol=1e-5)
