@@ -120,7 +120,8 @@ class OnnxEncoder(_ExportedEncoder):
 
 class OpenVinoEncoder(_ExportedEncoder):
     """The export run by OpenVINO on the CPU. ``precision`` None is the device's default: bfloat16 on a CPU
-    that computes in it (AVX512_BF16 or AMX), float32 elsewhere."""
+    that computes in it (AVX512_BF16 or AMX), float32 elsewhere. ``hint``: OpenVINO's performance hint;
+    LATENCY runs one batch at a time over all cores (``benchmarks/embedding_backends.py`` compares them)."""
 
     def __init__(self, model_path: str, onnx_file: Path, precision: str | None = None,
                  hint: str = "THROUGHPUT") -> None:
@@ -144,6 +145,7 @@ class OpenVinoEncoder(_ExportedEncoder):
         self.precision = self._compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # "bf16", "f32"
         self.from_cache = bool(self._compiled.get_property("LOADED_FROM_CACHE"))
         self._inputs = [port.get_any_name() for port in self._compiled.inputs]
+        # batches ``encode`` keeps in flight: what OpenVINO says fills its streams (2 here, 1 under LATENCY)
         self.requests = max(1, int(self._compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
 
     def _hidden(self, feed: dict[str, np.ndarray]) -> np.ndarray:
