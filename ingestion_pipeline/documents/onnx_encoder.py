@@ -20,6 +20,7 @@ import logging
 import os
 import tempfile
 import warnings
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,27 +162,23 @@ class OpenVinoEncoder(_ExportedEncoder):
         if self.requests == 1 or not texts:
             return super().encode(texts, batch_size)
         batch_size = max(1, min(batch_size, -(-len(texts) // self.requests)))
-        requests = [self._compiled.create_infer_request() for _ in range(self.requests)]
-        in_flight: list[tuple[object, dict[str, np.ndarray]] | None] = [None] * len(requests)
+        starts = range(0, len(texts), batch_size)
+        requests = [self._compiled.create_infer_request() for _ in range(min(self.requests, len(starts)))]
+        pending: deque[tuple[object, dict[str, np.ndarray]]] = deque()  # in flight, oldest first
         out: list[np.ndarray] = []
         try:
-            for number, start in enumerate(range(0, len(texts), batch_size)):
+            for number, start in enumerate(starts):
                 feed = self._feed(texts[start:start + batch_size])
-                slot = number % len(requests)
-                if in_flight[slot] is not None:  # the oldest batch: results leave in order
-                    out.append(self._finish(*in_flight[slot]))
-                    in_flight[slot] = None
-                requests[slot].start_async({name: feed[name] for name in self._inputs})
-                in_flight[slot] = (requests[slot], feed)
-            for offset in range(len(requests)):  # what is left, oldest first
-                slot = (number + 1 + offset) % len(requests)
-                if in_flight[slot] is not None:
-                    out.append(self._finish(*in_flight[slot]))
-                    in_flight[slot] = None
+                if len(pending) == len(requests):  # every request busy: the oldest finishes first
+                    out.append(self._finish(*pending.popleft()))
+                request = requests[number % len(requests)]  # the oldest's, just finished (or never used)
+                request.start_async({name: feed[name] for name in self._inputs})
+                pending.append((request, feed))
+            while pending:
+                out.append(self._finish(*pending.popleft()))
         finally:  # on an error, no request is left running into freed inputs
-            for job in in_flight:
-                if job is not None:
-                    job[0].wait()
+            for request, _ in pending:
+                request.wait()
         return np.vstack(out)
 
     def _finish(self, request, feed: dict[str, np.ndarray]) -> np.ndarray:
