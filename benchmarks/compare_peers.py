@@ -62,14 +62,14 @@ def run_ours(namespace: str, files: list[str]) -> dict:
 
     from ingestion_pipeline.cli.bootstrap import bootstrap
     from ingestion_pipeline.cli.documents import process_queued
-    from ingestion_pipeline.documents.intake import submit_upload
+    from ingestion_pipeline.documents.intake import submit_uploads
 
     with bootstrap() as ctx:
         with ctx.db.connection() as conn:
             before = conn.execute("SELECT coalesce(max(run_id), 0) AS n FROM ingestion_runs").fetchone()["n"]
-        for name in files:
-            submit_upload(ctx.db, ctx.document_store, tenant_id=namespace, path=Path(name), key=Path(name).name,
-                          fingerprint=ctx.fingerprint, max_bytes=ctx.settings.upload.max_bytes)
+        submit_uploads(ctx.db, ctx.document_store, tenant_id=namespace, paths=[Path(name) for name in files],
+                       keys=[Path(name).name for name in files], fingerprint=ctx.fingerprint,
+                       max_bytes=ctx.settings.upload.max_bytes)
         with contextlib.redirect_stdout(io.StringIO()):
             process_queued(ctx, argparse.Namespace(json=True))
         with ctx.db.connection() as conn:

@@ -18,16 +18,15 @@ from ingestion_pipeline.core.progress import install_terminal_reporter
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.documents.intake import REJECTED, submit_upload
+    from ingestion_pipeline.documents.intake import REJECTED, submit_uploads
 
     with bootstrap() as ctx:
         results = [
-            submit_upload(
-                ctx.db, ctx.document_store, tenant_id=args.tenant, path=Path(name), fingerprint=ctx.fingerprint,
-                max_bytes=ctx.settings.upload.max_bytes, title=args.title, follow_symlinks=args.follow_symlinks,
-                key=args.key,
-            ).as_dict()
-            for name in args.files
+            result.as_dict() for result in submit_uploads(
+                ctx.db, ctx.document_store, tenant_id=args.tenant, paths=[Path(name) for name in args.files],
+                fingerprint=ctx.fingerprint, max_bytes=ctx.settings.upload.max_bytes, title=args.title,
+                follow_symlinks=args.follow_symlinks, keys=[args.key] * len(args.files),
+            )
         ]
 
     def render(records: list[dict]) -> None:

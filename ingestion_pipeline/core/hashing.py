@@ -39,7 +39,12 @@ class _Discard:
         pass
 
 
+def stream_sha256(src: BinaryIO, *, max_bytes: int | None = None) -> tuple[str, int]:
+    """(sha256 hex, size) of what ``src`` holds, read in 1 MiB pieces; ``SizeLimitExceeded`` past ``max_bytes``."""
+    return copy_and_hash(src, _Discard(), max_bytes=max_bytes)
+
+
 def file_sha256(path: Path) -> str:
     """The SHA-256 of a stored file, read in 1 MiB pieces (a re-check before processing it)."""
     with Path(path).open("rb") as src:
-        return copy_and_hash(src, _Discard())[0]
+        return stream_sha256(src)[0]

@@ -8,6 +8,8 @@
   (and one queued ledger row).
 - An identical re-upload whose active version has the same hash and pipeline fingerprint is
   ``skipped``: no ledger row, and the stored copy is removed.
+- ``submit_uploads`` (the CLI's ``submit`` and ``ingest`` of many files) answers the unchanged files of the
+  whole submit with one query before anything is stored; the rest go through ``submit_upload`` one by one.
 """
 
 from __future__ import annotations
@@ -15,18 +17,24 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
-from ingestion_pipeline.core.hashing import SizeLimitExceeded
+from ingestion_pipeline.core.hashing import SizeLimitExceeded, stream_sha256
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
 from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile, SymlinkRefused, open_submitted_file
 from ingestion_pipeline.documents import runs
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 
 QUEUED, SKIPPED, DUPLICATE, REJECTED = "queued", "skipped", "duplicate", "rejected"
+ALREADY_ACTIVE = "identical content is already the active version"
+# Files up to this size are hashed before anything is stored, so that an unchanged one costs no stored copy
+# and no transaction of its own (~6 ms per file: 300 unchanged files took ~2 s to submit one by one).
+# A larger file is read once, while it is stored.
+PRECHECK_MAX_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -112,6 +120,80 @@ def submit_upload(
                          title=title, key=key)
 
 
+def submit_uploads(
+    db: Database,
+    store: LocalUploadStore,
+    *,
+    tenant_id: str,
+    paths: Iterable[Path],
+    fingerprint: str,
+    max_bytes: int,
+    title: str | None = None,
+    follow_symlinks: bool = False,
+    keys: Sequence[str | None] | None = None,
+) -> list[SubmitResult]:
+    """Submit files on disk, in order, each with the outcome ``submit_upload`` gives it (``keys``: each
+    file's document key, or None for identity by content).
+
+    A file whose bytes are already its document's active version (same pipeline fingerprint) is
+    ``skipped`` without being stored: those are found for the whole submit by one query. Skipping then is
+    what the one-by-one path decides too (it checks the active version, not what is queued); the
+    documents' ``updated_at`` is touched as it would be.
+    """
+    tenant_id = validate_tenant_id(tenant_id)
+    paths = [Path(p) for p in paths]
+    keys = list(keys) if keys is not None else [None] * len(paths)
+    if len(keys) != len(paths):
+        raise ValueError(f"{len(keys)} document keys for {len(paths)} files")
+    for key in set(keys) - {None}:
+        keyed_uri(tenant_id, key)  # a bad key is bad input: raises before anything is read or stored
+    unchanged = _already_active(db, tenant_id, paths, keys, fingerprint, min(max_bytes, PRECHECK_MAX_BYTES),
+                                follow_symlinks)
+    return [unchanged.get(i) or submit_upload(db, store, tenant_id=tenant_id, path=path, fingerprint=fingerprint,
+                                              max_bytes=max_bytes, title=title, follow_symlinks=follow_symlinks,
+                                              key=key)
+            for i, (path, key) in enumerate(zip(paths, keys, strict=True))]
+
+
+def _already_active(db: Database, tenant_id: str, paths: list[Path], keys: list[str | None], fingerprint: str,
+                    max_bytes: int, follow_symlinks: bool) -> dict[int, SubmitResult]:
+    """The ``skipped`` results of the files (by position) whose content is their document's active version.
+
+    A file that cannot be read or checked here is left to ``submit_upload``, which gives its reason.
+    """
+    candidates: list[tuple[int, str, str, int]] = []  # position, source_uri, sha256, size
+    for i, (path, key) in enumerate(zip(paths, keys, strict=True)):
+        try:
+            check_document_name(path.name)
+            with open_submitted_file(path, follow_symlinks=follow_symlinks) as stream:
+                info = os.fstat(stream.fileno())
+                if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+                    continue
+                sha, size = stream_sha256(stream, max_bytes=max_bytes)
+        except (UnsupportedFileType, SymlinkRefused, SizeLimitExceeded, OSError):
+            continue
+        candidates.append((i, keyed_uri(tenant_id, key) if key is not None else upload_uri(sha), sha, size))
+    if not candidates:
+        return {}
+    with db.transaction() as conn:
+        found = conn.execute(
+            """SELECT c.n, d.doc_id
+                 FROM unnest(%s::int[], %s::text[], %s::text[]) AS c(n, source_uri, sha)
+                 JOIN documents d ON d.tenant_id = %s AND d.source_uri = c.source_uri
+                 JOIN document_versions v ON v.tenant_id = d.tenant_id AND v.doc_id = d.doc_id AND v.is_active
+                                         AND v.content_hash = c.sha AND v.pipeline_fingerprint = %s""",
+            ([c[0] for c in candidates], [c[1] for c in candidates], [c[2] for c in candidates], tenant_id,
+             fingerprint),
+        ).fetchall()
+        doc_of = {row["n"]: row["doc_id"] for row in found}
+        if doc_of:
+            conn.execute("UPDATE documents SET updated_at = now() WHERE doc_id = ANY(%s)",
+                         (sorted(set(doc_of.values())),))
+    return {i: SubmitResult(status=SKIPPED, filename=paths[i].name, tenant_id=tenant_id, reason=ALREADY_ACTIVE,
+                            doc_id=doc_of[i], source_uri=source_uri, sha256=sha, size_bytes=size)
+            for i, source_uri, sha, size in candidates if i in doc_of}
+
+
 def submit_stored(
     db: Database,
     store: LocalUploadStore,
@@ -187,7 +269,7 @@ def _record_submission(db, tenant_id, stored, source_uri, config, result, run_ty
         ).fetchone()
         if active is not None:
             result.status = SKIPPED
-            result.reason = "identical content is already the active version"
+            result.reason = ALREADY_ACTIVE
             # The same bytes may wait under another document (a keyed and an unkeyed upload share them).
             release_stored_copy = conn.execute(
                 """SELECT 1 FROM ingestion_runs WHERE raw_path = %s AND status IN ('queued', 'running') LIMIT 1""",
