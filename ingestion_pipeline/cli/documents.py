@@ -18,16 +18,20 @@ from ingestion_pipeline.core.progress import install_terminal_reporter
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    with bootstrap() as ctx:
+        return _submit(ctx, args)
+
+
+def _submit(ctx: Context, args: argparse.Namespace) -> int:
     from ingestion_pipeline.documents.intake import REJECTED, submit_uploads
 
-    with bootstrap() as ctx:
-        results = [
-            result.as_dict() for result in submit_uploads(
-                ctx.db, ctx.document_store, tenant_id=args.tenant, paths=[Path(name) for name in args.files],
-                fingerprint=ctx.fingerprint, max_bytes=ctx.settings.upload.max_bytes, title=args.title,
-                follow_symlinks=args.follow_symlinks, keys=[args.key] * len(args.files),
-            )
-        ]
+    results = [
+        result.as_dict() for result in submit_uploads(
+            ctx.db, ctx.document_store, tenant_id=args.tenant, paths=[Path(name) for name in args.files],
+            fingerprint=ctx.fingerprint, max_bytes=ctx.settings.upload.max_bytes, title=args.title,
+            follow_symlinks=args.follow_symlinks, keys=[args.key] * len(args.files),
+        )
+    ]
 
     def render(records: list[dict]) -> None:
         print_table(records, ["filename", "status", "run_id", "doc_id", "reason"])
@@ -124,23 +128,38 @@ def interruptible() -> Iterator[threading.Event]:
 
 
 def cmd_process(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.defs.launching import Interrupted
-
     try:
         with bootstrap() as ctx:
             summaries = process_queued(ctx, args)
-    except (Interrupted, KeyboardInterrupt) as exc:
+    except _interruptions() as exc:
         print(f"interrupted: {exc}", file=sys.stderr)
         return 130
-    if not summaries and not wants_json(args):
-        print("nothing queued")
-    return 0 if all(s["run_success"] for s in summaries) else 1
+    return _processed_exit_code(args, summaries)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    submitted = cmd_submit(args)
-    processed = cmd_process(args)
-    return submitted or processed
+    with bootstrap() as ctx:  # one database pool and migration check for both halves
+        submitted = _submit(ctx, args)
+        try:
+            summaries = process_queued(ctx, args)
+        except _interruptions() as exc:
+            print(f"interrupted: {exc}", file=sys.stderr)
+            return 130
+    return submitted or _processed_exit_code(args, summaries)
+
+
+def _interruptions() -> tuple[type[BaseException], ...]:
+    """What ends `process` as interrupted (exit 130). Called only when something was raised: importing
+    Dagster first would delay the model's warm-up, which starts before Dagster is imported."""
+    from ingestion_pipeline.defs.launching import Interrupted
+
+    return Interrupted, KeyboardInterrupt
+
+
+def _processed_exit_code(args: argparse.Namespace, summaries: list[dict]) -> int:
+    if not summaries and not wants_json(args):
+        print("nothing queued")
+    return 0 if all(s["run_success"] for s in summaries) else 1
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
