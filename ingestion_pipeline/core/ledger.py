@@ -170,6 +170,14 @@ def claim(conn: psycopg.Connection, t: LedgerTable, worker: Worker, *, partition
     return sorted(rows, key=lambda r: r[t.key])
 
 
+def any_unfinished(conn: psycopg.Connection) -> bool:
+    """Whether any unit of work, of any kind, is queued or claimed: all that `process` runs and the janitor
+    hands back. Each table's status index answers it."""
+    query = sql.SQL("SELECT {} AS unfinished").format(sql.SQL(" OR ").join(
+        table_sql("EXISTS (SELECT 1 FROM {table} WHERE status = ANY(%s))", t) for t in TABLES))
+    return conn.execute(query, [list(t.unfinished) for t in TABLES]).fetchone()["unfinished"]
+
+
 def states(conn: psycopg.Connection, t: LedgerTable, item_ids: Sequence[int]) -> dict[int, dict]:
     """id -> {status, dagster_run_id, owner} for the given rows."""
     rows = conn.execute(
