@@ -16,6 +16,7 @@ LlamaIndex's docstore upserts treat it.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -166,6 +167,7 @@ def timed(system: str, namespace: str, files: list[Path], env: dict, state_dir: 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_ours":
         print(json.dumps(run_ours(sys.argv[2], sys.argv[3:])))
+        gc.freeze()  # and exit as the `ingestion-pipeline` executable does (cli.run)
         return
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", default=str(ROOT.parent / "shared" / "corpus" / "documents"))
