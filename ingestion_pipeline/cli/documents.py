@@ -74,7 +74,11 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
         if not any_unfinished(conn):
             return []
         if documents_due(conn):
-            ctx.embedder.warm_up()  # the model loads while Dagster's instance and the code location do
+            from ingestion_pipeline.documents.extraction.isolation import start_spare_worker
+
+            # the model loads, and the extraction worker starts, while Dagster's instance and code location do
+            ctx.embedder.warm_up()
+            start_spare_worker(ctx.settings.limits)
 
     from ingestion_pipeline.definitions import defs
     from ingestion_pipeline.defs.launching import METRIC_JOB, ProcessedRun, run_queued_in_process

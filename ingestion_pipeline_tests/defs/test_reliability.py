@@ -347,6 +347,45 @@ def test_extraction_time_and_memory_limits(tmp_path, monkeypatch, corpus_dir):
         assert extractor(corpus_dir / "documents" / "fake-memo.pdf", ".pdf").elements
 
 
+def test_a_spare_extraction_worker_serves_the_first_file_under_its_own_limits_only(tmp_path, monkeypatch,
+                                                                                      corpus_dir):
+    """`process` starts a worker while Dagster sets up; the first extractor takes it. A spare started
+    under another memory limit is not used (it is killed), and an unused one ends with its parent."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from ingestion_pipeline.documents.extraction import isolation
+
+    memo = corpus_dir / "documents" / "fake-memo.pdf"
+    isolation.start_spare_worker(load_settings().limits)
+    spare = isolation._spare[0]
+    with IsolatedExtractor(load_settings().limits) as extractor:
+        assert extractor(memo, ".pdf").elements
+        assert extractor._process is spare and isolation._spare is None
+    assert spare.poll() == 0  # closed with the extractor, as a worker it started itself would be
+
+    isolation.start_spare_worker(load_settings().limits)
+    other_limits = isolation._spare[0]
+    monkeypatch.setenv("INGESTION_EXTRACTION_MEMORY_MB", "2048")
+    with IsolatedExtractor(load_settings().limits) as extractor:
+        assert extractor(memo, ".pdf").elements
+        assert extractor._process is not other_limits
+    assert other_limits.poll() is not None and isolation._spare is None
+
+    # a process that exits without using its spare leaves no worker behind
+    script = ("from ingestion_pipeline.core.settings import load_settings\n"
+              "from ingestion_pipeline.documents.extraction import isolation\n"
+              "isolation.start_spare_worker(load_settings().limits)\n"
+              "print(isolation._spare[0].pid)\n")
+    pid = int(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
 def test_cancel_a_batch_and_a_metric_upload(instance, database, db, three_notes, tmp_path):
     from ingestion_pipeline.core.upload_store import LocalUploadStore
     from ingestion_pipeline.metrics.uploads import submit_metric_file
