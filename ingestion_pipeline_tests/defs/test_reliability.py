@@ -359,6 +359,7 @@ def test_a_spare_extraction_worker_serves_the_first_file_under_its_own_limits_on
     from ingestion_pipeline.documents.extraction import isolation
 
     memo = corpus_dir / "documents" / "fake-memo.pdf"
+    isolation._take_spare(0)  # a spare an earlier test of this process left is killed, not reused here
     isolation.start_spare_worker(load_settings().limits)
     spare = isolation._spare[0]
     with IsolatedExtractor(load_settings().limits) as extractor:
@@ -374,16 +375,29 @@ def test_a_spare_extraction_worker_serves_the_first_file_under_its_own_limits_on
         assert extractor._process is not other_limits
     assert other_limits.poll() is not None and isolation._spare is None
 
-    # a process that exits without using its spare leaves no worker behind
-    script = ("from ingestion_pipeline.core.settings import load_settings\n"
+    # a process that exits, or is SIGKILLed, without using its spare leaves no worker behind
+    def gone(pid: int) -> bool:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+    script = ("import sys, time\n"
+              "from ingestion_pipeline.core.settings import load_settings\n"
               "from ingestion_pipeline.documents.extraction import isolation\n"
               "isolation.start_spare_worker(load_settings().limits)\n"
-              "print(isolation._spare[0].pid)\n")
-    pid = int(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+              "print(isolation._spare[0].pid, flush=True)\n"
+              "if sys.argv[1] == 'wait':\n"
+              "    time.sleep(300)\n")
+    pid = int(subprocess.run([sys.executable, "-c", script, "exit"], capture_output=True, text=True,
+                             check=True).stdout)
+    assert gone(pid)
+    parent = subprocess.Popen([sys.executable, "-c", script, "wait"], stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    assert Path(f"/proc/{pid}").exists()
+    parent.kill()  # SIGKILL: no Python code of the parent runs; the kernel closes its end of the socket
+    parent.wait(30)
+    assert gone(pid)
 
 
 def test_cancel_a_batch_and_a_metric_upload(instance, database, db, three_notes, tmp_path):
