@@ -1,11 +1,14 @@
-"""Staging's write path alone: our CSV COPY (psycopg) against ADBC's Postgres driver (binary COPY), same rows.
+"""Staging's write path alone: COPY's text format (psycopg, what staging sends), COPY's CSV format and ADBC's
+Postgres driver (binary COPY), same rows.
 
 Issue 11 names ADBC as an option to measure. This stages a 1M-row Meta Ads Manager export through the
 Arrow path's validation (``BatchNormalizer``, no database), gives the typed columns their Arrow types
-(ADBC's binary COPY needs them; our CSV COPY lets the server parse text), then writes every batch in
-its own transaction into two identical tables of an embedded Postgres — once with ``COPY … (FORMAT csv)``
-from ``pyarrow.csv.write_csv`` as ``metrics/staging.py`` does, once with ADBC's ``adbc_ingest`` — in
-alternating rounds, and prints the seconds of each (client encoding included). Needs the ``bench`` extra.
+(ADBC's binary COPY needs them; the text and CSV COPYs let the server parse text), then writes every
+batch in its own transaction into identical tables of an embedded Postgres — with ``COPY … FROM STDIN``
+from ``staging.copy_text`` as ``metrics/staging.py`` does, with ``COPY … (FORMAT csv)`` from
+``pyarrow.csv.write_csv`` (what staging sent until the text format measured faster), and with ADBC's
+``adbc_ingest`` — in alternating rounds, and prints the seconds of each (client encoding included).
+Needs the ``bench`` extra.
 
     .venv/bin/python benchmarks/staging_copy.py [--rows 1000000] [--rounds 2]
 """
@@ -87,6 +90,21 @@ def write_csv_copy(url: str, tables: list[pa.Table], name: str) -> float:
     return time.perf_counter() - start
 
 
+def write_text_copy(url: str, tables: list[pa.Table], name: str) -> float:
+    import psycopg
+
+    from ingestion_pipeline.metrics.staging import copy_text
+
+    start = time.perf_counter()
+    with psycopg.connect(url) as conn:
+        for table in tables:
+            text = copy_text(table.columns)
+            with conn.transaction(), conn.cursor().copy(
+                    f"COPY {name} ({', '.join(table.column_names)}) FROM STDIN") as copy:
+                copy.write(text)
+    return time.perf_counter() - start
+
+
 def write_adbc(url: str, tables: list[pa.Table], name: str) -> float:
     import adbc_driver_postgresql.dbapi as adbc
 
@@ -116,10 +134,12 @@ def main() -> None:
         url = database_url(work)
         import psycopg
 
-        times: dict[str, list[float]] = {"csv COPY (psycopg)": [], "ADBC ingest (binary COPY)": []}
+        writers = {"text COPY (psycopg)": ("text", write_text_copy), "csv COPY (psycopg)": ("csv", write_csv_copy),
+                   "ADBC ingest (binary COPY)": ("adbc", write_adbc)}
+        times: dict[str, list[float]] = {label: [] for label in writers}
         for round_no in range(1, args.rounds + 1):
-            for label, write in (("csv COPY (psycopg)", write_csv_copy), ("ADBC ingest (binary COPY)", write_adbc)):
-                name = f"bench_{'csv' if write is write_csv_copy else 'adbc'}_{round_no}"
+            for label, (short, write) in writers.items():
+                name = f"bench_{short}_{round_no}"
                 with psycopg.connect(url, autocommit=True) as conn:
                     conn.execute(DDL.format(name=name))
                     conn.execute("CHECKPOINT")

@@ -22,18 +22,17 @@ attempt with ``StagedRowsLost`` (transient), and the retry resumes after the row
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import queue
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core import ledger
@@ -49,7 +48,7 @@ from ingestion_pipeline.metrics.batch_normalization import (
     exact_staged,
     supports,
 )
-from ingestion_pipeline.metrics.csv_batches import RowBatch, read_batches, scan_bytes, text_breaks
+from ingestion_pipeline.metrics.csv_batches import RowBatch, may_contain, read_batches, scan_bytes, text_breaks
 from ingestion_pipeline.metrics.exports import ExportReader, locate_header, plan_notes
 from ingestion_pipeline.metrics.normalization import normalize_row
 from ingestion_pipeline.metrics.readers import MalformedFileError, csv_rows, open_text
@@ -57,7 +56,6 @@ from ingestion_pipeline.metrics.readers import MalformedFileError, csv_rows, ope
 _COLUMNS = ("upload_id", "row_index", "line_number", "entity_type", "natural_key_hash", "raw_data", *VALUE_COLUMNS,
             "validation_status", "validation_errors")
 _COPY = f"COPY staging_rows ({', '.join(_COLUMNS)}) FROM STDIN"
-_COPY_CSV = _COPY + " (FORMAT csv)"
 JSON_BATCH_ROWS = 5_000
 
 
@@ -120,10 +118,10 @@ class _Written:
     total: int = 0
     valid: int = 0
 
-    def copy(self, db: Database, upload_id: int, owner: str, staged: pa.Table, indexes: pa.Array) -> None:
-        _copy_batch(db, upload_id, owner, staged, indexes)
-        self.total += staged.num_rows
-        self.valid += staged.num_rows - (pc.sum(pc.equal(staged["validation_status"], "invalid")).as_py() or 0)
+    def copy(self, db: Database, upload_id: int, owner: str, batch: _EncodedBatch) -> None:
+        _copy_batch(db, upload_id, owner, batch)
+        self.total += batch.rows
+        self.valid += batch.valid
 
     def counts(self, db: Database, upload_id: int, already: int) -> tuple[int, int]:
         """(total, valid) of the upload: an earlier attempt's rows (up to ``already``) from the table."""
@@ -201,7 +199,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str, progress
         group.clear()
 
     with raw_path.open("rb") as stream, \
-            _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, *item)) as writer:
+            _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item), upload_id) as writer:
         export = ExportReader(stream, upload["file_format"], upload["platform"])
         for line, raw, plan in export.rows():
             if group and (plan is not group_plan or len(group) >= JSON_BATCH_ROWS):
@@ -248,7 +246,7 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str, progres
     row_index = 0
     written = _Written()
     # Postgres parses and indexes one batch while this process validates the next (both cores busy).
-    with _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, *item)) as writer:
+    with _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item), upload_id) as writer:
         try:
             for batch in read_batches(raw_path, encoding=encoding, width=len(header), header_rows=header_at + 1,
                                       first_data_line=header_line + 1 + header_breaks, with_cr=scan.has_cr):
@@ -275,7 +273,7 @@ def _put_unstaged(writer: _BackgroundWriter, staged: pa.Table, before: int, alre
         return
     indexes = pa.array(range(before + 1, before + n + 1), pa.int64())
     keep = pc.greater(indexes, already)
-    writer.put((staged.filter(keep), pc.filter(indexes, keep)))
+    writer.put(_encode_batch(writer.upload_id, staged.filter(keep), pc.filter(indexes, keep)))
 
 
 class _BackgroundWriter:
@@ -285,8 +283,9 @@ class _BackgroundWriter:
     ``with`` block on an error stops the thread after the item it is writing.
     """
 
-    def __init__(self, write) -> None:
+    def __init__(self, write, upload_id: int) -> None:
         self._write = write
+        self.upload_id = upload_id
         self._queue: queue.Queue = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="staging-copy", daemon=True)
@@ -332,20 +331,56 @@ class _BackgroundWriter:
             self._stop()
 
 
-def _copy_batch(db: Database, upload_id: int, owner: str, staged: pa.Table, indexes: pa.Array) -> None:
-    table = pa.table({
-        "upload_id": pa.array([upload_id] * staged.num_rows, pa.int64()), "row_index": indexes,
-        **{name: staged[name] for name in _COLUMNS[2:]},
-    })
-    buffer = io.BytesIO()
-    pa_csv.write_csv(table, buffer, write_options=pa_csv.WriteOptions(include_header=False))
+@dataclass
+class _EncodedBatch:
+    """Staged rows as the text COPY reads, encoded by the thread that validates them: the writing thread
+    only sends, so the server parses one batch while the next is validated and encoded."""
+    first: int  # row_index of the first row
+    rows: int
+    valid: int
+    text: memoryview
+
+
+# COPY's text format (the server parses it ~20 % faster than CSV, whose quotes it tracks byte by byte):
+# these characters of a value are written as escapes; NULL is \N
+_TEXT_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
+
+
+def _text_values(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    if not pa.types.is_string(values.type):
+        return pc.cast(values, pa.string())
+    for special, escaped in _TEXT_ESCAPES:
+        if may_contain(values, special.encode()):
+            values = pc.replace_substring(values, special, escaped)
+    return values
+
+
+def copy_text(columns: Sequence[pa.ChunkedArray | pa.Array]) -> memoryview:
+    """Rows of equally long columns as ``COPY … FROM STDIN`` reads them in its text format."""
+    lines = pc.binary_join_element_wise(*map(_text_values, columns), "\t", null_handling="replace",
+                                        null_replacement="\\N")
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    lines = pc.binary_join_element_wise(lines, "", "\n")  # each line ends in a newline
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
+    return memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]]
+
+
+def _encode_batch(upload_id: int, staged: pa.Table, indexes: pa.Array) -> _EncodedBatch:
+    text = copy_text([pa.array([upload_id] * staged.num_rows, pa.int64()), indexes,
+                      *[staged[name] for name in _COLUMNS[2:]]])
+    invalid = pc.sum(pc.equal(staged["validation_status"], "invalid")).as_py() or 0
+    return _EncodedBatch(indexes[0].as_py(), staged.num_rows, staged.num_rows - invalid, text)
+
+
+def _copy_batch(db: Database, upload_id: int, owner: str, batch: _EncodedBatch) -> None:
     with db.transaction() as conn:
         ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
         # no wait for the WAL flush (~1-2 s per million rows); safe only with the check below (module doc)
         conn.execute("SET LOCAL synchronous_commit = off")
-        verify_staged(conn, upload_id, indexes[0].as_py() - 1)
-        with conn.cursor().copy(_COPY_CSV) as copy:
-            copy.write(buffer.getbuffer())
+        verify_staged(conn, upload_id, batch.first - 1)
+        with conn.cursor().copy(_COPY) as copy:
+            copy.write(batch.text)
     failpoint("metrics.stage")  # one batch committed, the rest not yet
 
 
