@@ -193,13 +193,13 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str, progress
             staged = exact_staged([(int(n), int(line), raw, group_plan) for n, (line, raw) in zip(logical, group,
                                                                                                    strict=True)],
                                   workspace_id=upload["workspace_id"], platform=upload["platform"], dumps=_dumps)
-        _put_unstaged(writer, staged, row_index, already)
+        _put_unstaged(writer, upload_id, staged, row_index, already)
         row_index += len(group)
         progress.advance(len(group), _position(stream))
         group.clear()
 
     with raw_path.open("rb") as stream, \
-            _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item), upload_id) as writer:
+            _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item)) as writer:
         export = ExportReader(stream, upload["file_format"], upload["platform"])
         for line, raw, plan in export.rows():
             if group and (plan is not group_plan or len(group) >= JSON_BATCH_ROWS):
@@ -246,12 +246,12 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str, progres
     row_index = 0
     written = _Written()
     # Postgres parses and indexes one batch while this process validates the next (both cores busy).
-    with _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item), upload_id) as writer:
+    with _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item)) as writer:
         try:
             for batch in read_batches(raw_path, encoding=encoding, width=len(header), header_rows=header_at + 1,
                                       first_data_line=header_line + 1 + header_breaks, with_cr=scan.has_cr):
                 staged = normalizer.stage(batch)
-                _put_unstaged(writer, staged, row_index, already)
+                _put_unstaged(writer, upload_id, staged, row_index, already)
                 row_index += staged.num_rows
                 # Arrow reads far ahead of the rows it hands out: how far in the file is the batch's last line
                 line = int(batch.lines[-1]) if len(batch.lines) else 0
@@ -265,7 +265,8 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str, progres
                          plan_notes(plan), "arrow", normalizer.fast_rows)
 
 
-def _put_unstaged(writer: _BackgroundWriter, staged: pa.Table, before: int, already: int) -> None:
+def _put_unstaged(writer: _BackgroundWriter, upload_id: int, staged: pa.Table, before: int,
+                  already: int) -> None:
     """Hand the writer the rows of ``staged`` (numbered from ``before + 1``) that an earlier attempt has not
     staged yet (``already``: the last row it staged)."""
     n = staged.num_rows
@@ -273,7 +274,7 @@ def _put_unstaged(writer: _BackgroundWriter, staged: pa.Table, before: int, alre
         return
     indexes = pa.array(range(before + 1, before + n + 1), pa.int64())
     keep = pc.greater(indexes, already)
-    writer.put(_encode_batch(writer.upload_id, staged.filter(keep), pc.filter(indexes, keep)))
+    writer.put(_encode_batch(upload_id, staged.filter(keep), pc.filter(indexes, keep)))
 
 
 class _BackgroundWriter:
@@ -283,9 +284,8 @@ class _BackgroundWriter:
     ``with`` block on an error stops the thread after the item it is writing.
     """
 
-    def __init__(self, write, upload_id: int) -> None:
+    def __init__(self, write) -> None:
         self._write = write
-        self.upload_id = upload_id
         self._queue: queue.Queue = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="staging-copy", daemon=True)
