@@ -56,6 +56,10 @@ from ingestion_pipeline.metrics.readers import MalformedFileError, csv_rows, ope
 _COLUMNS = ("upload_id", "row_index", "line_number", "entity_type", "natural_key_hash", "raw_data", *VALUE_COLUMNS,
             "validation_status", "validation_errors")
 _COPY = f"COPY staging_rows ({', '.join(_COLUMNS)}) FROM STDIN"
+# A row without errors leaves validation_errors to its default, '[]': parsing that jsonb on every row was ~10 % of
+# the server's COPY time (1M rows: 3.50 -> 3.15 s).
+_COLUMNS_NO_ERRORS = _COLUMNS[:-1]
+_COPY_NO_ERRORS = f"COPY staging_rows ({', '.join(_COLUMNS_NO_ERRORS)}) FROM STDIN"
 JSON_BATCH_ROWS = 5_000
 
 
@@ -338,7 +342,8 @@ class _EncodedBatch:
     first: int  # row_index of the first row
     rows: int
     valid: int
-    text: memoryview
+    text: memoryview  # the rows without errors, for _COPY_NO_ERRORS
+    with_errors: memoryview | None = None  # the rows with errors (invalid rows), for _COPY
 
 
 # COPY's text format, not CSV: the server tracks CSV's quotes byte by byte, and every raw_data value is full
@@ -369,10 +374,18 @@ def copy_text(columns: Sequence[pa.ChunkedArray | pa.Array]) -> memoryview:
 
 
 def _encode_batch(upload_id: int, staged: pa.Table, indexes: pa.Array) -> _EncodedBatch:
-    text = copy_text([pa.array([upload_id] * staged.num_rows, pa.int64()), indexes,
-                      *[staged[name] for name in _COLUMNS[2:]]])
     invalid = pc.sum(pc.equal(staged["validation_status"], "invalid")).as_py() or 0
-    return _EncodedBatch(indexes[0].as_py(), staged.num_rows, staged.num_rows - invalid, text)
+    no_errors = pc.equal(staged["validation_errors"], "[]")
+    if not invalid and pc.all(no_errors).as_py():  # the usual batch: one COPY, no error column
+        parts = [(staged, indexes, _COLUMNS_NO_ERRORS)]
+    else:
+        parts = [(staged.filter(no_errors), pc.filter(indexes, no_errors), _COLUMNS_NO_ERRORS),
+                 (staged.filter(pc.invert(no_errors)), pc.filter(indexes, pc.invert(no_errors)), _COLUMNS)]
+    texts = [copy_text([pa.array([upload_id] * len(rows_indexes), pa.int64()), rows_indexes,
+                        *[rows[name] for name in columns[2:]]]) if len(rows_indexes) else None
+             for rows, rows_indexes, columns in parts]
+    return _EncodedBatch(indexes[0].as_py(), staged.num_rows, staged.num_rows - invalid,
+                         texts[0] if texts[0] is not None else memoryview(b""), texts[1] if len(texts) > 1 else None)
 
 
 def _copy_batch(db: Database, upload_id: int, owner: str, batch: _EncodedBatch) -> None:
@@ -381,8 +394,12 @@ def _copy_batch(db: Database, upload_id: int, owner: str, batch: _EncodedBatch) 
         # no wait for the WAL flush (~1-2 s per million rows); safe only with the check below (module doc)
         conn.execute("SET LOCAL synchronous_commit = off")
         verify_staged(conn, upload_id, batch.first - 1)
-        with conn.cursor().copy(_COPY) as copy:
-            copy.write(batch.text)
+        if batch.text:
+            with conn.cursor().copy(_COPY_NO_ERRORS) as copy:
+                copy.write(batch.text)
+        if batch.with_errors:
+            with conn.cursor().copy(_COPY) as copy:
+                copy.write(batch.with_errors)
     failpoint("metrics.stage")  # one batch committed, the rest not yet
 
 
