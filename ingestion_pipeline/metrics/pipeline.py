@@ -27,6 +27,7 @@ from ingestion_pipeline.metrics.layouts import UnknownLayout
 from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
 from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload, verify_staged
+from ingestion_pipeline.metrics.statistics import refresh_after_promotion, refresh_staging
 from ingestion_pipeline.metrics.uploads import upload_for_partition
 
 
@@ -109,11 +110,8 @@ def stage(db: Database, partition_key: str, owner: str, policy: ReliabilitySetti
     if counts.total == 0:
         raise _fail(db, upload, owner, UploadFailed("no_data_rows", "the file has no data rows"), policy,
                     total_rows=0)
-    with db.connection() as conn:
-        # the promotion's plans see this upload's rows; only the columns they filter and join on (the raw
-        # records and error lists would triple the cost)
-        conn.execute("ANALYZE staging_rows (upload_id, row_index, validation_status, entity_type, campaign_id, "
-                     "ad_set_id, ad_id, date)")
+    with db.connection() as conn:  # the promotion's plans see this upload's rows
+        refresh_staging(conn)
     with db.transaction() as conn:
         verify_staged(conn, upload["upload_id"], counts.total)  # no batch lost to a crash (staging's doc)
         upload = ledger.advance(
@@ -185,8 +183,7 @@ def promote(db: Database, partition_key: str, owner: str) -> PromotionResult | N
             ledger.finish(conn, METRIC_UPLOADS, upload["upload_id"], owner, result.status,
                           {"promotion_ms": int((time.perf_counter() - start) * 1000)}, **result.counts)
     with db.connection() as conn:  # statistics for the next promotions, after commit and outside the lock
-        conn.execute("ANALYZE campaigns, ad_sets, ads, "
-                     "daily_metrics (workspace_id, platform, ad_id, date, last_upload_id)")
+        refresh_after_promotion(conn, result.upserted)
     if result.status == "failed":
         raise UploadFailed("no_promotable_rows",
                            "no valid row could be promoted (every parent reference is unresolved)")
