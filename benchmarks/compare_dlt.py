@@ -11,10 +11,13 @@ script does so for it. Needs the ``bench`` extra: ``.venv/bin/pip install -e '.[
 With ``--rounds N`` ours and dlt's Arrow path run N times, interleaved (ours, dlt, ours, dlt, …; each
 round into new tables), and the table shows medians: on a shared 2-core machine one run of each can
 differ by ±15 % from the next. dlt's dict path (minutes per export) runs once, or not at all with
-``--skip-dicts`` (its column then shows nan). ``--keyed`` adds dlt's Arrow path into a table that, like
-our ``daily_metrics``, has a unique index on the natural key (dlt's own table has none).
+``--skip-dicts`` (its column then shows nan). ``--settled`` starts every timed run (ours and dlt's)
+after ``metrics_load.settle``: VACUUM, CHECKPOINT and sync of what the previous run left, which otherwise
+the next run pays for (a round's second export took 12.3 s first and 15.2 s second). ``--keyed`` adds
+dlt's Arrow path into a table that, like our ``daily_metrics``, has a unique index on the natural key
+(dlt's own table has none).
 
-    .venv/bin/python benchmarks/compare_dlt.py [--rows 1000000] [--rounds 3] [--skip-dicts] [--keyed]
+    .venv/bin/python benchmarks/compare_dlt.py [--rows 1000000] [--rounds 3] [--skip-dicts] [--keyed] [--settled]
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from metrics_load import DEFAULT_LAYOUTS, cli, database_url, generate, run_ours  # noqa: E402
+from metrics_load import DEFAULT_LAYOUTS, cli, database_url, generate, run_ours, settle  # noqa: E402
 
 KEY = ("Ad ID", "Day")
 # Rows above the header in each export (the Google report has a title and a date-range line).
@@ -76,7 +79,8 @@ def _add_unique_key(pipeline, path: Path, preamble: int) -> None:
         client.execute_sql(f"CREATE UNIQUE INDEX ON {client.make_qualified_table_name('daily_metrics')} (ad_id, day)")
 
 
-def run_dlt(work: Path, files: dict[str, Path], mode: str, round_no: int = 1) -> dict[str, float]:
+def run_dlt(work: Path, files: dict[str, Path], mode: str, round_no: int = 1, *,
+            settled: bool = False) -> dict[str, float]:
     import dlt
     from psycopg.conninfo import conninfo_to_dict
 
@@ -95,6 +99,8 @@ def run_dlt(work: Path, files: dict[str, Path], mode: str, round_no: int = 1) ->
                                 dataset_name=f"dlt_{name}", pipelines_dir=str(work / "dlt"))
         if mode == "arrow-keyed":
             _add_unique_key(pipeline, path, PREAMBLE[layout])
+        if settled:
+            settle(work)
         start = time.perf_counter()
         pipeline.run(resource)
         times[layout] = time.perf_counter() - start
@@ -120,6 +126,8 @@ def main() -> None:
     parser.add_argument("--skip-dicts", action="store_true", help="leave out dlt's dict path (minutes per export)")
     parser.add_argument("--keyed", action="store_true",
                         help="also dlt's Arrow path into a table with a unique index on the key, as ours has")
+    parser.add_argument("--settled", action="store_true",
+                        help="before every timed run, VACUUM, CHECKPOINT and sync what the previous run left")
     args = parser.parse_args()
     logging.getLogger("dlt").setLevel(logging.ERROR)
     os.environ.setdefault("RUNTIME__LOG_LEVEL", "ERROR")
@@ -133,14 +141,15 @@ def main() -> None:
         for round_no in range(1, args.rounds + 1):
             if args.rounds > 1:
                 print(f"-- round {round_no} of {args.rounds}", flush=True)
-            for result in run_ours(work, files, round_no):
+            for result in run_ours(work, files, round_no, settled=args.settled):
                 ours_runs[result.layout].append(result.total_s)
-            for layout, seconds in run_dlt(work, files, "arrow", round_no).items():
+            for layout, seconds in run_dlt(work, files, "arrow", round_no, settled=args.settled).items():
                 arrow_runs[layout].append(seconds)
             if args.keyed:
-                for layout, seconds in run_dlt(work, files, "arrow-keyed", round_no).items():
+                for layout, seconds in run_dlt(work, files, "arrow-keyed", round_no, settled=args.settled).items():
                     keyed_runs[layout].append(seconds)
-        dicts = {layout: math.nan for layout in files} if args.skip_dicts else run_dlt(work, files, "dicts")
+        dicts = ({layout: math.nan for layout in files} if args.skip_dicts
+                 else run_dlt(work, files, "dicts", settled=args.settled))
         label = "" if args.rounds == 1 else f" (medians of {args.rounds} interleaved rounds)"
         print(f"\n{'export':<24}{'ours (validated)':>18}{'dlt dicts':>12}{'dlt arrow':>12}"
               f"{'dicts ÷ ours':>14}{'arrow ÷ ours':>14}{label}")
