@@ -13,11 +13,14 @@ round into new tables), and the table shows medians: on a shared 2-core machine 
 differ by ±15 % from the next. dlt's dict path (minutes per export) runs once, or not at all with
 ``--skip-dicts`` (its column then shows nan). ``--settled`` starts every timed run (ours and dlt's)
 after ``metrics_load.settle``: VACUUM, CHECKPOINT and sync of what the previous run left, which otherwise
-the next run pays for (a round's second export took 12.3 s first and 15.2 s second). ``--keyed`` adds
-dlt's Arrow path into a table that, like our ``daily_metrics``, has a unique index on the natural key
-(dlt's own table has none).
+the next run pays for (a round's second export took 12.3 s first and 15.2 s second). ``--one-table``
+makes dlt's Arrow path merge every round into one table (each round's rows under their own ``workspace``,
+part of the key), which grows as our ``daily_metrics`` does; by default each round loads a new, empty
+table. ``--keyed`` adds dlt's Arrow path into a table that, like our ``daily_metrics``, has a unique
+index on the natural key (dlt's own table has none).
 
-    .venv/bin/python benchmarks/compare_dlt.py [--rows 1000000] [--rounds 3] [--skip-dicts] [--keyed] [--settled]
+    .venv/bin/python benchmarks/compare_dlt.py [--rows 1000000] [--rounds 3] [--skip-dicts] [--keyed]
+        [--settled] [--one-table]
 """
 
 from __future__ import annotations
@@ -44,16 +47,16 @@ KEY = ("Ad ID", "Day")
 PREAMBLE = {"meta.ads_manager_csv": 0, "google.ui_report_csv": 2, "tiktok.ads_manager_csv": 0}
 
 
-def dict_rows(path: Path, preamble: int) -> Iterator[dict]:
+def dict_rows(path: Path, preamble: int, workspace: str | None = None) -> Iterator[dict]:
     with path.open(newline="", encoding="utf-8-sig") as stream:
         for _ in range(preamble):
             stream.readline()
         for row in csv.DictReader(stream):
             if not row["Day"].startswith("Total"):
-                yield row
+                yield row if workspace is None else {"workspace": workspace, **row}
 
 
-def arrow_tables(path: Path, preamble: int) -> Iterator:
+def arrow_tables(path: Path, preamble: int, workspace: str | None = None) -> Iterator:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pa_csv
@@ -64,7 +67,8 @@ def arrow_tables(path: Path, preamble: int) -> Iterator:
                                                                    null_values=["", "--"], strings_can_be_null=True))
     for batch in reader:
         table = pa.Table.from_batches([batch])
-        yield table.filter(pc.invert(pc.starts_with(table["Day"], "Total")))
+        table = table.filter(pc.invert(pc.starts_with(table["Day"], "Total")))
+        yield table if workspace is None else table.add_column(0, "workspace", pa.array([workspace] * len(table)))
 
 
 def _add_unique_key(pipeline, path: Path, preamble: int) -> None:
@@ -80,7 +84,10 @@ def _add_unique_key(pipeline, path: Path, preamble: int) -> None:
 
 
 def run_dlt(work: Path, files: dict[str, Path], mode: str, round_no: int = 1, *,
-            settled: bool = False) -> dict[str, float]:
+            settled: bool = False, one_table: bool = False) -> dict[str, float]:
+    """dlt's ``pipeline.run`` of each export, seconds. Each round into a new dataset; with ``one_table``
+    every round merges into the same table, its rows under a ``workspace`` of their own (part of the key),
+    so that table grows round by round as our ``daily_metrics`` does."""
     import dlt
     from psycopg.conninfo import conninfo_to_dict
 
@@ -91,9 +98,12 @@ def run_dlt(work: Path, files: dict[str, Path], mode: str, round_no: int = 1, *,
     times = {}
     for layout, path in files.items():
         feed = dict_rows if mode == "dicts" else arrow_tables
-        resource = dlt.resource(feed(path, PREAMBLE[layout]), name="daily_metrics", write_disposition="merge",
-                                primary_key=KEY)
-        name = f"{mode.replace('-', '_')}_{layout.split('.')[0]}_{round_no}"  # a new pipeline and dataset each round
+        workspace = f"bench-{round_no}" if one_table else None
+        resource = dlt.resource(feed(path, PREAMBLE[layout], workspace), name="daily_metrics",
+                                write_disposition="merge", primary_key=("workspace", *KEY) if one_table else KEY)
+        name = f"{mode.replace('-', '_')}_{layout.split('.')[0]}"
+        if not one_table:
+            name += f"_{round_no}"  # a new pipeline and dataset each round
         pipeline = dlt.pipeline(pipeline_name=f"bench_{name}",
                                 destination=dlt.destinations.postgres(credentials=credentials),
                                 dataset_name=f"dlt_{name}", pipelines_dir=str(work / "dlt"))
@@ -104,7 +114,13 @@ def run_dlt(work: Path, files: dict[str, Path], mode: str, round_no: int = 1, *,
         start = time.perf_counter()
         pipeline.run(resource)
         times[layout] = time.perf_counter() - start
-        print(f"dlt {mode}: {layout} in {times[layout]:.1f} s", flush=True)
+        rows = ""
+        if one_table:  # the table holds every round's rows so far
+            with pipeline.sql_client() as client:
+                table = client.make_qualified_table_name("daily_metrics")
+                with client.execute_query(f"SELECT count(*) FROM {table}") as cursor:
+                    rows = f" (its table now {cursor.fetchone()[0]:,} rows)"
+        print(f"dlt {mode}: {layout} in {times[layout]:.1f} s{rows}", flush=True)
     return times
 
 
@@ -126,9 +142,13 @@ def main() -> None:
     parser.add_argument("--skip-dicts", action="store_true", help="leave out dlt's dict path (minutes per export)")
     parser.add_argument("--keyed", action="store_true",
                         help="also dlt's Arrow path into a table with a unique index on the key, as ours has")
+    parser.add_argument("--one-table", action="store_true",
+                        help="dlt merges every round into one table that grows, as our daily_metrics does")
     parser.add_argument("--settled", action="store_true",
                         help="before every timed run, VACUUM, CHECKPOINT and sync what the previous run left")
     args = parser.parse_args()
+    if args.one_table and args.keyed:
+        parser.error("--one-table and --keyed cannot be combined")
     logging.getLogger("dlt").setLevel(logging.ERROR)
     os.environ.setdefault("RUNTIME__LOG_LEVEL", "ERROR")
     work = Path(tempfile.mkdtemp(prefix="ip-dlt-bench-"))
@@ -143,7 +163,8 @@ def main() -> None:
                 print(f"-- round {round_no} of {args.rounds}", flush=True)
             for result in run_ours(work, files, round_no, settled=args.settled):
                 ours_runs[result.layout].append(result.total_s)
-            for layout, seconds in run_dlt(work, files, "arrow", round_no, settled=args.settled).items():
+            for layout, seconds in run_dlt(work, files, "arrow", round_no, settled=args.settled,
+                                           one_table=args.one_table).items():
                 arrow_runs[layout].append(seconds)
             if args.keyed:
                 for layout, seconds in run_dlt(work, files, "arrow-keyed", round_no, settled=args.settled).items():
