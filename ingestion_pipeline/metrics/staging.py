@@ -373,19 +373,21 @@ def copy_text(columns: Sequence[pa.ChunkedArray | pa.Array]) -> memoryview:
     return memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]]
 
 
+def _copy_lines(upload_id: int, rows: pa.Table, indexes: pa.Array, columns: Sequence[str]) -> memoryview:
+    return copy_text([pa.array([upload_id] * len(indexes), pa.int64()), indexes, *[rows[name] for name in columns[2:]]])
+
+
 def _encode_batch(upload_id: int, staged: pa.Table, indexes: pa.Array) -> _EncodedBatch:
+    first, rows = indexes[0].as_py(), staged.num_rows
     invalid = pc.sum(pc.equal(staged["validation_status"], "invalid")).as_py() or 0
     no_errors = pc.equal(staged["validation_errors"], "[]")
-    if not invalid and pc.all(no_errors).as_py():  # the usual batch: one COPY, no error column
-        parts = [(staged, indexes, _COLUMNS_NO_ERRORS)]
-    else:
-        parts = [(staged.filter(no_errors), pc.filter(indexes, no_errors), _COLUMNS_NO_ERRORS),
-                 (staged.filter(pc.invert(no_errors)), pc.filter(indexes, pc.invert(no_errors)), _COLUMNS)]
-    texts = [copy_text([pa.array([upload_id] * len(rows_indexes), pa.int64()), rows_indexes,
-                        *[rows[name] for name in columns[2:]]]) if len(rows_indexes) else None
-             for rows, rows_indexes, columns in parts]
-    return _EncodedBatch(indexes[0].as_py(), staged.num_rows, staged.num_rows - invalid,
-                         texts[0] if texts[0] is not None else memoryview(b""), texts[1] if len(texts) > 1 else None)
+    with_errors = None
+    if not pc.all(no_errors).as_py():  # rows with errors go through a second COPY, with the column
+        has_errors = pc.invert(no_errors)
+        with_errors = _copy_lines(upload_id, staged.filter(has_errors), pc.filter(indexes, has_errors), _COLUMNS)
+        staged, indexes = staged.filter(no_errors), pc.filter(indexes, no_errors)
+    return _EncodedBatch(first, rows, rows - invalid, _copy_lines(upload_id, staged, indexes, _COLUMNS_NO_ERRORS),
+                         with_errors)
 
 
 def _copy_batch(db: Database, upload_id: int, owner: str, batch: _EncodedBatch) -> None:
