@@ -1,0 +1,76 @@
+"""The embedded server's own settings: a new data folder starts with them; one an earlier version created
+gets them at its next start; a value set by hand stays."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from ingestion_pipeline.core.embedded_postgres import (
+    SERVER_SETTINGS,
+    stop_embedded_postgres,
+)
+
+
+def _setting(url: str, name: str) -> str:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0]
+
+
+def test_the_session_server_runs_with_the_settings_it_was_created_with(pg_server_url: str) -> None:
+    for name, value in SERVER_SETTINGS.items():
+        assert _setting(pg_server_url, name) == value
+
+
+def _cli(data_dir: Path, *args: str) -> str:
+    """``ingestion-pipeline ARGS`` as a user runs it: its own process, the server outliving it."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DAGSTER_PG_URL", "DAGSTER_HOME")}
+    env["INGESTION_DATA_DIR"] = str(data_dir)
+    done = subprocess.run([str(Path(sys.executable).parent / "ingestion-pipeline"), *args], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.strip()
+
+
+# what versions before SERVER_SETTINGS ran: pgserver's own initdb, the server left running
+_EARLIER_VERSION = """
+import sys, pgserver
+print(pgserver.get_server(sys.argv[1], cleanup_mode=None).get_uri())
+"""
+
+
+@pytest.mark.slow
+def test_a_data_folder_created_with_initdbs_defaults_gets_the_settings_at_its_next_start() -> None:
+    base = Path(tempfile.mkdtemp(prefix="ip-pg-settings-"))
+    try:
+        url = subprocess.run([sys.executable, "-c", _EARLIER_VERSION, str(base / "pgdata")], capture_output=True,
+                             text=True, timeout=120, check=True).stdout.strip().splitlines()[-1]
+        assert _setting(url, "shared_buffers") == "128MB"
+
+        url = _cli(base, "db", "url")  # attaches to the running server: no restart under anyone
+        assert _setting(url, "shared_buffers") == "128MB"
+        with psycopg.connect(url) as conn:
+            written = conn.execute("SELECT setting FROM pg_file_settings WHERE name = 'shared_buffers' "
+                                   "AND sourcefile LIKE '%auto.conf'").fetchall()
+        assert written == [(SERVER_SETTINGS["shared_buffers"],)]
+        _cli(base, "db", "stop")
+        url = _cli(base, "db", "url")
+        assert _setting(url, "shared_buffers") == SERVER_SETTINGS["shared_buffers"]
+
+        # a value set by hand is kept, across starts
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET shared_buffers = '256MB'")
+        _cli(base, "db", "stop")
+        _cli(base, "db", "url")
+        _cli(base, "db", "stop")
+        url = _cli(base, "db", "url")
+        assert _setting(url, "shared_buffers") == "256MB"
+    finally:
+        stop_embedded_postgres(base / "pgdata")
+        shutil.rmtree(base, ignore_errors=True)
