@@ -9,6 +9,7 @@ deployment swaps one by passing another (hooli-style). Nothing is cached in modu
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -152,13 +153,15 @@ class S3Clients:
     def __init__(self, s3: S3Resource) -> None:
         self._s3 = s3
         self._clients: dict[str | None, object] = {}
+        self._lock = threading.Lock()  # the fetch threads ask at once: one client, not one each
 
     def __call__(self, endpoint_url: str | None):
         key = None if not endpoint_url or endpoint_url == self._s3.endpoint_url else endpoint_url
-        if key not in self._clients:
-            resource = self._s3 if key is None else self._s3.model_copy(update={"endpoint_url": key})
-            self._clients[key] = resource.get_client()
-        return self._clients[key]
+        with self._lock:
+            if key not in self._clients:
+                resource = self._s3 if key is None else self._s3.model_copy(update={"endpoint_url": key})
+                self._clients[key] = resource.get_client()
+            return self._clients[key]
 
 
 def build_document_pipeline(

@@ -68,3 +68,46 @@ def test_an_s3_client_is_configured_from_the_resource(unsigned):
     assert client.meta.config.retries == {"total_max_attempts": 3, "mode": "standard"}  # botocore: 2 retries
     assert (client.meta.config.signature_version is UNSIGNED) is unsigned
     assert client.meta.service_model.service_name == "s3"
+
+
+def test_clients_share_one_boto3_session_per_aws_environment(monkeypatch):
+    """A session loads botocore's service models (60-170 ms); its next clients take milliseconds. The AWS
+    environment is part of the session's key: a session keeps the credentials it resolved from it."""
+    from ingestion_pipeline.defs import s3_resource
+
+    monkeypatch.setattr(s3_resource, "_SESSIONS", {})
+    resource = S3Resource(endpoint_url="http://127.0.0.1:9", region_name="eu-west-3")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "first")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    one, two = resource.get_client(), resource.get_client()
+    assert one is not two and len(s3_resource._SESSIONS) == 1
+    assert one._request_signer._credentials.access_key == "first"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "second")
+    three = resource.get_client()
+    assert len(s3_resource._SESSIONS) == 2
+    assert three._request_signer._credentials.access_key == "second"
+
+
+def test_fetch_threads_asking_at_once_get_one_client(monkeypatch):
+    import threading
+    import time
+
+    from ingestion_pipeline.defs.resources import S3Clients
+
+    built = []
+
+    def slow_build(self):  # a build slow enough that every thread asks before the first returns
+        built.append(self.endpoint_url)
+        time.sleep(0.2)
+        return object()
+
+    monkeypatch.setattr(S3Resource, "get_client", slow_build)
+    clients = S3Clients(S3Resource())
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(clients("http://127.0.0.1:9"))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert built == ["http://127.0.0.1:9"]
+    assert len({id(client) for client in got}) == 1
