@@ -75,15 +75,20 @@ def _initdb_with_settings() -> None:
     postgres_server.initdb = initdb_with_settings
 
 
+# what initdb wrote into postgresql.conf before SERVER_SETTINGS existed
+_INITDB_DEFAULTS = {"shared_buffers": "128MB"}
+
+
 def _settle_settings(conn: psycopg.Connection) -> None:
     """A data folder that an earlier version created with initdb's default gets ``SERVER_SETTINGS`` by
     ALTER SYSTEM, applied at the server's next start (after ``db stop``): never by a restart under the
-    processes attached to it now. A value someone set with ALTER SYSTEM is left as it is."""
+    processes attached to it now. A value set by hand, with ALTER SYSTEM or in postgresql.conf, is kept
+    (a machine that cannot map 512 MB of shared memory needs a smaller one)."""
     for name, value in SERVER_SETTINGS.items():
         files = dict(conn.execute(
             "SELECT sourcefile LIKE '%%postgresql.auto.conf', setting FROM pg_file_settings WHERE name = %s "
             "ORDER BY seqno", (name,)).fetchall())
-        if True not in files and files.get(False) != value:
+        if True not in files and files.get(False) == _INITDB_DEFAULTS[name]:
             conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
             conn.execute("SELECT pg_reload_conf()")  # read now, so pg_settings shows it pending a restart
 

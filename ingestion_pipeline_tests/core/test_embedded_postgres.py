@@ -1,5 +1,5 @@
 """The embedded server's own settings: a new data folder starts with them; one an earlier version created
-gets them at its next start; a value set by hand stays."""
+gets them at its next start; a value set by hand (ALTER SYSTEM or postgresql.conf) stays."""
 
 from __future__ import annotations
 
@@ -71,6 +71,17 @@ def test_a_data_folder_created_with_initdbs_defaults_gets_the_settings_at_its_ne
         _cli(base, "db", "stop")
         url = _cli(base, "db", "url")
         assert _setting(url, "shared_buffers") == "256MB"
+
+        # and so is one written into postgresql.conf (what the README tells a machine short of memory)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM RESET shared_buffers")
+        conf = base / "pgdata" / "postgresql.conf"
+        conf.write_text(conf.read_text().replace("shared_buffers = 128MB", "shared_buffers = 96MB"))
+        _cli(base, "db", "stop")
+        _cli(base, "db", "url")
+        _cli(base, "db", "stop")
+        url = _cli(base, "db", "url")
+        assert _setting(url, "shared_buffers") == "96MB"
     finally:
         stop_embedded_postgres(base / "pgdata")
         shutil.rmtree(base, ignore_errors=True)
