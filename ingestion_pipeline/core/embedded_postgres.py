@@ -21,6 +21,7 @@ APP_DATABASE = "ingestion"
 DAGSTER_DATABASE = "dagster"
 
 logging.getLogger("pgserver").setLevel(logging.WARNING)
+_log = logging.getLogger(__name__)
 
 # Settings the embedded server is created with. PostgreSQL's 128 MB of shared buffers is sized for
 # small machines: a million-row metric upload staged while the previous upload's pages were still
@@ -91,6 +92,8 @@ def _settle_settings(conn: psycopg.Connection) -> None:
         if True not in files and files.get(False) == _INITDB_DEFAULTS[name]:
             conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
             conn.execute("SELECT pg_reload_conf()")  # read now, so pg_settings shows it pending a restart
+            _log.warning("embedded Postgres: %s = %s takes effect at the server's next start "
+                         "(`make stop` or `ingestion-pipeline db stop`, then any command)", name, value)
 
 
 def embedded_dagster_url(app_url: str) -> str:

@@ -29,12 +29,14 @@ def test_the_session_server_runs_with_the_settings_it_was_created_with(pg_server
         assert _setting(pg_server_url, name) == value
 
 
-def _cli(data_dir: Path, *args: str) -> str:
+def _cli(data_dir: Path, *args: str, stderr: list[str] | None = None) -> str:
     """``ingestion-pipeline ARGS`` as a user runs it: its own process, the server outliving it."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DAGSTER_PG_URL", "DAGSTER_HOME")}
     env["INGESTION_DATA_DIR"] = str(data_dir)
     done = subprocess.run([str(Path(sys.executable).parent / "ingestion-pipeline"), *args], env=env,
                           capture_output=True, text=True, timeout=120, check=True)
+    if stderr is not None:
+        stderr.append(done.stderr)
     return done.stdout.strip()
 
 
@@ -53,15 +55,18 @@ def test_a_data_folder_created_with_initdbs_defaults_gets_the_settings_at_its_ne
                              text=True, timeout=120, check=True).stdout.strip().splitlines()[-1]
         assert _setting(url, "shared_buffers") == "128MB"
 
-        url = _cli(base, "db", "url")  # attaches to the running server: no restart under anyone
+        said: list[str] = []
+        url = _cli(base, "db", "url", stderr=said)  # attaches to the running server: no restart under anyone
+        assert "shared_buffers = 512MB takes effect at the server's next start" in said[0]
         assert _setting(url, "shared_buffers") == "128MB"
         with psycopg.connect(url) as conn:
             written = conn.execute("SELECT setting FROM pg_file_settings WHERE name = 'shared_buffers' "
                                    "AND sourcefile LIKE '%auto.conf'").fetchall()
         assert written == [(SERVER_SETTINGS["shared_buffers"],)]
         _cli(base, "db", "stop")
-        url = _cli(base, "db", "url")
+        url = _cli(base, "db", "url", stderr=said)
         assert _setting(url, "shared_buffers") == SERVER_SETTINGS["shared_buffers"]
+        assert "takes effect" not in said[1]  # said once
 
         # a value set by hand is kept, across starts
         with psycopg.connect(url, autocommit=True) as conn:
