@@ -2,8 +2,9 @@
 
 Each defaults to the environment (``DATABASE_URL`` or the embedded Postgres; ``INGESTION_*``), so the
 same code location serves `make dev`, `ingestion-pipeline process` and production, and a test or a
-deployment swaps one by passing another (hooli-style). Nothing is cached in module globals: a run
-(one process with the in-process executor) builds its pool and its model once.
+deployment swaps one by passing another (hooli-style). Nothing here is cached in module globals: a run
+(one process with the in-process executor) builds its pool and its model once. (boto3 sessions are,
+in ``s3_resource``: they hold no connection, only botocore's loaded service models.)
 """
 
 from __future__ import annotations

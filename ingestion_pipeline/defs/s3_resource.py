@@ -32,7 +32,7 @@ class S3Resource(dg.ConfigurableResource):
 
     ``context.resources.s3`` is the resource itself, not a client (dagster-aws's puts a client there,
     ~0.2 s for every step that requires the resource): our steps build one only when a file does come
-    from S3 (``S3Clients``, once per endpoint and process).
+    from S3 (``S3Clients``, once per endpoint and step, from the process's boto3 session).
     """
 
     use_unsigned_session: bool = Field(default=False, description="Send requests unsigned (public buckets).")
