@@ -247,6 +247,28 @@ def heartbeat(conn: psycopg.Connection, t: LedgerTable, item_id: int, owner: str
                         {"stats": Jsonb(dict(stats or {}))})
 
 
+def heartbeat_many(conn: psycopg.Connection, t: LedgerTable, stats_by_item: Mapping[int, Mapping[str, Any]],
+                   owner: str) -> dict[int, str]:
+    """``heartbeat`` for several rows in one statement, each with its own ``stats``; returns the rows not
+    held, each with why. Hold them first (``hold_many``): this statement locks in no particular order."""
+    item_ids = list(stats_by_item)
+    held = {r["id"] for r in conn.execute(
+        table_sql("""UPDATE {table} x SET updated_at = now(), stats = x.stats || f.stats
+                       FROM unnest(%(ids)s::bigint[], %(stats)s::jsonb[]) AS f(id, stats)
+                      WHERE x.{key} = f.id AND x.owner = %(owner)s AND x.status = ANY(%(working)s)
+                  RETURNING x.{key} AS id""", t),
+        {"ids": item_ids, "stats": [Jsonb(dict(stats_by_item[i])) for i in item_ids], "owner": owner,
+         "working": list(t.working)}).fetchall()}
+    lost = {}
+    for item_id in item_ids:
+        if item_id not in held:
+            try:
+                hold(conn, t, item_id, owner)
+            except LeaseLost as exc:
+                lost[item_id] = str(exc)
+    return lost
+
+
 def extend_leases(conn: psycopg.Connection, owner: str, lease_seconds: float, dagster_run_id: str) -> int:
     """The owner's heartbeat: every row it holds, in both ledgers, keeps its claim a lease longer and
     names the run now working on it (a re-execution continues what its parent run claimed)."""

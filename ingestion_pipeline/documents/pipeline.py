@@ -432,11 +432,10 @@ class DocumentPipeline:
             document = self._extract(Path(row["raw_path"]), config.get("extension") or Path(_filename(row)).suffix)
         elapsed = _ms(start)
         stats = {"elements": len(document.elements), "pages": document.page_count, "notes": document.notes}
-        with self.db.transaction() as conn:
-            runs.hold(conn, row["run_id"], self.owner)
+        with self.db.transaction() as conn:  # the heartbeat first: it holds the file (LeaseLost if not ours)
+            runs.heartbeat(conn, row["run_id"], self.owner, {**stats, "timings_ms": _timings(row, extract=elapsed)})
             staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
             staging.write_elements(conn, row["run_id"], document.elements, document.page_count, stats)
-            runs.heartbeat(conn, row["run_id"], self.owner, {**stats, "timings_ms": _timings(row, extract=elapsed)})
         return FileOutcome(row["run_id"], _filename(row), STEP_DONE, f"{len(document.elements)} elements", stats)
 
     # -- step 3: document_chunks ----------------------------------------------------------------------
@@ -461,10 +460,9 @@ class DocumentPipeline:
         elapsed = _ms(start)
         stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
                  "max_chunk_tokens": max(c.token_count for c in chunks)}
-        with self.db.transaction() as conn:
-            runs.hold(conn, row["run_id"], self.owner)
-            staging.write_chunks(conn, row["run_id"], chunks, stats)
+        with self.db.transaction() as conn:  # the heartbeat first: it holds the file (LeaseLost if not ours)
             runs.heartbeat(conn, row["run_id"], self.owner, {**stats, "timings_ms": _timings(row, chunk=elapsed)})
+            staging.write_chunks(conn, row["run_id"], chunks, stats)
         self._progress.advance(chunks=len(chunks))
         return FileOutcome(row["run_id"], _filename(row), STEP_DONE, f"{len(chunks)} chunks", stats)
 
@@ -484,11 +482,8 @@ class DocumentPipeline:
         self._progress = Progress("embed", len(rows), total_chunks=ahead, sinks=self._progress_sinks)
         start = time.perf_counter()
         work: dict[int, _Embedding] = {}
-        for outcome in self._in_lanes(rows, lambda r: self._reuse_embeddings(r, work), self._lanes,
-                                      count_files=False):
-            if outcome is not None:
-                outcomes.append(outcome)
-                self._progress.advance(files=1)
+        if rows:
+            outcomes += self._reuse_embeddings(rows, work)
         unit = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
         while work:
             with self.db.connection() as conn:
@@ -499,25 +494,34 @@ class DocumentPipeline:
             failpoint("embed.unit")  # one unit committed, the next not yet
         for item in work.values():
             item.stats["timings_ms"] = _timings(item.row, embed=_ms(start))
-        outcomes += self._in_lanes(sorted((item.row for item in work.values()), key=lambda r: r["run_id"]),
-                                   lambda row: self._finish_embedding(work[row["run_id"]]), self._lanes)
+        outcomes += self._finish_embedding(work)
         if rows:
             self._progress.finish()
         return outcomes
 
-    def _reuse_embeddings(self, row: dict, work: dict[int, _Embedding]) -> FileOutcome | None:
-        run_id = row["run_id"]
-        with self.db.connection() as conn:
-            state = staging.staging_state(conn, run_id)
-            if state is None or not state["chunks_done"]:
-                raise ExtractionError("chunking did not complete for this file", code="step_out_of_order")
+    def _reuse_embeddings(self, rows: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+        """The batch's files take the stored vectors of their unchanged chunk texts, in one transaction of
+        three statements; each file held (and chunked) joins ``work``, the others leave with their outcome."""
+        run_ids = [r["run_id"] for r in rows]
         with self.db.transaction() as conn:
-            runs.hold(conn, run_id, self.owner)
-            reused = staging.reuse_stored_embeddings(conn, run_id, row["tenant_id"], self.model.name,
-                                                     self.model.digest)
-        self._progress.advance(chunks=reused)  # vectors of identical chunk text, not encoded again
-        work[run_id] = _Embedding(row, {"embedded": 0, "embeddings_reused": reused, "model_ms": 0})
-        return None
+            lost = runs.hold_many(conn, run_ids, self.owner)
+            chunked = staging.files_with_chunks(conn, [r for r in run_ids if r not in lost])
+            reused = staging.reuse_stored_embeddings(conn, sorted(chunked), self.model.name, self.model.digest)
+        outcomes = []
+        for row in rows:
+            run_id = row["run_id"]
+            if run_id in lost:
+                _log.warning("file %s (run %s): %s", _filename(row), run_id, lost[run_id])
+                outcomes.append(FileOutcome(run_id, _filename(row), LOST, lost[run_id]))
+            elif run_id not in chunked:
+                outcomes.append(self._fail(row, classify(ExtractionError(
+                    "chunking did not complete for this file", code="step_out_of_order"))))
+            else:
+                work[run_id] = _Embedding(row, {"embedded": 0, "embeddings_reused": reused.get(run_id, 0),
+                                                "model_ms": 0})
+        # vectors of identical chunk text, not encoded again
+        self._progress.advance(chunks=sum(reused.values()), files=len(outcomes))
+        return outcomes
 
     def _embed_unit(self, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
         """Encode one unit (chunks of one or more files) and commit its vectors; files that lost their
@@ -569,14 +573,30 @@ class DocumentPipeline:
             raise RuntimeError("a unit of chunks failed to encode, yet each of its files encodes alone")
         return outcomes
 
-    def _finish_embedding(self, item: _Embedding) -> FileOutcome:
-        run_id = item.row["run_id"]
+    def _finish_embedding(self, work: dict[int, _Embedding]) -> list[FileOutcome]:
+        """Every file left in ``work`` has all its vectors: mark them done, with their figures, in one
+        transaction of three statements."""
+        stats = {run_id: work[run_id].stats for run_id in sorted(work)}
+        if not stats:
+            return []
         with self.db.transaction() as conn:
-            runs.hold(conn, run_id, self.owner)
-            staging.mark_embeddings_done(conn, run_id, item.stats)
-            runs.heartbeat(conn, run_id, self.owner, item.stats)
-        return FileOutcome(run_id, _filename(item.row), STEP_DONE,
-                           f"{item.stats['embedded']} embedded, {item.stats['embeddings_reused']} reused", item.stats)
+            lost = runs.hold_many(conn, list(stats), self.owner)
+            done = {run_id: figures for run_id, figures in stats.items() if run_id not in lost}
+            if done:
+                staging.mark_embeddings_done(conn, done)
+                runs.heartbeat_many(conn, done, self.owner)  # held by the statement above: none is lost here
+        outcomes = []
+        for run_id, figures in stats.items():
+            row = work[run_id].row
+            if run_id in lost:
+                _log.warning("file %s (run %s): %s", _filename(row), run_id, lost[run_id])
+                outcomes.append(FileOutcome(run_id, _filename(row), LOST, lost[run_id]))
+            else:
+                outcomes.append(FileOutcome(run_id, _filename(row), STEP_DONE,
+                                            f"{figures['embedded']} embedded, {figures['embeddings_reused']} reused",
+                                            figures))
+        self._progress.advance(files=len(outcomes))
+        return outcomes
 
     # -- step 5: promoted_documents ----------------------------------------------------------------------
     def promote_batch(self, partition_key: str) -> list[FileOutcome]:

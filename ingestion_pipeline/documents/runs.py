@@ -81,6 +81,11 @@ def heartbeat(conn: psycopg.Connection, run_id: int, owner: str, stats: dict[str
     return ledger.heartbeat(conn, DOCUMENT_RUNS, run_id, owner, stats)
 
 
+def heartbeat_many(conn: psycopg.Connection, stats_by_run: dict[int, dict[str, Any]], owner: str) -> dict[int, str]:
+    """Merge each held file's ``stats`` (one statement); the files not held, with why."""
+    return ledger.heartbeat_many(conn, DOCUMENT_RUNS, stats_by_run, owner)
+
+
 def record_fetched_object(conn: psycopg.Connection, run_id: int, owner: str, *, raw_path: str, sha256: str,
                           size: int) -> dict:
     """Where an S3 object's bytes were stored, and their hash and size (known only after download)."""

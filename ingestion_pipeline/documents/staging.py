@@ -83,22 +83,41 @@ def write_chunks(conn: psycopg.Connection, run_id: int, chunks: list[Chunk], sta
     )
 
 
-def reuse_stored_embeddings(conn: psycopg.Connection, run_id: int, tenant_id: str, model: str,
-                            model_digest: str) -> int:
-    """Fill staged chunks whose exact text is already embedded (same tenant, same model: name and digest)."""
-    cur = conn.execute(
-        """UPDATE staging_chunks sc
-              SET embedding = reuse.embedding, embedding_reused = true
-             FROM (SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding
-                     FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id
-                    WHERE c.tenant_id = %(tenant)s AND e.tenant_id = %(tenant)s AND e.model = %(model)s
-                      AND e.model_digest = %(digest)s
-                      AND c.content_hash IN (SELECT content_hash FROM staging_chunks
-                                              WHERE run_id = %(run)s AND embedding IS NULL)) reuse
-            WHERE sc.run_id = %(run)s AND sc.embedding IS NULL AND sc.content_hash = reuse.content_hash""",
-        {"tenant": tenant_id, "model": model, "digest": model_digest, "run": run_id},
-    )
-    return cur.rowcount
+REUSE_STORED_EMBEDDINGS = """UPDATE staging_chunks sc
+          SET embedding = found.embedding, embedding_reused = true
+         FROM (SELECT s.run_id, s.ordinal, stored.embedding
+                 FROM staging_chunks s
+                 JOIN staging_documents d ON d.run_id = s.run_id
+                CROSS JOIN LATERAL (
+                      SELECT e.embedding
+                        FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id
+                       WHERE c.tenant_id = d.tenant_id AND c.content_hash = s.content_hash
+                         AND e.tenant_id = d.tenant_id AND e.model = %(model)s AND e.model_digest = %(digest)s
+                       LIMIT 1) stored
+                WHERE s.run_id = ANY(%(runs)s) AND s.embedding IS NULL) found
+        WHERE sc.run_id = found.run_id AND sc.ordinal = found.ordinal
+    RETURNING sc.run_id"""
+
+
+def files_with_chunks(conn: psycopg.Connection, run_ids: list[int]) -> set[int]:
+    """Those of ``run_ids`` whose chunking completed."""
+    return {r["run_id"] for r in conn.execute(
+        "SELECT run_id FROM staging_documents WHERE run_id = ANY(%s) AND chunks_done", (run_ids,))}
+
+
+def reuse_stored_embeddings(conn: psycopg.Connection, run_ids: list[int], model: str, model_digest: str
+                            ) -> dict[int, int]:
+    """Fill the staged chunks of these files whose exact text is already embedded (the file's tenant, same
+    model: name and digest), in one statement; how many each file reused.
+
+    Each staged chunk looks its text up in ``chunks_reuse_idx`` (tenant, content hash) on its own
+    (LATERAL ... LIMIT 1). Left to the planner, a tenant its statistics do not know yet (a first load,
+    before autoanalyze) was estimated at one row, and every file scanned all the tenant's chunks.
+    """
+    reused: dict[int, int] = {}
+    for row in conn.execute(REUSE_STORED_EMBEDDINGS, {"model": model, "digest": model_digest, "runs": run_ids}):
+        reused[row["run_id"]] = reused.get(row["run_id"], 0) + 1
+    return reused
 
 
 def pending_embeddings(conn: psycopg.Connection, run_ids: list[int], limit: int) -> list[dict]:
@@ -126,11 +145,14 @@ def write_embeddings(conn: psycopg.Connection, run_ids: list[int], ordinals: lis
         )
 
 
-def mark_embeddings_done(conn: psycopg.Connection, run_id: int, stats: dict) -> None:
+def mark_embeddings_done(conn: psycopg.Connection, stats_by_file: dict[int, dict]) -> None:
+    """The embed step is done for these files, each with its figures (one statement)."""
+    run_ids = list(stats_by_file)
     conn.execute(
-        """UPDATE staging_documents SET embeddings_done = true, stats = stats || %s, updated_at = now()
-            WHERE run_id = %s""",
-        (Jsonb(stats), run_id),
+        """UPDATE staging_documents d SET embeddings_done = true, stats = d.stats || f.stats, updated_at = now()
+             FROM unnest(%s::bigint[], %s::jsonb[]) AS f(run_id, stats)
+            WHERE d.run_id = f.run_id""",
+        (run_ids, [Jsonb(stats_by_file[r]) for r in run_ids]),
     )
 
 

@@ -109,3 +109,57 @@ def test_only_the_fetch_step_builds_an_s3_client():
     needs_s3 = {key.to_user_string() for key in d.resolve_asset_graph().get_all_asset_keys()
                 if "s3" in d.resolve_assets_def(key).required_resource_keys}
     assert needs_s3 == {"raw_documents"}
+
+
+def _chunk_scans(plan: dict) -> list[dict]:
+    """The plan's nodes that read ``chunks``."""
+    found = [plan] if plan.get("Relation Name") == "chunks" else []
+    for child in plan.get("Plans", []):
+        found += _chunk_scans(child)
+    return found
+
+
+def test_reuse_takes_a_tenants_own_vectors_and_looks_each_text_up_by_its_hash(database, db, notes, monkeypatch):
+    """Reuse is one statement per batch: a file takes the stored vectors of its own tenant only, and each
+    staged text is found through the (tenant, content hash) index, even for a tenant the planner's
+    statistics do not know yet (the first load of a tenant used to scan all its chunks for every file)."""
+    from ingestion_pipeline.documents.staging import REUSE_STORED_EMBEDDINGS
+
+    submit(database, "acme", *notes[:6])
+    [first] = batch_queued(database)
+    pipeline = _run_to_embeddings(database, first)
+    pipeline.embed_batch(first)
+    assert {o.status for o in pipeline.promote_batch(first)} == {"succeeded"}
+    with database.connection() as conn:  # acme holds ~40,000 chunks; the statistics know them, not globex
+        conn.execute("""INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, token_count, content_hash)
+                        SELECT tenant_id, version_id, doc_id, ordinal + 1000 * g, text, token_count,
+                               md5(g || content_hash)
+                          FROM chunks, generate_series(1, 4000) g""")
+        conn.execute("ANALYZE chunks")
+
+    monkeypatch.setenv("INGESTION_CHUNK_MAX_TOKENS", "250")  # a new fingerprint: acme's files are queued again
+    submit(database, "acme", *notes[:6])
+    submit(database, "globex", *notes[:6])
+    keys = batch_queued(database)  # a batch per tenant
+    assert len(keys) == 2
+    for key in keys:
+        pipeline = _run_to_embeddings(database, key)
+        rows = table(db, "SELECT run_id, tenant_id FROM ingestion_runs WHERE partition_key = %s", key)
+        if rows[0]["tenant_id"] == "globex":
+            with database.connection() as conn:
+                [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + REUSE_STORED_EMBEDDINGS, {
+                    "model": pipeline.model.name, "digest": pipeline.model.digest,
+                    "runs": [r["run_id"] for r in rows]}).fetchone().values()
+            scans = _chunk_scans(plan["Plan"])
+            assert scans and all("content_hash" in scan.get("Index Cond", "") for scan in scans), scans
+        assert [o.status for o in pipeline.embed_batch(key)] == ["running"] * 6
+
+    stats = table(db, "SELECT tenant_id, stats FROM ingestion_runs WHERE partition_key = ANY(%s)", keys)
+    assert len(stats) == 12
+    for row in stats:
+        figures = row["stats"]
+        if row["tenant_id"] == "acme":  # the same texts, embedded by the first batch
+            assert (figures["embeddings_reused"], figures["embedded"]) == (figures["chunks"], 0)
+        else:  # the same texts in another tenant: never its vectors
+            assert (figures["embeddings_reused"], figures["embedded"]) == (0, figures["chunks"])
+    assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE embedding IS NULL")[0]["n"] == 0
