@@ -135,6 +135,20 @@ def _has_table(conn, name: str) -> bool:
 
 
 # -- the harness ----------------------------------------------------------------------------------------
+def scratch_environment(prefix: str) -> tuple[Path, dict]:
+    """A throwaway data folder (its own embedded Postgres) and Dagster home, made this process's
+    environment; returns the folder and that environment, for the child processes."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    env = {**os.environ, "INGESTION_DATA_DIR": str(work / "data"), "DAGSTER_HOME": str(work / "dagster_home")}
+    for name in ("DATABASE_URL", "DAGSTER_PG_URL"):
+        env.pop(name, None)
+        os.environ.pop(name, None)
+    (work / "dagster_home").mkdir()
+    shutil.copy(ROOT / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
+    os.environ.update(env)
+    return work, env
+
+
 def prepare_model(env: dict) -> None:
     """The one-time ONNX export of the model (per machine and model, like installing it), outside the timings."""
     code = "from ingestion_pipeline.documents.embedding import build_embedder; e = build_embedder(); e.embed(['x']); " \
@@ -179,15 +193,7 @@ def main() -> None:
     if set(systems) - {"ours"} and not PEERS_PYTHON.exists():
         raise SystemExit("the peers are not installed: run `make bench-peers` first (or pass --only ours)")
 
-    work = Path(tempfile.mkdtemp(prefix="ip-peers-"))
-    env = {**os.environ, "INGESTION_DATA_DIR": str(work / "data"), "DAGSTER_HOME": str(work / "dagster_home")}
-    for name in ("DATABASE_URL", "DAGSTER_PG_URL"):
-        env.pop(name, None)
-    (work / "dagster_home").mkdir()
-    shutil.copy(ROOT / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
-    os.environ.update(env)
-    for name in ("DATABASE_URL", "DAGSTER_PG_URL"):
-        os.environ.pop(name, None)
+    work, env = scratch_environment("ip-peers-")
     from ingestion_pipeline.cli.bootstrap import bootstrap
     from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
 

@@ -27,7 +27,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -165,13 +164,7 @@ def main() -> None:
     parser.add_argument("--small-files", type=int, default=300)
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="ip-cpu-"))
-    env = {**os.environ, "INGESTION_DATA_DIR": str(work / "data"), "DAGSTER_HOME": str(work / "dagster_home")}
-    for name in ("DATABASE_URL", "DAGSTER_PG_URL"):
-        env.pop(name, None)
-    (work / "dagster_home").mkdir()
-    shutil.copy(ROOT / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
-    os.environ.update(env)
+    work, env = compare_peers.scratch_environment("ip-cpu-")
     from ingestion_pipeline.cli.bootstrap import bootstrap
     from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
 

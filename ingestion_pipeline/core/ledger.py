@@ -230,6 +230,12 @@ def hold_many(conn: psycopg.Connection, t: LedgerTable, item_ids: Sequence[int],
                         AND owner = %(owner)s AND status = ANY(%(working)s)
                   RETURNING {key} AS id""", t),
         {"ids": list(item_ids), "owner": owner, "working": list(t.working)}).fetchall()}
+    return _not_held(conn, t, item_ids, held, owner)
+
+
+def _not_held(conn: psycopg.Connection, t: LedgerTable, item_ids: Sequence[int], held: set[int],
+              owner: str) -> dict[int, str]:
+    """Those of ``item_ids`` a set-based statement did not hold, each with why (``hold`` says it)."""
     lost = {}
     for item_id in item_ids:
         if item_id not in held:
@@ -259,14 +265,7 @@ def heartbeat_many(conn: psycopg.Connection, t: LedgerTable, stats_by_item: Mapp
                   RETURNING x.{key} AS id""", t),
         {"ids": item_ids, "stats": [Jsonb(dict(stats_by_item[i])) for i in item_ids], "owner": owner,
          "working": list(t.working)}).fetchall()}
-    lost = {}
-    for item_id in item_ids:
-        if item_id not in held:
-            try:
-                hold(conn, t, item_id, owner)
-            except LeaseLost as exc:
-                lost[item_id] = str(exc)
-    return lost
+    return _not_held(conn, t, item_ids, held, owner)
 
 
 def extend_leases(conn: psycopg.Connection, owner: str, lease_seconds: float, dagster_run_id: str) -> int:
