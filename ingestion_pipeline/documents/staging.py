@@ -58,28 +58,42 @@ def stage_version_elements(conn: psycopg.Connection, run_id: int, version_id: in
     return n
 
 
-def read_elements(conn: psycopg.Connection, run_id: int) -> list[Element]:
-    rows = conn.execute(
-        """SELECT element_type, text, page_number, section_path FROM staging_elements
-            WHERE run_id = %s ORDER BY ordinal""",
-        (run_id,),
-    ).fetchall()
-    return [Element(r["element_type"], r["text"], r["page_number"], section_path=list(r["section_path"]))
-            for r in rows]
+def staging_states(conn: psycopg.Connection, run_ids: list[int]) -> dict[int, dict]:
+    """The staging rows of these files (a file not staged yet has none)."""
+    return {r["run_id"]: r for r in conn.execute("SELECT * FROM staging_documents WHERE run_id = ANY(%s)", (run_ids,))}
 
 
-def write_chunks(conn: psycopg.Connection, run_id: int, chunks: list[Chunk], stats: dict) -> None:
-    conn.execute("DELETE FROM staging_chunks WHERE run_id = %s", (run_id,))
+def read_elements(conn: psycopg.Connection, run_ids: list[int]) -> dict[int, list[Element]]:
+    """The staged elements of these files, each file's in order (one statement)."""
+    elements: dict[int, list[Element]] = {run_id: [] for run_id in run_ids}
+    for r in conn.execute(
+        """SELECT run_id, element_type, text, page_number, section_path FROM staging_elements
+            WHERE run_id = ANY(%s) ORDER BY run_id, ordinal""",
+        (run_ids,),
+    ):
+        elements[r["run_id"]].append(Element(r["element_type"], r["text"], r["page_number"],
+                                             section_path=list(r["section_path"])))
+    return elements
+
+
+def write_chunks(conn: psycopg.Connection, chunks_by_file: dict[int, tuple[list[Chunk], dict]]) -> None:
+    """Replace these files' staged chunks (a retried chunking starts clean) and mark the step done, each file
+    with its figures: three statements for any number of files."""
+    run_ids = list(chunks_by_file)
+    conn.execute("DELETE FROM staging_chunks WHERE run_id = ANY(%s)", (run_ids,))
     with conn.cursor().copy(
         """COPY staging_chunks (run_id, ordinal, text, page_start, page_end, section_path, element_types,
                                 token_count, content_hash) FROM STDIN"""
     ) as copy:
-        for c in chunks:
-            copy.write_row((run_id, c.ordinal, c.text, c.page_start, c.page_end, c.section_path,
-                            c.element_types, c.token_count, c.content_hash))
+        for run_id, (chunks, _) in chunks_by_file.items():
+            for c in chunks:
+                copy.write_row((run_id, c.ordinal, c.text, c.page_start, c.page_end, c.section_path,
+                                c.element_types, c.token_count, c.content_hash))
     conn.execute(
-        "UPDATE staging_documents SET chunks_done = true, stats = stats || %s, updated_at = now() WHERE run_id = %s",
-        (Jsonb(stats), run_id),
+        """UPDATE staging_documents d SET chunks_done = true, stats = d.stats || f.stats, updated_at = now()
+             FROM unnest(%s::bigint[], %s::jsonb[]) AS f(run_id, stats)
+            WHERE d.run_id = f.run_id""",
+        (run_ids, [Jsonb(stats) for _, stats in chunks_by_file.values()]),
     )
 
 

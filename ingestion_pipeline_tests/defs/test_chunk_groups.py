@@ -1,0 +1,90 @@
+"""The chunk step reads, chunks and writes its files in groups, and still fails only a file at fault."""
+
+import psycopg
+import pytest
+
+from ingestion_pipeline.core.ledger import Worker
+from ingestion_pipeline.documents import pipeline as pipeline_module
+from ingestion_pipeline.documents import staging
+from ingestion_pipeline_tests.helpers import batch_queued, pipeline_for, submit, table
+
+
+@pytest.fixture
+def notes(tmp_path):
+    paths = []
+    for i in range(12):
+        path = tmp_path / f"note-{i:02d}.md"
+        path.write_text(f"# Note {i}\n\n" + " ".join(f"Sentence {j} of note {i}." for j in range(i + 1)) + "\n")
+        paths.append(path)
+    return paths
+
+
+def _extracted(database, notes):
+    submit(database, "acme", *notes)
+    [key] = batch_queued(database)
+    pipeline = pipeline_for(database)
+    pipeline.worker = Worker("run-c", "run-c", 600)
+    pipeline.claim_batch(key)
+    pipeline.extract_batch(key)
+    return pipeline, key
+
+
+def test_files_are_written_a_group_at_a_time_in_the_batchs_order(database, db, notes, monkeypatch):
+    pipeline, key = _extracted(database, notes)
+    writes: list[list[int]] = []
+    original = staging.write_chunks
+    monkeypatch.setattr(staging, "write_chunks",
+                        lambda conn, files: writes.append(list(files)) or original(conn, files))
+    monkeypatch.setattr(pipeline_module, "CHUNK_GROUP_FILES", 5)
+    chunk_elements = pipeline_module.chunk_elements
+    monkeypatch.setattr(pipeline_module, "chunk_elements",  # note 5 makes no chunks: it fails, alone
+                        lambda elements, *a, **k: [] if "Note 5" in elements[0].text
+                        else chunk_elements(elements, *a, **k))
+
+    outcomes = pipeline.chunk_batch(key)
+
+    run_ids = [r["run_id"] for r in table(db, "SELECT run_id FROM ingestion_runs ORDER BY run_id")]
+    assert [o.run_id for o in outcomes] == run_ids
+    by_name = {o.filename: o for o in outcomes}
+    assert by_name["note-05.md"].status in ("retry", "failed", "dead_letter")  # no chunks: that file alone
+    assert {o.status for name, o in by_name.items() if name != "note-05.md"} == {"running"}
+    assert len(writes) == 3 and sorted(i for w in writes for i in w) == sorted(
+        o.run_id for o in outcomes if o.status == "running")  # 12 files in groups of 5: three transactions
+    done = table(db, "SELECT run_id, stats FROM staging_documents WHERE chunks_done ORDER BY run_id")
+    assert len(done) == 11 and all(r["stats"]["chunks"] >= 1 for r in done)
+    ledger = {r["run_id"]: r["stats"] for r in table(db, "SELECT run_id, stats FROM ingestion_runs")}
+    assert all("chunk" in ledger[r["run_id"]]["timings_ms"] for r in done)
+
+    again = pipeline.chunk_batch(key)  # a retried step finds them staged
+    assert {o.detail for o in again if o.status == "running"} == {"chunks already staged"}
+
+
+def test_a_group_whose_write_fails_on_one_files_data_is_written_file_by_file(database, db, notes, monkeypatch):
+    pipeline, key = _extracted(database, notes[:4])
+    [bad] = [r["run_id"] for r in table(
+        db, "SELECT run_id FROM ingestion_runs WHERE config->>'filename' = 'note-02.md'")]
+    original = staging.write_chunks
+
+    def refuse_the_bad_file(conn, files):
+        if bad in files:
+            raise psycopg.errors.CharacterNotInRepertoire("invalid byte sequence for encoding \"UTF8\": 0x00")
+        return original(conn, files)
+
+    monkeypatch.setattr(staging, "write_chunks", refuse_the_bad_file)
+    outcomes = {o.filename: o for o in pipeline.chunk_batch(key)}
+
+    assert outcomes["note-02.md"].status in ("retry", "failed", "dead_letter")
+    assert {outcomes[n].status for n in ("note-00.md", "note-01.md", "note-03.md")} == {"running"}
+    assert table(db, "SELECT count(*) AS n FROM staging_documents WHERE chunks_done")[0]["n"] == 3
+
+
+def test_groups_are_cut_by_files_and_by_bytes_in_order():
+    from ingestion_pipeline.documents.pipeline import CHUNK_GROUP_BYTES, CHUNK_GROUP_FILES, _chunk_groups
+
+    small = [{"run_id": i, "size_bytes": 2_000} for i in range(CHUNK_GROUP_FILES * 2 + 3)]
+    assert [len(g) for g in _chunk_groups(small)] == [CHUNK_GROUP_FILES, CHUNK_GROUP_FILES, 3]
+    big = CHUNK_GROUP_BYTES // 2 + 1
+    rows = [{"run_id": 1, "size_bytes": big}, {"run_id": 2, "size_bytes": big}, {"run_id": 3, "size_bytes": 10},
+            {"run_id": 4, "size_bytes": CHUNK_GROUP_BYTES * 3}, {"run_id": 5, "size_bytes": None}]
+    assert [[r["run_id"] for r in g] for g in _chunk_groups(rows)] == [[1], [2, 3], [4], [5]]
+    assert _chunk_groups([]) == []
