@@ -73,6 +73,14 @@ def find_versions(conn: psycopg.Connection, fingerprint_for: FingerprintFor, *, 
     current_fp = fingerprint_for(EXTRACTOR_VERSION)
     assert current_fp is not None
     plan = ReindexPlan(current_fp)
+    params = {"tenant": tenant_id, "docs": doc_ids, "current": current_fp, "stale_only": stale_only}
+    # Counted apart, and only the stale versions read: every batch's `fingerprints_current` check asks, and
+    # reading every active version (with its elements' and S3 object's state) grew with the deployment
+    # (12,000 active versions: 66-90 ms a batch; a million would take seconds).
+    plan.active = conn.execute(
+        """SELECT count(*) AS n FROM document_versions v
+            WHERE v.is_active AND (%(tenant)s::text IS NULL OR v.tenant_id = %(tenant)s)
+              AND (%(docs)s::bigint[] IS NULL OR v.doc_id = ANY(%(docs)s))""", params).fetchone()["n"]
     rows = conn.execute(
         """SELECT v.version_id, v.tenant_id, v.doc_id, v.version_number, v.filename, v.pipeline_fingerprint,
                   v.extractor_version,
@@ -83,15 +91,14 @@ def find_versions(conn: psycopg.Connection, fingerprint_for: FingerprintFor, *, 
              LEFT JOIN source_objects o ON o.source_id = r.source_id AND o.key = r.source_key
             WHERE v.is_active AND (%(tenant)s::text IS NULL OR v.tenant_id = %(tenant)s)
               AND (%(docs)s::bigint[] IS NULL OR v.doc_id = ANY(%(docs)s))
+              AND (NOT %(stale_only)s OR v.pipeline_fingerprint <> %(current)s)
             ORDER BY v.tenant_id, v.version_id""",
-        {"tenant": tenant_id, "docs": doc_ids},
+        params,
     ).fetchall()
+    if stale_only:  # a version promoted between the two statements is counted as current
+        plan.current = max(0, plan.active - len(rows))
     for r in rows:
-        plan.active += 1
         stale = r["pipeline_fingerprint"] != current_fp
-        if not stale and stale_only:
-            plan.current += 1
-            continue
         target = fingerprint_for(r["extractor_version"]) if r["has_elements"] else None
         version = StaleVersion(r["version_id"], r["tenant_id"], r["doc_id"], r["version_number"], r["filename"],
                                r["pipeline_fingerprint"])
