@@ -88,3 +88,24 @@ def test_groups_are_cut_by_files_and_by_bytes_in_order():
             {"run_id": 4, "size_bytes": CHUNK_GROUP_BYTES * 3}, {"run_id": 5, "size_bytes": None}]
     assert [[r["run_id"] for r in g] for g in _chunk_groups(rows)] == [[1], [2, 3], [4], [5]]
     assert _chunk_groups([]) == []
+
+
+def test_a_file_another_run_took_over_is_lost_and_nothing_is_staged_for_it(database, db, notes, monkeypatch):
+    pipeline, key = _extracted(database, notes[:4])
+    [taken] = [r["run_id"] for r in table(
+        db, "SELECT run_id FROM ingestion_runs WHERE config->>'filename' = 'note-01.md'")]
+    rows = table(db, "SELECT * FROM ingestion_runs WHERE partition_key = %s ORDER BY run_id", key)
+    original = pipeline_module.runs.hold_many
+
+    def another_run_takes_it_first(conn, run_ids, owner):  # between the group's chunking and its write
+        with database.connection() as other:
+            other.execute("UPDATE ingestion_runs SET owner = 'run-other' WHERE run_id = %s", (taken,))
+        return original(conn, run_ids, owner)
+
+    monkeypatch.setattr(pipeline_module.runs, "hold_many", another_run_takes_it_first)
+    outcomes = {o.filename: o for o in pipeline._chunk_group(rows)}
+
+    assert outcomes["note-01.md"].status == "lost" and "run-other" in outcomes["note-01.md"].detail
+    assert {outcomes[n].status for n in ("note-00.md", "note-02.md", "note-03.md")} == {"running"}
+    assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE run_id = %s", taken)[0]["n"] == 0
+    assert table(db, "SELECT chunks_done FROM staging_documents WHERE run_id = %s", taken) == [{"chunks_done": False}]
