@@ -163,3 +163,46 @@ def test_reuse_takes_a_tenants_own_vectors_and_looks_each_text_up_by_its_hash(da
         else:  # the same texts in another tenant: never its vectors
             assert (figures["embeddings_reused"], figures["embedded"]) == (0, figures["chunks"])
     assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE embedding IS NULL")[0]["n"] == 0
+
+
+@pytest.mark.parametrize("taken_before", ["reuse", "finish"])
+def test_a_file_another_run_took_over_mid_step_is_lost_and_not_marked_embedded(database, db, notes, monkeypatch,
+                                                                              taken_before):
+    """The batch-wide reuse and finish hold every file first: one taken over meanwhile leaves as lost."""
+    from ingestion_pipeline.documents import pipeline as pipeline_module
+
+    submit(database, "acme", *notes[:4])
+    [key] = batch_queued(database)
+    pipeline = _run_to_embeddings(database, key)
+    [taken] = [r["run_id"] for r in table(
+        db, "SELECT run_id FROM ingestion_runs WHERE config->>'filename' = 'note-01.md'")]
+
+    def take_it():
+        with database.connection() as other:
+            other.execute("UPDATE ingestion_runs SET owner = 'run-other' WHERE run_id = %s", (taken,))
+
+    if taken_before == "reuse":
+        original = pipeline_module.runs.hold_many
+        calls = []
+
+        def hold_many(conn, run_ids, owner):
+            if not calls:
+                take_it()
+            calls.append(run_ids)
+            return original(conn, run_ids, owner)
+
+        monkeypatch.setattr(pipeline_module.runs, "hold_many", hold_many)
+    else:
+        finish = type(pipeline)._finish_embedding
+        monkeypatch.setattr(type(pipeline), "_finish_embedding", lambda self, work: take_it() or finish(self, work))
+
+    outcomes = {o.filename: o for o in pipeline.embed_batch(key)}
+
+    assert outcomes["note-01.md"].status == "lost" and "run-other" in outcomes["note-01.md"].detail
+    assert {outcomes[n].status for n in ("note-00.md", "note-02.md", "note-03.md")} == {"running"}
+    done = {r["run_id"]: r["embeddings_done"]
+            for r in table(db, "SELECT run_id, embeddings_done FROM staging_documents")}
+    assert done.pop(taken) is False and all(done.values())
+    if taken_before == "reuse":  # it left before the model: none of its chunks was encoded
+        assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE run_id = %s AND embedding IS NOT NULL",
+                     taken)[0]["n"] == 0
