@@ -10,6 +10,7 @@ retry — Dagster's re-execution, a relaunch, a replay — resumes instead of st
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
@@ -55,6 +56,8 @@ _FETCH_CONCURRENCY = 4
 
 # Errors of the database itself: not a file's fault, so the step (not the file) is retried.
 _STEP_ERRORS = ("db_unavailable", "db_conflict")
+
+T = TypeVar("T")
 
 # files the chunk step reads, chunks and writes together (one transaction of five statements a group), and
 # the bytes of their uploads a group holds at most (its elements are in memory at once; a larger file goes
@@ -96,6 +99,30 @@ def _chunk_groups(rows: list[dict]) -> list[list[dict]]:
         groups[-1].append(row)
         size += n
     return groups
+
+
+def _in_pool(tasks: list[Callable[[], T]], lanes: int, *, on_done: Callable[[T], None]) -> list[T]:
+    """Run ``tasks`` on up to ``lanes`` threads ("file-lane"), ``on_done`` for each result as it finishes (on
+    the calling thread); results in the tasks' order. An error stops the lanes: tasks not begun are cancelled
+    and the error is raised."""
+    if min(lanes, len(tasks)) <= 1:
+        results = []
+        for task in tasks:
+            results.append(task())
+            on_done(results[-1])
+        return results
+    results_at: dict[int, T] = {}
+    with ThreadPoolExecutor(lanes, thread_name_prefix="file-lane") as pool:
+        futures = {pool.submit(task): i for i, task in enumerate(tasks)}
+        try:
+            for future in as_completed(futures):
+                results_at[futures[future]] = future.result()
+                on_done(results_at[futures[future]])
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return [results_at[i] for i in range(len(tasks))]
 
 
 def _ms(start: float) -> int:
@@ -176,43 +203,32 @@ class DocumentPipeline:
             self._progress.finish()
         return outcomes
 
-    def _in_lanes(self, rows: list[dict], work: Callable[[dict], FileOutcome | None], lanes: int, *,
-                  count_files: bool = True) -> list[FileOutcome | None]:
+    def _in_lanes(self, rows: list[dict], work: Callable[[dict], FileOutcome | None],
+                  lanes: int) -> list[FileOutcome | None]:
         """``_guarded(row, work)`` for every row, ``lanes`` documents at a time; outcomes in the rows' order.
 
-        Progress (``count_files``) is advanced here, on the step's thread. An error of the step (the
-        database) stops the lanes: files not begun stay held for the step's retry, as in one lane. There
-        are never more lanes than pooled connections (a lane waiting for one could time out).
+        Progress is advanced here, on the step's thread. An error of the step (the database) stops the
+        lanes: files not begun stay held for the step's retry, as in one lane. There are never more lanes
+        than pooled connections (a lane waiting for one could time out).
         """
         lanes = min(lanes, self.db.max_size)
         if lanes <= 1 or len(rows) <= 1:
             outcomes = []
             for row in rows:
                 outcomes.append(self._guarded(row, work))
-                if count_files:
-                    self._progress.advance(files=1)
+                self._progress.advance(files=1)
             return outcomes
-        by_document: dict[Any, list[tuple[int, dict]]] = {}
-        for i, row in enumerate(rows):
-            by_document.setdefault(row.get("doc_id", row["run_id"]), []).append((i, row))
+        by_document: dict[Any, list[dict]] = {}
+        for row in rows:
+            by_document.setdefault(row.get("doc_id", row["run_id"]), []).append(row)
 
-        def document_files(files: list[tuple[int, dict]]) -> list[tuple[int, FileOutcome | None]]:
-            return [(i, self._guarded(row, work)) for i, row in files]
+        def document_files(files: list[dict]) -> list[tuple[int, FileOutcome | None]]:
+            return [(row["run_id"], self._guarded(row, work)) for row in files]
 
-        done: list[tuple[int, FileOutcome | None]] = []
-        with ThreadPoolExecutor(lanes, thread_name_prefix="file-lane") as pool:
-            futures = [pool.submit(document_files, files) for files in by_document.values()]
-            try:
-                for future in as_completed(futures):
-                    finished = future.result()
-                    done += finished
-                    if count_files:
-                        self._progress.advance(files=len(finished))
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
-        return [outcome for _, outcome in sorted(done, key=lambda pair: pair[0])]
+        finished = _in_pool([functools.partial(document_files, files) for files in by_document.values()], lanes,
+                            on_done=lambda done: self._progress.advance(files=len(done)))
+        by_run = dict(pair for document in finished for pair in document)
+        return [by_run[row["run_id"]] for row in rows]
 
     def _guarded(self, row: dict, work: Callable[[dict], FileOutcome | None]) -> FileOutcome | None:
         """``work(row)``, with a file's failure (or lost claim) turned into that file's outcome."""
@@ -471,20 +487,14 @@ class DocumentPipeline:
             rows = runs.held_rows(conn, partition_key, self.owner)
         self._progress = Progress("chunk", len(rows), sinks=self._progress_sinks)
         groups = _chunk_groups(rows)
-        lanes = min(self._lanes, self.db.max_size, len(groups))
-        if lanes <= 1:
-            for group in groups:
-                outcomes += self._chunk_group(group)
-        else:
-            with ThreadPoolExecutor(lanes, thread_name_prefix="file-lane") as pool:
-                futures = [pool.submit(self._chunk_group, group) for group in groups]
-                try:
-                    for future in futures:  # outcomes in the batch's order
-                        outcomes += future.result()
-                except BaseException:
-                    for future in futures:
-                        future.cancel()
-                    raise
+
+        def counted(done: list[FileOutcome]) -> None:
+            self._progress.advance(files=len(done), chunks=sum(o.stats.get("chunks", 0) for o in done
+                                                                 if o.status == STEP_DONE))
+
+        for done in _in_pool([functools.partial(self._chunk_group, group) for group in groups],
+                             min(self._lanes, self.db.max_size), on_done=counted):
+            outcomes += done
         if rows:
             self._progress.finish()
         return outcomes
@@ -517,11 +527,9 @@ class DocumentPipeline:
                 if classify(exc).code in _STEP_ERRORS:
                     raise
                 _log.warning("a group's chunks failed to write (%s): writing its files one by one", exc)
-                for run_id, item in chunked.items():
-                    outcomes[run_id] = self._guarded(item[0], lambda _row, item=item: self._write_chunks(
-                        {item[0]["run_id"]: item}, raise_lost=True)[item[0]["run_id"]])
-        self._progress.advance(files=len(rows), chunks=sum(len(item[1]) for i, item in chunked.items()
-                                                           if outcomes[i].status == STEP_DONE))
+                for run_id, (row, *_) in chunked.items():
+                    outcomes[run_id] = self._guarded(
+                        row, lambda r: self._write_chunks({r["run_id"]: chunked[r["run_id"]]})[r["run_id"]])
         return [outcomes[run_id] for run_id in run_ids]
 
     def _chunk_file(self, state: dict | None, elements: list[Element]) -> tuple[list[Chunk], dict, int]:
@@ -539,14 +547,10 @@ class DocumentPipeline:
                  "max_chunk_tokens": max(c.token_count for c in chunks)}
         return chunks, stats, _ms(start)
 
-    def _write_chunks(self, chunked: dict[int, tuple[dict, list[Chunk], dict, int]], *,
-                      raise_lost: bool = False) -> dict[int, FileOutcome]:
-        """Stage the chunks of the files this run still holds, in one transaction; the others are lost
-        (``raise_lost``: raise ``LeaseLost`` instead, for one file written alone)."""
+    def _write_chunks(self, chunked: dict[int, tuple[dict, list[Chunk], dict, int]]) -> dict[int, FileOutcome]:
+        """Stage the chunks of the files this run still holds, in one transaction; the others are lost."""
         with self.db.transaction() as conn:
             lost = runs.hold_many(conn, list(chunked), self.owner)
-            if lost and raise_lost:
-                raise LeaseLost(next(iter(lost.values())))
             kept = {run_id: item for run_id, item in chunked.items() if run_id not in lost}
             if kept:
                 staging.write_chunks(conn, {run_id: (chunks, stats) for run_id, (_, chunks, stats, _) in kept.items()})
