@@ -5,23 +5,38 @@ reach ``failpoint(<name>)`` writes ``<folder>/<pid>.<name>`` and sleeps, so the 
 at exactly that point (inside the promotion transaction, between two committed embedding units …);
 processes that come after the marker exists run through. Without the variables nothing happens.
 
+A failpoint arms only inside a test (pytest's ``PYTEST_CURRENT_TEST`` is set) or with an explicit
+``INGESTION_ALLOW_FAILPOINTS=1`` beside it (the fault tests' worker processes set it): a stray
+``INGESTION_FAILPOINT`` in a production environment is reported once and never stalls a worker.
+
 Points: ``model.load``, ``extract.file``, ``embed.unit``, ``promote.transaction``, ``metrics.stage``,
 ``metrics.promote``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
 
+_log = logging.getLogger(__name__)
 _reached: set[str] = set()
+
+
+def armed() -> bool:
+    """Whether a set ``INGESTION_FAILPOINT`` may stop this process."""
+    return os.environ.get("INGESTION_ALLOW_FAILPOINTS") == "1" or "PYTEST_CURRENT_TEST" in os.environ
 
 
 def failpoint(name: str) -> None:
     if os.environ.get("INGESTION_FAILPOINT") != name or name in _reached:
         return
     _reached.add(name)
+    if not armed():
+        _log.warning("INGESTION_FAILPOINT=%s is set but ignored: failpoints arm only in tests or with "
+                     "INGESTION_ALLOW_FAILPOINTS=1", name)
+        return
     folder = os.environ.get("INGESTION_FAILPOINT_DIR")
     if folder:
         if any(Path(folder).glob(f"*.{name}")):

@@ -106,7 +106,8 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
     markers = tmp_path / "failpoints"
     markers.mkdir()
     env = {**os.environ, "INGESTION_LEASE_SECONDS": "3", "INGESTION_FAILPOINT": "embed.unit",
-           "INGESTION_FAILPOINT_DIR": str(markers), "INGESTION_BATCH_MAX_FILES": "3"}
+           "INGESTION_ALLOW_FAILPOINTS": "1", "INGESTION_FAILPOINT_DIR": str(markers),
+           "INGESTION_BATCH_MAX_FILES": "3"}
     [killed] = submit(database, "acme", corpus_dir / "documents" / "norwich-city.txt")
     port = _free_port()
     log_path = tmp_path / "dev.log"

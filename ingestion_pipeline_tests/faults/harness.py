@@ -65,7 +65,8 @@ class FaultHarness:
             marker.unlink()
         env = dict(self.env)
         if point:
-            env.update(INGESTION_FAILPOINT=point, INGESTION_FAILPOINT_DIR=str(self.markers))
+            env.update(INGESTION_FAILPOINT=point, INGESTION_ALLOW_FAILPOINTS="1",
+                       INGESTION_FAILPOINT_DIR=str(self.markers))
         self._n += 1
         log = (self.logs / f"process-{self._n}.log").open("w")
         started = time.monotonic()

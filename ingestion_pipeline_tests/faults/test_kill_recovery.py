@@ -119,7 +119,8 @@ def test_sigterm_on_process_gives_its_files_back(harness, database_url, db, corp
     from ingestion_pipeline_tests.faults.harness import CLI
 
     assert harness.cli("submit", str(corpus_dir / "documents" / "norwich-city.txt"), "--tenant", "acme").returncode == 0
-    env = {**harness.env, "INGESTION_FAILPOINT": "embed.unit", "INGESTION_FAILPOINT_DIR": str(harness.markers),
+    env = {**harness.env, "INGESTION_FAILPOINT": "embed.unit", "INGESTION_ALLOW_FAILPOINTS": "1",
+           "INGESTION_FAILPOINT_DIR": str(harness.markers),
            "INGESTION_FAILPOINT_SLEEP": "30"}
     proc = subprocess.Popen([CLI, "process"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120

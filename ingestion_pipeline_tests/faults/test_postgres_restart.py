@@ -188,7 +188,8 @@ def test_a_staging_batch_lost_in_a_crash_is_staged_again_not_skipped(private_pos
     with log_path.open("w") as log:
         worker = subprocess.Popen(
             [str(Path(sys.executable).parent / "ingestion-pipeline"), "process"], stdout=log, stderr=subprocess.STDOUT,
-            env={**harness.env, "INGESTION_FAILPOINT": "metrics.stage", "INGESTION_FAILPOINT_DIR": str(markers),
+            env={**harness.env, "INGESTION_FAILPOINT": "metrics.stage", "INGESTION_ALLOW_FAILPOINTS": "1",
+                 "INGESTION_FAILPOINT_DIR": str(markers),
                  "INGESTION_FAILPOINT_SLEEP": "8"})
         try:
             deadline = time.monotonic() + 120
