@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.s3_clients import ClientsByEndpoint, S3ClientSettings, build_client
 from ingestion_pipeline.core.settings import ApiSettings, Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents.embedding import Embedder
@@ -28,9 +29,9 @@ class ApiServices:
         self.api = api
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
-        self._s3_client_factory = s3_client_factory
-        self._s3_clients: dict[str | None, Any] = {}
-        self._s3_lock = threading.Lock()
+        # the pipeline's one client factory (the sensor's and the fetch threads' retry policy) unless a test gives one
+        self._s3_clients = ClientsByEndpoint(
+            s3_client_factory or (lambda endpoint_url: build_client(S3ClientSettings(endpoint_url=endpoint_url))))
         # "Sync now" listings run after the response: one per source at a time, at most SYNC_SLOTS at once.
         # Each holds two pooled connections while it lists (the source's lock and the work), so a burst of
         # them must not take the connections requests need (a request waits at most 5 s, then 503).
@@ -76,18 +77,7 @@ class ApiServices:
 
     def s3_client(self, endpoint_url: str | None = None) -> Any:
         """A boto3 S3 client per endpoint (None: the AWS environment), built once (clients are thread-safe)."""
-        with self._s3_lock:
-            if endpoint_url not in self._s3_clients:
-                if self._s3_client_factory is not None:
-                    self._s3_clients[endpoint_url] = self._s3_client_factory(endpoint_url)
-                else:
-                    import boto3
-                    from botocore.config import Config
-
-                    # SigV4: presigned URLs carry their expiry and sign the declared size and type.
-                    self._s3_clients[endpoint_url] = boto3.client(
-                        "s3", endpoint_url=endpoint_url, config=Config(signature_version="s3v4"))
-            return self._s3_clients[endpoint_url]
+        return self._s3_clients(endpoint_url)
 
     def upload_s3_client(self) -> Any:
         return self.s3_client(self.api.upload_s3_endpoint)

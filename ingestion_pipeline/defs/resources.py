@@ -4,13 +4,12 @@ Each defaults to the environment (``DATABASE_URL`` or the embedded Postgres; ``I
 same code location serves `make dev`, `ingestion-pipeline process` and production, and a test or a
 deployment swaps one by passing another (hooli-style). Nothing here is cached in module globals: a run
 (one process with the in-process executor) builds its pool and its model once. (boto3 sessions are,
-in ``s3_resource``: they hold no connection, only botocore's loaded service models.)
+in ``core/s3_clients``: they hold no connection, only botocore's loaded service models.)
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -21,6 +20,7 @@ from ingestion_pipeline.core.db import Database, resolve_database_url
 from ingestion_pipeline.core.leases import LeaseKeeper
 from ingestion_pipeline.core.ledger import Worker
 from ingestion_pipeline.core.migrations import apply_migrations
+from ingestion_pipeline.core.s3_clients import ClientsByEndpoint
 from ingestion_pipeline.core.settings import Settings, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.s3_resource import S3Resource
@@ -141,28 +141,23 @@ class DocumentPipelineResource(dg.ConfigurableResource):
 
 
 LazyS3Resource = S3Resource
-"""The name this resource had when it subclassed dagster-aws's (kept for code that imports it)."""
+"""The name this resource had at stop 23 (kept for code that imports it)."""
 
 
-class S3Clients:
-    """endpoint URL -> boto3 client, built once per endpoint from the configured S3Resource.
-
-    Unset fields fall back to the standard AWS environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID …);
-    a source may carry its own endpoint (MinIO, moto, any S3-compatible store).
-    """
+class S3Clients(ClientsByEndpoint):
+    """endpoint URL -> boto3 client, built once per endpoint from the configured S3Resource (a source's own
+    endpoint gets a copy of the resource with that endpoint)."""
 
     def __init__(self, s3: S3Resource) -> None:
-        self._s3 = s3
-        self._clients: dict[str | None, object] = {}
-        self._lock = threading.Lock()  # the fetch threads ask at once: one client, not one each
+        def build(endpoint_url: str | None) -> object:
+            if not endpoint_url or endpoint_url == s3.endpoint_url:
+                return s3.get_client()
+            return s3.model_copy(update={"endpoint_url": endpoint_url}).get_client()
+
+        super().__init__(build)
 
     def __call__(self, endpoint_url: str | None):
-        key = None if not endpoint_url or endpoint_url == self._s3.endpoint_url else endpoint_url
-        with self._lock:
-            if key not in self._clients:
-                resource = self._s3 if key is None else self._s3.model_copy(update={"endpoint_url": key})
-                self._clients[key] = resource.get_client()
-            return self._clients[key]
+        return super().__call__(endpoint_url or None)
 
 
 def build_document_pipeline(

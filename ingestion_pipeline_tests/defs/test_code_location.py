@@ -33,13 +33,14 @@ def test_the_code_location_holds_what_dagsters_defs_folder_loader_finds():
     assert ours["resources"] == ["document_pipeline", "embedder", "heartbeat", "postgres", "s3", "upload_store"]
 
 
-def test_loading_the_code_location_imports_no_dagster_library_catalog_and_no_boto3():
-    """dagster-aws's package import (1.5 s) and boto3's (0.3 s) are not paid by a process that never reads
-    S3 (botocore's exceptions module, 18 ms, is: failures are classified with it)."""
+def test_loading_the_code_location_builds_no_s3_session_or_client():
+    """The ``s3`` resource is dagster-aws's (its package import is paid at load); a boto3 session, whose service
+    models take 60-170 ms to load, is built only when a file does come from S3."""
     code = ("import sys, ingestion_pipeline.definitions as d; d.defs().get_repository_def(); "
-            "print(sorted(m for m in ('dagster_aws', 'boto3') if m in sys.modules))")
+            "from ingestion_pipeline.core import s3_clients; "
+            "print('dagster_aws.s3' in sys.modules, len(s3_clients._SESSIONS))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip() == "True 0"
 
 
 def test_a_module_declares_only_its_own_definitions(tmp_path, monkeypatch):
@@ -73,7 +74,7 @@ def test_an_s3_client_is_configured_from_the_resource(unsigned):
 def test_clients_share_one_boto3_session_per_aws_environment(monkeypatch):
     """A session loads botocore's service models (60-170 ms); its next clients take milliseconds. The AWS
     environment is part of the session's key: a session keeps the credentials it resolved from it."""
-    from ingestion_pipeline.defs import s3_resource
+    from ingestion_pipeline.core import s3_clients as s3_resource
 
     monkeypatch.setattr(s3_resource, "_SESSIONS", {})
     resource = S3Resource(endpoint_url="http://127.0.0.1:9", region_name="eu-west-3")
@@ -86,6 +87,26 @@ def test_clients_share_one_boto3_session_per_aws_environment(monkeypatch):
     three = resource.get_client()
     assert len(s3_resource._SESSIONS) == 2
     assert three._request_signer._credentials.access_key == "second"
+
+
+def test_s3_is_dagster_aws_resource_and_every_client_retries_alike(monkeypatch):
+    """One factory, one retry policy: the code location's resource (sensor, sync, fetch threads) is
+    dagster-aws's S3Resource, and the API's presigning clients retry as its clients do."""
+    from dagster_aws.s3 import S3Resource as DagsterS3Resource
+
+    from ingestion_pipeline.api.services import ApiServices
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    resource = S3Resource(endpoint_url="http://127.0.0.1:9", region_name="eu-west-3")
+    assert isinstance(resource, DagsterS3Resource)
+    from_resource = resource.get_client()
+    from_api = ApiServices(None, None, None).s3_client("http://127.0.0.1:9")
+    for client in (from_resource, from_api):
+        # botocore counts the first call too: max_attempts 5 retries is total_max_attempts 6
+        assert client.meta.config.retries == {"total_max_attempts": 6, "mode": "standard"}
+        assert client.meta.endpoint_url == "http://127.0.0.1:9"
+    assert S3Resource(max_attempts=2).get_client().meta.config.retries["total_max_attempts"] == 3
 
 
 def test_fetch_threads_asking_at_once_get_one_client(monkeypatch):
