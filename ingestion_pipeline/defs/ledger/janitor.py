@@ -1,7 +1,8 @@
 """The janitor: re-surfaces work that a dead worker or a lost launch left behind.
 
-Runs every minute (``ledger_janitor_schedule``, which does its work at evaluation time and launches
-nothing) and at the start of every `ingestion-pipeline process`:
+Runs every minute as ``ledger_janitor_sensor`` (each tick's message in the UI says what it recovered;
+its work is a few statements, so it runs in the tick rather than as a run of its own), on demand as
+``ledger_janitor_job``, and at the start of every `ingestion-pipeline process`:
 
 1. a Dagster run still STARTED whose worker stopped beating (SIGKILL, out of memory) is marked failed,
    so Dagster's run retries continue it (daemon runs) or its work is handed back (`process` runs);
@@ -116,28 +117,28 @@ def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilityS
     return report
 
 
-@dg.op(description="Recover work left behind by dead workers and lost launches (see the janitor schedule).")
+@dg.op(description="Recover work left behind by dead workers and lost launches (see ledger_janitor_sensor).")
 def recover_stalled_work(context: dg.OpExecutionContext, postgres: PostgresResource) -> None:
     context.log.info(run_janitor(context.instance, postgres.db, load_settings().reliability).describe())
 
 
-@dg.job(description="The janitor, on demand: what ledger_janitor_schedule does every minute.")
+@dg.job(description="The janitor, on demand: what ledger_janitor_sensor does every minute.")
 def ledger_janitor_job():
     recover_stalled_work()
 
 
-@dg.schedule(
-    job=ledger_janitor_job,
-    cron_schedule="* * * * *",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
+@dg.sensor(
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
     description="Every minute: fail runs whose worker died, hand back expired claims, relaunch forgotten "
-    "batches. Works at evaluation time and launches no run.",
+    "batches. Works in the tick (a few statements) and launches no run; the tick's message says what it did. "
+    "ledger_janitor_job does the same on demand.",
 )
-def ledger_janitor_schedule(context: dg.ScheduleEvaluationContext, postgres: PostgresResource) -> dg.SkipReason:
+def ledger_janitor_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource) -> dg.SkipReason:
     report = run_janitor(context.instance, postgres.db, load_settings().reliability)
     return dg.SkipReason(f"janitor: {report.describe()}")
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return dg.Definitions(jobs=[ledger_janitor_job], schedules=[ledger_janitor_schedule])
+    return dg.Definitions(jobs=[ledger_janitor_job], sensors=[ledger_janitor_sensor])
