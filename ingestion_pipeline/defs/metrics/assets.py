@@ -7,6 +7,7 @@ fails the step for good (``Failure(allow_retries=False)``); a transient error re
 
 import dagster as dg
 
+from ingestion_pipeline import read
 from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.defs.ledger.steps import launched_by_a_person, retrying_transient_errors
 from ingestion_pipeline.defs.partitions import metric_uploads
@@ -21,6 +22,25 @@ GROUP = "metrics"
 def _fail(exc: UploadFailed) -> dg.Failure:
     # A data problem: retrying the run cannot fix it.
     return dg.Failure(description=str(exc), allow_retries=False, metadata={"error_code": exc.code})
+
+
+def _top_campaigns(postgres: PostgresResource, partition_key: str) -> dg.TableMetadataValue:
+    """The promoted upload's campaigns by spend, as a table in the materialization (``read.top_campaigns``)."""
+    with postgres.db.connection() as conn:
+        upload = upload_for_partition(conn, partition_key)
+    frame = read.top_campaigns(upload["workspace_id"], upload["upload_id"], database_url=postgres.db.url)
+    columns = [("platform", "string"), ("campaign_id", "string"), ("campaign_name", "string"), ("spend", "float"),
+               ("impressions", "int"), ("clicks", "int"), ("daily_rows", "int")]
+    return dg.TableMetadataValue(
+        schema=dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in columns]),
+        records=[dg.TableRecord({name: _plain(row[name]) for name, _ in columns})
+                 for row in frame.to_dict("records")],
+    )
+
+
+def _plain(value):
+    """A DataFrame cell as a value Dagster's table metadata takes (numpy scalars are not)."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def _not_this_runs(postgres: PostgresResource, partition_key: str) -> dict:
@@ -106,6 +126,7 @@ def promoted_metrics(
         "status": result.status, "promoted_rows": result.promoted_rows, "invalid_rows": result.invalid_rows,
         "unpromotable_rows": result.unpromotable_rows, "event_created": result.event_created,
         **{f"upserted_{k}": v for k, v in result.upserted.items()},
+        "top_campaigns": _top_campaigns(postgres, context.partition_key),
     })
 
 
