@@ -36,7 +36,8 @@ def resolve_database_url() -> str:
 def resolve_dagster_storage_url() -> str:
     """URL for Dagster's own storage: ``DAGSTER_PG_URL``, else derived from the application database.
 
-    dagster-postgres must be given the psycopg2 driver explicitly (DESIGN.md).
+    dagster-postgres must be given the psycopg2 driver explicitly: with SQLAlchemy 2.1 a plain
+    ``postgresql://`` URL picks psycopg 3, which dagster-postgres does not work with.
     """
     url = os.environ.get("DAGSTER_PG_URL")
     if url:

@@ -97,7 +97,7 @@ def _settle_settings(conn: psycopg.Connection) -> None:
 
 
 def embedded_dagster_url(app_url: str) -> str:
-    """The Dagster storage URL (psycopg2 driver, see DESIGN.md) on the same embedded server."""
+    """The Dagster storage URL (psycopg2 driver: see ``db.resolve_dagster_storage_url``) on the same embedded server."""
     base, _, query = app_url.partition("?")
     base = base.rsplit("/", 1)[0] + "/" + DAGSTER_DATABASE
     base = base.replace("postgresql://", "postgresql+psycopg2://", 1)

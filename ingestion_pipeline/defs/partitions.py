@@ -1,4 +1,5 @@
-"""Dynamic partitions: a partition is a batch of files (documents), not one file (see DESIGN.md)."""
+"""Dynamic partitions: a partition is a batch of files (documents), not one file (ARCHITECTURE.md: a
+batch is one partition and one run, so a bucket of a million objects does not become a million partitions)."""
 
 import dagster as dg
 
