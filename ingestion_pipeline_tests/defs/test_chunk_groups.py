@@ -4,8 +4,8 @@ import psycopg
 import pytest
 
 from ingestion_pipeline.core.ledger import Worker
-from ingestion_pipeline.documents import pipeline as pipeline_module
 from ingestion_pipeline.documents import staging
+from ingestion_pipeline.documents.steps import chunk as pipeline_module
 from ingestion_pipeline_tests.helpers import batch_queued, pipeline_for, submit, table
 
 
@@ -79,15 +79,15 @@ def test_a_group_whose_write_fails_on_one_files_data_is_written_file_by_file(dat
 
 
 def test_groups_are_cut_by_files_and_by_bytes_in_order():
-    from ingestion_pipeline.documents.pipeline import CHUNK_GROUP_BYTES, CHUNK_GROUP_FILES, _chunk_groups
+    from ingestion_pipeline.documents.steps.chunk import CHUNK_GROUP_BYTES, CHUNK_GROUP_FILES, chunk_groups
 
     small = [{"run_id": i, "size_bytes": 2_000} for i in range(CHUNK_GROUP_FILES * 2 + 3)]
-    assert [len(g) for g in _chunk_groups(small)] == [CHUNK_GROUP_FILES, CHUNK_GROUP_FILES, 3]
+    assert [len(g) for g in chunk_groups(small)] == [CHUNK_GROUP_FILES, CHUNK_GROUP_FILES, 3]
     big = CHUNK_GROUP_BYTES // 2 + 1
     rows = [{"run_id": 1, "size_bytes": big}, {"run_id": 2, "size_bytes": big}, {"run_id": 3, "size_bytes": 10},
             {"run_id": 4, "size_bytes": CHUNK_GROUP_BYTES * 3}, {"run_id": 5, "size_bytes": None}]
-    assert [[r["run_id"] for r in g] for g in _chunk_groups(rows)] == [[1], [2, 3], [4], [5]]
-    assert _chunk_groups([]) == []
+    assert [[r["run_id"] for r in g] for g in chunk_groups(rows)] == [[1], [2, 3], [4], [5]]
+    assert chunk_groups([]) == []
 
 
 def test_a_file_another_run_took_over_is_lost_and_nothing_is_staged_for_it(database, db, notes, monkeypatch):

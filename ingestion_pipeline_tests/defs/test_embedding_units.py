@@ -169,7 +169,7 @@ def test_reuse_takes_a_tenants_own_vectors_and_looks_each_text_up_by_its_hash(da
 def test_a_file_another_run_took_over_mid_step_is_lost_and_not_marked_embedded(database, db, notes, monkeypatch,
                                                                               taken_before):
     """The batch-wide reuse and finish hold every file first: one taken over meanwhile leaves as lost."""
-    from ingestion_pipeline.documents import pipeline as pipeline_module
+    from ingestion_pipeline.documents.steps import embed as pipeline_module
 
     submit(database, "acme", *notes[:4])
     [key] = batch_queued(database)

@@ -241,8 +241,8 @@ def test_s3_throttling_is_retried_with_backoff(kb, db, monkeypatch):
 def test_an_extractor_change_reextracts_from_the_unchanged_object(kb, database, db, monkeypatch):
     """The stored elements came from an older extractor and the raw file is gone: a version from an S3 source
     whose object is still the same is fetched and extracted again; one whose object changed is not."""
-    from ingestion_pipeline.documents import pipeline as pipeline_module
     from ingestion_pipeline.documents import reindex
+    from ingestion_pipeline.documents.steps import runner as pipeline_module
     from ingestion_pipeline_tests.helpers import batch_queued
 
     client, bucket, _source = kb

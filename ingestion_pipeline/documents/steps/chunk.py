@@ -1,0 +1,136 @@
+"""Step 3, ``document_chunks``: chunk the staged elements with the model's tokenizer, a group of files at a time."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from ingestion_pipeline.core.failures import classify
+from ingestion_pipeline.core.progress import Progress
+from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents.chunking import Chunk, chunk_elements, effective_budgets
+from ingestion_pipeline.documents.extraction.elements import Element
+from ingestion_pipeline.documents.extraction.errors import ExtractionError
+from ingestion_pipeline.documents.steps.runner import (
+    LOST,
+    STEP_DONE,
+    STEP_ERRORS,
+    FileOutcome,
+    StepRunner,
+    filename,
+    in_pool,
+    log,
+    ms,
+    timings,
+)
+
+# files the chunk step reads, chunks and writes together (one transaction of five statements a group), and
+# the bytes of their uploads a group holds at most (its elements are in memory at once; a larger file goes
+# alone; a re-index, whose upload is gone, counts as 1 MB)
+CHUNK_GROUP_FILES = 25
+CHUNK_GROUP_BYTES = 16 << 20
+
+
+def chunk_groups(rows: list[dict]) -> list[list[dict]]:
+    """``rows`` in order, cut into groups of at most CHUNK_GROUP_FILES files and CHUNK_GROUP_BYTES."""
+    groups: list[list[dict]] = []
+    size = 0
+    for row in rows:
+        n = row.get("size_bytes") or (1 << 20)
+        if not groups or len(groups[-1]) == CHUNK_GROUP_FILES or size + n > CHUNK_GROUP_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(row)
+        size += n
+    return groups
+
+
+class ChunkStep(StepRunner):
+    def chunk_batch(self, partition_key: str) -> list[FileOutcome]:
+        """The batch's files in groups of ``CHUNK_GROUP_FILES``: a group's staged elements are read in one
+        statement, chunked file by file, and written in one transaction (hold, DELETE, COPY, UPDATE,
+        heartbeat) instead of seven round trips a file. Groups go in lanes: the tokenizer of one runs while
+        another's statements are the server's. A file that cannot be chunked fails alone; a group whose
+        write fails on a file's data is written file by file, so only that file fails."""
+        outcomes = self._release_paused(partition_key)
+        with self.db.connection() as conn:
+            rows = runs.held_rows(conn, partition_key, self.owner)
+        self._progress = Progress("chunk", len(rows), sinks=self._progress_sinks)
+        groups = chunk_groups(rows)
+
+        def counted(done: list[FileOutcome]) -> None:
+            self._progress.advance(files=len(done), chunks=sum(o.stats.get("chunks", 0) for o in done
+                                                                 if o.status == STEP_DONE))
+
+        for done in in_pool([functools.partial(self._chunk_group, group) for group in groups],
+                             min(self._lanes, self.db.max_size), on_done=counted):
+            outcomes += done
+        if rows:
+            self._progress.finish()
+        return outcomes
+
+    def _chunk_group(self, rows: list[dict]) -> list[FileOutcome]:
+        run_ids = [r["run_id"] for r in rows]
+        with self.db.connection() as conn:
+            states = staging.staging_states(conn, run_ids)
+            elements = staging.read_elements(conn, [i for i in run_ids if i in states
+                                                    and states[i]["elements_done"] and not states[i]["chunks_done"]])
+        outcomes: dict[int, FileOutcome] = {}
+        chunked: dict[int, tuple[dict, list[Chunk], dict, int]] = {}  # run id: row, chunks, stats, ms
+        for row in rows:
+            run_id = row["run_id"]
+            state = states.get(run_id)
+            if state is not None and state["elements_done"] and state["chunks_done"]:
+                outcomes[run_id] = FileOutcome(run_id, filename(row), STEP_DONE, "chunks already staged")
+                continue
+            try:
+                chunked[run_id] = (row, *self._chunk_file(state, elements.get(run_id, [])))
+            except Exception as exc:
+                failure = classify(exc)
+                if failure.code in STEP_ERRORS:
+                    raise
+                outcomes[run_id] = self._fail(row, failure)
+        if chunked:
+            try:
+                outcomes |= self._write_chunks(chunked)
+            except Exception as exc:
+                if classify(exc).code in STEP_ERRORS:
+                    raise
+                log.warning("a group's chunks failed to write (%s): writing its files one by one", exc)
+                for run_id, (row, *_) in chunked.items():
+                    outcomes[run_id] = self._guarded(
+                        row, lambda r: self._write_chunks({r["run_id"]: chunked[r["run_id"]]})[r["run_id"]])
+        return [outcomes[run_id] for run_id in run_ids]
+
+    def _chunk_file(self, state: dict | None, elements: list[Element]) -> tuple[list[Chunk], dict, int]:
+        """One file's chunks, their figures, and the milliseconds chunking took."""
+        if state is None or not state["elements_done"]:
+            raise ExtractionError("extraction did not complete for this file", code="step_out_of_order")
+        start = time.perf_counter()
+        counter = self.embedder.token_counter
+        target, hard_max = effective_budgets(self.settings.chunk.target_tokens, self.settings.chunk.max_tokens,
+                                             counter)
+        chunks = chunk_elements(elements, counter, target=target, hard_max=hard_max)
+        if not chunks:
+            raise ExtractionError("the file produced no text chunks", code="no_chunks")
+        stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
+                 "max_chunk_tokens": max(c.token_count for c in chunks)}
+        return chunks, stats, ms(start)
+
+    def _write_chunks(self, chunked: dict[int, tuple[dict, list[Chunk], dict, int]]) -> dict[int, FileOutcome]:
+        """Stage the chunks of the files this run still holds, in one transaction; the others are lost."""
+        with self.db.transaction() as conn:
+            lost = runs.hold_many(conn, list(chunked), self.owner)
+            kept = {run_id: item for run_id, item in chunked.items() if run_id not in lost}
+            if kept:
+                staging.write_chunks(conn, {run_id: (chunks, stats) for run_id, (_, chunks, stats, _) in kept.items()})
+                runs.heartbeat_many(conn, {run_id: {**stats, "timings_ms": timings(row, chunk=ms)}
+                                           for run_id, (row, _, stats, ms) in kept.items()}, self.owner)
+        outcomes = {}
+        for run_id, (row, chunks, stats, _) in chunked.items():
+            if run_id in lost:
+                log.warning("file %s (run %s): %s", filename(row), run_id, lost[run_id])
+                outcomes[run_id] = FileOutcome(run_id, filename(row), LOST, lost[run_id])
+            else:
+                outcomes[run_id] = FileOutcome(run_id, filename(row), STEP_DONE, f"{len(chunks)} chunks", stats)
+        return outcomes

@@ -1,0 +1,164 @@
+"""Step 4, ``chunk_embeddings``: vectors for every staged chunk of the batch, reused where the text is unchanged."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ingestion_pipeline.core.failpoints import failpoint
+from ingestion_pipeline.core.failures import classify
+from ingestion_pipeline.core.progress import Progress
+from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents.extraction.errors import ExtractionError
+from ingestion_pipeline.documents.steps.runner import (
+    LOST,
+    STEP_DONE,
+    STEP_ERRORS,
+    FileOutcome,
+    StepRunner,
+    filename,
+    log,
+    ms,
+    timings,
+)
+
+
+@dataclass
+class _Embedding:
+    """A file in the embed step: its ledger row and the figures it will record."""
+
+    row: dict
+    stats: dict
+
+
+class EmbedStep(StepRunner):
+    def embed_batch(self, partition_key: str) -> list[FileOutcome]:
+        """Vectors for every staged chunk of the batch's files, encoded *across* files.
+
+        Each file first reuses the stored vectors of its unchanged chunk texts. The chunks still without
+        a vector, of all the files together, are then encoded in committed units sorted by token count
+        (a small file no longer pays its own ``encode`` call, and similar lengths pad little). If a unit
+        fails to encode, its files are encoded one by one so that only the file at fault fails.
+        """
+        outcomes = self._release_paused(partition_key)
+        with self.db.connection() as conn:
+            rows = runs.held_rows(conn, partition_key, self.owner)
+            ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else None
+        self._progress = Progress("embed", len(rows), total_chunks=ahead, sinks=self._progress_sinks)
+        start = time.perf_counter()
+        work: dict[int, _Embedding] = {}
+        if rows:
+            outcomes += self._reuse_embeddings(rows, work)
+        unit = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
+        while work:
+            with self.db.connection() as conn:
+                pending = staging.pending_embeddings(conn, list(work), unit)
+            if not pending:
+                break
+            outcomes += self._embed_unit(pending, work)
+            failpoint("embed.unit")  # one unit committed, the next not yet
+        for item in work.values():
+            item.stats["timings_ms"] = timings(item.row, embed=ms(start))
+        outcomes += self._finish_embedding(work)
+        if rows:
+            self._progress.finish()
+        return outcomes
+
+    def _reuse_embeddings(self, rows: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+        """The batch's files take the stored vectors of their unchanged chunk texts, in one transaction of
+        three statements; each file held (and chunked) joins ``work``, the others leave with their outcome."""
+        run_ids = [r["run_id"] for r in rows]
+        with self.db.transaction() as conn:
+            lost = runs.hold_many(conn, run_ids, self.owner)
+            chunked = staging.files_with_chunks(conn, [r for r in run_ids if r not in lost])
+            reused = staging.reuse_stored_embeddings(conn, sorted(chunked), self.model.name, self.model.digest)
+        outcomes = []
+        for row in rows:
+            run_id = row["run_id"]
+            if run_id in lost:
+                log.warning("file %s (run %s): %s", filename(row), run_id, lost[run_id])
+                outcomes.append(FileOutcome(run_id, filename(row), LOST, lost[run_id]))
+            elif run_id not in chunked:
+                outcomes.append(self._fail(row, classify(ExtractionError(
+                    "chunking did not complete for this file", code="step_out_of_order"))))
+            else:
+                work[run_id] = _Embedding(row, {"embedded": 0, "embeddings_reused": reused.get(run_id, 0),
+                                                "model_ms": 0})
+        # vectors of identical chunk text, not encoded again
+        self._progress.advance(chunks=sum(reused.values()), files=len(outcomes))
+        return outcomes
+
+    def _embed_unit(self, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+        """Encode one unit (chunks of one or more files) and commit its vectors; files that lost their
+        claim, or whose text cannot be encoded, leave the work with their outcome."""
+        model_start = time.perf_counter()
+        try:
+            vectors = self.embedder.embed([p["text"] for p in pending])  # outside any transaction
+        except Exception as exc:
+            if classify(exc).code in STEP_ERRORS:
+                raise
+            return self._embed_files_alone(pending, work)
+        model_ms = ms(model_start)
+        by_file: dict[int, list[int]] = {}
+        for i, p in enumerate(pending):
+            by_file.setdefault(p["run_id"], []).append(i)
+        outcomes = []
+        with self.db.transaction() as conn:  # the unit's files: one statement holds them, one executemany writes
+            lost = runs.hold_many(conn, list(by_file), self.owner)
+            for run_id, reason in lost.items():  # a file that lost its claim leaves the others' vectors
+                item = work.pop(run_id)
+                log.warning("file %s (run %s): %s", filename(item.row), run_id, reason)
+                outcomes.append(FileOutcome(run_id, filename(item.row), LOST, reason))
+            kept = [i for i, p in enumerate(pending) if p["run_id"] not in lost]
+            if kept:
+                staging.write_embeddings(conn, [pending[i]["run_id"] for i in kept],
+                                         [pending[i]["ordinal"] for i in kept], vectors[kept])
+        for run_id, indexes in by_file.items():
+            if run_id not in lost:
+                stats = work[run_id].stats
+                stats["embedded"] += len(indexes)
+                stats["model_ms"] += model_ms * len(indexes) // len(pending)
+        self._progress.advance(chunks=len(pending), files=len(outcomes))
+        return outcomes
+
+    def _embed_files_alone(self, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+        """A unit failed to encode: encode each of its files' texts alone, failing only the one at fault."""
+        outcomes = []
+        for run_id in dict.fromkeys(p["run_id"] for p in pending):
+            texts = [p["text"] for p in pending if p["run_id"] == run_id]
+            try:
+                self.embedder.embed(texts)
+            except Exception as exc:
+                failure = classify(exc)
+                if failure.code in STEP_ERRORS:
+                    raise
+                outcomes.append(self._fail(work.pop(run_id).row, failure))
+                self._progress.advance(files=1)
+        if not outcomes:  # it failed together but not alone: the model's trouble, not a file's
+            raise RuntimeError("a unit of chunks failed to encode, yet each of its files encodes alone")
+        return outcomes
+
+    def _finish_embedding(self, work: dict[int, _Embedding]) -> list[FileOutcome]:
+        """Every file left in ``work`` has all its vectors: mark them done, with their figures, in one
+        transaction of three statements."""
+        stats = {run_id: work[run_id].stats for run_id in sorted(work)}
+        if not stats:
+            return []
+        with self.db.transaction() as conn:
+            lost = runs.hold_many(conn, list(stats), self.owner)
+            done = {run_id: figures for run_id, figures in stats.items() if run_id not in lost}
+            if done:
+                staging.mark_embeddings_done(conn, done)
+                runs.heartbeat_many(conn, done, self.owner)  # held by the statement above: none is lost here
+        outcomes = []
+        for run_id, figures in stats.items():
+            row = work[run_id].row
+            if run_id in lost:
+                log.warning("file %s (run %s): %s", filename(row), run_id, lost[run_id])
+                outcomes.append(FileOutcome(run_id, filename(row), LOST, lost[run_id]))
+            else:
+                outcomes.append(FileOutcome(run_id, filename(row), STEP_DONE,
+                                            f"{figures['embedded']} embedded, {figures['embeddings_reused']} reused",
+                                            figures))
+        self._progress.advance(files=len(outcomes))
+        return outcomes

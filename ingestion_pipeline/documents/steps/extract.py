@@ -1,0 +1,33 @@
+"""Step 2, ``document_elements``: extract each file in the bounded worker process and stage its elements."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ingestion_pipeline.core.failpoints import failpoint
+from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents.steps.runner import STEP_DONE, FileOutcome, StepRunner, filename, ms, timings
+
+
+class ExtractStep(StepRunner):
+    def extract_batch(self, partition_key: str) -> list[FileOutcome]:
+        return self._for_each(partition_key, self._extract_one, "extract", lanes=self._lanes)
+
+    def _extract_one(self, row: dict) -> FileOutcome:
+        config = row["config"] or {}
+        with self.db.connection() as conn:
+            state = staging.staging_state(conn, row["run_id"])
+        if state is not None and state["elements_done"]:
+            return FileOutcome(row["run_id"], filename(row), STEP_DONE, "elements already staged")
+        start = time.perf_counter()
+        failpoint("extract.file")
+        with self._extract_lock:  # one extraction worker: the other lane writes a file's elements meanwhile
+            document = self._extract(Path(row["raw_path"]), config.get("extension") or Path(filename(row)).suffix)
+        elapsed = ms(start)
+        stats = {"elements": len(document.elements), "pages": document.page_count, "notes": document.notes}
+        with self.db.transaction() as conn:  # the heartbeat first: it holds the file (LeaseLost if not ours)
+            runs.heartbeat(conn, row["run_id"], self.owner, {**stats, "timings_ms": timings(row, extract=elapsed)})
+            staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
+            staging.write_elements(conn, row["run_id"], document.elements, document.page_count, stats)
+        return FileOutcome(row["run_id"], filename(row), STEP_DONE, f"{len(document.elements)} elements", stats)

@@ -1,0 +1,41 @@
+"""Step 5, ``promoted_documents``: each file's version promoted in one transaction, the old one deactivated."""
+
+from __future__ import annotations
+
+from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents.promotion import PromotionError, Superseded, promote_document_version
+from ingestion_pipeline.documents.steps.runner import SKIPPED, FileOutcome, StepRunner, filename
+from ingestion_pipeline.documents.vector_index import ensure_vector_index
+
+
+class PromoteStep(StepRunner):
+    def promote_batch(self, partition_key: str) -> list[FileOutcome]:
+        with self.db.connection() as conn:  # the first vectors of a new model dimension get their index
+            ensure_vector_index(conn, self.model.dimension)
+        return self._for_each(partition_key, self._promote_one, "promote", lanes=self._lanes)
+
+    def _promote_one(self, row: dict) -> FileOutcome:
+        # a re-index keeps the extractor that made the stored elements
+        extractor = (row["config"] or {}).get("extractor_version") if row["reindex_of_version_id"] else None
+        extractor = extractor or self.extractor_version
+        try:
+            with self.db.transaction() as conn:
+                state = staging.staging_state(conn, row["run_id"])
+                if state is None or not state["embeddings_done"]:
+                    raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
+                version = promote_document_version(
+                    conn, row, owner=self.owner, fingerprint=self.fingerprint_for(extractor), model=self.model.name,
+                    model_digest=self.model.digest,
+                    extractor_version=extractor, timings_ms=dict((row["stats"] or {}).get("timings_ms") or {}),
+                )
+        except Superseded as exc:  # a newer version (or a deletion) came first: nothing to promote
+            with self.db.transaction() as conn:
+                runs.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": str(exc)})
+                staging.discard(conn, row["run_id"])
+            return FileOutcome(row["run_id"], filename(row), SKIPPED, str(exc))
+        self._release_raw(row)
+        return FileOutcome(
+            row["run_id"], filename(row), runs.SUCCEEDED,
+            f"version {version.version_number}: {version.chunk_count} chunks",
+            {"version_id": version.version_id, "chunks": version.chunk_count, "tokens": version.token_count},
+        )
