@@ -31,9 +31,9 @@ def main() -> None:
     os.environ.pop("DAGSTER_PG_URL", None)
     home = work / "dagster_home"
     home.mkdir()
-    from ingestion_pipeline.core.settings import project_root
+    from ingestion_pipeline.core.settings import instance_home
 
-    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(instance_home() / "dagster.yaml", home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
     logging.disable(logging.INFO)
 

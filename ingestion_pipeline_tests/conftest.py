@@ -16,7 +16,7 @@ from psycopg import sql
 from ingestion_pipeline.core.db import Database, connect
 from ingestion_pipeline.core.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from ingestion_pipeline.core.migrations import apply_migrations
-from ingestion_pipeline.core.settings import project_root
+from ingestion_pipeline.core.settings import instance_home, project_root
 from ingestion_pipeline.sources import registry
 from ingestion_pipeline_tests.helpers import DOCS, put
 
@@ -72,7 +72,7 @@ def project_dagster_home(tmp_path: Path, dagster_pg_url: str, monkeypatch: pytes
     """DAGSTER_HOME holding the project's own dagster.yaml (Postgres storage, queued coordinator …)."""
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(instance_home() / "dagster.yaml", home / "dagster.yaml")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     return home
 

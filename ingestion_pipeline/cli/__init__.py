@@ -1,7 +1,7 @@
 """The `ingestion-pipeline` command: submit, process, inspect and search, without the Dagster daemon.
 
 Every command uses DATABASE_URL when set, else the embedded Postgres under `.data/`; the Dagster
-instance is the project's `dagster.yaml` (DAGSTER_HOME = the project root), so runs started here show
+instance is the project's `dagster_home/dagster.yaml` (DAGSTER_HOME), so runs started here show
 in the UI of `make dev`. One module per command group; each adds its subcommands in ``register``.
 """
 

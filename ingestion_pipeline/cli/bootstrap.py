@@ -9,7 +9,7 @@ from functools import cached_property
 
 from ingestion_pipeline.core.db import Database, resolve_dagster_storage_url, resolve_database_url
 from ingestion_pipeline.core.migrations import apply_migrations
-from ingestion_pipeline.core.settings import Settings, load_settings, project_root
+from ingestion_pipeline.core.settings import Settings, instance_home, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.fingerprint import fingerprint_for, pipeline_fingerprint
@@ -58,7 +58,7 @@ class Context:
 
 def bootstrap() -> Context:
     """Resolve databases, point Dagster at the project's instance, apply migrations."""
-    os.environ.setdefault("DAGSTER_HOME", str(project_root()))
+    os.environ.setdefault("DAGSTER_HOME", str(instance_home()))
     url = resolve_database_url()
     resolve_dagster_storage_url()
     apply_migrations(url)

@@ -22,7 +22,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         Variable("DATABASE_URL", "the embedded Postgres", "The application database (psycopg URL). Unset: the "
                  "embedded PostgreSQL 16 + pgvector under `.data/`, started on demand."),
         Variable("DAGSTER_PG_URL", "derived from DATABASE_URL", "Dagster's own storage (`postgresql+psycopg2://`)."),
-        Variable("DAGSTER_HOME", "the project folder", "Where `dagster.yaml` (the instance) is read from."),
+        Variable("DAGSTER_HOME", "`<home>/dagster_home`", "Where `dagster.yaml` (the instance) is read from."),
         Variable("INGESTION_HOME", "the checkout", "The project folder the default paths hang from."),
         Variable("INGESTION_DATA_DIR", "`<home>/.data`", "Embedded Postgres, upload stores and model cache."),
         Variable("INGESTION_UPLOAD_DIR", "`<data>/uploads`", "Where uploaded documents wait (content-addressed)."),

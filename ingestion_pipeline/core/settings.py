@@ -21,6 +21,11 @@ def project_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def instance_home() -> Path:
+    """The project's Dagster instance folder (``dagster_home/dagster.yaml``), the CLI's default ``DAGSTER_HOME``."""
+    return project_root() / "dagster_home"
+
+
 def data_dir() -> Path:
     return Path(os.environ.get("INGESTION_DATA_DIR", project_root() / ".data")).resolve()
 

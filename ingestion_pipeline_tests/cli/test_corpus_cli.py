@@ -140,3 +140,17 @@ def test_definitions_validate_with_the_project_workspace(database_url, project_d
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Validation successful for code location ingestion_pipeline" in result.stderr + result.stdout
+
+
+def test_dg_check_defs_and_definitions_validate_pass_in_a_plain_shell(tmp_path):
+    """At the project root with no environment set (no DAGSTER_HOME, no database URL), both of Dagster's own
+    validation commands load the code location against a throwaway instance and pass."""
+    from ingestion_pipeline.core.settings import project_root
+
+    bin_dir = Path(sys.executable).parent
+    plain = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "VIRTUAL_ENV": str(bin_dir.parent)}
+    for command in (["dg", "check", "defs"], ["dagster", "definitions", "validate"]):
+        result = subprocess.run([str(bin_dir / command[0]), *command[1:]], cwd=project_root(), capture_output=True,
+                                text=True, env=plain, timeout=300)
+        assert result.returncode == 0, f"{' '.join(command)}: {result.stderr[-3000:]}"
+    assert not list(project_root().glob(".tmp_dagster_home_*"))  # the throwaway instance is gone

@@ -18,7 +18,7 @@ from dagster import AssetKey
 
 from ingestion_pipeline.core.embedded_postgres import embedded_dagster_url, ensure_embedded_postgres
 from ingestion_pipeline.core.migrations import apply_migrations
-from ingestion_pipeline.core.settings import project_root
+from ingestion_pipeline.core.settings import instance_home
 from ingestion_pipeline_tests.faults.harness import ActiveVersionWatcher, FaultHarness, invariant_violations
 
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_postgres_restart_mid_run(private_postgres, isolated_storage, corpus_dir
     url, pgdata = private_postgres
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(instance_home() / "dagster.yaml", home / "dagster.yaml")
     env = {**os.environ, "DATABASE_URL": url, "DAGSTER_PG_URL": embedded_dagster_url(url), "DAGSTER_HOME": str(home),
            "INGESTION_LEASE_SECONDS": "3", "INGESTION_RETRY_BACKOFF": "2,4,8,8,8", "INGESTION_BATCH_MAX_FILES": "3"}
     harness = FaultHarness(url, env, tmp_path / "faults")
@@ -114,7 +114,7 @@ def test_postgres_crash_mid_metric_staging_loses_nothing(private_postgres, isola
     url, pgdata = private_postgres
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(instance_home() / "dagster.yaml", home / "dagster.yaml")
     env = {**os.environ, "DATABASE_URL": url, "DAGSTER_PG_URL": embedded_dagster_url(url), "DAGSTER_HOME": str(home),
            "INGESTION_LEASE_SECONDS": "3", "INGESTION_RETRY_BACKOFF": "2,4,8,8,8"}
     harness = FaultHarness(url, env, tmp_path / "faults")
@@ -174,7 +174,7 @@ def test_a_staging_batch_lost_in_a_crash_is_staged_again_not_skipped(private_pos
         conn.execute("SELECT pg_reload_conf()")
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(instance_home() / "dagster.yaml", home / "dagster.yaml")
     markers = tmp_path / "failpoints"
     markers.mkdir()
     # a long lease: no heartbeat commit (it would flush the WAL, batch included) in the ~0.2 s before the crash
@@ -220,7 +220,7 @@ def test_the_pooled_dagster_instance_survives_a_postgres_restart(private_postgre
     url, pgdata = private_postgres
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(instance_home() / "dagster.yaml", home / "dagster.yaml")
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.setenv("DAGSTER_PG_URL", embedded_dagster_url(url))
     instance = pooled_instance()
