@@ -21,8 +21,3 @@ WORKSPACE_TAG = "ingestion/workspace"  # at most 3 uploads of one workspace at o
 LAUNCH_GEN_TAG = "ingestion/launch_gen"
 # Who launched a run outside the sensors (`process`); such runs never replay failed files.
 LAUNCHED_BY_TAG = "ingestion/launched_by"
-
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions()

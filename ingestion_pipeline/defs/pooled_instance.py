@@ -1,5 +1,9 @@
 """The Dagster instance `process` runs its jobs with: storage connections pooled, and checked on checkout.
 
+The one place the project relies on Dagster beyond its documented API (``optimize_for_webserver`` is what
+dagster-webserver calls; it is not documented for users), kept here alone because its cost was measured,
+and tested by ``defs/test_pooled_instance.py`` so that a Dagster upgrade that changes it fails a test.
+
 Dagster's Postgres storages open a new connection for every event they write unless told otherwise (a
 1M-row metric run opened ~170, about 1.5 s of forks and logins); the webserver tells them with
 ``optimize_for_webserver``, and so does ``process``, which runs whole jobs in this one process.

@@ -16,27 +16,36 @@ from ingestion_pipeline.core.failures import FailureInfo
 from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS, LedgerTable
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.defs.launching import DOCUMENT_JOB, METRIC_JOB
-from ingestion_pipeline.defs.partitions import LAUNCH_GEN_TAG
+from ingestion_pipeline.defs.partitions import LAUNCH_GEN_TAG, document_batches, metric_uploads
 from ingestion_pipeline.documents import runs, staging
 
 WILL_RETRY_TAG = "dagster/will_retry"
 TABLE_OF_JOB = {DOCUMENT_JOB: DOCUMENT_RUNS, METRIC_JOB: METRIC_UPLOADS}
-# A materialisation or backfill from the UI runs the assets under Dagster's implicit asset job: the
-# claiming asset tells which ledger the run works on.
-TABLE_OF_CLAIMING_ASSET = {"raw_documents": DOCUMENT_RUNS, "raw_metric_files": METRIC_UPLOADS}
+# A materialisation, backfill or re-execution from the UI runs the assets under Dagster's implicit asset job:
+# the assets it selects, or the steps it executes, tell which ledger the run works on; failing both, the
+# partition it runs (a document batch or a metric upload).
+TABLE_OF_ASSET = {
+    **dict.fromkeys(("raw_documents", "document_elements", "document_chunks", "chunk_embeddings",
+                     "promoted_documents"), DOCUMENT_RUNS),
+    **dict.fromkeys(("raw_metric_files", "staged_metric_rows", "promoted_metrics"), METRIC_UPLOADS),
+}
 
 
 def table_for_run(run: dg.DagsterRun, instance: dg.DagsterInstance) -> LedgerTable | None:
     """The ledger a run works on, or None for runs that claim no ledger rows."""
     if run.job_name in TABLE_OF_JOB:
         return TABLE_OF_JOB[run.job_name]
-    if not run.tags.get("dagster/partition"):
+    partition = run.tags.get("dagster/partition")
+    if not partition:
         return None
-    steps = {key.to_user_string() for key in run.asset_selection or ()}
-    if not steps and run.execution_plan_snapshot_id:
-        plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
-        steps = {step.key for step in plan.steps}
-    return next((TABLE_OF_CLAIMING_ASSET[s] for s in steps if s in TABLE_OF_CLAIMING_ASSET), None)
+    steps = {key.to_user_string() for key in run.asset_selection or ()} | set(run.step_keys_to_execute or ())
+    found = next((TABLE_OF_ASSET[s] for s in sorted(steps) if s in TABLE_OF_ASSET), None)
+    if found is not None:
+        return found
+    for partitions, t in ((document_batches, DOCUMENT_RUNS), (metric_uploads, METRIC_UPLOADS)):
+        if instance.has_dynamic_partition(partitions.name, partition):
+            return t
+    return None
 
 
 def owner_of(run: dg.DagsterRun) -> str:
@@ -118,8 +127,3 @@ def cancel_run_work(instance: dg.DagsterInstance, db: Database, run: dg.DagsterR
         rows = ledger.cancel(conn, t, ledger.held_by(conn, t, owner_of(run)), actor=actor)
         discard_staged_work(conn, t, rows)
     return rows
-
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions()

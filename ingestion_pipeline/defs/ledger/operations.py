@@ -78,8 +78,3 @@ def cancel_batch(instance: dg.DagsterInstance, db: Database, partition_key: str,
 
 def cancel_upload(instance: dg.DagsterInstance, db: Database, upload_id: int, actor: str) -> CancelReport:
     return cancel(instance, db, METRIC_UPLOADS, [upload_id], actor)
-
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions()

@@ -39,8 +39,3 @@ def retrying_transient_errors(context: dg.AssetExecutionContext, step: Callable[
         context.log.warning(f"{failure.code}: {failure.message}; the step is retried in {wait:g} s "
                             f"(retry {context.retry_number + 1} of {len(backoff)})")
         raise dg.RetryRequested(max_retries=len(backoff), seconds_to_wait=wait) from exc
-
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions()

@@ -1,0 +1,41 @@
+"""The one place the project relies on Dagster beyond its documented API: ``defs/pooled_instance.py`` asks the
+instance's Postgres storages to keep pooled connections (``optimize_for_webserver``, as dagster-webserver does).
+
+These tests fail on a Dagster upgrade that breaks it: by default every storage call opens and closes a
+connection (a 1M-row metric run opened ~170, about 1.5 s of forks and logins); pooled, the calls share a few.
+"""
+
+import dagster as dg
+import psycopg
+
+from ingestion_pipeline.defs.pooled_instance import pooled_instance
+
+
+def _storage_backends(dagster_pg_url: str) -> set[int]:
+    """The server processes connected to Dagster's database, this observer's own excepted."""
+    with psycopg.connect(dagster_pg_url.replace("postgresql+psycopg2://", "postgresql://", 1)) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND pid <> pg_backend_pid()").fetchall()
+    return {pid for (pid,) in rows}
+
+
+def test_a_pooled_instance_serves_many_storage_calls_over_the_same_connections(project_dagster_home, dagster_pg_url):
+    plain = dg.DagsterInstance.get()
+    try:
+        for _ in range(3):
+            plain.get_runs_count()
+            assert _storage_backends(dagster_pg_url) == set()  # opened and closed for each call
+    finally:
+        plain.dispose()
+
+    instance = pooled_instance()
+    try:
+        instance.get_runs_count()
+        held = _storage_backends(dagster_pg_url)
+        assert held, "the pooled instance keeps no connection open: optimize_for_webserver no longer pools"
+        for _ in range(20):
+            instance.get_runs_count()
+            instance.get_run_records(limit=1)
+        assert _storage_backends(dagster_pg_url) <= held  # the same server processes, no new logins
+    finally:
+        instance.dispose()
