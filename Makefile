@@ -33,6 +33,7 @@ system-deps:
 	  else echo "note: tesseract is not installed; scanned PDF pages cannot be read (apt-get install tesseract-ocr)"; fi; }
 
 demo: $(STAMP) system-deps
+	$(BIN)/ingestion-pipeline db migrate
 	$(BIN)/python scripts/demo.py --corpus "$(CORPUS)"
 
 test: $(STAMP) system-deps check-defs
@@ -51,6 +52,7 @@ check-defs: $(STAMP)
 	env -u DAGSTER_HOME -u DAGSTER_PG_URL -u DATABASE_URL $(BIN)/dagster definitions validate
 
 dev: $(STAMP) system-deps
+	$(BIN)/ingestion-pipeline db migrate
 	$(BIN)/ingestion-pipeline dev
 
 lint: $(STAMP)

@@ -17,7 +17,7 @@ def throwaway_database(prefix: str) -> Iterator[str]:
     from ingestion_pipeline.core.db import resolve_database_url
     from ingestion_pipeline.core.migrations import apply_migrations
 
-    server_url = os.environ.get("BENCH_DATABASE_URL") or resolve_database_url()
+    server_url = os.environ.get("BENCH_DATABASE_URL") or resolve_database_url(allow_embedded=True)
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')

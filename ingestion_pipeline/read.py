@@ -29,7 +29,7 @@ _ENGINES_LOCK = threading.Lock()
 
 def engine(database_url: str | None = None) -> sa.Engine:
     """A SQLAlchemy engine (psycopg 3 driver, connections checked before use) on the pipeline's database."""
-    url = database_url or resolve_database_url()
+    url = database_url or resolve_database_url(allow_embedded=True)  # a person's notebook on a dev machine
     with _ENGINES_LOCK:
         if url not in _ENGINES:
             driver_url = url.replace("postgres://", "postgresql://", 1)

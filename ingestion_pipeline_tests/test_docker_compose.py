@@ -22,3 +22,13 @@ def test_compose_runs_the_api_and_shares_the_data_volume():
         assert "data:/data" in services[name]["volumes"], name
         assert services[name]["environment"]["INGESTION_DATA_DIR"] == "/data"
     assert all(port.startswith("127.0.0.1:") for s in services.values() for port in s.get("ports", []))
+
+
+def test_compose_migrates_once_before_the_services_start():
+    """Migrating is explicit: a `migrate` job runs `db migrate`; the services that use the schema wait for it."""
+    services = yaml.safe_load((project_root() / "docker-compose.yml").read_text())["services"]
+    command = services["migrate"]["command"]
+    assert command[:3] == ["ingestion-pipeline", "db", "migrate"]
+    build_parser().parse_args(command[1:])
+    for name in ("code-server", "api"):
+        assert services[name]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}, name

@@ -17,6 +17,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from ingestion_pipeline.cli import api, db, dev, documents, metrics, runs, sources
+from ingestion_pipeline.core.migrations import SchemaOutOfDate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # bad input: say what is wrong, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except SchemaOutOfDate as exc:  # the database needs `db migrate` first: say so, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 4
     except (psycopg.OperationalError, PoolTimeout) as exc:  # not the input's fault: say what to do
         print(f"error: the database is unavailable ({exc}); nothing was lost: run the command again once it "
               "is back (work in flight is handed back by the janitor)", file=sys.stderr)

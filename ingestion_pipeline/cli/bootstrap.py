@@ -7,8 +7,10 @@ import os
 from collections.abc import Callable
 from functools import cached_property
 
+import psycopg
+
 from ingestion_pipeline.core.db import Database, resolve_dagster_storage_url, resolve_database_url
-from ingestion_pipeline.core.migrations import apply_migrations
+from ingestion_pipeline.core.migrations import apply_migrations, check_schema
 from ingestion_pipeline.core.settings import Settings, instance_home, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents.embedding import Embedder
@@ -57,9 +59,17 @@ class Context:
 
 
 def bootstrap() -> Context:
-    """Resolve databases, point Dagster at the project's instance, apply migrations."""
+    """Resolve databases (the embedded server when DATABASE_URL is unset), point Dagster at the project's
+    instance, and check the schema: the CLI migrates the embedded database it manages itself; another
+    database must be migrated explicitly (`ingestion-pipeline db migrate`), so a command refuses to work on
+    an older schema (``SchemaOutOfDate``, exit code 4)."""
     os.environ.setdefault("DAGSTER_HOME", str(instance_home()))
-    url = resolve_database_url()
-    resolve_dagster_storage_url()
-    apply_migrations(url)
+    embedded = not os.environ.get("DATABASE_URL")
+    url = resolve_database_url(allow_embedded=True)
+    resolve_dagster_storage_url(allow_embedded=True)
+    if embedded:
+        apply_migrations(url)
+    else:
+        with psycopg.connect(url) as conn:
+            check_schema(conn)
     return Context(url, load_settings())

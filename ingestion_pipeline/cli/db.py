@@ -25,7 +25,7 @@ def cmd_db(args: argparse.Namespace) -> int:
         from ingestion_pipeline.core.db import resolve_database_url
         from ingestion_pipeline.core.migrations import apply_migrations
 
-        applied = apply_migrations(resolve_database_url())
+        applied = apply_migrations(resolve_database_url(allow_embedded=True))
         emit(args, [{"applied": applied}],
              lambda r: print("applied: " + (", ".join(applied) if applied else "nothing (up to date)")))
     return 0

@@ -20,12 +20,32 @@ from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+EMBEDDED_ALLOWED_ENV = "INGESTION_EMBEDDED_POSTGRES"
 
-def resolve_database_url() -> str:
-    """``DATABASE_URL`` when set, otherwise the embedded server (started on demand)."""
+
+class DatabaseNotConfigured(RuntimeError):
+    """No DATABASE_URL in a process that may not start the embedded server (a deployed service)."""
+
+
+NO_DATABASE_MESSAGE = (
+    "DATABASE_URL is not set. The embedded Postgres starts only for the `ingestion-pipeline` command (and the "
+    "`dagster dev` of `make dev`, which inherits its URL); a code server, daemon or run worker needs "
+    "DATABASE_URL and DAGSTER_PG_URL (or INGESTION_EMBEDDED_POSTGRES=1 on a development machine)."
+)
+
+
+def embedded_allowed() -> bool:
+    return os.environ.get(EMBEDDED_ALLOWED_ENV) == "1"
+
+
+def resolve_database_url(*, allow_embedded: bool | None = None) -> str:
+    """``DATABASE_URL`` when set, otherwise the embedded server (started on demand) where that is allowed:
+    ``allow_embedded`` (the CLI, the read API) or ``INGESTION_EMBEDDED_POSTGRES=1``; else ``DatabaseNotConfigured``."""
     url = os.environ.get("DATABASE_URL")
     if url:
         return url
+    if not (allow_embedded or embedded_allowed()):
+        raise DatabaseNotConfigured(NO_DATABASE_MESSAGE)
     from ingestion_pipeline.core.embedded_postgres import ensure_embedded_postgres
 
     url = ensure_embedded_postgres()
@@ -33,7 +53,7 @@ def resolve_database_url() -> str:
     return url
 
 
-def resolve_dagster_storage_url() -> str:
+def resolve_dagster_storage_url(*, allow_embedded: bool | None = None) -> str:
     """URL for Dagster's own storage: ``DAGSTER_PG_URL``, else derived from the application database.
 
     dagster-postgres must be given the psycopg2 driver explicitly: with SQLAlchemy 2.1 a plain
@@ -42,7 +62,7 @@ def resolve_dagster_storage_url() -> str:
     url = os.environ.get("DAGSTER_PG_URL")
     if url:
         return url
-    app_url = resolve_database_url()
+    app_url = resolve_database_url(allow_embedded=allow_embedded)
     if "?host=" in app_url and "@/" in app_url:  # the embedded server's socket URL
         from ingestion_pipeline.core.embedded_postgres import embedded_dagster_url
 

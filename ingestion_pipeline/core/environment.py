@@ -21,6 +21,8 @@ AREAS: dict[str, tuple[Variable, ...]] = {
     "Databases and folders": (
         Variable("DATABASE_URL", "the embedded Postgres", "The application database (psycopg URL). Unset: the "
                  "embedded PostgreSQL 16 + pgvector under `.data/`, started on demand."),
+        Variable("INGESTION_EMBEDDED_POSTGRES", "unset", "`1`: a process other than the CLI (your own `dagster "
+                 "dev`, a notebook) may start the embedded Postgres when DATABASE_URL is unset."),
         Variable("DAGSTER_PG_URL", "derived from DATABASE_URL", "Dagster's own storage (`postgresql+psycopg2://`)."),
         Variable("DAGSTER_HOME", "`<home>/dagster_home`", "Where `dagster.yaml` (the instance) is read from."),
         Variable("INGESTION_HOME", "the checkout", "The project folder the default paths hang from."),

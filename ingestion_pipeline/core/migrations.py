@@ -1,4 +1,10 @@
-"""Applies the numbered SQL files of ``sql/`` in order, once each, recording what was applied."""
+"""The schema: numbered SQL files of ``sql/``, applied in order, once each, recording what was applied.
+
+Migrating is an explicit step: ``ingestion-pipeline db migrate`` (run by `make`, by the compose ``migrate``
+service, before a deployment's new code starts). Every other process checks the schema's version with one
+cheap query (``check_schema``) and refuses to work on an older schema with what to run. The embedded
+database of the CLI is the exception: it belongs to the CLI, which migrates it as it starts it.
+"""
 
 from __future__ import annotations
 
@@ -57,6 +63,33 @@ def apply_migrations(url: str, directory: Path | None = None) -> list[str]:
             conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK_KEY,))
     return applied_now
 
+
+
+class SchemaOutOfDate(RuntimeError):
+    """The database's schema is older than this code (or empty): someone must run the migrations."""
+
+
+def required_version(directory: Path | None = None) -> str:
+    """The newest migration this code ships: the schema version it needs."""
+    return migration_files(directory)[-1].stem
+
+
+def check_schema(conn: psycopg.Connection, directory: Path | None = None) -> str:
+    """The schema's version, if it is the one this code needs; else ``SchemaOutOfDate`` saying what to run.
+
+    One query on an up-to-date database (no lock, no reading of the SQL files' contents)."""
+    needed = required_version(directory)
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT max(version) AS version FROM schema_migrations").fetchone()
+        current = row["version"] if isinstance(row, dict) else row[0]
+    except psycopg.errors.UndefinedTable:
+        current = None
+    if current is None or current < needed:
+        at = f"at {current}" if current else "empty (no migration applied)"
+        raise SchemaOutOfDate(f"the database schema is {at}, this code needs {needed}: run "
+                              "`ingestion-pipeline db migrate`")
+    return current
 
 
 def pending_migrations(conn: psycopg.Connection, directory: Path | None = None) -> list[str]:

@@ -11,6 +11,12 @@ import ingestion_pipeline.definitions as code_location
 from ingestion_pipeline.defs.s3_resource import S3Resource
 
 
+@pytest.fixture(autouse=True)
+def development_machine(monkeypatch):
+    """Loading the code location needs a database URL, or the embedded server allowed (as on a dev machine)."""
+    monkeypatch.setenv("INGESTION_EMBEDDED_POSTGRES", "1")
+
+
 def _contents(definitions: dg.Definitions) -> dict[str, list[str]]:
     repository = definitions.get_repository_def()
     graph = repository.asset_graph
@@ -64,8 +70,29 @@ def test_loading_the_code_location_builds_no_s3_session_or_client():
     code = ("import sys, ingestion_pipeline.definitions as d; d.defs().get_repository_def(); "
             "from ingestion_pipeline.core import s3_clients; "
             "print('dagster_aws.s3' in sys.modules, len(s3_clients._SESSIONS))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import os
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "INGESTION_EMBEDDED_POSTGRES": "1"})
     assert done.stdout.strip() == "True 0"
+
+
+def test_a_deployed_code_location_without_a_database_url_fails_at_load_and_says_why():
+    """No silent embedded Postgres inside a code server or daemon: with no DATABASE_URL and outside the CLI,
+    loading fails with what to set; the CLI's processes and Dagster's validation commands load."""
+    import os
+
+    code = "import ingestion_pipeline.definitions as d; d.defs(); print('loaded')"
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("DATABASE_URL", "DAGSTER_PG_URL", "INGESTION_EMBEDDED_POSTGRES",
+                         "DAGSTER_IS_DEFS_VALIDATION_CLI")}
+    deployed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=base)
+    assert deployed.returncode != 0
+    assert "DATABASE_URL is not set" in deployed.stderr and "DAGSTER_PG_URL" in deployed.stderr
+    for allowed in ({"INGESTION_EMBEDDED_POSTGRES": "1"}, {"DAGSTER_IS_DEFS_VALIDATION_CLI": "1"},
+                    {"DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none"}):
+        loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**base, **allowed})
+        assert loaded.stdout.strip() == "loaded", (allowed, loaded.stderr[-2000:])
 
 
 @pytest.mark.parametrize("unsigned", [False, True])
