@@ -64,6 +64,8 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         Variable("INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS", "3600", "Queued work no run picked up is relaunched."),
         Variable("INGESTION_FAILED_TTL_DAYS", "7", "Raw bytes of failed, dead-lettered, canceled work are kept."),
         Variable("INGESTION_ORPHAN_TTL_HOURS", "24", "Stored files no ledger row refers to are kept."),
+        Variable("INGESTION_PARTITION_RETENTION_DAYS", "30", "A finished batch's (or upload's) Dagster partition "
+                 "is deleted after this; its runs stay. Re-index older batches with `ingestion-pipeline reindex`."),
         Variable("INGESTION_PROGRESS_SECONDS", "2", "How often long steps report progress."),
     ),
     "HTTP API": (

@@ -121,6 +121,7 @@ class ReliabilitySettings:
     relaunch_queued_after_seconds: float = 3600.0  # a queued row with no live run is relaunched
     failed_ttl_days: float = 7.0  # raw bytes of failed / dead-lettered / canceled work are kept this long
     orphan_ttl_hours: float = 24.0  # stored files no ledger row refers to
+    partition_retention_days: float = 30.0  # a finished batch's Dagster partition is deleted after this
 
     @property
     def max_attempts(self) -> int:
@@ -246,6 +247,7 @@ def load_settings() -> Settings:
             relaunch_queued_after_seconds=_float_env("INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS", 3600.0),
             failed_ttl_days=_float_env("INGESTION_FAILED_TTL_DAYS", 7.0),
             orphan_ttl_hours=_float_env("INGESTION_ORPHAN_TTL_HOURS", 24.0),
+            partition_retention_days=_float_env("INGESTION_PARTITION_RETENTION_DAYS", 30.0),
         ),
         limits=ExtractionLimits(
             timeout_seconds=_float_env("INGESTION_EXTRACTION_TIMEOUT_SECONDS", 300.0),

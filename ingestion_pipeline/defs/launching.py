@@ -57,8 +57,12 @@ class RunPlan:
 
 
 def _unknown(instance: dg.DagsterInstance, partitions_def: dg.DynamicPartitionsDefinition, keys: list[str]):
-    known = set(instance.get_dynamic_partitions(partitions_def.name))
-    return [k for k in keys if k not in known]
+    """The keys the instance does not know: one lookup per key due now (a tick's few), not a read of every
+    partition the instance holds (which grew with every batch ever run); many keys at once are read in one."""
+    if len(keys) > 50:
+        known = set(instance.get_dynamic_partitions(partitions_def.name))
+        return [k for k in keys if k not in known]
+    return [k for k in keys if not instance.has_dynamic_partition(partitions_def.name, k)]
 
 
 def run_key(partition_key: str, launch_gen: int) -> str:

@@ -39,10 +39,11 @@ def test_the_code_location_holds_every_module_of_defs_through_dagsters_own_loade
                    "promoted_documents:no_version_without_chunks", "promoted_documents:one_active_version_per_document",
                    "staged_metric_rows:valid_row_threshold"],
         "jobs": ["__ASSET_JOB", "document_batch_job", "ledger_janitor_job", "metric_upload_job",
-                 "raw_file_retention_job", "staging_cleanup_job"],
+                 "partition_pruning_job", "raw_file_retention_job", "staging_cleanup_job"],
         "sensors": ["ledger_janitor_sensor", "ledger_on_run_canceled", "ledger_on_run_failure", "metric_upload_sensor",
                     "s3_sensor", "upload_sensor"],
-        "schedules": ["raw_file_retention_job_schedule", "staging_cleanup_job_schedule"],
+        "schedules": ["partition_pruning_job_schedule", "raw_file_retention_job_schedule",
+                      "staging_cleanup_job_schedule"],
         "resources": ["document_pipeline", "embedder", "heartbeat", "postgres", "s3", "upload_store"],
     }
     assert isinstance(code_location.defs().executor, dg.ExecutorDefinition)
