@@ -104,7 +104,8 @@ def test_nothing_loads_the_model_when_no_file_goes_on(database, db, notes, insta
     assert pipeline.embedder._warming is None and pipeline.embedder._model is None
 
 
-def test_only_the_fetch_step_builds_an_s3_client():
+def test_only_the_fetch_step_builds_an_s3_client(monkeypatch):
+    monkeypatch.setenv("INGESTION_EMBEDDED_POSTGRES", "1")  # loading the code location needs a database allowed
     d = defs()
     needs_s3 = {key.to_user_string() for key in d.resolve_asset_graph().get_all_asset_keys()
                 if "s3" in d.resolve_assets_def(key).required_resource_keys}

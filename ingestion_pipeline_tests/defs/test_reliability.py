@@ -121,6 +121,7 @@ def test_failure_without_retry_hands_files_back(instance, database, db, three_no
 
 def test_transient_error_is_retried_with_backoff_and_succeeds(instance, database, db, three_notes, monkeypatch):
     monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0.5,0.5,0.5")
+    monkeypatch.setenv("INGESTION_BATCH_LANES", "1")  # files in the batch's order: the second call is note-1's
     submit(database, "acme", *three_notes)
     original = IsolatedExtractor.__call__
     calls = []
