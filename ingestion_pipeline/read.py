@@ -34,7 +34,10 @@ def engine(database_url: str | None = None) -> sa.Engine:
         if url not in _ENGINES:
             driver_url = url.replace("postgres://", "postgresql://", 1)
             driver_url = driver_url.replace("postgresql://", "postgresql+psycopg://", 1)
-            _ENGINES[url] = sa.create_engine(driver_url, pool_pre_ping=True, pool_size=2, max_overflow=2)
+            created = sa.create_engine(driver_url, pool_pre_ping=True, pool_size=2, max_overflow=2)
+            # pgvector's type, looked up once per new connection (search passes the query's vector)
+            sa.event.listen(created, "connect", lambda dbapi_connection, _record: register_vector(dbapi_connection))
+            _ENGINES[url] = created
         return _ENGINES[url]
 
 
@@ -124,7 +127,6 @@ def search(tenant: str, query: str, *, k: int = 5, embedder=None, database_url: 
     vector = embedder.embed([query])[0]
     with engine(database_url).connect() as conn:
         driver = conn.connection.driver_connection  # the psycopg connection the domain query runs on
-        register_vector(driver)
         rows_as = driver.row_factory
         driver.row_factory = dict_row  # as the domain query expects; SQLAlchemy's own rows are tuples again after
         try:
@@ -143,10 +145,11 @@ _EMBEDDER = None
 
 def _default_embedder():
     global _EMBEDDER
-    if _EMBEDDER is None:
-        from ingestion_pipeline.documents.embedding import build_embedder
+    with _ENGINES_LOCK:  # the model loads once, however many threads search at first
+        if _EMBEDDER is None:
+            from ingestion_pipeline.documents.embedding import build_embedder
 
-        _EMBEDDER = build_embedder(None, None)
+            _EMBEDDER = build_embedder(None, None)
     return _EMBEDDER
 
 

@@ -149,15 +149,19 @@ class S3Clients(ClientsByEndpoint):
     endpoint gets a copy of the resource with that endpoint)."""
 
     def __init__(self, s3: S3Resource) -> None:
+        self._default_endpoint = s3.endpoint_url
+
         def build(endpoint_url: str | None) -> object:
-            if not endpoint_url or endpoint_url == s3.endpoint_url:
+            if endpoint_url is None:
                 return s3.get_client()
             return s3.model_copy(update={"endpoint_url": endpoint_url}).get_client()
 
         super().__init__(build)
 
     def __call__(self, endpoint_url: str | None):
-        return super().__call__(endpoint_url or None)
+        # a source that names the resource's own endpoint shares the resource's client
+        same = not endpoint_url or endpoint_url == self._default_endpoint
+        return super().__call__(None if same else endpoint_url)
 
 
 def build_document_pipeline(

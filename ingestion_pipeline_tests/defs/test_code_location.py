@@ -171,3 +171,13 @@ def test_fetch_threads_asking_at_once_get_one_client(monkeypatch):
         thread.join()
     assert built == ["http://127.0.0.1:9"]
     assert len({id(client) for client in got}) == 1
+
+
+def test_a_source_naming_the_resources_own_endpoint_shares_its_client(monkeypatch):
+    from ingestion_pipeline.defs.resources import S3Clients
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    clients = S3Clients(S3Resource(endpoint_url="http://127.0.0.1:9", region_name="eu-west-3"))
+    assert clients(None) is clients("http://127.0.0.1:9") is clients("")
+    assert clients("http://127.0.0.1:10") is not clients(None)
