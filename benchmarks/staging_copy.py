@@ -5,7 +5,7 @@ Issue 11 names ADBC as an option to measure. This stages a 1M-row Meta Ads Manag
 Arrow path's validation (``BatchNormalizer``, no database), gives the typed columns their Arrow types
 (ADBC's binary COPY needs them; the text and CSV COPYs let the server parse text), then writes every
 batch in its own transaction into identical tables of an embedded Postgres — with ``COPY … FROM STDIN``
-from ``staging.copy_text`` as ``metrics/staging.py`` does, with ``COPY … (FORMAT csv)`` from
+from ``staging_copy.copy_text`` as ``metrics/staging.py`` does, with ``COPY … (FORMAT csv)`` from
 ``pyarrow.csv.write_csv`` (what staging sent until the text format measured faster), and with ADBC's
 ``adbc_ingest`` — in alternating rounds, and prints the seconds of each (client encoding included).
 Needs the ``bench`` extra.
@@ -93,7 +93,7 @@ def write_csv_copy(url: str, tables: list[pa.Table], name: str) -> float:
 def write_text_copy(url: str, tables: list[pa.Table], name: str) -> float:
     import psycopg
 
-    from ingestion_pipeline.metrics.staging import copy_text
+    from ingestion_pipeline.metrics.staging_copy import copy_text
 
     start = time.perf_counter()
     with psycopg.connect(url) as conn:

@@ -81,7 +81,8 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
             start_spare_worker(ctx.settings.limits)
 
     from ingestion_pipeline.definitions import defs
-    from ingestion_pipeline.defs.launching import METRIC_JOB, ProcessedRun, run_queued_in_process
+    from ingestion_pipeline.defs.launching import ProcessedRun, run_queued_in_process
+    from ingestion_pipeline.defs.partitions import METRIC_JOB
     from ingestion_pipeline.defs.pooled_instance import pooled_instance
     from ingestion_pipeline.defs.resources import PostgresResource
     from ingestion_pipeline.documents.pipeline import batch_report

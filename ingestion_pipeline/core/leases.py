@@ -46,6 +46,12 @@ def forget(conn: psycopg.Connection, dagster_run_id: str) -> None:
     conn.execute("DELETE FROM run_heartbeats WHERE dagster_run_id = %s", (dagster_run_id,))
 
 
+def forget_older_than(conn: psycopg.Connection, seconds: float) -> int:
+    """Drop the beats of runs silent for ``seconds`` (long finished or dead): the janitor's housekeeping."""
+    return conn.execute("DELETE FROM run_heartbeats WHERE beat_at < now() - make_interval(secs => %s)",
+                        (seconds,)).rowcount
+
+
 class LeaseKeeper:
     """A daemon thread that beats every ``lease_seconds / 3`` until ``stop()``; errors are logged and
     retried at the next beat (a database restart costs a few beats, not the claims)."""

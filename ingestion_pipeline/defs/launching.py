@@ -20,10 +20,14 @@ from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS
 from ingestion_pipeline.core.settings import BatchSettings, Settings
+from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run, interrupted_by_a_signal
+from ingestion_pipeline.defs.ledger.janitor import run_janitor
 from ingestion_pipeline.defs.partitions import (
     BATCH_TAG,
+    DOCUMENT_JOB,
     LAUNCH_GEN_TAG,
     LAUNCHED_BY_TAG,
+    METRIC_JOB,
     SOURCE_TAG,
     WORKSPACE_TAG,
     document_batches,
@@ -37,8 +41,6 @@ from ingestion_pipeline.documents.batching import (
 )
 from ingestion_pipeline.metrics.uploads import pending_partitions
 
-DOCUMENT_JOB = "document_batch_job"
-METRIC_JOB = "metric_upload_job"
 MAX_RETRIES_TAG = "dagster/max_retries"
 
 
@@ -129,9 +131,6 @@ def run_queued_in_process(
     would. If ``interrupted()`` turns true, the current run's claims go back to the queue and
     ``Interrupted`` is raised.
     """
-    from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run, interrupted_by_a_signal
-    from ingestion_pipeline.defs.ledger.janitor import run_janitor
-
     policy = settings.reliability
     run_janitor(instance, db, policy)
     processed: list[ProcessedRun] = []

@@ -7,6 +7,10 @@ DOCUMENT_BATCHES = "document_batches"
 
 document_batches = dg.DynamicPartitionsDefinition(name=DOCUMENT_BATCHES)
 
+# The jobs that materialise them (one run per partition).
+DOCUMENT_JOB = "document_batch_job"
+METRIC_JOB = "metric_upload_job"
+
 # Metric uploads are large and few: one partition per upload.
 METRIC_UPLOADS = "metric_uploads"
 metric_uploads = dg.DynamicPartitionsDefinition(name=METRIC_UPLOADS)

@@ -24,8 +24,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import queue
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,18 +46,18 @@ from ingestion_pipeline.metrics.batch_normalization import (
     exact_staged,
     supports,
 )
-from ingestion_pipeline.metrics.csv_batches import RowBatch, may_contain, read_batches, scan_bytes, text_breaks
+from ingestion_pipeline.metrics.csv_batches import RowBatch, read_batches, scan_bytes, text_breaks
 from ingestion_pipeline.metrics.exports import ExportReader, locate_header, plan_notes
 from ingestion_pipeline.metrics.normalization import normalize_row
 from ingestion_pipeline.metrics.readers import MalformedFileError, csv_rows, open_text
+from ingestion_pipeline.metrics.staging_copy import (
+    COPY,
+    COPY_NO_ERRORS,
+    BackgroundWriter,
+    EncodedBatch,
+    encode_batch,
+)
 
-_COLUMNS = ("upload_id", "row_index", "line_number", "entity_type", "natural_key_hash", "raw_data", *VALUE_COLUMNS,
-            "validation_status", "validation_errors")
-_COPY = f"COPY staging_rows ({', '.join(_COLUMNS)}) FROM STDIN"
-# A row without errors leaves validation_errors to its default, '[]': parsing that jsonb on every row was ~10 % of
-# the server's COPY time (1M rows: 3.50 -> 3.15 s).
-_COLUMNS_NO_ERRORS = _COLUMNS[:-1]
-_COPY_NO_ERRORS = f"COPY staging_rows ({', '.join(_COLUMNS_NO_ERRORS)}) FROM STDIN"
 JSON_BATCH_ROWS = 5_000
 
 
@@ -76,6 +74,11 @@ class StagedRowsLost(TransientError):
             message = (f"rows {expected_last + 1}-{found_last} are staged but this attempt did not write them; "
                        f"the retry resumes after row {found_last}")
         super().__init__("staged_rows_lost", f"upload {upload_id}: {message}")
+
+
+def discard(conn, upload_ids: Sequence[int]) -> None:
+    """Drop the staged rows of uploads that will never be promoted (canceled work)."""
+    conn.execute("DELETE FROM staging_rows WHERE upload_id = ANY(%s)", (list(upload_ids),))
 
 
 def _last_staged(conn, upload_id: int) -> int:
@@ -122,7 +125,7 @@ class _Written:
     total: int = 0
     valid: int = 0
 
-    def copy(self, db: Database, upload_id: int, owner: str, batch: _EncodedBatch) -> None:
+    def copy(self, db: Database, upload_id: int, owner: str, batch: EncodedBatch) -> None:
         _copy_batch(db, upload_id, owner, batch)
         self.total += batch.rows
         self.valid += batch.valid
@@ -175,7 +178,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str, progress
     group_plan = None
     row_index = 0
 
-    def flush(writer: _BackgroundWriter) -> None:
+    def flush(writer: BackgroundWriter) -> None:
         nonlocal row_index
         if not group:
             return
@@ -203,7 +206,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str, progress
         group.clear()
 
     with raw_path.open("rb") as stream, \
-            _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item)) as writer:
+            BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item)) as writer:
         export = ExportReader(stream, upload["file_format"], upload["platform"])
         for line, raw, plan in export.rows():
             if group and (plan is not group_plan or len(group) >= JSON_BATCH_ROWS):
@@ -250,7 +253,7 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str, progres
     row_index = 0
     written = _Written()
     # Postgres parses and indexes one batch while this process validates the next (both cores busy).
-    with _BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item)) as writer:
+    with BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item)) as writer:
         try:
             for batch in read_batches(raw_path, encoding=encoding, width=len(header), header_rows=header_at + 1,
                                       first_data_line=header_line + 1 + header_breaks, with_cr=scan.has_cr):
@@ -269,7 +272,7 @@ def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str, progres
                          plan_notes(plan), "arrow", normalizer.fast_rows)
 
 
-def _put_unstaged(writer: _BackgroundWriter, upload_id: int, staged: pa.Table, before: int,
+def _put_unstaged(writer: BackgroundWriter, upload_id: int, staged: pa.Table, before: int,
                   already: int) -> None:
     """Hand the writer the rows of ``staged`` (numbered from ``before + 1``) that an earlier attempt has not
     staged yet (``already``: the last row it staged)."""
@@ -278,129 +281,20 @@ def _put_unstaged(writer: _BackgroundWriter, upload_id: int, staged: pa.Table, b
         return
     indexes = pa.array(range(before + 1, before + n + 1), pa.int64())
     keep = pc.greater(indexes, already)
-    writer.put(_encode_batch(upload_id, staged.filter(keep), pc.filter(indexes, keep)))
+    writer.put(encode_batch(upload_id, staged.filter(keep), pc.filter(indexes, keep)))
 
 
-class _BackgroundWriter:
-    """Runs ``write`` over the items put, in order, on one thread; at most one item waits.
-
-    An error in the thread is raised in the caller at its next ``put`` or at ``close``; leaving the
-    ``with`` block on an error stops the thread after the item it is writing.
-    """
-
-    def __init__(self, write) -> None:
-        self._write = write
-        self._queue: queue.Queue = queue.Queue(maxsize=1)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="staging-copy", daemon=True)
-        self._thread.start()
-        self._closed = False
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            if self._error is None:
-                try:
-                    self._write(item)
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                    self._error = exc
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def put(self, item) -> None:
-        self._raise()
-        self._queue.put(item)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._stop()
-        self._raise()
-
-    def _stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-    def __enter__(self) -> _BackgroundWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        self._error = self._error or exc  # stop writing what is still queued
-        if not self._closed:
-            self._closed = True
-            self._stop()
-
-
-@dataclass
-class _EncodedBatch:
-    """Staged rows as the text COPY reads, encoded by the thread that validates them: the writing thread
-    only sends, so the server parses one batch while the next is validated and encoded."""
-    first: int  # row_index of the first row
-    rows: int
-    valid: int
-    text: memoryview  # the rows without errors, for _COPY_NO_ERRORS
-    with_errors: memoryview | None = None  # the rows with errors (invalid rows), for _COPY
-
-
-# COPY's text format, not CSV: the server tracks CSV's quotes byte by byte, and every raw_data value is full
-# of them (1M-row Meta staging 16.7 / 17.1 s in CSV, 12.6 / 12.8 s in text). These characters of a value
-# are written as escapes; NULL is \N.
-_TEXT_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))  # the backslash first
-_TEXT_SPECIALS = tuple(special.encode() for special, _ in _TEXT_ESCAPES)
-
-
-def _text_values(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    if not pa.types.is_string(values.type):  # numbers, dates, large strings: as text, then escaped alike
-        values = pc.cast(values, pa.string())
-    if may_contain(values, *_TEXT_SPECIALS):  # one read of the column's bytes; rarely true
-        for special, escaped in _TEXT_ESCAPES:
-            values = pc.replace_substring(values, special, escaped)
-    return values
-
-
-def copy_text(columns: Sequence[pa.ChunkedArray | pa.Array]) -> memoryview:
-    """Rows of equally long columns as ``COPY … FROM STDIN`` reads them in its text format."""
-    lines = pc.binary_join_element_wise(*map(_text_values, columns), "\t", null_handling="replace",
-                                        null_replacement="\\N")
-    if isinstance(lines, pa.ChunkedArray):
-        lines = lines.combine_chunks()
-    lines = pc.binary_join_element_wise(lines, "", "\n")  # each line ends in a newline
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=len(lines) + 1, offset=lines.offset * 4)
-    return memoryview(lines.buffers()[2])[offsets[0]:offsets[-1]]
-
-
-def _copy_lines(upload_id: int, rows: pa.Table, indexes: pa.Array, columns: Sequence[str]) -> memoryview:
-    return copy_text([pa.array([upload_id] * len(indexes), pa.int64()), indexes, *[rows[name] for name in columns[2:]]])
-
-
-def _encode_batch(upload_id: int, staged: pa.Table, indexes: pa.Array) -> _EncodedBatch:
-    first, rows = indexes[0].as_py(), staged.num_rows
-    invalid = pc.sum(pc.equal(staged["validation_status"], "invalid")).as_py() or 0
-    no_errors = pc.equal(staged["validation_errors"], "[]")
-    with_errors = None
-    if not pc.all(no_errors).as_py():  # rows with errors go through a second COPY, with the column
-        has_errors = pc.invert(no_errors)
-        with_errors = _copy_lines(upload_id, staged.filter(has_errors), pc.filter(indexes, has_errors), _COLUMNS)
-        staged, indexes = staged.filter(no_errors), pc.filter(indexes, no_errors)
-    return _EncodedBatch(first, rows, rows - invalid, _copy_lines(upload_id, staged, indexes, _COLUMNS_NO_ERRORS),
-                         with_errors)
-
-
-def _copy_batch(db: Database, upload_id: int, owner: str, batch: _EncodedBatch) -> None:
+def _copy_batch(db: Database, upload_id: int, owner: str, batch: EncodedBatch) -> None:
     with db.transaction() as conn:
         ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
         # no wait for the WAL flush (~1-2 s per million rows); safe only with the check below (module doc)
         conn.execute("SET LOCAL synchronous_commit = off")
         verify_staged(conn, upload_id, batch.first - 1)
         if batch.text:
-            with conn.cursor().copy(_COPY_NO_ERRORS) as copy:
+            with conn.cursor().copy(COPY_NO_ERRORS) as copy:
                 copy.write(batch.text)
         if batch.with_errors:
-            with conn.cursor().copy(_COPY) as copy:
+            with conn.cursor().copy(COPY) as copy:
                 copy.write(batch.with_errors)
     failpoint("metrics.stage")  # one batch committed, the rest not yet
 
@@ -428,7 +322,7 @@ def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_ro
             return
         with db.transaction() as conn:
             ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
-            with conn.cursor().copy(_COPY) as copy:
+            with conn.cursor().copy(COPY) as copy:
                 for record in pending:
                     copy.write_row(record)
         pending.clear()

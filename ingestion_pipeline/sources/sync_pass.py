@@ -8,7 +8,7 @@ from typing import Any
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
-from ingestion_pipeline.metrics.s3_intake import s3_metric_intake
+from ingestion_pipeline.sources.metric_intake import s3_metric_intake
 from ingestion_pipeline.sources.registry import list_sources
 from ingestion_pipeline.sources.sync import SyncReport, sync_source
 

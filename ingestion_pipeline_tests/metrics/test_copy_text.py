@@ -1,11 +1,11 @@
-"""Staging's COPY input (``metrics/staging.copy_text``): every value a column can hold reads back from a real
+"""Staging's COPY input (``metrics/staging_copy.copy_text``): every value a column can hold reads back from a real
 COPY exactly as it went in — escapes, NULL against empty text, a literal ``\\N``, several chunks."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from ingestion_pipeline.metrics.staging import copy_text
+from ingestion_pipeline.metrics.staging_copy import copy_text
 
 AWKWARD = ["plain", "", None, "tab\there", "line\nbreak", "carriage\rreturn", "back\\slash", "\\N", "\\.",
            "ends in a backslash\\", "\"quoted\", comma", "Été ☀ 日本", "\\t not a tab"]

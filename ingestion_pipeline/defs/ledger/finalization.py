@@ -15,9 +15,15 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failures import FailureInfo
 from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS, LedgerTable
 from ingestion_pipeline.core.settings import ReliabilitySettings
-from ingestion_pipeline.defs.launching import DOCUMENT_JOB, METRIC_JOB
-from ingestion_pipeline.defs.partitions import LAUNCH_GEN_TAG, document_batches, metric_uploads
+from ingestion_pipeline.defs.partitions import (
+    DOCUMENT_JOB,
+    LAUNCH_GEN_TAG,
+    METRIC_JOB,
+    document_batches,
+    metric_uploads,
+)
 from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.metrics import staging as metric_staging
 
 WILL_RETRY_TAG = "dagster/will_retry"
 TABLE_OF_JOB = {DOCUMENT_JOB: DOCUMENT_RUNS, METRIC_JOB: METRIC_UPLOADS}
@@ -72,7 +78,7 @@ def discard_staged_work(conn, t: LedgerTable, rows: list[dict]) -> None:
             staging.discard(conn, run_id)
         runs.report(conn, rows)
     else:
-        conn.execute("DELETE FROM staging_rows WHERE upload_id = ANY(%s)", (ids,))
+        metric_staging.discard(conn, ids)
 
 
 def failure_reason(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
