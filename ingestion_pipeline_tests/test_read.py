@@ -11,7 +11,7 @@ from ingestion_pipeline import read
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.metrics.assets import promoted_metrics, raw_metric_files, staged_metric_rows
 from ingestion_pipeline.defs.partitions import metric_uploads
-from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResource
+from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResource, SettingsResource
 from ingestion_pipeline.metrics.uploads import submit_metric_file
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
 from ingestion_pipeline_tests.helpers import ingest, shared_embedder
@@ -25,7 +25,8 @@ def _promote_export(instance, database, tmp_path, workspace: str, seed: int):
     instance.add_dynamic_partitions(metric_uploads.name, [submitted.partition_key])
     result = dg.materialize([raw_metric_files, staged_metric_rows, promoted_metrics],
                             partition_key=submitted.partition_key, instance=instance,
-                            resources={"postgres": PostgresResource(), "heartbeat": HeartbeatResource()})
+                            resources={"postgres": PostgresResource(), "heartbeat": HeartbeatResource(),
+                                       "settings": SettingsResource()})
     assert result.success
     return submitted, result
 

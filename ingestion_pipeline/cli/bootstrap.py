@@ -1,55 +1,25 @@
 """What every command does first: find the databases and the Dagster instance, apply the schema, and
-hand the command one ``Context`` (database pool, settings, stores, the embedding model on demand)."""
+hand the command one ``Context`` (database pool, settings, and the services of ``ingestion_pipeline.services``)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from functools import cached_property
 
 import psycopg
 
 from ingestion_pipeline.core.db import Database, resolve_dagster_storage_url, resolve_database_url
 from ingestion_pipeline.core.migrations import apply_migrations, check_schema
 from ingestion_pipeline.core.settings import Settings, instance_home, load_settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore
-from ingestion_pipeline.documents.embedding import Embedder
-from ingestion_pipeline.documents.fingerprint import fingerprint_for, pipeline_fingerprint
+from ingestion_pipeline.services import Services
 
 
-class Context:
-    """One command's view of the system; closes its connection pool when the command ends."""
+class Context(Services):
+    """One command's view of the system: the services, and a database pool it closes when the command ends."""
 
     def __init__(self, url: str, settings: Settings) -> None:
+        super().__init__(settings)
         self.url = url
-        self.settings = settings
         self.db = Database(url)
-
-    @cached_property
-    def embedder(self) -> Embedder:
-        """The embedding model (read from its folder; weights load on the first embed)."""
-        from ingestion_pipeline.documents.embedding import build_embedder
-
-        return build_embedder()
-
-    @property
-    def fingerprint(self) -> str:
-        chunk = self.settings.chunk
-        return pipeline_fingerprint(self.embedder.info, chunk.target_tokens, chunk.max_tokens)
-
-    @property
-    def fingerprint_for(self) -> Callable[[str | None], str | None]:
-        """extractor version of stored elements -> the fingerprint re-indexing them now gives."""
-        chunk = self.settings.chunk
-        return fingerprint_for(self.embedder.info, chunk.target_tokens, chunk.max_tokens)
-
-    @property
-    def document_store(self) -> LocalUploadStore:
-        return LocalUploadStore(self.settings.upload.upload_dir)
-
-    @property
-    def metric_store(self) -> LocalUploadStore:
-        return LocalUploadStore(self.settings.metrics.upload_dir)
 
     def __enter__(self) -> Context:
         return self

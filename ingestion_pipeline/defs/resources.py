@@ -1,4 +1,4 @@
-"""Resources: the application database, the upload store, the embedding model, pipeline settings, S3.
+"""Resources: the settings, the application database, the upload store, the embedding model, S3.
 
 Each defaults to the environment (``DATABASE_URL`` or the embedded Postgres; ``INGESTION_*``), so the
 same code location serves `make dev`, `ingestion-pipeline process` and production, and a test or a
@@ -16,17 +16,75 @@ from contextlib import contextmanager
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from ingestion_pipeline import services
 from ingestion_pipeline.core.db import Database, resolve_database_url
 from ingestion_pipeline.core.leases import LeaseKeeper
 from ingestion_pipeline.core.ledger import Worker
 from ingestion_pipeline.core.migrations import check_schema
 from ingestion_pipeline.core.s3_clients import ClientsByEndpoint
-from ingestion_pipeline.core.settings import Settings, load_settings
+from ingestion_pipeline.core.settings import ApiSettings, Settings, load_api_settings, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.s3_resource import S3Resource
-from ingestion_pipeline.documents.embedding import Embedder, build_embedder
+from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
+
+
+class SettingsResource(dg.ConfigurableResource):
+    """The code location's one settings object: the environment (``INGESTION_*``, ``docs/configuration.md``)
+    read once when a run or tick sets its resources up, with these fields overriding it. Ops, assets and
+    sensors take it as ``settings: SettingsResource`` and read ``settings.get()``."""
+
+    chunk_target_tokens: int | None = None
+    chunk_max_tokens: int | None = None
+    batch_max_files: int | None = None
+    batch_max_bytes: int | None = None
+    batch_lanes: int | None = Field(default=None, ge=1, description="Files a step works on at once")
+    _settings: Settings | None = PrivateAttr(default=None)
+    _api: ApiSettings | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._settings = self._read()
+
+    def get(self) -> Settings:
+        if self._settings is None:  # used outside a run or tick (a test, a script): read it now, once
+            self._settings = self._read()
+        return self._settings
+
+    def api(self) -> ApiSettings:
+        """The HTTP API's settings (where presigned uploads go), read when first asked for."""
+        if self._api is None:
+            self._api = load_api_settings()
+        return self._api
+
+    def settings(self) -> Settings:
+        """The name of ``get`` while this resource was ``DocumentPipelineResource`` (stop 32)."""
+        return self.get()
+
+    def _read(self) -> Settings:
+        base = load_settings()
+        return dataclasses.replace(
+            base,
+            chunk=dataclasses.replace(
+                base.chunk,
+                target_tokens=self.chunk_target_tokens or base.chunk.target_tokens,
+                max_tokens=self.chunk_max_tokens or base.chunk.max_tokens,
+            ),
+            batch=dataclasses.replace(
+                base.batch,
+                max_files=self.batch_max_files or base.batch.max_files,
+                max_bytes=self.batch_max_bytes or base.batch.max_bytes,
+                lanes=self.batch_lanes or base.batch.lanes,
+            ),
+        )
+
+
+DocumentPipelineResource = SettingsResource
+"""The name of ``SettingsResource`` until stop 32, when it held only the pipeline's settings."""
+
+
+def _settings_of(resource: SettingsResource | None) -> Settings:
+    return (resource or SettingsResource()).get()
 
 
 class PostgresResource(dg.ConfigurableResource):
@@ -59,6 +117,7 @@ class HeartbeatResource(dg.ConfigurableResource):
 
     database_url: str | None = Field(default=None, description="Defaults to DATABASE_URL or the embedded server")
     lease_seconds: float | None = Field(default=None, description="Defaults to INGESTION_LEASE_SECONDS (900)")
+    settings: SettingsResource | None = None
     _worker: Worker | None = PrivateAttr(default=None)
 
     @contextmanager
@@ -69,7 +128,7 @@ class HeartbeatResource(dg.ConfigurableResource):
             return
         url = self.database_url or resolve_database_url()
         owner = run.root_run_id or run.run_id
-        policy = load_settings().reliability
+        policy = _settings_of(self.settings).reliability
         lease = self.lease_seconds or policy.lease_seconds
         self._worker = Worker(owner=owner, dagster_run_id=run.run_id, lease_seconds=lease,
                               max_attempts=policy.max_attempts)
@@ -89,14 +148,17 @@ class UploadStoreResource(dg.ConfigurableResource):
 
     documents_dir: str | None = None
     metrics_dir: str | None = None
+    settings: SettingsResource | None = None
 
     def documents(self) -> LocalUploadStore:
-        settings = load_settings()
-        return LocalUploadStore(self.documents_dir or settings.upload.upload_dir)
+        if self.documents_dir:
+            return LocalUploadStore(self.documents_dir)
+        return services.document_store(_settings_of(self.settings))
 
     def metrics(self) -> LocalUploadStore:
-        settings = load_settings()
-        return LocalUploadStore(self.metrics_dir or settings.metrics.upload_dir)
+        if self.metrics_dir:
+            return LocalUploadStore(self.metrics_dir)
+        return services.metric_store(_settings_of(self.settings))
 
 
 class EmbedderResource(dg.ConfigurableResource):
@@ -108,36 +170,10 @@ class EmbedderResource(dg.ConfigurableResource):
 
     model_path: str | None = None
     batch_size: int | None = Field(default=None, le=256, ge=1)
+    settings: SettingsResource | None = None
 
     def create_resource(self, context: dg.InitResourceContext) -> Embedder:
-        return build_embedder(self.model_path, self.batch_size)
-
-
-class DocumentPipelineResource(dg.ConfigurableResource):
-    """Pipeline settings; unset fields come from INGESTION_* variables."""
-
-    chunk_target_tokens: int | None = None
-    chunk_max_tokens: int | None = None
-    batch_max_files: int | None = None
-    batch_max_bytes: int | None = None
-    batch_lanes: int | None = Field(default=None, ge=1, description="Files a step works on at once")
-
-    def settings(self) -> Settings:
-        base = load_settings()
-        return dataclasses.replace(
-            base,
-            chunk=dataclasses.replace(
-                base.chunk,
-                target_tokens=self.chunk_target_tokens or base.chunk.target_tokens,
-                max_tokens=self.chunk_max_tokens or base.chunk.max_tokens,
-            ),
-            batch=dataclasses.replace(
-                base.batch,
-                max_files=self.batch_max_files or base.batch.max_files,
-                max_bytes=self.batch_max_bytes or base.batch.max_bytes,
-                lanes=self.batch_lanes or base.batch.lanes,
-            ),
-        )
+        return services.embedder(_settings_of(self.settings), self.model_path, self.batch_size)
 
 
 LazyS3Resource = S3Resource
@@ -166,12 +202,12 @@ class S3Clients(ClientsByEndpoint):
 
 def build_document_pipeline(
     postgres: PostgresResource, uploads: UploadStoreResource, embedder: Embedder,
-    settings: DocumentPipelineResource, s3: S3Resource | None = None, heartbeat: HeartbeatResource | None = None,
+    settings: SettingsResource, s3: S3Resource | None = None, heartbeat: HeartbeatResource | None = None,
     progress_log: Callable[[str], None] | None = None,
 ) -> DocumentPipeline:
     """The pipeline of one step, wired from the run's resources; progress also goes to ``progress_log``
     (the step's Dagster run log)."""
-    pipeline_settings = settings.settings()
+    pipeline_settings = settings.get()
     return DocumentPipeline(postgres.db, uploads.documents(), embedder, pipeline_settings,
                             S3Clients(s3) if s3 is not None else None,
                             worker=heartbeat.worker if heartbeat is not None else None,
@@ -179,13 +215,16 @@ def build_document_pipeline(
 
 
 def default_resources() -> dict:
+    """The resources every job, sensor and schedule of the code location can ask for, by key; the ones that
+    need settings share the ``settings`` resource."""
+    settings = SettingsResource()
     return {
+        "settings": settings,
         "postgres": PostgresResource(),
-        "upload_store": UploadStoreResource(),
-        "embedder": EmbedderResource(),
-        "document_pipeline": DocumentPipelineResource(),
+        "upload_store": UploadStoreResource(settings=settings),
+        "embedder": EmbedderResource(settings=settings),
         "s3": S3Resource(),
-        "heartbeat": HeartbeatResource(),
+        "heartbeat": HeartbeatResource(settings=settings),
     }
 
 

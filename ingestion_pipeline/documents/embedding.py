@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from ingestion_pipeline.core.failpoints import failpoint
-from ingestion_pipeline.core.settings import data_dir, load_settings
+from ingestion_pipeline.core.settings import EmbeddingSettings, data_dir, load_settings
 from ingestion_pipeline.documents.tokens import TokenCounter, load_token_counter
 
 # No hub traffic, no telemetry (invariant 8). Set before transformers is imported anywhere.
@@ -103,11 +103,12 @@ def _digest(stamp: tuple[tuple[str, int, int], ...]) -> str:
     return digest.hexdigest()
 
 
-def build_embedder(model_path: str | None = None, batch_size: int | None = None) -> Embedder:
-    """The model of the settings (``INGESTION_EMBEDDING_*``), or of the arguments; weights load on first use.
-    Here rather than beside the Dagster resource: a command that only needs the fingerprint (``submit``)
-    does not import Dagster (1.2 s) for it."""
-    settings = load_settings().embedding
+def build_embedder(model_path: str | None = None, batch_size: int | None = None, *,
+                   settings: EmbeddingSettings | None = None) -> Embedder:
+    """The model of the settings (``INGESTION_EMBEDDING_*`` unless given), or of the arguments; weights load on
+    first use. Here rather than beside the Dagster resource: a command that only needs the fingerprint
+    (``submit``) does not import Dagster (1.2 s) for it."""
+    settings = settings or load_settings().embedding
     return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size,
                     backend=settings.backend, cache_dir=settings.cache_dir)
 

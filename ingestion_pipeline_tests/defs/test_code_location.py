@@ -44,7 +44,7 @@ def test_the_code_location_holds_every_module_of_defs_through_dagsters_own_loade
                     "s3_sensor", "upload_sensor"],
         "schedules": ["partition_pruning_job_schedule", "raw_file_retention_job_schedule",
                       "staging_cleanup_job_schedule"],
-        "resources": ["document_pipeline", "embedder", "heartbeat", "postgres", "s3", "upload_store"],
+        "resources": ["embedder", "heartbeat", "postgres", "s3", "settings", "upload_store"],
     }
     assert isinstance(code_location.defs().executor, dg.ExecutorDefinition)
 

@@ -13,7 +13,7 @@ from ingestion_pipeline.defs.metrics.assets import promoted_metrics, raw_metric_
 from ingestion_pipeline.defs.metrics.cleanup import staging_cleanup_job, staging_cleanup_schedule
 from ingestion_pipeline.defs.metrics.sensors import metric_upload_sensor
 from ingestion_pipeline.defs.partitions import WORKSPACE_TAG, metric_uploads
-from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResource
+from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResource, SettingsResource
 from ingestion_pipeline.metrics.uploads import submit_metric_file
 from ingestion_pipeline.samples.metric_exports import daily_rows, with_invalid_share, write_export
 from ingestion_pipeline_tests.helpers import table
@@ -38,7 +38,8 @@ def run_upload(instance, partition_key, tags=None):
     if partition_key not in instance.get_dynamic_partitions(metric_uploads.name):
         instance.add_dynamic_partitions(metric_uploads.name, [partition_key])
     return dg.materialize(ASSETS, partition_key=partition_key, instance=instance, tags=tags,
-                          resources={"postgres": PostgresResource(), "heartbeat": HeartbeatResource()},
+                          resources={"postgres": PostgresResource(), "heartbeat": HeartbeatResource(),
+                                     "settings": SettingsResource()},
                           raise_on_error=False)
 
 
@@ -239,7 +240,7 @@ def test_cleanup_deletes_old_staging_rows_only(database, db, tmp_path, instance)
     run_upload(instance, submit(database, tmp_path, path).partition_key)
     db.execute("UPDATE staging_rows SET created_at = now() - interval '8 days' WHERE row_index <= 2")
     result = staging_cleanup_job.execute_in_process(
-        instance=instance, resources={"postgres": PostgresResource()},
+        instance=instance, resources={"postgres": PostgresResource(), "settings": SettingsResource()},
         run_config={"ops": {"delete_expired_staging_rows": {"config": {"retention_days": 7}}}},
     )
     deleted = result.output_for_node("delete_expired_staging_rows")

@@ -9,7 +9,7 @@ from ingestion_pipeline.core.settings import ReliabilitySettings, load_settings
 from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.ledger.partition_pruning import partition_pruning_job, prune_finished_partitions
 from ingestion_pipeline.defs.partitions import document_batches
-from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 from ingestion_pipeline_tests.helpers import batch_queued, ingest, table
 
 
@@ -56,7 +56,8 @@ def test_the_pruning_job_runs_from_dagster(database, db, tmp_path, monkeypatch):
         [key] = ingest(instance, database, "acme", tmp_path / "a.md")
         _age(db, key, 2)
         result = partition_pruning_job.execute_in_process(instance=instance,
-                                                          resources={"postgres": PostgresResource()})
+                                                          resources={"postgres": PostgresResource(),
+                                                                     "settings": SettingsResource()})
         assert result.success and result.output_for_node("prune_partitions") == 1
         assert instance.get_dynamic_partitions(document_batches.name) == []
         assert batch_queued(database) == []

@@ -17,7 +17,7 @@ from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.ledger import operations
 from ingestion_pipeline.defs.ledger.run_status_sensors import ledger_on_run_failure
 from ingestion_pipeline.defs.partitions import document_batches
-from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
@@ -54,7 +54,8 @@ def _run_failure_sensor(instance, run_id: str) -> None:
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
     with dg.build_run_status_sensor_context(
         sensor_name="ledger_on_run_failure", dagster_event=records[-1].event_log_entry.dagster_event,
-        dagster_instance=instance, dagster_run=run, resources={"postgres": PostgresResource()},
+        dagster_instance=instance, dagster_run=run,
+        resources={"postgres": PostgresResource(), "settings": SettingsResource()},
     ) as context:
         ledger_on_run_failure(context.for_run_failure())
 

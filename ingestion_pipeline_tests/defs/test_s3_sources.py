@@ -8,9 +8,9 @@ import dagster as dg
 from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.defs.resources import (
-    DocumentPipelineResource,
     PostgresResource,
     S3Clients,
+    SettingsResource,
     UploadStoreResource,
 )
 from ingestion_pipeline.defs.s3_resource import S3Resource
@@ -22,7 +22,7 @@ from ingestion_pipeline_tests.helpers import DOCS, materialize_batch, pipeline_f
 
 
 def resources(**pipeline):
-    return {"postgres": PostgresResource(), "document_pipeline": DocumentPipelineResource(**pipeline),
+    return {"postgres": PostgresResource(), "settings": SettingsResource(**pipeline),
             "upload_store": UploadStoreResource(), "s3": S3Resource()}
 
 

@@ -5,7 +5,7 @@ import dagster as dg
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.ledger.run_status_sensors import ledger_on_run_failure
 from ingestion_pipeline.defs.partitions import BATCH_TAG, document_batches
-from ingestion_pipeline.defs.resources import DocumentPipelineResource, EmbedderResource, PostgresResource
+from ingestion_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from ingestion_pipeline.defs.sources.upload_sensor import upload_sensor
 from ingestion_pipeline_tests.helpers import materialize_batch, submit, table
 
@@ -13,7 +13,7 @@ from ingestion_pipeline_tests.helpers import materialize_batch, submit, table
 def _tick(instance) -> dg.SensorResult:
     with dg.build_sensor_context(
         instance=instance,
-        resources={"postgres": PostgresResource(), "document_pipeline": DocumentPipelineResource(batch_max_files=50)},
+        resources={"postgres": PostgresResource(), "settings": SettingsResource(batch_max_files=50)},
     ) as context:
         return upload_sensor(context)
 
@@ -64,7 +64,7 @@ def test_failed_runs_retry_their_files_with_backoff_then_dead_letter(database, d
             failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE)
             with dg.build_run_status_sensor_context(
                 sensor_name="ledger_on_run_failure", dagster_event=failure, dagster_instance=instance,
-                dagster_run=run, resources={"postgres": PostgresResource()},
+                dagster_run=run, resources={"postgres": PostgresResource(), "settings": SettingsResource()},
             ) as context:
                 ledger_on_run_failure(context.for_run_failure())
             [row] = table(db, "SELECT * FROM ingestion_runs")
@@ -98,11 +98,13 @@ def test_the_janitor_sensor_hands_back_an_expired_claim_and_says_so_in_its_tick(
         conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
                      (claimed["run_id"],))
     with dg.instance_for_test() as instance:
-        with dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource()}) as context:
+        with dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource(),
+                                                                            "settings": SettingsResource()}) as context:
             tick = ledger_janitor_sensor(context)
         assert isinstance(tick, dg.SkipReason)
         assert tick.skip_message == "janitor: 1 expired claim(s) handed back (0 dead-lettered)"
         [row] = table(db, "SELECT status, error_code FROM ingestion_runs")
         assert (row["status"], row["error_code"]) == ("queued", "lease_expired")
-        with dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource()}) as context:
+        with dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource(),
+                                                                            "settings": SettingsResource()}) as context:
             assert ledger_janitor_sensor(context).skip_message == "janitor: nothing to recover"

@@ -81,13 +81,13 @@ def test_an_error_of_the_database_stops_the_lanes_and_reaches_the_step(database)
 
 def test_the_number_of_lanes_is_a_setting(database, monkeypatch):
     from ingestion_pipeline.core.settings import load_settings
-    from ingestion_pipeline.defs.resources import DocumentPipelineResource
+    from ingestion_pipeline.defs.resources import SettingsResource
 
     monkeypatch.delenv("INGESTION_BATCH_LANES", raising=False)
     assert pipeline_for(database)._lanes == 2
     monkeypatch.setenv("INGESTION_BATCH_LANES", "3")
     assert pipeline_for(database)._lanes == 3
-    assert DocumentPipelineResource(batch_lanes=1).settings().batch.lanes == 1
+    assert SettingsResource(batch_lanes=1).get().batch.lanes == 1
     for bad in ("0", "two"):
         monkeypatch.setenv("INGESTION_BATCH_LANES", bad)
         expected = f"INGESTION_BATCH_LANES must be a whole number of at least 1, got '{bad}'"

@@ -12,9 +12,9 @@ import dagster as dg
 from ingestion_pipeline.defs.ledger.steps import launched_by_a_person, retrying_transient_errors
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import (
-    DocumentPipelineResource,
     HeartbeatResource,
     PostgresResource,
+    SettingsResource,
     UploadStoreResource,
     build_document_pipeline,
 )
@@ -43,17 +43,17 @@ def _files_table(outcomes: list[FileOutcome]) -> dg.TableMetadataValue:
     )
 
 
+def _file_metadata(outcomes: list[FileOutcome]) -> tuple[dict, Counter]:
+    """Every file's row and how many there are; and the count of each outcome."""
+    return {"files": _files_table(outcomes), "file_count": len(outcomes)}, Counter(o.status for o in outcomes)
+
+
 def _result(outcomes: list[FileOutcome], **extra) -> dg.MaterializeResult:
-    counts = Counter(o.status for o in outcomes)
-    return dg.MaterializeResult(
-        metadata={
-            "files": _files_table(outcomes),
-            "file_count": len(outcomes),
-            "failed": counts.get("failed", 0),
-            **{f"outcome_{k}": v for k, v in counts.items() if k != "failed"},
-            **extra,
-        }
-    )
+    files, counts = _file_metadata(outcomes)
+    return dg.MaterializeResult(metadata={
+        **files, "failed": counts.get("failed", 0),
+        **{f"outcome_{k}": v for k, v in counts.items() if k != "failed"}, **extra,
+    })
 
 
 def _log_failures(context: dg.AssetExecutionContext, outcomes: list[FileOutcome]) -> None:
@@ -77,12 +77,13 @@ def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds
     every step that requires it (~0.15 s each, five steps per run)."""
 
     def run_step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
-                 embedder: Embedder, document_pipeline: DocumentPipelineResource, s3: S3Resource | None,
+                 embedder: Embedder, settings: SettingsResource, s3: S3Resource | None,
                  heartbeat: HeartbeatResource) -> dg.MaterializeResult:
-        pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, s3, heartbeat,
+        pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, s3, heartbeat,
                                            progress_log=context.log.info)
         try:
-            outcomes = retrying_transient_errors(context, lambda: work(pipeline, context))
+            outcomes = retrying_transient_errors(context, lambda: work(pipeline, context),
+                                                 settings.get().reliability.retry_backoff_seconds)
         finally:
             pipeline.close()
         _log_failures(context, outcomes)
@@ -93,17 +94,17 @@ def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds
     if fetches_from_s3:
         @asset
         def fetch_step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
-                       embedder: dg.ResourceParam[Embedder], document_pipeline: DocumentPipelineResource,
+                       embedder: dg.ResourceParam[Embedder], settings: SettingsResource,
                        s3: S3Resource, heartbeat: HeartbeatResource) -> dg.MaterializeResult:
-            return run_step(context, postgres, upload_store, embedder, document_pipeline, s3, heartbeat)
+            return run_step(context, postgres, upload_store, embedder, settings, s3, heartbeat)
 
         return fetch_step
 
     @asset
     def step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
-             embedder: dg.ResourceParam[Embedder], document_pipeline: DocumentPipelineResource,
+             embedder: dg.ResourceParam[Embedder], settings: SettingsResource,
              heartbeat: HeartbeatResource) -> dg.MaterializeResult:
-        return run_step(context, postgres, upload_store, embedder, document_pipeline, None, heartbeat)
+        return run_step(context, postgres, upload_store, embedder, settings, None, heartbeat)
 
     return step
 
@@ -155,13 +156,14 @@ def promoted_documents(
     postgres: PostgresResource,
     upload_store: UploadStoreResource,
     embedder: dg.ResourceParam[Embedder],
-    document_pipeline: DocumentPipelineResource,
+    settings: SettingsResource,
     heartbeat: HeartbeatResource,
 ) -> dg.MaterializeResult:
     """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version."""
-    pipeline = build_document_pipeline(postgres, upload_store, embedder, document_pipeline, heartbeat=heartbeat,
+    pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, heartbeat=heartbeat,
                                        progress_log=context.log.info)
-    promoted = retrying_transient_errors(context, lambda: pipeline.promote_batch(context.partition_key))
+    promoted = retrying_transient_errors(context, lambda: pipeline.promote_batch(context.partition_key),
+                                         settings.get().reliability.retry_backoff_seconds)
     _log_failures(context, promoted)
     with postgres.db.connection() as conn:
         every_file = batch_report(conn, context.partition_key)
@@ -197,11 +199,10 @@ def promoted_documents(
                       "their file again are listed by `ingestion-pipeline reindex --dry-run`"},
         ),
     ]
-    counts = Counter(o.status for o in every_file)
+    files, counts = _file_metadata(every_file)
     return dg.MaterializeResult(
         metadata={
-            "files": _files_table(every_file),
-            "file_count": len(every_file),
+            **files,
             "succeeded": counts.get("succeeded", 0),
             "failed": counts.get("failed", 0),
             "dead_letter": counts.get("dead_letter", 0),

@@ -22,9 +22,9 @@ import dagster as dg
 from ingestion_pipeline.core import leases, ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, TABLES
-from ingestion_pipeline.core.settings import ReliabilitySettings, load_settings
+from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.defs.ledger.finalization import owner_of, retry_follows, table_for_run
-from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 from ingestion_pipeline.documents import runs
 
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -110,16 +110,14 @@ def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilityS
             report.expired += expired
             report.relaunched += ledger.relaunch_stale_queued(
                 conn, t, older_than_seconds=policy.relaunch_queued_after_seconds, keep_partitions=in_flight)
-        conn.execute(
-            "DELETE FROM run_heartbeats WHERE beat_at < now() - make_interval(secs => %s)",
-            (max(policy.lease_seconds * 10, 3600.0),),
-        )
+        leases.forget_older_than(conn, max(policy.lease_seconds * 10, 3600.0))
     return report
 
 
 @dg.op(description="Recover work left behind by dead workers and lost launches (see ledger_janitor_sensor).")
-def recover_stalled_work(context: dg.OpExecutionContext, postgres: PostgresResource) -> None:
-    context.log.info(run_janitor(context.instance, postgres.db, load_settings().reliability).describe())
+def recover_stalled_work(context: dg.OpExecutionContext, postgres: PostgresResource,
+                         settings: SettingsResource) -> None:
+    context.log.info(run_janitor(context.instance, postgres.db, settings.get().reliability).describe())
 
 
 @dg.job(description="The janitor, on demand: what ledger_janitor_sensor does every minute.")
@@ -134,11 +132,8 @@ def ledger_janitor_job():
     "batches. Works in the tick (a few statements) and launches no run; the tick's message says what it did. "
     "ledger_janitor_job does the same on demand.",
 )
-def ledger_janitor_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource) -> dg.SkipReason:
-    report = run_janitor(context.instance, postgres.db, load_settings().reliability)
+def ledger_janitor_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
+                          settings: SettingsResource) -> dg.SkipReason:
+    report = run_janitor(context.instance, postgres.db, settings.get().reliability)
     return dg.SkipReason(f"janitor: {report.describe()}")
 
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(jobs=[ledger_janitor_job], sensors=[ledger_janitor_sensor])

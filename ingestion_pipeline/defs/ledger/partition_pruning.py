@@ -7,9 +7,9 @@ import dagster as dg
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS
 from ingestion_pipeline.core.partition_retention import finished_partitions, record_pruned
-from ingestion_pipeline.core.settings import ReliabilitySettings, load_settings
+from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.defs.partitions import document_batches, metric_uploads
-from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 
 PRUNE_AT_ONCE = 1000  # partitions deleted per statement round; a pass goes on until none is left
 
@@ -38,8 +38,9 @@ def prune_finished_partitions(instance: dg.DagsterInstance, db: Database, policy
 
 @dg.op(description="Delete the Dagster partitions of batches and uploads finished longer ago than "
                    "INGESTION_PARTITION_RETENTION_DAYS (their runs stay).")
-def prune_partitions(context: dg.OpExecutionContext, postgres: PostgresResource) -> dg.Output[int]:
-    pruned = prune_finished_partitions(context.instance, postgres.db, load_settings().reliability,
+def prune_partitions(context: dg.OpExecutionContext, postgres: PostgresResource,
+                     settings: SettingsResource) -> dg.Output[int]:
+    pruned = prune_finished_partitions(context.instance, postgres.db, settings.get().reliability,
                                        log=context.log.info)
     context.log.info(", ".join(f"{name}: {n} pruned" for name, n in pruned.items()))
     return dg.Output(sum(pruned.values()), metadata={name: n for name, n in pruned.items()})
@@ -55,7 +56,3 @@ partition_pruning_schedule = dg.ScheduleDefinition(
     description="Hourly: keep the partition lists to the batches and uploads still worth re-running.",
 )
 
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(jobs=[partition_pruning_job], schedules=[partition_pruning_schedule])

@@ -4,21 +4,21 @@
 import dagster as dg
 
 from ingestion_pipeline.core.retention import remove_expired_raw_files, remove_orphans
-from ingestion_pipeline.core.settings import load_api_settings, load_settings
-from ingestion_pipeline.defs.resources import PostgresResource, S3Clients, UploadStoreResource
+from ingestion_pipeline.defs.resources import PostgresResource, S3Clients, SettingsResource, UploadStoreResource
 from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.documents import presigned
 
 
 @dg.op(description="Remove raw bytes past INGESTION_FAILED_TTL_DAYS and orphans past INGESTION_ORPHAN_TTL_HOURS.")
 def remove_expired_raw_bytes(
-    context: dg.OpExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource, s3: S3Resource
+    context: dg.OpExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource, s3: S3Resource,
+    settings: SettingsResource,
 ) -> int:
-    policy = load_settings().reliability
+    policy = settings.get().reliability
     report = remove_expired_raw_files(postgres.db, policy)
     remove_orphans(postgres.db, [upload_store.documents().root, upload_store.metrics().root], policy, report)
     context.log.info(report.describe())
-    api = load_api_settings()
+    api = settings.api()
     expired_uploads = 0
     if api.upload_bucket:
         expired_uploads = presigned.expire(postgres.db, S3Clients(s3)(api.upload_s3_endpoint))
@@ -35,7 +35,3 @@ raw_file_retention_schedule = dg.ScheduleDefinition(
     job=raw_file_retention_job, cron_schedule="40 * * * *", default_status=dg.DefaultScheduleStatus.RUNNING
 )
 
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(jobs=[raw_file_retention_job], schedules=[raw_file_retention_schedule])

@@ -7,9 +7,8 @@ upload) are a failed attempt — retried with backoff, or dead-lettered after th
 
 import dagster as dg
 
-from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.defs.ledger.finalization import cancel_run_work, finalize_failed_run, retry_follows
-from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 
 
 # No monitored_jobs: a materialisation or backfill from the UI runs under Dagster's implicit asset job;
@@ -18,12 +17,13 @@ from ingestion_pipeline.defs.resources import PostgresResource
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="A failed run with no retry coming: its unfinished work is retried with backoff or dead-lettered.",
 )
-def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: PostgresResource) -> None:
+def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: PostgresResource,
+                          settings: SettingsResource) -> None:
     run = context.dagster_run
     if retry_follows(run):
         context.log.info(f"run {run.run_id} failed; a Dagster retry follows and continues its work")
         return
-    rows = finalize_failed_run(context.instance, postgres.db, run, load_settings().reliability)
+    rows = finalize_failed_run(context.instance, postgres.db, run, settings.get().reliability)
     context.log.info(f"run {run.run_id}: {len(rows)} unfinished ledger row(s) retried later or dead-lettered")
 
 
@@ -37,7 +37,3 @@ def ledger_on_run_canceled(context: dg.RunStatusSensorContext, postgres: Postgre
     rows = cancel_run_work(context.instance, postgres.db, run, actor=f"dagster (run {run.run_id} canceled)")
     context.log.info(f"run {run.run_id} canceled: {len(rows)} ledger row(s) canceled")
 
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(sensors=[ledger_on_run_failure, ledger_on_run_canceled])

@@ -14,7 +14,6 @@ from typing import TypeVar
 import dagster as dg
 
 from ingestion_pipeline.core.failures import classify
-from ingestion_pipeline.core.settings import load_settings
 
 T = TypeVar("T")
 
@@ -26,13 +25,14 @@ def launched_by_a_person(run: dg.DagsterRun) -> bool:
     return not any(tag in run.tags for tag in AUTOMATION_TAGS)
 
 
-def retrying_transient_errors(context: dg.AssetExecutionContext, step: Callable[[], T]) -> T:
-    """Run ``step``; on a transient error, ask Dagster to retry the step after the next backoff."""
+def retrying_transient_errors(context: dg.AssetExecutionContext, step: Callable[[], T],
+                              backoff: tuple[float, ...]) -> T:
+    """Run ``step``; on a transient error, ask Dagster to retry the step after the next of ``backoff``'s waits
+    (``ReliabilitySettings.retry_backoff_seconds``)."""
     try:
         return step()
     except Exception as exc:
         failure = classify(exc)
-        backoff = load_settings().reliability.retry_backoff_seconds
         if not failure.transient or context.retry_number >= len(backoff):
             raise
         wait = backoff[context.retry_number]

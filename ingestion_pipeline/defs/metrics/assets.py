@@ -8,10 +8,9 @@ fails the step for good (``Failure(allow_retries=False)``); a transient error re
 import dagster as dg
 
 from ingestion_pipeline import read
-from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.defs.ledger.steps import launched_by_a_person, retrying_transient_errors
 from ingestion_pipeline.defs.partitions import metric_uploads
-from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResource
+from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResource, SettingsResource
 from ingestion_pipeline.metrics import pipeline
 from ingestion_pipeline.metrics.pipeline import UploadFailed
 from ingestion_pipeline.metrics.uploads import upload_for_partition
@@ -53,13 +52,15 @@ def _not_this_runs(postgres: PostgresResource, partition_key: str) -> dict:
 
 @dg.asset(partitions_def=metric_uploads, group_name=GROUP, kinds={"postgres"})
 def raw_metric_files(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource
+    context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource,
+    settings: SettingsResource,
 ) -> dg.MaterializeResult:
     """The uploaded export, claimed by this run and verified against its SHA-256 (`processing`)."""
+    policy = settings.get().reliability
     try:
         upload = retrying_transient_errors(context, lambda: pipeline.claim_upload(
-            postgres.db, context.partition_key, heartbeat.worker, load_settings().reliability,
-            replay_finished=launched_by_a_person(context.run)))
+            postgres.db, context.partition_key, heartbeat.worker, policy,
+            replay_finished=launched_by_a_person(context.run)), policy.retry_backoff_seconds)
     except UploadFailed as exc:
         raise _fail(exc) from exc
     if upload is None:
@@ -80,17 +81,20 @@ def raw_metric_files(
                                    description="valid rows >= the threshold (90 % by default) unless force-partial")],
 )
 def staged_metric_rows(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource
+    context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource,
+    settings: SettingsResource,
 ) -> dg.MaterializeResult:
     """Every row normalised, classified, keyed and validated in `staging_rows` (COPY, bounded memory)."""
-    owner, policy = heartbeat.worker.owner, load_settings().reliability
+    owner, policy = heartbeat.worker.owner, settings.get().reliability
     try:
         staged = retrying_transient_errors(context, lambda: pipeline.stage(postgres.db, context.partition_key,
-                                                                           owner, policy, context.log.info))
+                                                                           owner, policy, context.log.info),
+                                           policy.retry_backoff_seconds)
     except UploadFailed as exc:
         raise _fail(exc) from exc
     threshold = staged and retrying_transient_errors(
-        context, lambda: pipeline.evaluate_threshold(postgres.db, context.partition_key, owner, policy))
+        context, lambda: pipeline.evaluate_threshold(postgres.db, context.partition_key, owner, policy),
+        policy.retry_backoff_seconds)
     if staged is None or threshold is None:
         metadata = _not_this_runs(postgres, context.partition_key)
         return dg.MaterializeResult(metadata=metadata, check_results=[dg.AssetCheckResult(
@@ -112,12 +116,14 @@ def staged_metric_rows(
 
 @dg.asset(partitions_def=metric_uploads, group_name=GROUP, deps=[staged_metric_rows], kinds={"postgres"})
 def promoted_metrics(
-    context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource
+    context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource,
+    settings: SettingsResource,
 ) -> dg.MaterializeResult:
     """Campaigns, ad sets, ads and daily metrics upserted in one transaction; one completion event."""
     try:
         result = retrying_transient_errors(
-            context, lambda: pipeline.promote(postgres.db, context.partition_key, heartbeat.worker.owner))
+            context, lambda: pipeline.promote(postgres.db, context.partition_key, heartbeat.worker.owner),
+            settings.get().reliability.retry_backoff_seconds)
     except UploadFailed as exc:
         raise _fail(exc) from exc
     if result is None:

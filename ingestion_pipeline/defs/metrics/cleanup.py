@@ -2,8 +2,7 @@
 
 import dagster as dg
 
-from ingestion_pipeline.core.settings import load_settings
-from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 from ingestion_pipeline.metrics.cleanup import delete_old_staging_rows
 
 
@@ -13,9 +12,10 @@ class StagingCleanupConfig(dg.Config):
 
 @dg.op
 def delete_expired_staging_rows(
-    context: dg.OpExecutionContext, config: StagingCleanupConfig, postgres: PostgresResource
+    context: dg.OpExecutionContext, config: StagingCleanupConfig, postgres: PostgresResource,
+    settings: SettingsResource,
 ) -> int:
-    days = config.retention_days or load_settings().metrics.staging_retention_days
+    days = config.retention_days or settings.get().metrics.staging_retention_days
     with postgres.db.transaction() as conn:
         deleted = delete_old_staging_rows(conn, days)
     context.log.info(f"deleted {deleted} staging rows older than {days} days")
@@ -31,7 +31,3 @@ staging_cleanup_schedule = dg.ScheduleDefinition(
     job=staging_cleanup_job, cron_schedule="15 3 * * *", default_status=dg.DefaultScheduleStatus.RUNNING
 )
 
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(jobs=[staging_cleanup_job], schedules=[staging_cleanup_schedule])

@@ -17,7 +17,3 @@ from ingestion_pipeline.defs.resources import PostgresResource
 def metric_upload_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource) -> dg.SensorResult:
     return plan_metric_runs(context.instance, postgres.db).sensor_result()
 
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(sensors=[metric_upload_sensor])

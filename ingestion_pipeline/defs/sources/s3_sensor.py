@@ -4,7 +4,7 @@ import dagster as dg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.launching import plan_document_runs
-from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource, S3Clients, UploadStoreResource
+from ingestion_pipeline.defs.resources import PostgresResource, S3Clients, SettingsResource, UploadStoreResource
 from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.sources.sync_pass import sync_sources
 
@@ -19,16 +19,12 @@ from ingestion_pipeline.sources.sync_pass import sync_sources
 def s3_sensor(
     context: dg.SensorEvaluationContext,
     postgres: PostgresResource,
-    document_pipeline: DocumentPipelineResource,
+    settings: SettingsResource,
     upload_store: UploadStoreResource,
     s3: S3Resource,
 ) -> dg.SensorResult:
-    settings = document_pipeline.settings()
-    for report in sync_sources(postgres.db, settings, S3Clients(s3), upload_store.metrics()):
+    current = settings.get()
+    for report in sync_sources(postgres.db, current, S3Clients(s3), upload_store.metrics()):
         context.log.info(f"source {report.source}: {report.as_dict()}")
-    return plan_document_runs(context.instance, postgres.db, settings.batch, run_types=("s3_sync",)).sensor_result()
+    return plan_document_runs(context.instance, postgres.db, current.batch, run_types=("s3_sync",)).sensor_result()
 
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(sensors=[s3_sensor])

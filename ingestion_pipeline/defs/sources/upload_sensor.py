@@ -4,7 +4,7 @@ import dagster as dg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.launching import plan_document_runs
-from ingestion_pipeline.defs.resources import DocumentPipelineResource, PostgresResource
+from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 from ingestion_pipeline.documents.reindex import REINDEX
 
 
@@ -17,13 +17,9 @@ from ingestion_pipeline.documents.reindex import REINDEX
 def upload_sensor(
     context: dg.SensorEvaluationContext,
     postgres: PostgresResource,
-    document_pipeline: DocumentPipelineResource,
+    settings: SettingsResource,
 ) -> dg.SensorResult:
-    plan = plan_document_runs(context.instance, postgres.db, document_pipeline.settings().batch,
+    plan = plan_document_runs(context.instance, postgres.db, settings.get().batch,
                               run_types=("upload", REINDEX))
     return plan.sensor_result()
 
-
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(sensors=[upload_sensor])

@@ -1,0 +1,89 @@
+"""The services a process builds from its settings: the upload stores, the embedding model, the pipeline's
+fingerprint and S3 clients.
+
+Each is made here and only here. The CLI (``cli/bootstrap.Context``) and the HTTP API
+(``api/services.ApiServices``) extend ``Services``; the Dagster resources (``defs/resources.py``) call the
+same functions from their own configuration. A test swaps one by passing it in (``embedder=``,
+``s3_client_factory=``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from functools import cached_property
+from typing import Any
+
+from ingestion_pipeline.core.s3_clients import ClientsByEndpoint, S3ClientSettings, build_client
+from ingestion_pipeline.core.settings import Settings
+from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.documents.embedding import Embedder, build_embedder
+from ingestion_pipeline.documents.fingerprint import fingerprint_for, pipeline_fingerprint
+
+
+def document_store(settings: Settings) -> LocalUploadStore:
+    """Where uploaded documents wait for processing (``INGESTION_UPLOAD_DIR``)."""
+    return LocalUploadStore(settings.upload.upload_dir)
+
+
+def metric_store(settings: Settings) -> LocalUploadStore:
+    """Where uploaded metric exports wait for processing (``INGESTION_METRICS_UPLOAD_DIR``)."""
+    return LocalUploadStore(settings.metrics.upload_dir)
+
+
+def embedder(settings: Settings, model_path: str | None = None, batch_size: int | None = None) -> Embedder:
+    """The embedding model of the settings (or of ``model_path`` / ``batch_size``); weights load on first use."""
+    return build_embedder(model_path, batch_size, settings=settings.embedding)
+
+
+def fingerprint(settings: Settings, model: Embedder) -> str:
+    """What the pipeline's output depends on now: extractor, chunking budgets, model (a change means re-index)."""
+    return pipeline_fingerprint(model.info, settings.chunk.target_tokens, settings.chunk.max_tokens)
+
+
+def fingerprint_of_elements(settings: Settings, model: Embedder) -> Callable[[str | None], str | None]:
+    """extractor version of stored elements -> the fingerprint re-indexing them now gives."""
+    return fingerprint_for(model.info, settings.chunk.target_tokens, settings.chunk.max_tokens)
+
+
+def s3_client(endpoint_url: str | None = None) -> Any:
+    """A boto3 S3 client with the pipeline's one retry policy (``core/s3_clients``)."""
+    return build_client(S3ClientSettings(endpoint_url=endpoint_url))
+
+
+class Services:
+    """One process's services, each built on first use and then kept (thread-safe: the API's handlers share it)."""
+
+    def __init__(self, settings: Settings, *, embedder: Embedder | None = None,
+                 s3_client_factory: Callable[[str | None], Any] | None = None) -> None:
+        self.settings = settings
+        self._embedder = embedder
+        self._embedder_lock = threading.Lock()
+        self._s3_clients = ClientsByEndpoint(s3_client_factory or s3_client)
+
+    @property
+    def embedder(self) -> Embedder:
+        with self._embedder_lock:
+            if self._embedder is None:
+                self._embedder = embedder(self.settings)
+            return self._embedder
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.settings, self.embedder)
+
+    @property
+    def fingerprint_for(self) -> Callable[[str | None], str | None]:
+        return fingerprint_of_elements(self.settings, self.embedder)
+
+    @cached_property
+    def document_store(self) -> LocalUploadStore:
+        return document_store(self.settings)
+
+    @cached_property
+    def metric_store(self) -> LocalUploadStore:
+        return metric_store(self.settings)
+
+    def s3_client(self, endpoint_url: str | None = None) -> Any:
+        """A boto3 S3 client per endpoint (None: the AWS environment), built once (clients are thread-safe)."""
+        return self._s3_clients(endpoint_url)
