@@ -8,7 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from ingestion_pipeline.core.identifiers import IDENTIFIER_PATTERN
-from ingestion_pipeline.core.users import EMAIL_PATTERN, ROLES
+from ingestion_pipeline.core.users import EMAIL_PATTERN, ROLES, User
 from ingestion_pipeline.metrics.formats import PLATFORMS
 
 T = TypeVar("T")
@@ -40,13 +40,8 @@ class UserIn(BaseModel):
     role: Literal[ROLES] = "user"
 
 
-class UserOut(BaseModel):
-    user_id: str
-    tenant_id: str
-    email: str
-    role: str
-    created_at: datetime
-    disabled: bool
+UserOut = User
+"""A user as the API returns it: the stored ``core.users.User`` (FastAPI serialises the dataclass)."""
 
 
 # -- documents -------------------------------------------------------------------------------------------

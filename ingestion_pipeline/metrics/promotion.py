@@ -76,6 +76,36 @@ def _picked(kind: str, key: str, parent_stored: str = "") -> str:
        JOIN staging_rows s ON s.upload_id = %(upload)s AND s.row_index = p.row_index"""
 
 
+def _child_upsert(table: str, key: str, parent: str, name_column: str, kind: str, parent_stored: str = "") -> str:
+    """Upsert an ad set or an ad (a dimension under a parent) from its picked rows; a newer upload wins."""
+    return f"""
+INSERT INTO {table} AS t (workspace_id, platform, {key}, {parent}, name, status, last_upload_id)
+SELECT %(ws)s, %(platform)s, s.{key}, s.{parent}, s.{name_column},
+       CASE WHEN s.entity_type = '{kind}' THEN s.status END, %(upload)s
+  FROM {_picked(kind, key, parent_stored)}
+ ORDER BY s.{key}
+ON CONFLICT (workspace_id, platform, {key}) DO UPDATE
+   SET {parent} = EXCLUDED.{parent}, name = coalesce(EXCLUDED.name, t.name),
+       status = coalesce(EXCLUDED.status, t.status), last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
+ WHERE {NEWER}
+   AND (t.{parent}, t.name, t.status) IS DISTINCT FROM
+       (EXCLUDED.{parent}, coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
+"""
+
+
+def _unresolved(entity_type: str, parent_key: str, parent_table: str, parent_label: str) -> str:
+    """Mark valid rows whose parent is neither in this upload nor stored as unpromotable, with the reason."""
+    return f"""
+UPDATE staging_rows s SET validation_status = 'unpromotable',
+       validation_errors = validation_errors || jsonb_build_array(jsonb_build_object(
+           'field', '{parent_key}', 'error', '{parent_label} ' || {parent_key} ||
+           ' not found in this upload or the workspace'))
+ WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.entity_type = '{entity_type}'
+   AND NOT EXISTS (SELECT 1 FROM {parent_table} a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
+                      AND a.{parent_key} = s.{parent_key})
+"""
+
+
 _CAMPAIGNS = f"""
 INSERT INTO campaigns AS t (workspace_id, platform, campaign_id, name, status, last_upload_id)
 SELECT %(ws)s, %(platform)s, s.campaign_id,
@@ -90,30 +120,10 @@ ON CONFLICT (workspace_id, platform, campaign_id) DO UPDATE
    AND (t.name, t.status) IS DISTINCT FROM (coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
 """
 
-_AD_SETS = f"""
-INSERT INTO ad_sets AS t (workspace_id, platform, ad_set_id, campaign_id, name, status, last_upload_id)
-SELECT %(ws)s, %(platform)s, s.ad_set_id, s.campaign_id, s.ad_set_name,
-       CASE WHEN s.entity_type = 'ad_set' THEN s.status END, %(upload)s
-  FROM {_picked('ad_set', 'ad_set_id')}
- ORDER BY s.ad_set_id
-ON CONFLICT (workspace_id, platform, ad_set_id) DO UPDATE
-   SET campaign_id = EXCLUDED.campaign_id, name = coalesce(EXCLUDED.name, t.name),
-       status = coalesce(EXCLUDED.status, t.status), last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
- WHERE {NEWER}
-   AND (t.campaign_id, t.name, t.status) IS DISTINCT FROM
-       (EXCLUDED.campaign_id, coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
-"""
+_AD_SETS = _child_upsert("ad_sets", "ad_set_id", "campaign_id", "ad_set_name", "ad_set")
 
 # Ads need their ad set: from this upload (inserted above) or already stored.
-_UNRESOLVED_AD_PARENTS = f"""
-UPDATE staging_rows s SET validation_status = 'unpromotable',
-       validation_errors = validation_errors || jsonb_build_array(jsonb_build_object(
-           'field', 'ad_set_id', 'error', 'ad set ' || ad_set_id ||
-           ' not found in this upload or the workspace'))
- WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.entity_type = 'ad'
-   AND NOT EXISTS (SELECT 1 FROM ad_sets a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
-                      AND a.ad_set_id = s.ad_set_id)
-"""
+_UNRESOLVED_AD_PARENTS = _unresolved("ad", "ad_set_id", "ad_sets", "ad set")
 
 # Whether that update has anything to do: an ad of this upload under an ad set that is not stored. A set
 # difference, not NOT EXISTS: the rows this transaction just wrote are not in the planner's statistics,
@@ -127,28 +137,9 @@ SELECT EXISTS (SELECT ad_set_id FROM promotion_picks WHERE kind = 'ad' AND p1 IS
 _AD_PARENT_STORED = """EXISTS (SELECT 1 FROM ad_sets a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
                         AND a.ad_set_id = g.parent)"""
 
-_ADS = f"""
-INSERT INTO ads AS t (workspace_id, platform, ad_id, ad_set_id, name, status, last_upload_id)
-SELECT %(ws)s, %(platform)s, s.ad_id, s.ad_set_id, s.ad_name, CASE WHEN s.entity_type = 'ad' THEN s.status END,
-       %(upload)s
-  FROM {_picked('ad', 'ad_id', _AD_PARENT_STORED)}
- ORDER BY s.ad_id
-ON CONFLICT (workspace_id, platform, ad_id) DO UPDATE
-   SET ad_set_id = EXCLUDED.ad_set_id, name = coalesce(EXCLUDED.name, t.name),
-       status = coalesce(EXCLUDED.status, t.status), last_upload_id = EXCLUDED.last_upload_id, updated_at = now()
- WHERE {NEWER}
-   AND (t.ad_set_id, t.name, t.status) IS DISTINCT FROM
-       (EXCLUDED.ad_set_id, coalesce(EXCLUDED.name, t.name), coalesce(EXCLUDED.status, t.status))
-"""
+_ADS = _child_upsert("ads", "ad_id", "ad_set_id", "ad_name", "ad", _AD_PARENT_STORED)
 
-_UNRESOLVED_FACTS = f"""
-UPDATE staging_rows s SET validation_status = 'unpromotable',
-       validation_errors = validation_errors || jsonb_build_array(jsonb_build_object(
-           'field', 'ad_id', 'error', 'ad ' || ad_id || ' not found in this upload or the workspace'))
- WHERE {VALID.replace('upload_id', 's.upload_id')} AND s.entity_type = 'daily_metric'
-   AND NOT EXISTS (SELECT 1 FROM ads a WHERE a.workspace_id = %(ws)s AND a.platform = %(platform)s
-                      AND a.ad_id = s.ad_id)
-"""
+_UNRESOLVED_FACTS = _unresolved("daily_metric", "ad_id", "ads", "ad")
 
 # Whether that update has anything to do: a fact of this upload whose ad is not stored.
 _FACT_ADS_MISSING = """

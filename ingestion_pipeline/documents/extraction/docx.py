@@ -18,15 +18,7 @@ from docx.table import Table
 from docx.text.paragraph import Paragraph
 
 from ingestion_pipeline.core.settings import ExtractionLimits
-from ingestion_pipeline.documents.extraction.elements import (
-    LIST_ITEM,
-    NARRATIVE_TEXT,
-    TABLE,
-    TITLE,
-    Element,
-    ExtractedDocument,
-    clean_text,
-)
+from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, Kind, clean_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _HEADING_STYLE = re.compile(r"^(heading|titre|überschrift)\s*(\d)", re.IGNORECASE)
@@ -141,16 +133,16 @@ def extract_docx(path: Path, limits: ExtractionLimits | None = None) -> Extracte
                 name = _style_name(paragraph, style_names)
                 level = _heading_level(paragraph, name)
                 if level is not None:
-                    elements.append(Element(TITLE, text, page, level=level))
+                    elements.append(Element(Kind.TITLE, text, page, level=level))
                 elif _is_list_item(paragraph, name):
-                    elements.append(Element(LIST_ITEM, text, page))
+                    elements.append(Element(Kind.LIST_ITEM, text, page))
                 else:
-                    elements.append(Element(NARRATIVE_TEXT, text, page))
+                    elements.append(Element(Kind.NARRATIVE_TEXT, text, page))
             page += breaks
         elif child.tag == qn("w:tbl"):
             text = _table_text(Table(child, document))
             if text.strip():
-                elements.append(Element(TABLE, text, page))
+                elements.append(Element(Kind.TABLE, text, page))
     if not elements:
         raise ExtractionError("DOCX contains no text (empty document or images only)", code="docx_no_text")
     return ExtractedDocument(elements, page_count=page)

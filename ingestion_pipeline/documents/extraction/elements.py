@@ -5,12 +5,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-TITLE = "Title"
-NARRATIVE_TEXT = "NarrativeText"
-LIST_ITEM = "ListItem"
-TABLE = "Table"
-CODE_BLOCK = "CodeBlock"
-OCR_TEXT = "OcrText"  # prose read by OCR from a page without a text layer (chunks carrying it: ``ocr``)
+
+class Kind:
+    """The element types (``Element.type``; stored as these strings)."""
+
+    TITLE = "Title"
+    NARRATIVE_TEXT = "NarrativeText"
+    LIST_ITEM = "ListItem"
+    TABLE = "Table"
+    CODE_BLOCK = "CodeBlock"
+    OCR_TEXT = "OcrText"  # prose read by OCR from a page without a text layer (chunks carrying it: ``ocr``)
+
+
+TITLE, NARRATIVE_TEXT, LIST_ITEM = Kind.TITLE, Kind.NARRATIVE_TEXT, Kind.LIST_ITEM
+TABLE, CODE_BLOCK, OCR_TEXT = Kind.TABLE, Kind.CODE_BLOCK, Kind.OCR_TEXT
 
 ELEMENT_TYPES = (TITLE, NARRATIVE_TEXT, LIST_ITEM, TABLE, CODE_BLOCK, OCR_TEXT)
 

@@ -15,16 +15,7 @@ import lxml.html
 from lxml import etree
 
 from ingestion_pipeline.core.settings import ExtractionLimits
-from ingestion_pipeline.documents.extraction.elements import (
-    CODE_BLOCK,
-    LIST_ITEM,
-    NARRATIVE_TEXT,
-    TABLE,
-    TITLE,
-    Element,
-    ExtractedDocument,
-    clean_text,
-)
+from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, Kind, clean_text
 from ingestion_pipeline.documents.extraction.encoding import read_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
@@ -84,7 +75,7 @@ class _Walker:
         text = clean_text(" ".join(self.inline))
         self.inline = []
         if text:
-            self.elements.append(Element(NARRATIVE_TEXT, text))
+            self.elements.append(Element(Kind.NARRATIVE_TEXT, text))
 
     def _start(self, node) -> bool:
         """Handle an element as it opens; True to walk its children."""
@@ -95,7 +86,7 @@ class _Walker:
             self.flush()
             text = clean_text(_text(node))
             if text:
-                self.elements.append(Element(TITLE, text, level=_HEADINGS[name]))
+                self.elements.append(Element(Kind.TITLE, text, level=_HEADINGS[name]))
             return False
         if name == "table":
             self.flush()
@@ -104,19 +95,19 @@ class _Walker:
                 return True
             text = _table_text(node)
             if text:
-                self.elements.append(Element(TABLE, text))
+                self.elements.append(Element(Kind.TABLE, text))
             return False
         if name == "li" and not _has_block_child(node):
             self.flush()
             text = clean_text(_text(node))
             if text:
-                self.elements.append(Element(LIST_ITEM, text))
+                self.elements.append(Element(Kind.LIST_ITEM, text))
             return False
         if name == "pre":
             self.flush()
             text = _text(node, separator="").strip("\n")
             if text.strip():
-                self.elements.append(Element(CODE_BLOCK, text))
+                self.elements.append(Element(Kind.CODE_BLOCK, text))
             return False
         if name == "br":
             self.inline.append("\n")

@@ -7,16 +7,7 @@ from pathlib import Path
 from markdown_it import MarkdownIt
 
 from ingestion_pipeline.core.settings import ExtractionLimits
-from ingestion_pipeline.documents.extraction.elements import (
-    CODE_BLOCK,
-    LIST_ITEM,
-    NARRATIVE_TEXT,
-    TABLE,
-    TITLE,
-    Element,
-    ExtractedDocument,
-    clean_text,
-)
+from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, Kind, clean_text
 from ingestion_pipeline.documents.extraction.encoding import read_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
@@ -50,7 +41,7 @@ def extract_markdown(path: Path, limits: ExtractionLimits | None = None) -> Extr
         elif tok.type == "table_close" and table_rows is not None:
             body = "\n".join(" | ".join(cells) for cells in table_rows if any(cells))
             if body:
-                elements.append(Element(TABLE, body))
+                elements.append(Element(Kind.TABLE, body))
             table_rows = None
         elif tok.type == "inline":
             content = clean_text(tok.content)
@@ -59,19 +50,19 @@ def extract_markdown(path: Path, limits: ExtractionLimits | None = None) -> Extr
             elif not content:
                 continue
             elif heading_level is not None:
-                elements.append(Element(TITLE, content, level=heading_level))
+                elements.append(Element(Kind.TITLE, content, level=heading_level))
                 heading_level = None
             elif list_depth > 0:
-                elements.append(Element(LIST_ITEM, content))
+                elements.append(Element(Kind.LIST_ITEM, content))
             else:
-                elements.append(Element(NARRATIVE_TEXT, content))
+                elements.append(Element(Kind.NARRATIVE_TEXT, content))
         elif tok.type in ("fence", "code_block"):
             if tok.content.strip():
-                elements.append(Element(CODE_BLOCK, tok.content.rstrip("\n")))
+                elements.append(Element(Kind.CODE_BLOCK, tok.content.rstrip("\n")))
         elif tok.type == "html_block":
             content = clean_text(tok.content)
             if content:
-                elements.append(Element(NARRATIVE_TEXT, content))
+                elements.append(Element(Kind.NARRATIVE_TEXT, content))
     if not elements:
         raise ExtractionError("Markdown file has no text content", code="markdown_no_text")
     return ExtractedDocument(elements, page_count=None)

@@ -23,16 +23,7 @@ from typing import Any
 
 from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction.docx import check_zip_members
-from ingestion_pipeline.documents.extraction.elements import (
-    CODE_BLOCK,
-    LIST_ITEM,
-    NARRATIVE_TEXT,
-    TABLE,
-    TITLE,
-    Element,
-    ExtractedDocument,
-    clean_text,
-)
+from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, Kind, clean_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 # Before unstructured is imported: no telemetry call, no advertising notice on stdout.
@@ -50,9 +41,10 @@ _SPACY_MODEL = "en_core_web_sm"
 
 # unstructured's element classes -> ours (anything not listed carries no searchable text)
 _TYPES = {
-    "Title": TITLE, "NarrativeText": NARRATIVE_TEXT, "Text": NARRATIVE_TEXT, "UncategorizedText": NARRATIVE_TEXT,
-    "EmailAddress": NARRATIVE_TEXT, "Address": NARRATIVE_TEXT, "FigureCaption": NARRATIVE_TEXT,
-    "Formula": NARRATIVE_TEXT, "ListItem": LIST_ITEM, "Table": TABLE, "CodeSnippet": CODE_BLOCK,
+    "Title": Kind.TITLE, "NarrativeText": Kind.NARRATIVE_TEXT, "Text": Kind.NARRATIVE_TEXT,
+    "UncategorizedText": Kind.NARRATIVE_TEXT,
+    "EmailAddress": Kind.NARRATIVE_TEXT, "Address": Kind.NARRATIVE_TEXT, "FigureCaption": Kind.NARRATIVE_TEXT,
+    "Formula": Kind.NARRATIVE_TEXT, "ListItem": Kind.LIST_ITEM, "Table": Kind.TABLE, "CodeSnippet": Kind.CODE_BLOCK,
 }
 
 
@@ -138,7 +130,7 @@ def extract_office(path: Path, limits: ExtractionLimits | None = None, *, extens
         elements = _slide_elements(parts)
     else:
         elements = [e for e in (_element(p) for p in parts) if e is not None]
-    if not any(e.type != TITLE for e in elements):
+    if not any(e.type != Kind.TITLE for e in elements):
         raise ExtractionError(f"{label} file contains no text", code="no_text")
     pages = [e.page_number for e in elements if e.page_number is not None]
     return ExtractedDocument(elements, page_count=max(pages) if pages else None)
@@ -181,11 +173,11 @@ def _element(part: Any, *, title_level_offset: int = 0) -> Element | None:
     if kind is None:
         return None
     metadata = part.metadata
-    text = _table_text(metadata.text_as_html) if kind == TABLE and metadata.text_as_html else part.text
+    text = _table_text(metadata.text_as_html) if kind == Kind.TABLE and metadata.text_as_html else part.text
     text = clean_text(text or "")
     if not text:
         return None
-    level = 1 + title_level_offset + (metadata.category_depth or 0) if kind == TITLE else 1
+    level = 1 + title_level_offset + (metadata.category_depth or 0) if kind == Kind.TITLE else 1
     return Element(kind, text, metadata.page_number, level=level)
 
 
@@ -210,7 +202,7 @@ def _sheet_elements(parts: list[Any]) -> list[Element]:
         name = getattr(part.metadata, "page_name", None)
         if name and name != sheet:
             sheet = name
-            elements.append(Element(TITLE, clean_text(name) or f"Sheet {part.metadata.page_number}",
+            elements.append(Element(Kind.TITLE, clean_text(name) or f"Sheet {part.metadata.page_number}",
                                     part.metadata.page_number, level=1))
         element = _element(part, title_level_offset=1)
         if element is not None:
@@ -227,10 +219,10 @@ def _slide_elements(parts: list[Any]) -> list[Element]:
             slides.setdefault(element.page_number or 1, []).append(element)
     elements: list[Element] = []
     for number, slide in sorted(slides.items()):
-        titles = [e for e in slide if e.type == TITLE]
+        titles = [e for e in slide if e.type == Kind.TITLE]
         if not titles:
-            titles = [Element(TITLE, f"Slide {number}", number, level=1)]
-        elements.extend(titles + [e for e in slide if e.type != TITLE])
+            titles = [Element(Kind.TITLE, f"Slide {number}", number, level=1)]
+        elements.extend(titles + [e for e in slide if e.type != Kind.TITLE])
     return elements
 
 
@@ -244,11 +236,11 @@ def _email_elements(parts: list[Any]) -> list[Element]:
     sender = ", ".join(getattr(metadata, "sent_from", None) or [])
     date = (getattr(metadata, "last_modified", None) or "")[:16].replace("T", " ")
     details = ", ".join(d for d in (f"from {sender}" if sender else "", date) if d)
-    elements = [Element(TITLE, f"{subject} ({details})" if details else subject, level=1)]
+    elements = [Element(Kind.TITLE, f"{subject} ({details})" if details else subject, level=1)]
     for part in parts:
         element = _element(part)
         if element is not None:
-            if element.type == TITLE:
-                element.type = NARRATIVE_TEXT
+            if element.type == Kind.TITLE:
+                element.type = Kind.NARRATIVE_TEXT
             elements.append(element)
     return elements

@@ -18,14 +18,7 @@ import pypdfium2.raw as pdfium_c
 
 from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction import ocr
-from ingestion_pipeline.documents.extraction.elements import (
-    NARRATIVE_TEXT,
-    OCR_TEXT,
-    TITLE,
-    Element,
-    ExtractedDocument,
-    clean_text,
-)
+from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, Kind, clean_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _NUMBERED_HEADING = re.compile(r"^(\d+(\.\d+){0,3}\.?|[IVX]{1,5}\.|[A-Z]\.)\s+[A-Z][^.!?]{2,80}$")
@@ -113,7 +106,7 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> Extracted
         for index in range(page_count):
             page_number = index + 1
             for level, title in outline.get(index, []):
-                elements.append(Element(TITLE, title, page_number, level=level))
+                elements.append(Element(Kind.TITLE, title, page_number, level=level))
             page = pdf[index]
             by_ocr = False
             try:
@@ -136,14 +129,15 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> Extracted
                 if not paragraph:
                     continue
                 if by_ocr:  # OCR finds no headings worth trusting: its text is prose, marked as read by OCR
-                    elements.append(Element(OCR_TEXT, paragraph, page_number, level=2))
+                    elements.append(Element(Kind.OCR_TEXT, paragraph, page_number, level=2))
                     continue
                 is_heading = not outline and _looks_like_heading(paragraph)
                 # Under an outline, numbered headings nest below the outline entries.
-                elements.append(Element(TITLE if is_heading else NARRATIVE_TEXT, paragraph, page_number, level=2))
+                kind = Kind.TITLE if is_heading else Kind.NARRATIVE_TEXT
+                elements.append(Element(kind, paragraph, page_number, level=2))
         if ocr_pages:
             notes.append(f"{ocr_pages} page(s) without a text layer read by OCR (Tesseract)")
-        if not any(e.text.strip() for e in elements if e.type != TITLE):
+        if not any(e.text.strip() for e in elements if e.type != Kind.TITLE):
             if unread:
                 raise ExtractionError(
                     f"PDF has no text layer on any of its {page_count} page(s) (scanned or image-only) and OCR "

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from ingestion_pipeline.core.settings import ExtractionLimits
-from ingestion_pipeline.documents.extraction.elements import NARRATIVE_TEXT, TITLE, Element, ExtractedDocument
+from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, Kind
 from ingestion_pipeline.documents.extraction.encoding import read_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
@@ -54,8 +54,8 @@ def extract_text(path: Path, limits: ExtractionLimits | None = None) -> Extracte
         if not paragraph.strip():
             continue
         if _is_heading(paragraph):
-            elements.append(Element(TITLE, paragraph, level=1 if not _CHAPTER.match(paragraph) else 2))
+            elements.append(Element(Kind.TITLE, paragraph, level=1 if not _CHAPTER.match(paragraph) else 2))
         else:
             # Hard-wrapped prose: one paragraph, one line.
-            elements.append(Element(NARRATIVE_TEXT, " ".join(paragraph.split("\n"))))
+            elements.append(Element(Kind.NARRATIVE_TEXT, " ".join(paragraph.split("\n"))))
     return ExtractedDocument(elements, page_count=None)

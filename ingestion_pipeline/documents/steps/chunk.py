@@ -12,12 +12,10 @@ from ingestion_pipeline.documents.chunking import Chunk, chunk_elements, effecti
 from ingestion_pipeline.documents.extraction.elements import Element
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.steps.runner import (
-    LOST,
     STEP_DONE,
     STEP_ERRORS,
     FileOutcome,
     StepRunner,
-    filename,
     in_pool,
     log,
     ms,
@@ -81,7 +79,7 @@ class ChunkStep(StepRunner):
             run_id = row["run_id"]
             state = states.get(run_id)
             if state is not None and state["elements_done"] and state["chunks_done"]:
-                outcomes[run_id] = FileOutcome(run_id, filename(row), STEP_DONE, "chunks already staged")
+                outcomes[run_id] = FileOutcome.of(row, STEP_DONE, "chunks already staged")
                 continue
             try:
                 chunked[run_id] = (row, *self._chunk_file(state, elements.get(run_id, [])))
@@ -129,8 +127,7 @@ class ChunkStep(StepRunner):
         outcomes = {}
         for run_id, (row, chunks, stats, _) in chunked.items():
             if run_id in lost:
-                log.warning("file %s (run %s): %s", filename(row), run_id, lost[run_id])
-                outcomes[run_id] = FileOutcome(run_id, filename(row), LOST, lost[run_id])
+                outcomes[run_id] = FileOutcome.lost(row, lost[run_id])
             else:
-                outcomes[run_id] = FileOutcome(run_id, filename(row), STEP_DONE, f"{len(chunks)} chunks", stats)
+                outcomes[run_id] = FileOutcome.of(row, STEP_DONE, f"{len(chunks)} chunks", stats)
         return outcomes

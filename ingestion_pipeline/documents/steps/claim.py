@@ -18,7 +18,6 @@ from ingestion_pipeline.documents.steps.runner import (
     STEP_DONE,
     FileOutcome,
     StepRunner,
-    filename,
     ms,
 )
 
@@ -60,7 +59,7 @@ class ClaimStep(StepRunner):
         status = row["status"]
         if status == runs.SUCCEEDED:
             if active is not None and active["pipeline_fingerprint"] == self.fingerprint:
-                return FileOutcome(row["run_id"], filename(row), CURRENT,
+                return FileOutcome.of(row, CURRENT,
                                    f"version {active['version_number']} is current")
             detail = "already done" if active is not None else "already done; the document is no longer active"
         elif status == runs.RUNNING:
@@ -79,7 +78,7 @@ class ClaimStep(StepRunner):
             detail = f"canceled by {row['canceled_by']}"
         else:
             detail = row["error"] or status
-        return FileOutcome(row["run_id"], filename(row), status, detail)
+        return FileOutcome.of(row, status, detail)
 
     def _verify_raw(self, row: dict) -> FileOutcome:
         start = time.perf_counter()
@@ -104,7 +103,7 @@ class ClaimStep(StepRunner):
             if current is None:
                 staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
                 runs.heartbeat(conn, row["run_id"], self.owner, {"timings_ms": {"verify": ms(start)}})
-                return FileOutcome(row["run_id"], filename(row), STEP_DONE, "verified")
+                return FileOutcome.of(row, STEP_DONE, "verified")
             runs.mark_succeeded(conn, row["run_id"], self.owner,
                                 {"skipped": "already the active version", "version_id": current["version_id"]})
             if row.get("source_id") is not None:  # new ETag, same bytes: the object is current
@@ -115,7 +114,7 @@ class ClaimStep(StepRunner):
                 )
             staging.discard(conn, row["run_id"])
         self._release_raw(row)
-        return FileOutcome(row["run_id"], filename(row), SKIPPED, "already the active version")
+        return FileOutcome.of(row, SKIPPED, "already the active version")
 
     def _stage_stored_elements(self, row: dict, start: float) -> FileOutcome:
         """A re-index starts from the elements stored with the version (the extract step then has
@@ -135,14 +134,14 @@ class ClaimStep(StepRunner):
             if skipped is not None:
                 runs.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": skipped})
                 staging.discard(conn, row["run_id"])
-                return FileOutcome(row["run_id"], filename(row), outcome, skipped)
+                return FileOutcome.of(row, outcome, skipped)
             staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
             n = staging.stage_version_elements(conn, row["run_id"], version["version_id"], version["page_count"])
             if n == 0:
                 raise ExtractionError(f"version {version['version_number']} has no stored elements; submit the "
                                       "file again to re-index it", code="reindex_needs_file")
             runs.heartbeat(conn, row["run_id"], self.owner, {"elements": n, "timings_ms": {"verify": ms(start)}})
-        return FileOutcome(row["run_id"], filename(row), STEP_DONE,
+        return FileOutcome.of(row, STEP_DONE,
                            f"re-indexing version {version['version_number']} from {n} stored elements")
 
     def _prefetch_s3_objects(self, partition_key: str, pool: ThreadPoolExecutor) -> None:

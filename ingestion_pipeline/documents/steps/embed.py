@@ -11,13 +11,10 @@ from ingestion_pipeline.core.progress import Progress
 from ingestion_pipeline.documents import runs, staging
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.steps.runner import (
-    LOST,
     STEP_DONE,
     STEP_ERRORS,
     FileOutcome,
     StepRunner,
-    filename,
-    log,
     ms,
     timings,
 )
@@ -76,8 +73,7 @@ class EmbedStep(StepRunner):
         for row in rows:
             run_id = row["run_id"]
             if run_id in lost:
-                log.warning("file %s (run %s): %s", filename(row), run_id, lost[run_id])
-                outcomes.append(FileOutcome(run_id, filename(row), LOST, lost[run_id]))
+                outcomes.append(FileOutcome.lost(row, lost[run_id]))
             elif run_id not in chunked:
                 outcomes.append(self._fail(row, classify(ExtractionError(
                     "chunking did not complete for this file", code="step_out_of_order"))))
@@ -107,8 +103,7 @@ class EmbedStep(StepRunner):
             lost = runs.hold_many(conn, list(by_file), self.owner)
             for run_id, reason in lost.items():  # a file that lost its claim leaves the others' vectors
                 item = work.pop(run_id)
-                log.warning("file %s (run %s): %s", filename(item.row), run_id, reason)
-                outcomes.append(FileOutcome(run_id, filename(item.row), LOST, reason))
+                outcomes.append(FileOutcome.lost(item.row, reason))
             kept = [i for i, p in enumerate(pending) if p["run_id"] not in lost]
             if kept:
                 staging.write_embeddings(conn, [pending[i]["run_id"] for i in kept],
@@ -154,10 +149,9 @@ class EmbedStep(StepRunner):
         for run_id, figures in stats.items():
             row = work[run_id].row
             if run_id in lost:
-                log.warning("file %s (run %s): %s", filename(row), run_id, lost[run_id])
-                outcomes.append(FileOutcome(run_id, filename(row), LOST, lost[run_id]))
+                outcomes.append(FileOutcome.lost(row, lost[run_id]))
             else:
-                outcomes.append(FileOutcome(run_id, filename(row), STEP_DONE,
+                outcomes.append(FileOutcome.of(row, STEP_DONE,
                                             f"{figures['embedded']} embedded, {figures['embeddings_reused']} reused",
                                             figures))
         self._progress.advance(files=len(outcomes))

@@ -19,7 +19,7 @@ class ExtractStep(StepRunner):
         with self.db.connection() as conn:
             state = staging.staging_state(conn, row["run_id"])
         if state is not None and state["elements_done"]:
-            return FileOutcome(row["run_id"], filename(row), STEP_DONE, "elements already staged")
+            return FileOutcome.of(row, STEP_DONE, "elements already staged")
         start = time.perf_counter()
         failpoint("extract.file")
         with self._extract_lock:  # one extraction worker: the other lane writes a file's elements meanwhile
@@ -30,4 +30,4 @@ class ExtractStep(StepRunner):
             runs.heartbeat(conn, row["run_id"], self.owner, {**stats, "timings_ms": timings(row, extract=elapsed)})
             staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
             staging.write_elements(conn, row["run_id"], document.elements, document.page_count, stats)
-        return FileOutcome(row["run_id"], filename(row), STEP_DONE, f"{len(document.elements)} elements", stats)
+        return FileOutcome.of(row, STEP_DONE, f"{len(document.elements)} elements", stats)

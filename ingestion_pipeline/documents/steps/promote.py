@@ -32,7 +32,7 @@ class PromoteStep(StepRunner):
             with self.db.transaction() as conn:
                 runs.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": str(exc)})
                 staging.discard(conn, row["run_id"])
-            return FileOutcome(row["run_id"], filename(row), SKIPPED, str(exc))
+            return FileOutcome.of(row, SKIPPED, str(exc))
         self._release_raw(row)
         return FileOutcome(
             row["run_id"], filename(row), runs.SUCCEEDED,

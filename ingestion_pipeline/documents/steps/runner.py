@@ -57,6 +57,17 @@ class FileOutcome:
     detail: str = ""
     stats: dict = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, row: dict, status: str, detail: str = "", stats: dict | None = None) -> FileOutcome:
+        """The outcome of the file of ledger row ``row``."""
+        return cls(row["run_id"], filename(row), status, detail, stats or {})
+
+    @classmethod
+    def lost(cls, row: dict, reason: str) -> FileOutcome:
+        """The file's claim was taken from this run (``LeaseLost``): logged, and left alone."""
+        log.warning("file %s (run %s): %s", filename(row), row["run_id"], reason)
+        return cls.of(row, LOST, reason)
+
 
 def in_pool(tasks: list[Callable[[], T]], lanes: int, *, on_done: Callable[[T], None]) -> list[T]:
     """Run ``tasks`` on up to ``lanes`` threads ("file-lane"), ``on_done`` for each result as it finishes (on
@@ -203,7 +214,7 @@ class StepRunner:
             return work(row)
         except LeaseLost as exc:
             log.warning("file %s (run %s): %s", filename(row), row["run_id"], exc)
-            return FileOutcome(row["run_id"], filename(row), LOST, str(exc))
+            return FileOutcome.of(row, LOST, str(exc))
         except Exception as exc:
             failure = classify(exc)
             if failure.code in STEP_ERRORS:
@@ -216,11 +227,11 @@ class StepRunner:
             with self.db.transaction() as conn:
                 failed = runs.mark_failed(conn, row["run_id"], self.owner, failure, self.settings.reliability)
         except LeaseLost as exc:
-            return FileOutcome(row["run_id"], filename(row), LOST, str(exc))
+            return FileOutcome.of(row, LOST, str(exc))
         if failed["status"] == runs.QUEUED:
             detail = f"retry at {failed['next_attempt_at']:%H:%M:%S} ({failure.code}): {failure.message}"
-            return FileOutcome(row["run_id"], filename(row), RETRY, detail)
-        return FileOutcome(row["run_id"], filename(row), failed["status"], failure.message)
+            return FileOutcome.of(row, RETRY, detail)
+        return FileOutcome.of(row, failed["status"], failure.message)
 
     def _release_paused(self, partition_key: str) -> list[FileOutcome]:
         """At a step boundary, files of a paused tenant or source go back to the queue (staging kept)."""
@@ -237,7 +248,7 @@ class StepRunner:
                 return []
             released = ledger.release(conn, ledger.DOCUMENT_RUNS, owner=self.owner, reason="paused",
                                       event="paused", item_ids=[r["run_id"] for r in paused])
-        return [FileOutcome(r["run_id"], filename(r), RELEASED, "paused: back in the queue") for r in released]
+        return [FileOutcome.of(r, RELEASED, "paused: back in the queue") for r in released]
 
     def _release_raw(self, row: dict) -> None:
         """Drop the stored upload once no unfinished ledger row needs it."""
@@ -270,5 +281,5 @@ def batch_report(conn, partition_key: str) -> list[FileOutcome]:
             detail = f"version {stats.get('version_number')}: {stats.get('chunks')} chunks"
         else:
             detail = r["status"]
-        outcomes.append(FileOutcome(r["run_id"], filename(r), r["status"], detail, stats))
+        outcomes.append(FileOutcome.of(r, r["status"], detail, stats))
     return outcomes
