@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from ingestion_pipeline.api import errors
-from ingestion_pipeline.api.routes import auth, documents, health, ingest, metrics, runs, sources
+from ingestion_pipeline.api.routes import auth, documents, files, health, ingest, metrics, sources
 from ingestion_pipeline.api.routes.ingest import InflightLimit
 from ingestion_pipeline.api.services import ApiServices
 
@@ -29,6 +29,7 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
     app.state.services = services
     app.state.inflight = InflightLimit(services.api.max_inflight_uploads)
     errors.install(app)
-    for module in (health, auth, ingest, runs, documents, sources, metrics):
+    for module in (health, auth, ingest, files, documents, sources, metrics):
         app.include_router(module.router)
+    app.include_router(files.deprecated_router)
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from ingestion_pipeline.core.identifiers import IDENTIFIER_PATTERN
 from ingestion_pipeline.core.users import EMAIL_PATTERN, ROLES, User
@@ -45,13 +45,26 @@ UserOut = User
 
 
 # -- documents -------------------------------------------------------------------------------------------
-class SubmitOut(BaseModel):
+class _FileId(BaseModel):
+    """``file_id``: the file's row in the ledger; ``run_id`` is its old name, still sent (deprecated)."""
+
+    file_id: int | None = None
+    run_id: int | None = Field(default=None, deprecated="the same as file_id; will be removed")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _both_names(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("file_id") is None and data.get("run_id") is not None:
+            return {**data, "file_id": data["run_id"]}
+        return data
+
+
+class SubmitOut(_FileId):
     """What happened to one uploaded file (queued, duplicate of one in flight, or skipped)."""
 
     status: Literal["queued", "duplicate", "skipped"]
     filename: str
     doc_id: int | None = None
-    run_id: int | None = None
     reason: str | None = None
     sha256: str | None = None
     size_bytes: int | None = None
@@ -74,8 +87,9 @@ class PresignOut(BaseModel):
     expires_at: datetime
 
 
-class RunOut(BaseModel):
-    run_id: int
+class FileOut(_FileId):
+    """One file of the ledger."""
+
     tenant_id: str
     doc_id: int
     run_type: str

@@ -34,7 +34,7 @@ def _submit(ctx: Context, args: argparse.Namespace) -> int:
     ]
 
     def render(records: list[dict]) -> None:
-        print_table(records, ["filename", "status", "run_id", "doc_id", "reason"])
+        print_table(records, ["filename", "status", "file_id", "doc_id", "reason"])
         print(f"{len(records)} file(s): {count_line([r['status'] for r in records])}")
 
     emit(args, results, render)
@@ -108,7 +108,8 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
                    "run_success": run.success, "files": len(files), **Counter(o.status for o in files)}
         summaries.append(summary)
         record = {"batch": summary, "files": [
-            {"run_id": o.run_id, "file": o.filename, "status": o.status, "detail": o.detail} for o in files
+            {"file_id": o.file_id, "run_id": o.file_id, "file": o.filename, "status": o.status, "detail": o.detail}
+            for o in files
         ]}
         emit(args, [record], _print_batch)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS, LedgerTable, table_sql
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS, LedgerTable, table_sql
 from ingestion_pipeline.core.settings import ReliabilitySettings
 
 
@@ -61,7 +61,7 @@ def _expired(db: Database, t: LedgerTable, ttl_days: float) -> list[dict]:
 
 def remove_expired_raw_files(db: Database, policy: ReliabilitySettings) -> RetentionReport:
     report = RetentionReport()
-    for t in (DOCUMENT_RUNS, METRIC_UPLOADS):
+    for t in (DOCUMENT_FILES, METRIC_UPLOADS):
         for row in _expired(db, t, policy.failed_ttl_days):
             if _remove(Path(row["raw_path"]), report):
                 report.expired_files += 1

@@ -18,7 +18,7 @@ import dagster as dg
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS
 from ingestion_pipeline.core.settings import BatchSettings, Settings
 from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run, interrupted_by_a_signal
 from ingestion_pipeline.defs.ledger.janitor import run_janitor
@@ -154,7 +154,7 @@ def run_queued_in_process(
                 if interrupted() or (not result.success and interrupted_by_a_signal(instance, run_id)):
                     # Dagster took the signal inside the run (it raises it in the step): give the files back
                     with db.transaction() as conn:
-                        for t in (DOCUMENT_RUNS, METRIC_UPLOADS):
+                        for t in (DOCUMENT_FILES, METRIC_UPLOADS):
                             ledger.release(conn, t, owner=run_id, reason="`process` was interrupted")
                     raise Interrupted(f"interrupted during run {run_id}; its claims are back in the queue")
                 ran = True

@@ -26,7 +26,7 @@ from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extens
 from ingestion_pipeline.core.hashing import SizeLimitExceeded, stream_sha256
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
 from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile, SymlinkRefused, open_submitted_file
-from ingestion_pipeline.documents import runs
+from ingestion_pipeline.documents import file_ledger
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 
 QUEUED, SKIPPED, DUPLICATE, REJECTED = "queued", "skipped", "duplicate", "rejected"
@@ -50,7 +50,10 @@ class SubmitResult:
     size_bytes: int | None = None
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """The result as the CLI and the API print it: ``file_id`` is the file's ledger row; ``run_id``, its
+        old name, is kept for scripts written before (deprecated)."""
+        fields = {k: v for k, v in asdict(self).items() if v is not None}
+        return {"file_id": self.run_id, **fields} if self.run_id is not None else fields
 
 
 def upload_uri(sha256: str) -> str:
@@ -280,7 +283,7 @@ def _record_submission(db, tenant_id, stored, source_uri, config, result, run_ty
             result.reason = "identical content is already queued"
             result.run_id = in_flight["run_id"]
         else:
-            result.run_id = runs.create_queued_run(
+            result.run_id = file_ledger.create_queued_file(
                 conn,
                 tenant_id=tenant_id,
                 doc_id=doc_id,

@@ -14,7 +14,7 @@ import psycopg
 
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import CodedError
-from ingestion_pipeline.documents import runs
+from ingestion_pipeline.documents import file_ledger
 from ingestion_pipeline.documents.staging import discard
 
 # Text search configuration of chunk_fts; search.py must use the same one.
@@ -65,7 +65,7 @@ def promote_document_version(
     """
     started = time.perf_counter()
     tenant_id, doc_id, run_id = run["tenant_id"], run["doc_id"], run["run_id"]
-    runs.hold(conn, run_id, owner)  # first: a run that lost this file promotes nothing
+    file_ledger.hold(conn, run_id, owner)  # first: a run that lost this file promotes nothing
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"doc:{doc_id}",))
     if run.get("reindex_of_version_id") is not None:  # under the lock: no newer version can slip in after this
         reindexed = conn.execute("SELECT version_number, is_active FROM document_versions WHERE version_id = %s",
@@ -152,7 +152,7 @@ def promote_document_version(
     conn.execute("UPDATE documents SET title = %s, updated_at = now() WHERE doc_id = %s",
                  (config.get("title"), doc_id))
     timings_ms = {**timings_ms, "promote": int((time.perf_counter() - started) * 1000)}
-    runs.mark_succeeded(
+    file_ledger.mark_succeeded(
         conn,
         run_id,
         owner,

@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
-from ingestion_pipeline.documents import runs
+from ingestion_pipeline.documents import file_ledger
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS
 from ingestion_pipeline.sources.registry import Source
@@ -244,7 +244,7 @@ def _sweep_deleted(conn: psycopg.Connection, source: Source, pass_number: int) -
                  Jsonb({"action": "deactivated", "version_id": deactivated["version_id"] if deactivated else None}),
                  source.source_id, row["key"]),
             ).fetchone()
-            runs.log_finished(run_id)
+            file_ledger.log_finished(run_id)
         conn.execute(
             "UPDATE source_objects SET status = 'deleted', updated_at = now() WHERE source_id = %s AND key = %s",
             (source.source_id, row["key"]),

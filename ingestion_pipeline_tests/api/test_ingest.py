@@ -40,13 +40,19 @@ def test_end_to_end_token_upload_process_poll_search(api, database, instance):
                         data={"title": "Warehouse notes"})
     assert r.status_code == 202, r.text
     accepted = r.json()
-    assert accepted["status"] == "queued" and accepted["run_id"] and accepted["doc_id"]
-    assert api.client.get(f"/v1/ingestion-runs/{accepted['run_id']}", headers=headers).json()["status"] == "queued"
+    assert accepted["status"] == "queued" and accepted["file_id"] and accepted["doc_id"]
+    assert accepted["run_id"] == accepted["file_id"]  # the field's old name, still sent
+    assert api.client.get(f"/v1/files/{accepted['file_id']}", headers=headers).json()["status"] == "queued"
 
     process_in_process(instance, database)  # what `process` (or upload_sensor's run) does with the queue
 
-    run = api.client.get(f"/v1/ingestion-runs/{accepted['run_id']}", headers=headers).json()
+    run = api.client.get(f"/v1/files/{accepted['file_id']}", headers=headers).json()
     assert run["status"] == "succeeded" and run["dagster_run_id"] and run["stats"]["chunks"] >= 1
+    old_path = api.client.get(f"/v1/ingestion-runs/{accepted['file_id']}", headers=headers).json()
+    assert old_path == run  # the path's old name answers the same, and is marked deprecated
+    operations = api.client.get("/openapi.json").json()["paths"]
+    assert operations["/v1/ingestion-runs/{run_id}"]["get"]["deprecated"] is True
+    assert "deprecated" not in operations["/v1/files/{file_id}"]["get"]
     hits = api.client.get("/v1/search", params={"q": "how many pallets of blue paint in Leeds", "k": 3},
                           headers=headers).json()["hits"]
     assert hits and "7,431 pallets" in hits[0]["source"]["text"]

@@ -81,9 +81,9 @@ def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, co
         assert all(r.job_name == "document_batch_job" for r in dagster_runs)
 
     # Inspecting: ledger, documents and a search with citations.
-    ledger_rows = json_lines(run_cli("runs", "--tenant", "acme", "--status", "failed", "--json").stdout)
+    ledger_rows = json_lines(run_cli("files", "--tenant", "acme", "--status", "failed", "--json").stdout)
     assert {r["config"]["filename"] for r in ledger_rows} == set(BROKEN_REASONS)
-    shown = json_lines(run_cli("runs", "show", str(runs["password.pdf"]["run_id"]), "--json").stdout)[0]
+    shown = json_lines(run_cli("files", "show", str(runs["password.pdf"]["run_id"]), "--json").stdout)[0]
     assert shown["error"] == BROKEN_REASONS["password.pdf"]
     docs = json_lines(run_cli("documents", "--tenant", "acme", "--json").stdout)
     assert len(docs) == len(documents) + len(RECOVERED_PDFS)
@@ -126,8 +126,8 @@ def test_cli_reports_bad_input_clearly(database_url, project_dagster_home, tmp_p
     assert line["status"] == "rejected" and "not allowed" in line["reason"]
     bad_tenant = run_cli("submit", str(exe), "--tenant", "Bad Tenant", check=False)
     assert bad_tenant.returncode == 2 and "invalid tenant id" in bad_tenant.stderr
-    missing = run_cli("runs", "show", "999999", check=False)
-    assert missing.returncode == 1 and "no ledger row 999999" in missing.stderr
+    missing = run_cli("files", "show", "999999", check=False)
+    assert missing.returncode == 1 and "no file 999999 in the ledger" in missing.stderr
 
 
 def test_definitions_validate_with_the_project_workspace(database_url, project_dagster_home):

@@ -1,4 +1,4 @@
-"""The operator's commands through the real `ingestion-pipeline` executable: runs show (with the
+"""The operator's commands through the real `ingestion-pipeline` executable: files show (with the
 history of attempts), retry, cancel, pause / resume, and submit refusing a symbolic link."""
 
 import os
@@ -17,11 +17,15 @@ def test_retry_cancel_pause_resume(database, project_dagster_home, db, corpus_di
     # a permanent failure, shown with its code and its attempts; a replay runs it again
     [failed] = json_lines(run_cli("submit", str(locked), "--tenant", "acme", "--json").stdout)
     run_cli("process")
-    shown = json_lines(run_cli("runs", "show", str(failed["run_id"]), "--json").stdout)[0]
+    assert failed["file_id"] == failed["run_id"]  # the old name of the field is still sent
+    shown = json_lines(run_cli("files", "show", str(failed["file_id"]), "--json").stdout)[0]
+    assert shown["file_id"] == failed["file_id"]
     assert (shown["status"], shown["error_code"]) == ("failed", "pdf_password_protected")
     assert [h["event"] for h in shown["history"]] == ["claimed", "failed"]
-    text = run_cli("runs", "show", str(failed["run_id"])).stdout
+    text = run_cli("files", "show", str(failed["file_id"])).stdout
     assert "attempts:" in text and "pdf_password_protected" in text
+    old_name = run_cli("runs", "show", str(failed["file_id"]))  # the command's old name works, and says so
+    assert old_name.stdout == text and "`ingestion-pipeline runs` is now `ingestion-pipeline files`" in old_name.stderr
     [replayed] = json_lines(run_cli("retry", str(failed["run_id"]), "--by", "ops", "--json").stdout)
     assert replayed == {"kind": "document", "id": failed["run_id"], "outcome": "queued"}
     run_cli("process")
@@ -48,8 +52,8 @@ def test_retry_cancel_pause_resume(database, project_dagster_home, db, corpus_di
     assert statuses == {failed["run_id"]: "canceled", queued["run_id"]: "succeeded"}
     done = run_cli("cancel", str(queued["run_id"]), check=False)
     assert done.returncode == 1 and "already succeeded" in done.stdout
-    canceled = json_lines(run_cli("runs", "--status", "canceled", "--json").stdout)
-    assert [r["run_id"] for r in canceled] == [failed["run_id"]]
+    canceled = json_lines(run_cli("files", "--status", "canceled", "--json").stdout)
+    assert [r["file_id"] for r in canceled] == [failed["run_id"]]
 
 
 def test_submit_refuses_symbolic_links(database, project_dagster_home, db, tmp_path):
@@ -92,6 +96,6 @@ def test_unreachable_database_is_a_clear_error(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "DATABASE_URL": f"postgresql://nobody@127.0.0.1:{port}/nothing?connect_timeout=2"}
-    result = subprocess.run(CLI + ["runs"], capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(CLI + ["files"], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 3, result.stderr
     assert result.stderr.startswith("error: the database is unavailable") and "Traceback" not in result.stderr

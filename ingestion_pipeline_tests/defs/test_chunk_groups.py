@@ -44,12 +44,12 @@ def test_files_are_written_a_group_at_a_time_in_the_batchs_order(database, db, n
     outcomes = pipeline.chunk_batch(key)
 
     run_ids = [r["run_id"] for r in table(db, "SELECT run_id FROM ingestion_runs ORDER BY run_id")]
-    assert [o.run_id for o in outcomes] == run_ids
+    assert [o.file_id for o in outcomes] == run_ids
     by_name = {o.filename: o for o in outcomes}
     assert by_name["note-05.md"].status in ("retry", "failed", "dead_letter")  # no chunks: that file alone
     assert {o.status for name, o in by_name.items() if name != "note-05.md"} == {"running"}
     assert len(writes) == 3 and sorted(i for w in writes for i in w) == sorted(
-        o.run_id for o in outcomes if o.status == "running")  # 12 files in groups of 5: three transactions
+        o.file_id for o in outcomes if o.status == "running")  # 12 files in groups of 5: three transactions
     done = table(db, "SELECT run_id, stats FROM staging_documents WHERE chunks_done ORDER BY run_id")
     assert len(done) == 11 and all(r["stats"]["chunks"] >= 1 for r in done)
     ledger = {r["run_id"]: r["stats"] for r in table(db, "SELECT run_id, stats FROM ingestion_runs")}

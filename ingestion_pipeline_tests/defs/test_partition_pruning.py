@@ -4,7 +4,7 @@ partition back."""
 import dagster as dg
 
 from ingestion_pipeline.core import ledger
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES
 from ingestion_pipeline.core.settings import ReliabilitySettings, load_settings
 from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.ledger.partition_pruning import partition_pruning_job, prune_finished_partitions
@@ -44,7 +44,7 @@ def test_only_finished_batches_past_retention_are_pruned_and_a_replay_brings_one
         # a person replays the pruned batch's file: the planner adds its partition again
         [row] = table(db, "SELECT run_id FROM ingestion_runs WHERE partition_key = %s", old)
         with database.transaction() as conn:
-            ledger.requeue(conn, DOCUMENT_RUNS, [row["run_id"]], actor="test")
+            ledger.requeue(conn, DOCUMENT_FILES, [row["run_id"]], actor="test")
         plan = plan_document_runs(instance, database, load_settings().batch)
         assert old in plan.new_partition_keys
 

@@ -10,7 +10,7 @@ import pytest
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.failures import TransientError
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, Worker
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, Worker
 from ingestion_pipeline.core.settings import ReliabilitySettings, load_settings
 from ingestion_pipeline.core.tenants import set_paused
 from ingestion_pipeline.defs.launching import plan_document_runs
@@ -169,7 +169,7 @@ def test_dead_letter_after_the_last_attempt_then_replay(instance, database, db, 
 
     monkeypatch.setattr(IsolatedExtractor, "__call__", original)  # the cause is fixed
     with database.transaction() as conn:
-        [replayed] = ledger.requeue(conn, DOCUMENT_RUNS, [row["run_id"]], actor="tester")
+        [replayed] = ledger.requeue(conn, DOCUMENT_FILES, [row["run_id"]], actor="tester")
     assert replayed["status"] == "queued" and replayed["attempts_before_replay"] == 3
     process_in_process(instance, database)
     [row] = table(db, "SELECT * FROM ingestion_runs")
@@ -270,23 +270,23 @@ def test_exclusive_claims(database, db, three_notes):
     [key] = batch_queued(database)
     a, b = Worker("run-a", "run-a", 60), Worker("run-b", "run-b", 60)
     with database.transaction() as conn:
-        claimed_a = ledger.claim(conn, DOCUMENT_RUNS, a, partition_key=key)
+        claimed_a = ledger.claim(conn, DOCUMENT_FILES, a, partition_key=key)
     with database.transaction() as conn:
-        claimed_b = ledger.claim(conn, DOCUMENT_RUNS, b, partition_key=key)
+        claimed_b = ledger.claim(conn, DOCUMENT_FILES, b, partition_key=key)
     assert len(claimed_a) == 3 and claimed_b == []
     run_id = claimed_a[0]["run_id"]
     with database.transaction() as conn:  # run-a's lease runs out; run-b takes the file over
         conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
                      (run_id,))
     with database.transaction() as conn:
-        [taken] = ledger.claim(conn, DOCUMENT_RUNS, b, partition_key=key)
+        [taken] = ledger.claim(conn, DOCUMENT_FILES, b, partition_key=key)
     assert (taken["run_id"], taken["claim_event"], taken["attempts"]) == (run_id, "taken_over", 2)
     with pytest.raises(ledger.LeaseLost, match="held by run run-b"), database.transaction() as conn:
-        ledger.heartbeat(conn, DOCUMENT_RUNS, run_id, "run-a")  # the old owner stops touching it
+        ledger.heartbeat(conn, DOCUMENT_FILES, run_id, "run-a")  # the old owner stops touching it
     others = [r["run_id"] for r in claimed_a[1:]]
     with database.transaction() as conn:  # the same answer for many files in one statement (embedding units)
         before = {r["run_id"]: r["updated_at"] for r in table(db, "SELECT run_id, updated_at FROM ingestion_runs")}
-        lost = ledger.hold_many(conn, DOCUMENT_RUNS, [run_id, *others], "run-a")
+        lost = ledger.hold_many(conn, DOCUMENT_FILES, [run_id, *others], "run-a")
     assert lost == {run_id: f"document {run_id} is no longer this run's (held by run run-b)"}
     after = {r["run_id"]: r["updated_at"] for r in table(db, "SELECT run_id, updated_at FROM ingestion_runs")}
     assert all(after[i] > before[i] for i in others) and after[run_id] == before[run_id]  # touched: held only
@@ -298,9 +298,9 @@ def test_exclusive_claims(database, db, three_notes):
         conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
                      (run_id,))
     with database.transaction() as conn:
-        assert ledger.claim(conn, DOCUMENT_RUNS, c, partition_key=key) == []
+        assert ledger.claim(conn, DOCUMENT_FILES, c, partition_key=key) == []
     with database.transaction() as conn:
-        [dead] = ledger.expire_leases(conn, DOCUMENT_RUNS, ReliabilitySettings(retry_backoff_seconds=(1.0,)))
+        [dead] = ledger.expire_leases(conn, DOCUMENT_FILES, ReliabilitySettings(retry_backoff_seconds=(1.0,)))
     assert (dead["run_id"], dead["status"], dead["error_code"]) == (run_id, "dead_letter", "lease_expired")
 
 

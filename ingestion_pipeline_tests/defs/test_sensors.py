@@ -85,7 +85,7 @@ def test_job_is_defined_on_the_document_batches():
 def test_the_janitor_sensor_hands_back_an_expired_claim_and_says_so_in_its_tick(database, db, tmp_path):
     """The janitor is a sensor: its tick does the recovery and its message (shown in the UI) says what it did."""
     from ingestion_pipeline.core import ledger
-    from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, Worker
+    from ingestion_pipeline.core.ledger import DOCUMENT_FILES, Worker
     from ingestion_pipeline.defs.ledger.janitor import ledger_janitor_sensor
     from ingestion_pipeline_tests.helpers import batch_queued
 
@@ -94,7 +94,7 @@ def test_the_janitor_sensor_hands_back_an_expired_claim_and_says_so_in_its_tick(
     submit(database, "acme", note)
     [key] = batch_queued(database)
     with database.transaction() as conn:
-        [claimed] = ledger.claim(conn, DOCUMENT_RUNS, Worker("dead-run", "dead-run", 60), partition_key=key)
+        [claimed] = ledger.claim(conn, DOCUMENT_FILES, Worker("dead-run", "dead-run", 60), partition_key=key)
         conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
                      (claimed["run_id"],))
     with dg.instance_for_test() as instance:

@@ -51,14 +51,15 @@ def submit_response(result: SubmitResult) -> JSONResponse:
 def log_submitted(who: Principal, result: SubmitResult, via: str) -> None:
     _log.info(json.dumps({
         "event": "ingest_job_submitted", "via": via, "tenant_id": who.tenant_id, "user_id": who.user_id,
-        "run_id": result.run_id, "doc_id": result.doc_id, "dedup": result.status, "filename": result.filename,
+        "file_id": result.run_id, "run_id": result.run_id, "doc_id": result.doc_id, "dedup": result.status,
+        "filename": result.filename,
         "size_bytes": result.size_bytes, "sha256": result.sha256, "source_uri": result.source_uri,
     }))
 
 
 _SUBMIT_LINKS = {
-    "GetRun": {"operationId": "get_run_v1_ingestion_runs__run_id__get",
-               "parameters": {"run_id": "$response.body#/run_id"}},
+    "GetFile": {"operationId": "get_file_v1_files__file_id__get",
+                "parameters": {"file_id": "$response.body#/file_id"}},
     "GetDocument": {"operationId": "document_v1_documents__doc_id__get",
                     "parameters": {"doc_id": "$response.body#/doc_id"}},
 }

@@ -53,7 +53,7 @@ from ingestion_pipeline.core.ledger.retries import (
     release,
 )
 from ingestion_pipeline.core.ledger.tables import (
-    DOCUMENT_RUNS,
+    DOCUMENT_FILES,
     METRIC_UPLOADS,
     TABLES,
     LeaseLost,
@@ -65,7 +65,7 @@ from ingestion_pipeline.core.ledger.tables import (
 )
 
 __all__ = [
-    "DOCUMENT_RUNS", "METRIC_UPLOADS", "TABLES", "LeaseLost", "LedgerTable", "Worker", "advance", "any_unfinished",
+    "DOCUMENT_FILES", "METRIC_UPLOADS", "TABLES", "LeaseLost", "LedgerTable", "Worker", "advance", "any_unfinished",
     "cancel", "claim", "expire_leases", "extend_leases", "fail", "fail_unclaimed", "field_assignments", "finalize_run",
     "finish", "heartbeat", "heartbeat_many", "held_by", "history", "hold", "hold_many", "record",
     "relaunch_stale_queued", "release", "requeue", "select_replayable", "states", "table_sql", "update_fields",

@@ -43,7 +43,7 @@ class LedgerTable:
         return (*self.succeeded, *self.replayable)
 
 
-DOCUMENT_RUNS = LedgerTable(
+DOCUMENT_FILES = LedgerTable(
     "document", "ingestion_runs", "run_id", "tenant_id", "queued", ("running",), ("succeeded",),
     fields=("raw_path", "content_hash", "size_bytes"),
 )
@@ -53,7 +53,7 @@ METRIC_UPLOADS = LedgerTable(
     fields=("total_rows", "valid_rows", "invalid_rows", "promoted_rows", "unpromotable_rows", "layout", "skipped_rows",
             "notes"),
 )
-TABLES = (DOCUMENT_RUNS, METRIC_UPLOADS)
+TABLES = (DOCUMENT_FILES, METRIC_UPLOADS)
 
 
 @dataclass(frozen=True)

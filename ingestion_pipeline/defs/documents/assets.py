@@ -29,12 +29,12 @@ GROUP = "documents"
 def _files_table(outcomes: list[FileOutcome]) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(
         records=[
-            dg.TableRecord({"run_id": o.run_id, "file": o.filename, "outcome": o.status, "detail": o.detail[:500]})
+            dg.TableRecord({"file_id": o.file_id, "file": o.filename, "outcome": o.status, "detail": o.detail[:500]})
             for o in outcomes
         ],
         schema=dg.TableSchema(
             columns=[
-                dg.TableColumn("run_id", "int"),
+                dg.TableColumn("file_id", "int"),
                 dg.TableColumn("file", "string"),
                 dg.TableColumn("outcome", "string"),
                 dg.TableColumn("detail", "string"),
@@ -59,7 +59,7 @@ def _result(outcomes: list[FileOutcome], **extra) -> dg.MaterializeResult:
 def _log_failures(context: dg.AssetExecutionContext, outcomes: list[FileOutcome]) -> None:
     for o in outcomes:
         if o.status == "failed":
-            context.log.warning(f"{o.filename} (ledger run {o.run_id}) failed: {o.detail}")
+            context.log.warning(f"{o.filename} (file {o.file_id}) failed: {o.detail}")
 
 
 def _sum(outcomes: list[FileOutcome], key: str) -> int:

@@ -13,7 +13,7 @@ import dagster as dg
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failures import FailureInfo
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS, LedgerTable
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS, LedgerTable
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.defs.partitions import (
     DOCUMENT_JOB,
@@ -22,17 +22,17 @@ from ingestion_pipeline.defs.partitions import (
     document_batches,
     metric_uploads,
 )
-from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents import file_ledger, staging
 from ingestion_pipeline.metrics import staging as metric_staging
 
 WILL_RETRY_TAG = "dagster/will_retry"
-TABLE_OF_JOB = {DOCUMENT_JOB: DOCUMENT_RUNS, METRIC_JOB: METRIC_UPLOADS}
+TABLE_OF_JOB = {DOCUMENT_JOB: DOCUMENT_FILES, METRIC_JOB: METRIC_UPLOADS}
 # A materialisation, backfill or re-execution from the UI runs the assets under Dagster's implicit asset job:
 # the assets it selects, or the steps it executes, tell which ledger the run works on; failing both, the
 # partition it runs (a document batch or a metric upload).
 TABLE_OF_ASSET = {
     **dict.fromkeys(("raw_documents", "document_elements", "document_chunks", "chunk_embeddings",
-                     "promoted_documents"), DOCUMENT_RUNS),
+                     "promoted_documents"), DOCUMENT_FILES),
     **dict.fromkeys(("raw_metric_files", "staged_metric_rows", "promoted_metrics"), METRIC_UPLOADS),
 }
 
@@ -48,7 +48,7 @@ def table_for_run(run: dg.DagsterRun, instance: dg.DagsterInstance) -> LedgerTab
     found = next((TABLE_OF_ASSET[s] for s in sorted(steps) if s in TABLE_OF_ASSET), None)
     if found is not None:
         return found
-    for partitions, t in ((document_batches, DOCUMENT_RUNS), (metric_uploads, METRIC_UPLOADS)):
+    for partitions, t in ((document_batches, DOCUMENT_FILES), (metric_uploads, METRIC_UPLOADS)):
         if instance.has_dynamic_partition(partitions.name, partition):
             return t
     return None
@@ -73,10 +73,10 @@ def discard_staged_work(conn, t: LedgerTable, rows: list[dict]) -> None:
     ids = [r[t.key] for r in rows]
     if not ids:
         return
-    if t is DOCUMENT_RUNS:
+    if t is DOCUMENT_FILES:
         for run_id in ids:
             staging.discard(conn, run_id)
-        runs.report(conn, rows)
+        file_ledger.report(conn, rows)
     else:
         metric_staging.discard(conn, ids)
 
@@ -119,8 +119,8 @@ def finalize_failed_run(instance: dg.DagsterInstance, db: Database, run: dg.Dags
     with db.transaction() as conn:
         rows = ledger.finalize_run(conn, t, owner=owner_of(run), partition_key=run.tags.get("dagster/partition"),
                                    launch_gen=_launch_gen(run), failure=failure, policy=policy)
-        if t is DOCUMENT_RUNS:
-            runs.report(conn, rows)
+        if t is DOCUMENT_FILES:
+            file_ledger.report(conn, rows)
     return rows
 
 

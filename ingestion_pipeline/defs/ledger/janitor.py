@@ -21,11 +21,11 @@ import dagster as dg
 
 from ingestion_pipeline.core import leases, ledger
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, TABLES
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, TABLES
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.defs.ledger.finalization import owner_of, retry_follows, table_for_run
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
-from ingestion_pipeline.documents import runs
+from ingestion_pipeline.documents import file_ledger
 
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
@@ -105,8 +105,8 @@ def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilityS
     with db.transaction() as conn:
         for t in TABLES:
             expired = ledger.expire_leases(conn, t, policy, keep_owners=keep)
-            if t is DOCUMENT_RUNS:
-                runs.report(conn, expired)
+            if t is DOCUMENT_FILES:
+                file_ledger.report(conn, expired)
             report.expired += expired
             report.relaunched += ledger.relaunch_stale_queued(
                 conn, t, older_than_seconds=policy.relaunch_queued_after_seconds, keep_partitions=in_flight)

@@ -14,9 +14,9 @@ import dagster as dg
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS, LedgerTable
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS, LedgerTable
 from ingestion_pipeline.defs.ledger.finalization import discard_staged_work
-from ingestion_pipeline.documents import runs
+from ingestion_pipeline.documents import file_ledger
 
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED]
@@ -59,15 +59,15 @@ def cancel(instance: dg.DagsterInstance, db: Database, t: LedgerTable, ids: list
 
 
 def cancel_files(instance: dg.DagsterInstance, db: Database, run_ids: list[int], actor: str) -> CancelReport:
-    return cancel(instance, db, DOCUMENT_RUNS, run_ids, actor)
+    return cancel(instance, db, DOCUMENT_FILES, run_ids, actor)
 
 
 def cancel_batch(instance: dg.DagsterInstance, db: Database, partition_key: str, actor: str) -> CancelReport:
     with db.connection() as conn:
-        ids = [r["run_id"] for r in runs.partition_rows(conn, partition_key)]
+        ids = [r["run_id"] for r in file_ledger.partition_rows(conn, partition_key)]
     if not ids:
         raise ValueError(f"no batch {partition_key!r}")
-    report = cancel(instance, db, DOCUMENT_RUNS, ids, actor)
+    report = cancel(instance, db, DOCUMENT_FILES, ids, actor)
     for record in instance.get_run_records(filters=dg.RunsFilter(
             statuses=IN_PROGRESS, tags={"dagster/partition": partition_key})):
         if record.dagster_run.run_id not in report.terminated_runs and \

@@ -5,7 +5,7 @@ partitions of batches and metric uploads whose work is finished and past ``INGES
 import dagster as dg
 
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS
 from ingestion_pipeline.core.partition_retention import finished_partitions, record_pruned
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.defs.partitions import document_batches, metric_uploads
@@ -18,7 +18,7 @@ def prune_finished_partitions(instance: dg.DagsterInstance, db: Database, policy
                               log=None) -> dict[str, int]:
     """Delete the finished, expired partitions of both partition sets; how many of each."""
     pruned = {}
-    for t, partitions in ((DOCUMENT_RUNS, document_batches), (METRIC_UPLOADS, metric_uploads)):
+    for t, partitions in ((DOCUMENT_FILES, document_batches), (METRIC_UPLOADS, metric_uploads)):
         pruned[partitions.name] = 0
         while True:
             with db.connection() as conn:

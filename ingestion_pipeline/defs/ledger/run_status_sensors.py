@@ -24,7 +24,7 @@ def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: Postgre
         context.log.info(f"run {run.run_id} failed; a Dagster retry follows and continues its work")
         return
     rows = finalize_failed_run(context.instance, postgres.db, run, settings.get().reliability)
-    context.log.info(f"run {run.run_id}: {len(rows)} unfinished ledger row(s) retried later or dead-lettered")
+    context.log.info(f"run {run.run_id}: {len(rows)} unfinished file(s) or upload(s) retried later or dead-lettered")
 
 
 @dg.run_status_sensor(
@@ -35,5 +35,5 @@ def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: Postgre
 def ledger_on_run_canceled(context: dg.RunStatusSensorContext, postgres: PostgresResource) -> None:
     run = context.dagster_run
     rows = cancel_run_work(context.instance, postgres.db, run, actor=f"dagster (run {run.run_id} canceled)")
-    context.log.info(f"run {run.run_id} canceled: {len(rows)} ledger row(s) canceled")
+    context.log.info(f"run {run.run_id} canceled: {len(rows)} file(s) or upload(s) canceled")
 

@@ -7,7 +7,7 @@ import time
 
 from ingestion_pipeline.core.failures import classify
 from ingestion_pipeline.core.progress import Progress
-from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents import file_ledger, staging
 from ingestion_pipeline.documents.chunking import Chunk, chunk_elements, effective_budgets
 from ingestion_pipeline.documents.extraction.elements import Element
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
@@ -52,7 +52,7 @@ class ChunkStep(StepRunner):
         write fails on a file's data is written file by file, so only that file fails."""
         outcomes = self._release_paused(partition_key)
         with self.db.connection() as conn:
-            rows = runs.held_rows(conn, partition_key, self.owner)
+            rows = file_ledger.held_rows(conn, partition_key, self.owner)
         self._progress = Progress("chunk", len(rows), sinks=self._progress_sinks)
         groups = chunk_groups(rows)
 
@@ -118,11 +118,11 @@ class ChunkStep(StepRunner):
     def _write_chunks(self, chunked: dict[int, tuple[dict, list[Chunk], dict, int]]) -> dict[int, FileOutcome]:
         """Stage the chunks of the files this run still holds, in one transaction; the others are lost."""
         with self.db.transaction() as conn:
-            lost = runs.hold_many(conn, list(chunked), self.owner)
+            lost = file_ledger.hold_many(conn, list(chunked), self.owner)
             kept = {run_id: item for run_id, item in chunked.items() if run_id not in lost}
             if kept:
                 staging.write_chunks(conn, {run_id: (chunks, stats) for run_id, (_, chunks, stats, _) in kept.items()})
-                runs.heartbeat_many(conn, {run_id: {**stats, "timings_ms": timings(row, chunk=ms)}
+                file_ledger.heartbeat_many(conn, {run_id: {**stats, "timings_ms": timings(row, chunk=ms)}
                                            for run_id, (row, _, stats, ms) in kept.items()}, self.owner)
         outcomes = {}
         for run_id, (row, chunks, stats, _) in chunked.items():

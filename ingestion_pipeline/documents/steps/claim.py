@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.upload_store import StoredFile
-from ingestion_pipeline.documents import reindex, runs, staging
+from ingestion_pipeline.documents import file_ledger, reindex, staging
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.promotion import superseded_reason
 from ingestion_pipeline.documents.steps.runner import (
@@ -37,10 +37,10 @@ class ClaimStep(StepRunner):
         with self.db.transaction() as conn:
             if replay_finished:  # a person's backfill re-indexes the batch's stale versions
                 reindex.queue_stale_in_partition(conn, partition_key, self.fingerprint_for)
-            claimed = {r["run_id"] for r in runs.claim(conn, self.worker, partition_key,
+            claimed = {r["run_id"] for r in file_ledger.claim(conn, self.worker, partition_key,
                                                        replay_finished=replay_finished)}
-            others = [r for r in runs.partition_rows(conn, partition_key) if r["run_id"] not in claimed]
-            done = [r["doc_id"] for r in others if r["status"] == runs.SUCCEEDED]
+            others = [r for r in file_ledger.partition_rows(conn, partition_key) if r["run_id"] not in claimed]
+            done = [r["doc_id"] for r in others if r["status"] == file_ledger.SUCCEEDED]
             active = {v["doc_id"]: v for v in conn.execute(  # one query for the batch, not one per file
                 """SELECT doc_id, version_number, pipeline_fingerprint FROM document_versions
                     WHERE doc_id = ANY(%s) AND is_active""", (done,)).fetchall()} if done else {}
@@ -57,14 +57,14 @@ class ClaimStep(StepRunner):
     def _not_claimed(self, row: dict, active: dict | None) -> FileOutcome:
         """Why a file of the batch is not this run's to work on (``active``: its document's active version)."""
         status = row["status"]
-        if status == runs.SUCCEEDED:
+        if status == file_ledger.SUCCEEDED:
             if active is not None and active["pipeline_fingerprint"] == self.fingerprint:
                 return FileOutcome.of(row, CURRENT,
                                    f"version {active['version_number']} is current")
             detail = "already done" if active is not None else "already done; the document is no longer active"
-        elif status == runs.RUNNING:
+        elif status == file_ledger.RUNNING:
             detail = f"held by run {row['owner']} (lease until {row['lease_expires_at']:%H:%M:%S})"
-        elif status == runs.QUEUED:
+        elif status == file_ledger.QUEUED:
             detail = f"waiting: next attempt at {row['next_attempt_at']:%H:%M:%S}"
             with self.db.connection() as conn:
                 paused = conn.execute(
@@ -74,7 +74,7 @@ class ClaimStep(StepRunner):
                 ).fetchone()
             if paused and paused["paused"]:
                 detail = "paused"
-        elif status == runs.CANCELED:
+        elif status == file_ledger.CANCELED:
             detail = f"canceled by {row['canceled_by']}"
         else:
             detail = row["error"] or status
@@ -93,7 +93,7 @@ class ClaimStep(StepRunner):
             raise ExtractionError("stored upload does not match its SHA-256 (corrupted in storage); submit again",
                                   code="raw_checksum_mismatch")
         with self.db.transaction() as conn:
-            runs.hold(conn, row["run_id"], self.owner)
+            file_ledger.hold(conn, row["run_id"], self.owner)
             current = conn.execute(
                 """SELECT version_id FROM document_versions
                     WHERE tenant_id = %s AND doc_id = %s AND is_active AND content_hash = %s
@@ -102,9 +102,9 @@ class ClaimStep(StepRunner):
             ).fetchone()
             if current is None:
                 staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
-                runs.heartbeat(conn, row["run_id"], self.owner, {"timings_ms": {"verify": ms(start)}})
+                file_ledger.heartbeat(conn, row["run_id"], self.owner, {"timings_ms": {"verify": ms(start)}})
                 return FileOutcome.of(row, STEP_DONE, "verified")
-            runs.mark_succeeded(conn, row["run_id"], self.owner,
+            file_ledger.mark_succeeded(conn, row["run_id"], self.owner,
                                 {"skipped": "already the active version", "version_id": current["version_id"]})
             if row.get("source_id") is not None:  # new ETag, same bytes: the object is current
                 conn.execute(
@@ -121,7 +121,7 @@ class ClaimStep(StepRunner):
         nothing to do); unless the version is no longer active, or already current."""
         config = row["config"] or {}
         with self.db.transaction() as conn:
-            runs.hold(conn, row["run_id"], self.owner)
+            file_ledger.hold(conn, row["run_id"], self.owner)
             version = conn.execute(
                 """SELECT version_id, version_number, is_active, pipeline_fingerprint, page_count, extractor_version
                      FROM document_versions WHERE version_id = %s""", (row["reindex_of_version_id"],)).fetchone()
@@ -132,7 +132,7 @@ class ClaimStep(StepRunner):
                   and not config.get("force")):
                 skipped, outcome = f"version {version['version_number']} is current", CURRENT
             if skipped is not None:
-                runs.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": skipped})
+                file_ledger.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": skipped})
                 staging.discard(conn, row["run_id"])
                 return FileOutcome.of(row, outcome, skipped)
             staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
@@ -140,7 +140,7 @@ class ClaimStep(StepRunner):
             if n == 0:
                 raise ExtractionError(f"version {version['version_number']} has no stored elements; submit the "
                                       "file again to re-index it", code="reindex_needs_file")
-            runs.heartbeat(conn, row["run_id"], self.owner, {"elements": n, "timings_ms": {"verify": ms(start)}})
+            file_ledger.heartbeat(conn, row["run_id"], self.owner, {"elements": n, "timings_ms": {"verify": ms(start)}})
         return FileOutcome.of(row, STEP_DONE,
                            f"re-indexing version {version['version_number']} from {n} stored elements")
 
@@ -148,7 +148,7 @@ class ClaimStep(StepRunner):
         """Start downloading the batch's S3 objects, a few at a time, while the files before them are
         verified; each file's download (or its error) is taken up by its own turn in ``_verify_raw``."""
         with self.db.connection() as conn:
-            rows = runs.held_rows(conn, partition_key, self.owner)
+            rows = file_ledger.held_rows(conn, partition_key, self.owner)
         self._downloads = {
             r["run_id"]: pool.submit(self._download_s3_object, r) for r in rows
             if r.get("source_id") is not None and not (r["raw_path"] and Path(r["raw_path"]).is_file())
@@ -175,7 +175,7 @@ class ClaimStep(StepRunner):
         download = self._downloads.pop(row["run_id"], None)
         stored = download.result() if download is not None else self._download_s3_object(row)
         with self.db.transaction() as conn:
-            return runs.record_fetched_object(conn, row["run_id"], self.owner, raw_path=str(stored.path),
+            return file_ledger.record_fetched_object(conn, row["run_id"], self.owner, raw_path=str(stored.path),
                                               sha256=stored.sha256, size=stored.size)
 
     def _download_s3_object(self, row: dict) -> StoredFile:

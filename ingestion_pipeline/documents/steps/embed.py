@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import classify
 from ingestion_pipeline.core.progress import Progress
-from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents import file_ledger, staging
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.steps.runner import (
     STEP_DONE,
@@ -39,7 +39,7 @@ class EmbedStep(StepRunner):
         """
         outcomes = self._release_paused(partition_key)
         with self.db.connection() as conn:
-            rows = runs.held_rows(conn, partition_key, self.owner)
+            rows = file_ledger.held_rows(conn, partition_key, self.owner)
             ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else None
         self._progress = Progress("embed", len(rows), total_chunks=ahead, sinks=self._progress_sinks)
         start = time.perf_counter()
@@ -66,7 +66,7 @@ class EmbedStep(StepRunner):
         three statements; each file held (and chunked) joins ``work``, the others leave with their outcome."""
         run_ids = [r["run_id"] for r in rows]
         with self.db.transaction() as conn:
-            lost = runs.hold_many(conn, run_ids, self.owner)
+            lost = file_ledger.hold_many(conn, run_ids, self.owner)
             chunked = staging.files_with_chunks(conn, [r for r in run_ids if r not in lost])
             reused = staging.reuse_stored_embeddings(conn, sorted(chunked), self.model.name, self.model.digest)
         outcomes = []
@@ -100,7 +100,7 @@ class EmbedStep(StepRunner):
             by_file.setdefault(p["run_id"], []).append(i)
         outcomes = []
         with self.db.transaction() as conn:  # the unit's files: one statement holds them, one executemany writes
-            lost = runs.hold_many(conn, list(by_file), self.owner)
+            lost = file_ledger.hold_many(conn, list(by_file), self.owner)
             for run_id, reason in lost.items():  # a file that lost its claim leaves the others' vectors
                 item = work.pop(run_id)
                 outcomes.append(FileOutcome.lost(item.row, reason))
@@ -140,11 +140,11 @@ class EmbedStep(StepRunner):
         if not stats:
             return []
         with self.db.transaction() as conn:
-            lost = runs.hold_many(conn, list(stats), self.owner)
+            lost = file_ledger.hold_many(conn, list(stats), self.owner)
             done = {run_id: figures for run_id, figures in stats.items() if run_id not in lost}
             if done:
                 staging.mark_embeddings_done(conn, done)
-                runs.heartbeat_many(conn, done, self.owner)  # held by the statement above: none is lost here
+                file_ledger.heartbeat_many(conn, done, self.owner)  # held by the statement above: none is lost here
         outcomes = []
         for run_id, figures in stats.items():
             row = work[run_id].row

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from ingestion_pipeline.core.failpoints import failpoint
-from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents import file_ledger, staging
 from ingestion_pipeline.documents.steps.runner import STEP_DONE, FileOutcome, StepRunner, filename, ms, timings
 
 
@@ -27,7 +27,8 @@ class ExtractStep(StepRunner):
         elapsed = ms(start)
         stats = {"elements": len(document.elements), "pages": document.page_count, "notes": document.notes}
         with self.db.transaction() as conn:  # the heartbeat first: it holds the file (LeaseLost if not ours)
-            runs.heartbeat(conn, row["run_id"], self.owner, {**stats, "timings_ms": timings(row, extract=elapsed)})
+            file_ledger.heartbeat(conn, row["run_id"], self.owner,
+                                  {**stats, "timings_ms": timings(row, extract=elapsed)})
             staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
             staging.write_elements(conn, row["run_id"], document.elements, document.page_count, stats)
         return FileOutcome.of(row, STEP_DONE, f"{len(document.elements)} elements", stats)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ingestion_pipeline.documents import runs, staging
+from ingestion_pipeline.documents import file_ledger, staging
 from ingestion_pipeline.documents.promotion import PromotionError, Superseded, promote_document_version
-from ingestion_pipeline.documents.steps.runner import SKIPPED, FileOutcome, StepRunner, filename
+from ingestion_pipeline.documents.steps.runner import SKIPPED, FileOutcome, StepRunner
 from ingestion_pipeline.documents.vector_index import ensure_vector_index
 
 
@@ -30,12 +30,11 @@ class PromoteStep(StepRunner):
                 )
         except Superseded as exc:  # a newer version (or a deletion) came first: nothing to promote
             with self.db.transaction() as conn:
-                runs.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": str(exc)})
+                file_ledger.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": str(exc)})
                 staging.discard(conn, row["run_id"])
             return FileOutcome.of(row, SKIPPED, str(exc))
         self._release_raw(row)
-        return FileOutcome(
-            row["run_id"], filename(row), runs.SUCCEEDED,
-            f"version {version.version_number}: {version.chunk_count} chunks",
+        return FileOutcome.of(
+            row, file_ledger.SUCCEEDED, f"version {version.version_number}: {version.chunk_count} chunks",
             {"version_id": version.version_id, "chunks": version.chunk_count, "tokens": version.token_count},
         )

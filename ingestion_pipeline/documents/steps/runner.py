@@ -27,7 +27,7 @@ from ingestion_pipeline.core.ledger import LeaseLost, Worker
 from ingestion_pipeline.core.progress import Progress, Sink
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile
-from ingestion_pipeline.documents import reindex, runs
+from ingestion_pipeline.documents import file_ledger, reindex
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION, extract
 from ingestion_pipeline.documents.fingerprint import fingerprint_for
@@ -51,7 +51,7 @@ STEP_DONE, RETRY, LOST, RELEASED, SKIPPED, CURRENT = "running", "retry", "lost",
 
 @dataclass
 class FileOutcome:
-    run_id: int
+    file_id: int  # the file's ledger row (ingestion_runs.run_id)
     filename: str
     status: str  # running (step done, more to come) | succeeded | skipped | failed | retry | dead_letter | lost …
     detail: str = ""
@@ -65,7 +65,7 @@ class FileOutcome:
     @classmethod
     def lost(cls, row: dict, reason: str) -> FileOutcome:
         """The file's claim was taken from this run (``LeaseLost``): logged, and left alone."""
-        log.warning("file %s (run %s): %s", filename(row), row["run_id"], reason)
+        log.warning("file %s (file_id %s): %s", filename(row), row["run_id"], reason)
         return cls.of(row, LOST, reason)
 
 
@@ -174,7 +174,7 @@ class StepRunner:
         """
         outcomes = self._release_paused(partition_key)
         with self.db.connection() as conn:
-            rows = runs.held_rows(conn, partition_key, self.owner)
+            rows = file_ledger.held_rows(conn, partition_key, self.owner)
         self._progress = Progress(step, len(rows), sinks=self._progress_sinks)
         outcomes += self._in_lanes(rows, work, lanes)
         if rows:
@@ -213,7 +213,7 @@ class StepRunner:
         try:
             return work(row)
         except LeaseLost as exc:
-            log.warning("file %s (run %s): %s", filename(row), row["run_id"], exc)
+            log.warning("file %s (file_id %s): %s", filename(row), row["run_id"], exc)
             return FileOutcome.of(row, LOST, str(exc))
         except Exception as exc:
             failure = classify(exc)
@@ -222,13 +222,13 @@ class StepRunner:
             return self._fail(row, failure)
 
     def _fail(self, row: dict, failure: FailureInfo) -> FileOutcome:
-        log.warning("file %s (run %s) failed: %s: %s", filename(row), row["run_id"], failure.code, failure.message)
+        log.warning("file %s (file_id %s) failed: %s: %s", filename(row), row["run_id"], failure.code, failure.message)
         try:
             with self.db.transaction() as conn:
-                failed = runs.mark_failed(conn, row["run_id"], self.owner, failure, self.settings.reliability)
+                failed = file_ledger.mark_failed(conn, row["run_id"], self.owner, failure, self.settings.reliability)
         except LeaseLost as exc:
             return FileOutcome.of(row, LOST, str(exc))
-        if failed["status"] == runs.QUEUED:
+        if failed["status"] == file_ledger.QUEUED:
             detail = f"retry at {failed['next_attempt_at']:%H:%M:%S} ({failure.code}): {failure.message}"
             return FileOutcome.of(row, RETRY, detail)
         return FileOutcome.of(row, failed["status"], failure.message)
@@ -246,7 +246,7 @@ class StepRunner:
             ).fetchall()
             if not paused:
                 return []
-            released = ledger.release(conn, ledger.DOCUMENT_RUNS, owner=self.owner, reason="paused",
+            released = ledger.release(conn, ledger.DOCUMENT_FILES, owner=self.owner, reason="paused",
                                       event="paused", item_ids=[r["run_id"] for r in paused])
         return [FileOutcome.of(r, RELEASED, "paused: back in the queue") for r in released]
 
@@ -267,17 +267,17 @@ class StepRunner:
 def batch_report(conn, partition_key: str) -> list[FileOutcome]:
     """Every file of the batch with its ledger outcome."""
     outcomes = []
-    for r in runs.partition_rows(conn, partition_key):
+    for r in file_ledger.partition_rows(conn, partition_key):
         stats = r["stats"] or {}
-        if r["status"] in (runs.FAILED, runs.DEAD_LETTER):
+        if r["status"] in (file_ledger.FAILED, file_ledger.DEAD_LETTER):
             detail = r["error"] or ""
-        elif r["status"] == runs.CANCELED:
+        elif r["status"] == file_ledger.CANCELED:
             detail = f"canceled by {r['canceled_by']}"
-        elif r["status"] == runs.QUEUED and r["error"]:
+        elif r["status"] == file_ledger.QUEUED and r["error"]:
             detail = f"retry at {r['next_attempt_at']:%H:%M:%S} ({r['error_code']}): {r['error']}"
         elif stats.get("skipped"):
             detail = f"skipped: {stats['skipped']}"
-        elif r["status"] == runs.SUCCEEDED:
+        elif r["status"] == file_ledger.SUCCEEDED:
             detail = f"version {stats.get('version_number')}: {stats.get('chunks')} chunks"
         else:
             detail = r["status"]

@@ -1,4 +1,4 @@
-"""The document ledger (``ingestion_runs``): one row per file per submission.
+"""The document ledger's files (``ingestion_runs``, ``file_id`` = its ``run_id``): one row per file per submission.
 
 The transitions are the shared mechanism of ``core.ledger`` (claims with owners and leases,
 retries, dead letters, cancel); this module adds what is particular to documents: creating a row for
@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.failures import FailureInfo
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, Worker
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, Worker
 from ingestion_pipeline.core.settings import ReliabilitySettings
 
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
@@ -27,7 +27,7 @@ STATUSES = (QUEUED, RUNNING, SUCCEEDED, FAILED, DEAD_LETTER, CANCELED)
 _log = logging.getLogger("ingestion_pipeline.ledger")
 
 
-def create_queued_run(
+def create_queued_file(
     conn: psycopg.Connection,
     *,
     tenant_id: str,
@@ -50,7 +50,7 @@ def create_queued_run(
 
 
 def claim(conn: psycopg.Connection, worker: Worker, partition_key: str, *, replay_finished: bool) -> list[dict]:
-    return ledger.claim(conn, DOCUMENT_RUNS, worker, partition_key=partition_key, replay_finished=replay_finished)
+    return ledger.claim(conn, DOCUMENT_FILES, worker, partition_key=partition_key, replay_finished=replay_finished)
 
 
 def held_rows(conn: psycopg.Connection, partition_key: str, owner: str) -> list[dict]:
@@ -69,21 +69,21 @@ def partition_rows(conn: psycopg.Connection, partition_key: str) -> list[dict]:
 
 
 def hold(conn: psycopg.Connection, run_id: int, owner: str) -> dict:
-    return ledger.hold(conn, DOCUMENT_RUNS, run_id, owner)
+    return ledger.hold(conn, DOCUMENT_FILES, run_id, owner)
 
 
 def hold_many(conn: psycopg.Connection, run_ids: list[int], owner: str) -> dict[int, str]:
     """Hold (and touch) the files ``owner`` still works on; the others, with why they are not held."""
-    return ledger.hold_many(conn, DOCUMENT_RUNS, run_ids, owner)
+    return ledger.hold_many(conn, DOCUMENT_FILES, run_ids, owner)
 
 
 def heartbeat(conn: psycopg.Connection, run_id: int, owner: str, stats: dict[str, Any] | None = None) -> dict:
-    return ledger.heartbeat(conn, DOCUMENT_RUNS, run_id, owner, stats)
+    return ledger.heartbeat(conn, DOCUMENT_FILES, run_id, owner, stats)
 
 
 def heartbeat_many(conn: psycopg.Connection, stats_by_run: dict[int, dict[str, Any]], owner: str) -> dict[int, str]:
     """Merge each held file's ``stats`` (one statement); the files not held, with why."""
-    return ledger.heartbeat_many(conn, DOCUMENT_RUNS, stats_by_run, owner)
+    return ledger.heartbeat_many(conn, DOCUMENT_FILES, stats_by_run, owner)
 
 
 def record_fetched_object(conn: psycopg.Connection, run_id: int, owner: str, *, raw_path: str, sha256: str,
@@ -100,7 +100,7 @@ def record_fetched_object(conn: psycopg.Connection, run_id: int, owner: str, *, 
 
 
 def mark_succeeded(conn: psycopg.Connection, run_id: int, owner: str, stats: dict[str, Any]) -> dict:
-    row = ledger.finish(conn, DOCUMENT_RUNS, run_id, owner, stats=stats)
+    row = ledger.finish(conn, DOCUMENT_FILES, run_id, owner, stats=stats)
     report(conn, [row])
     return row
 
@@ -108,7 +108,7 @@ def mark_succeeded(conn: psycopg.Connection, run_id: int, owner: str, stats: dic
 def mark_failed(conn: psycopg.Connection, run_id: int, owner: str, failure: FailureInfo,
                 policy: ReliabilitySettings) -> dict:
     """A held file failed: failed, retried later, or dead-lettered (``LeaseLost`` if no longer held)."""
-    row = ledger.fail(conn, DOCUMENT_RUNS, run_id, owner, failure, policy)
+    row = ledger.fail(conn, DOCUMENT_FILES, run_id, owner, failure, policy)
     report(conn, [row])
     return row
 
@@ -140,7 +140,8 @@ def log_finished(row: dict | None) -> None:
         json.dumps(
             {
                 "event": "file_retry_scheduled" if row["status"] == QUEUED else "file_finished",
-                "run_id": row["run_id"],
+                "file_id": row["run_id"],
+                "run_id": row["run_id"],  # the old name of file_id (deprecated)
                 "tenant_id": row["tenant_id"],
                 "doc_id": row["doc_id"],
                 "source_uri": row["source_uri"],
@@ -166,7 +167,7 @@ _RUNS_WHERE = """(%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
               AND (%(since)s::float8 IS NULL OR updated_at >= now() - make_interval(secs => %(since)s))"""
 
 
-def list_runs(
+def list_files(
     conn: psycopg.Connection, *, tenant_id: str | None, status: str | None = None, limit: int = 100,
     offset: int = 0, since_seconds: float | None = None,
 ) -> list[dict]:
@@ -181,12 +182,12 @@ def list_runs(
     ).fetchall()
 
 
-def count_runs(conn: psycopg.Connection, *, tenant_id: str | None, status: str | None = None) -> int:
+def count_files(conn: psycopg.Connection, *, tenant_id: str | None, status: str | None = None) -> int:
     return conn.execute(f"SELECT count(*) AS n FROM ingestion_runs WHERE {_RUNS_WHERE}",
                         {"tenant": tenant_id, "status": status, "since": None}).fetchone()["n"]
 
 
-def get_run(conn: psycopg.Connection, run_id: int, *, tenant_id: str | None) -> dict | None:
+def get_file(conn: psycopg.Connection, run_id: int, *, tenant_id: str | None) -> dict | None:
     """One ledger row; ``tenant_id=None`` (operator tools only) finds it in any tenant."""
     return conn.execute(
         "SELECT * FROM ingestion_runs WHERE run_id = %s AND (%s::text IS NULL OR tenant_id = %s)",

@@ -1,5 +1,5 @@
-"""The ledger: `runs` (one row per file per submission) and what an operator does with its work:
-`retry`, `cancel`, `pause`, `resume`."""
+"""The ledger: `files` (one row per file per submission; `runs` is its deprecated name) and what an operator
+does with the work: `retry`, `cancel`, `pause`, `resume`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 from ingestion_pipeline.cli.bootstrap import bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, emit, print_table
 from ingestion_pipeline.core import ledger, tenants
-from ingestion_pipeline.core.ledger import DOCUMENT_RUNS, METRIC_UPLOADS
-from ingestion_pipeline.documents import runs
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS
+from ingestion_pipeline.documents import file_ledger
 
 
 def parse_duration(text: str) -> float:
@@ -27,37 +27,48 @@ def _actor(args: argparse.Namespace) -> str:
     return args.by or getpass.getuser()
 
 
-# -- runs, runs show -----------------------------------------------------------------------------------
-def _print_run(records: list[dict]) -> None:
+# -- files, files show ----------------------------------------------------------------------------------
+def _with_file_id(row: dict) -> dict:
+    """A ledger row as the CLI prints it: ``file_id`` first; ``run_id`` (the column's name) kept in JSON for
+    scripts written before the word changed (deprecated, see docs/cli.md)."""
+    return {"file_id": row["run_id"], **row}
+
+
+def _print_file(records: list[dict]) -> None:
     row = records[0]
     for name, value in row.items():
-        if name != "history":
+        if name not in ("history", "run_id"):
             print(f"{name:>22}: {'' if value is None else value}")
     print("\nattempts:")
     print_table([{**h, "at": h["at"].strftime("%Y-%m-%d %H:%M:%S")} for h in row["history"]],
                 ["at", "attempt", "event", "status", "error_code", "message", "actor"])
 
 
-def _print_runs(records: list[dict]) -> None:
+def _print_files(records: list[dict]) -> None:
     rows = [{**r, "file": (r["config"] or {}).get("filename"), "chunks": (r["stats"] or {}).get("chunks"),
              "created": r["created_at"].strftime("%Y-%m-%d %H:%M:%S")} for r in records]
-    print_table(rows, ["run_id", "tenant_id", "status", "attempts", "file", "chunks", "partition_key", "created",
+    print_table(rows, ["file_id", "tenant_id", "status", "attempts", "file", "chunks", "partition_key", "created",
                        "error_code", "error"])
 
 
-def cmd_runs(args: argparse.Namespace) -> int:
+def cmd_files(args: argparse.Namespace) -> int:
+    if args.command == "runs":
+        print("`ingestion-pipeline runs` is now `ingestion-pipeline files` (a ledger row is a file; a run is "
+              "Dagster's); `runs` still works and will be removed in a later release.", file=sys.stderr)
     with bootstrap() as ctx, ctx.db.connection() as conn:
-        if args.runs_command == "show":
-            row = runs.get_run(conn, args.run_id, tenant_id=None)
+        if args.files_command == "show":
+            row = file_ledger.get_file(conn, args.file_id, tenant_id=None)
             if row is None:
-                print(f"no ledger row {args.run_id}", file=sys.stderr)
+                print(f"no file {args.file_id} in the ledger", file=sys.stderr)
                 return 1
-            row["history"] = ledger.history(conn, DOCUMENT_RUNS, args.run_id)
-            emit(args, [row], _print_run)
+            row = _with_file_id(row)
+            row["history"] = ledger.history(conn, DOCUMENT_FILES, args.file_id)
+            emit(args, [row], _print_file)
             return 0
         since = parse_duration(args.since) if args.since else None
-        rows = runs.list_runs(conn, tenant_id=args.tenant, status=args.status, limit=args.limit, since_seconds=since)
-    emit(args, rows, _print_runs)
+        rows = file_ledger.list_files(conn, tenant_id=args.tenant, status=args.status, limit=args.limit,
+                                      since_seconds=since)
+    emit(args, [_with_file_id(r) for r in rows], _print_files)
     return 0
 
 
@@ -72,20 +83,20 @@ def _print_requeued(records: list[dict]) -> None:
 def cmd_retry(args: argparse.Namespace) -> int:
     """Replay failed, dead-lettered or canceled work as a new attempt (the sensors or `process` run it)."""
     status = "dead_letter" if args.dead_letter else "failed" if args.failed else None
-    if status is None and not (args.run_ids or args.upload):
-        raise ValueError("name RUN_ID(s) or --upload ID(s), or pick --dead-letter or --failed")
+    if status is None and not (args.file_ids or args.upload):
+        raise ValueError("name FILE_ID(s) or --upload ID(s), or pick --dead-letter or --failed")
     since = parse_duration(args.since) if args.since else None
     records: list[dict] = []
     with bootstrap() as ctx, ctx.db.transaction() as conn:
-        for t, ids in ((DOCUMENT_RUNS, list(args.run_ids or [])), (METRIC_UPLOADS, list(args.upload or []))):
+        for t, ids in ((DOCUMENT_FILES, list(args.file_ids or [])), (METRIC_UPLOADS, list(args.upload or []))):
             if status is not None:
                 ids += ledger.select_replayable(conn, t, status=status, tenant_id=args.tenant, since_seconds=since)
             if not ids:
                 continue
             before = ledger.states(conn, t, ids)
             requeued = ledger.requeue(conn, t, ids, actor=_actor(args))
-            if t is DOCUMENT_RUNS:
-                runs.report(conn, requeued)
+            if t is DOCUMENT_FILES:
+                file_ledger.report(conn, requeued)
             done = {r[t.key] for r in requeued}
             for item_id in dict.fromkeys(ids):
                 outcome = "queued" if item_id in done else (
@@ -115,10 +126,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             report, key = operations.cancel_batch(instance, ctx.db, args.batch, _actor(args)), "run_id"
         elif args.upload:
             report, key = operations.cancel_upload(instance, ctx.db, args.upload, _actor(args)), "upload_id"
-        elif args.run_ids:
-            report, key = operations.cancel_files(instance, ctx.db, args.run_ids, _actor(args)), "run_id"
+        elif args.file_ids:
+            report, key = operations.cancel_files(instance, ctx.db, args.file_ids, _actor(args)), "run_id"
         else:
-            raise ValueError("name RUN_ID(s), --batch KEY or --upload ID")
+            raise ValueError("name FILE_ID(s), --batch KEY or --upload ID")
     record = {"canceled": [r[key] for r in report.canceled], "not_cancelable": report.not_cancelable,
               "terminated_runs": report.terminated_runs}
     emit(args, [record], _print_canceled)
@@ -147,21 +158,23 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    """Add `runs`, `retry`, `cancel`, `pause` and `resume` to the top-level subparsers."""
-    p = sub.add_parser("runs", help="the run ledger")
-    p.add_argument("--tenant")
-    p.add_argument("--status", choices=runs.STATUSES)
-    p.add_argument("--since", help="only rows updated within this long, e.g. 1h")
-    p.add_argument("--limit", type=int, default=100)
-    add_json_flag(p)
-    runs_sub = p.add_subparsers(dest="runs_command")
-    show = runs_sub.add_parser("show", help="one ledger row in full, with the history of its attempts")
-    show.add_argument("run_id", type=int)
-    add_json_flag(show)
-    p.set_defaults(func=cmd_runs)
+    """Add `files` (and its old name `runs`), `retry`, `cancel`, `pause` and `resume` to the top-level subparsers."""
+    for name, text in (("files", "the ledger's files: one row per file per submission, its status and attempts"),
+                       ("runs", "deprecated name of `files`")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--tenant")
+        p.add_argument("--status", choices=file_ledger.STATUSES)
+        p.add_argument("--since", help="only files updated within this long, e.g. 1h")
+        p.add_argument("--limit", type=int, default=100)
+        add_json_flag(p)
+        files_sub = p.add_subparsers(dest="files_command")
+        show = files_sub.add_parser("show", help="one file in full, with the history of its attempts")
+        show.add_argument("file_id", type=int)
+        add_json_flag(show)
+        p.set_defaults(func=cmd_files)
 
     p = sub.add_parser("retry", help="replay failed, dead-lettered or canceled work as a new attempt")
-    p.add_argument("run_ids", nargs="*", type=int, metavar="RUN_ID")
+    p.add_argument("file_ids", nargs="*", type=int, metavar="FILE_ID")
     p.add_argument("--upload", type=int, nargs="+", metavar="UPLOAD_ID", help="metric uploads to replay")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--dead-letter", action="store_true", help="every dead-lettered file and upload")
@@ -173,7 +186,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_retry)
 
     p = sub.add_parser("cancel", help="cancel work: its staged data is removed, nothing of it is promoted")
-    p.add_argument("run_ids", nargs="*", type=int, metavar="RUN_ID")
+    p.add_argument("file_ids", nargs="*", type=int, metavar="FILE_ID")
     p.add_argument("--batch", metavar="KEY", help="every unfinished file of a batch (partition key)")
     p.add_argument("--upload", type=int, metavar="UPLOAD_ID", help="a metric upload")
     p.add_argument("--by", help="who cancels (default: the login name)")
