@@ -95,10 +95,10 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
             if run.job_name == METRIC_JOB:
                 upload = upload_for_partition(conn, run.partition_key)
                 summary = {"partition_key": run.partition_key, "dagster_run_id": run.dagster_run_id,
-                           "run_success": run.success, "upload_id": upload["upload_id"], "status": upload["status"]}
-                record = {"metric_upload": {**summary, "total_rows": upload["total_rows"],
-                                            "valid_rows": upload["valid_rows"], "invalid_rows": upload["invalid_rows"],
-                                            "promoted_rows": upload["promoted_rows"], "error": upload["error"]}}
+                           "run_success": run.success, "upload_id": upload.upload_id, "status": upload.status}
+                record = {"metric_upload": {**summary, "total_rows": upload.total_rows,
+                                            "valid_rows": upload.valid_rows, "invalid_rows": upload.invalid_rows,
+                                            "promoted_rows": upload.promoted_rows, "error": upload.error}}
                 # A failed upload is an answer, not a crash of `process`: it is reported, with its reason.
                 summaries.append({**summary, "run_success": True})
                 emit(args, [record], _print_upload)

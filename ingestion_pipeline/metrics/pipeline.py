@@ -28,7 +28,7 @@ from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
 from ingestion_pipeline.metrics.staging import StagingCounts, stage_upload, verify_staged
 from ingestion_pipeline.metrics.statistics import refresh_after_promotion, refresh_staging
-from ingestion_pipeline.metrics.uploads import upload_for_partition
+from ingestion_pipeline.metrics.uploads import MetricUpload, upload_for_partition
 
 
 class UploadFailed(CodedError):
@@ -49,29 +49,29 @@ class ThresholdResult:
                 f"threshold {self.threshold:.0%}" + ("; promoted anyway (force-partial)" if self.forced else ""))
 
 
-def _fail(db: Database, upload: dict, owner: str, error: UploadFailed, policy: ReliabilitySettings,
+def _fail(db: Database, upload: MetricUpload, owner: str, error: UploadFailed, policy: ReliabilitySettings,
           **fields) -> UploadFailed:
     with db.transaction() as conn:
-        ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], owner, error.info(), policy, **fields)
+        ledger.fail(conn, METRIC_UPLOADS, upload.upload_id, owner, error.info(), policy, **fields)
     return error
 
 
-def _held(db: Database, partition_key: str, owner: str) -> dict | None:
+def _held(db: Database, partition_key: str, owner: str) -> MetricUpload | None:
     """The upload of the partition if ``owner`` holds it, else None. At this step boundary an upload of a
     paused workspace goes back to the queue (its staged rows are kept) and is not this run's any more."""
     with db.transaction() as conn:
         upload = upload_for_partition(conn, partition_key)
-        if upload["owner"] != owner or upload["status"] not in METRIC_UPLOADS.working:
+        if upload.owner != owner or upload.status not in METRIC_UPLOADS.working:
             return None
-        if is_paused(conn, upload["workspace_id"]):
+        if is_paused(conn, upload.workspace_id):
             ledger.release(conn, METRIC_UPLOADS, owner=owner, reason="paused", event="paused",
-                           item_ids=[upload["upload_id"]])
+                           item_ids=[upload.upload_id])
             return None
     return upload
 
 
 def claim_upload(db: Database, partition_key: str, worker: Worker, policy: ReliabilitySettings, *,
-                 replay_finished: bool = False) -> dict | None:
+                 replay_finished: bool = False) -> MetricUpload | None:
     """pending (or held by this owner, or abandoned) -> processing; the stored file must match its SHA-256.
 
     Returns None when the upload is not this run's: already promoted, held by a live run, waiting
@@ -82,24 +82,24 @@ def claim_upload(db: Database, partition_key: str, worker: Worker, policy: Relia
                                replay_finished=replay_finished)
     if not claimed:
         return None
-    upload = claimed[0]
-    raw = Path(upload["raw_path"] or "")
+    upload = MetricUpload.from_row(claimed[0])
+    raw = Path(upload.raw_path or "")
     if not raw.is_file():
         raise _fail(db, upload, worker.owner, UploadFailed(
             "file_missing", f"the stored file is missing ({raw}); submit it again"), policy)
-    if file_sha256(raw) != upload["content_hash"]:
+    if file_sha256(raw) != upload.content_hash:
         raise _fail(db, upload, worker.owner, UploadFailed(
             "checksum_mismatch", "the stored file does not match its SHA-256 (corrupted in storage)"), policy)
     return upload
 
 
 def stage(db: Database, partition_key: str, owner: str, policy: ReliabilitySettings,
-          progress_log: Sink | None = None) -> tuple[dict, StagingCounts] | None:
+          progress_log: Sink | None = None) -> tuple[MetricUpload, StagingCounts] | None:
     upload = _held(db, partition_key, owner)
     if upload is None:
         return None
-    if upload["status"] in ("staging_complete", "promoting"):  # staged already: a rerun reads the counts
-        return upload, staged_counts(db, upload["upload_id"])
+    if upload.status in ("staging_complete", "promoting"):  # staged already: a rerun reads the counts
+        return upload, staged_counts(db, upload.upload_id)
     start = time.perf_counter()
     try:
         counts = stage_upload(db, upload, owner=owner, progress_log=progress_log)
@@ -113,14 +113,14 @@ def stage(db: Database, partition_key: str, owner: str, policy: ReliabilitySetti
     with db.connection() as conn:  # the promotion's plans see this upload's rows
         refresh_staging(conn)
     with db.transaction() as conn:
-        verify_staged(conn, upload["upload_id"], counts.total)  # no batch lost to a crash (staging's doc)
-        upload = ledger.advance(
-            conn, METRIC_UPLOADS, upload["upload_id"], owner, "staging_complete",
+        verify_staged(conn, upload.upload_id, counts.total)  # no batch lost to a crash (staging's doc)
+        upload = MetricUpload.from_row(ledger.advance(
+            conn, METRIC_UPLOADS, upload.upload_id, owner, "staging_complete",
             {"staging_ms": int((time.perf_counter() - start) * 1000), "resumed_after_row": counts.resumed_after,
              "reader": counts.reader, "vectorised_rows": counts.vectorised},
             total_rows=counts.total, valid_rows=counts.valid, invalid_rows=counts.invalid,
             layout=counts.layout, skipped_rows=counts.skipped, notes=Jsonb(counts.notes),
-        )
+        ))
     return upload, counts
 
 
@@ -138,21 +138,21 @@ def evaluate_threshold(db: Database, partition_key: str, owner: str,
     upload = _held(db, partition_key, owner)
     if upload is None:
         return None
-    if upload["total_rows"] is not None and upload["valid_rows"] is not None:  # recorded when staging completed
-        counts = StagingCounts(upload["total_rows"], upload["valid_rows"],
-                               upload["total_rows"] - upload["valid_rows"], upload["total_rows"])
+    if upload.total_rows is not None and upload.valid_rows is not None:  # recorded when staging completed
+        counts = StagingCounts(upload.total_rows, upload.valid_rows,
+                               upload.total_rows - upload.valid_rows, upload.total_rows)
     else:
-        counts = staged_counts(db, upload["upload_id"])
+        counts = staged_counts(db, upload.upload_id)
     ratio = counts.valid / counts.total if counts.total else 0.0
-    threshold = float(upload["valid_threshold"])
+    threshold = upload.valid_threshold
     passed = ratio >= threshold
-    forced = not passed and upload["force_partial"] and counts.valid > 0
+    forced = not passed and upload.force_partial and counts.valid > 0
     result = ThresholdResult(passed or forced, ratio, threshold, forced, counts.total, counts.valid)
     with db.transaction() as conn:
-        ledger.heartbeat(conn, METRIC_UPLOADS, upload["upload_id"], owner,
+        ledger.heartbeat(conn, METRIC_UPLOADS, upload.upload_id, owner,
                          {"valid_ratio": round(ratio, 6), "threshold": threshold, "forced": forced})
         if not result.passed:
-            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], owner, UploadFailed(
+            ledger.fail(conn, METRIC_UPLOADS, upload.upload_id, owner, UploadFailed(
                 "threshold_missed", f"validation threshold missed: {result.describe()}",
                 suggestion="fix the invalid rows (`ingestion-pipeline metrics errors`) and submit again, or submit "
                            "with --force-partial").info(), policy)
@@ -162,25 +162,25 @@ def evaluate_threshold(db: Database, partition_key: str, owner: str,
 def promote(db: Database, partition_key: str, owner: str) -> PromotionResult | None:
     with db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)
-    if upload["status"] in METRIC_UPLOADS.succeeded:  # a retried run or a second materialisation
-        return PromotionResult(upload["status"], upload["promoted_rows"], upload["invalid_rows"],
-                               upload["unpromotable_rows"], {}, False)
+    if upload.status in METRIC_UPLOADS.succeeded:  # a retried run or a second materialisation
+        return PromotionResult(upload.status, upload.promoted_rows, upload.invalid_rows,
+                               upload.unpromotable_rows, {}, False)
     if _held(db, partition_key, owner) is None:
         return None
     with db.transaction() as conn:  # visible while the promotion transaction runs
-        upload = ledger.advance(conn, METRIC_UPLOADS, upload["upload_id"], owner, "promoting")
+        upload = MetricUpload.from_row(ledger.advance(conn, METRIC_UPLOADS, upload.upload_id, owner, "promoting"))
     start = time.perf_counter()
     with db.transaction() as conn:
-        ledger.hold(conn, METRIC_UPLOADS, upload["upload_id"], owner)  # first: a run that lost it promotes nothing
-        ratio = upload["valid_rows"] / upload["total_rows"] if upload["total_rows"] else 0.0
-        result = promote_upload(conn, upload, below_threshold=ratio < float(upload["valid_threshold"]))
+        ledger.hold(conn, METRIC_UPLOADS, upload.upload_id, owner)  # first: a run that lost it promotes nothing
+        ratio = upload.valid_rows / upload.total_rows if upload.total_rows else 0.0
+        result = promote_upload(conn, upload, below_threshold=ratio < upload.valid_threshold)
         failpoint("metrics.promote")  # everything written, nothing committed
         if result.status == "failed":
-            ledger.fail(conn, METRIC_UPLOADS, upload["upload_id"], owner, UploadFailed(
+            ledger.fail(conn, METRIC_UPLOADS, upload.upload_id, owner, UploadFailed(
                 "no_promotable_rows", "no valid row could be promoted (every parent reference is unresolved)").info(),
                 ReliabilitySettings(), **result.counts)
         else:
-            ledger.finish(conn, METRIC_UPLOADS, upload["upload_id"], owner, result.status,
+            ledger.finish(conn, METRIC_UPLOADS, upload.upload_id, owner, result.status,
                           {"promotion_ms": int((time.perf_counter() - start) * 1000)}, **result.counts)
     with db.connection() as conn:  # statistics for the next promotions, after commit and outside the lock
         refresh_after_promotion(conn, result.upserted)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ingestion_pipeline.metrics.uploads import MetricUpload
+
 VALID = "validation_status = 'valid' AND upload_id = %(upload)s"
 # A stored row is only overwritten by an upload newer than the one that wrote it (uploads are numbered
 # in the order they were submitted): an older export promoted late never replaces newer figures.
@@ -209,7 +211,7 @@ class PromotionResult:
     counts: dict[str, int] = field(default_factory=dict)  # the upload's row counts, for the ledger
 
 
-def promote_upload(conn: psycopg.Connection, upload: dict, *, below_threshold: bool) -> PromotionResult:
+def promote_upload(conn: psycopg.Connection, upload: MetricUpload, *, below_threshold: bool) -> PromotionResult:
     """Promote the upload's valid staged rows. The caller's transaction (which holds the upload in the
     ledger and records the outcome) commits it all.
 
@@ -223,10 +225,10 @@ def promote_upload(conn: psycopg.Connection, upload: dict, *, below_threshold: b
         return _promote(conn, upload, below_threshold)
 
 
-def _promote(conn: psycopg.Connection, upload: dict, below_threshold: bool) -> PromotionResult:
-    params = {"ws": upload["workspace_id"], "platform": upload["platform"], "upload": upload["upload_id"]}
+def _promote(conn: psycopg.Connection, upload: MetricUpload, below_threshold: bool) -> PromotionResult:
+    params = {"ws": upload.workspace_id, "platform": upload.platform, "upload": upload.upload_id}
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                 (f"metrics:promote:{upload['workspace_id']}",))
+                 (f"metrics:promote:{upload.workspace_id}",))
     conn.execute("SET LOCAL work_mem = '256MB'")
     conn.execute("DROP TABLE IF EXISTS pg_temp.promotion_picks")
     conn.execute(_PICKS, params)
@@ -254,8 +256,8 @@ def _promote(conn: psycopg.Connection, upload: dict, below_threshold: bool) -> P
     event_created = False
     if status != "failed":
         payload = {
-            "upload_id": upload["upload_id"], "workspace_id": upload["workspace_id"], "platform": upload["platform"],
-            "client_id": upload["client_id"], "status": status, "promoted_rows": summary["promoted"],
+            "upload_id": upload.upload_id, "workspace_id": upload.workspace_id, "platform": upload.platform,
+            "client_id": upload.client_id, "status": status, "promoted_rows": summary["promoted"],
             "invalid_rows": summary["invalid"], "unpromotable_rows": summary["unpromotable"],
             "rows_by_entity": {k: summary[f"{k}_rows"] for k in ("campaign", "ad_set", "ad", "daily_metric")},
             "affected_dates": sorted(facts["dates"]),
@@ -265,7 +267,7 @@ def _promote(conn: psycopg.Connection, upload: dict, below_threshold: bool) -> P
         event_created = conn.execute(
             """INSERT INTO ingestion_events (upload_id, workspace_id, event_type, payload)
                VALUES (%s, %s, %s, %s) ON CONFLICT (upload_id) DO NOTHING""",
-            (upload["upload_id"], upload["workspace_id"], f"upload.{status}", Jsonb(payload)),
+            (upload.upload_id, upload.workspace_id, f"upload.{status}", Jsonb(payload)),
         ).rowcount == 1
     counts = {"promoted_rows": summary["promoted"], "invalid_rows": summary["invalid"],
               "unpromotable_rows": summary["unpromotable"], "valid_rows": summary["promoted"] + summary["unpromotable"],

@@ -57,6 +57,7 @@ from ingestion_pipeline.metrics.staging_copy import (
     EncodedBatch,
     encode_batch,
 )
+from ingestion_pipeline.metrics.uploads import MetricUpload
 
 JSON_BATCH_ROWS = 5_000
 
@@ -141,7 +142,7 @@ def _staged_rows(db: Database, upload_id: int) -> int:
         return _last_staged(conn, upload_id)
 
 
-def stage_upload(db: Database, upload: dict, *, owner: str, chunk_rows: int = 10_000,
+def stage_upload(db: Database, upload: MetricUpload, *, owner: str, chunk_rows: int = 10_000,
                  arrow: bool = True, progress_log: Sink | None = None) -> StagingCounts:
     """Stage every row of the upload's file; raises MalformedFileError (with the line) on a broken file.
 
@@ -149,12 +150,12 @@ def stage_upload(db: Database, upload: dict, *, owner: str, chunk_rows: int = 10
     ``arrow=False`` forces the row path (the tests compare both). Progress (rows, rows/s, bytes read,
     ETA) goes to the progress logger and to ``progress_log``.
     """
-    raw_path = Path(upload["raw_path"] or "")
+    raw_path = Path(upload.raw_path or "")
     if not raw_path.is_file():
         raise MalformedFileError(None, f"the stored file is missing ({raw_path}); submit it again")
-    progress = RowProgress(f"staging upload {upload['upload_id']}", raw_path.stat().st_size,
+    progress = RowProgress(f"staging upload {upload.upload_id}", raw_path.stat().st_size,
                            sinks=[progress_log] if progress_log else [])
-    if arrow and upload["file_format"] == "csv":
+    if arrow and upload.file_format == "csv":
         try:
             counts = _stage_arrow(db, upload, raw_path, owner, progress)
         except ArrowPathUnavailable:
@@ -167,10 +168,10 @@ def stage_upload(db: Database, upload: dict, *, owner: str, chunk_rows: int = 10
     return counts
 
 
-def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str, progress: RowProgress) -> StagingCounts:
+def _stage_json(db: Database, upload: MetricUpload, raw_path: Path, owner: str, progress: RowProgress) -> StagingCounts:
     """JSON arrays, JSON Lines and API responses: records read incrementally, validated in batches of
     consecutive records of one layout (a batch of anything the Arrow path does not support, one by one)."""
-    upload_id = upload["upload_id"]
+    upload_id = upload.upload_id
     already = _staged_rows(db, upload_id)
     written = _Written()
     normalizers: dict[tuple, BatchNormalizer] = {}
@@ -190,7 +191,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str, progress
             header = list(records[0])
             key = (id(group_plan), tuple(header))
             if key not in normalizers:
-                normalizers[key] = BatchNormalizer(group_plan, header, upload["workspace_id"], upload["platform"],
+                normalizers[key] = BatchNormalizer(group_plan, header, upload.workspace_id, upload.platform,
                                                    _dumps)
             columns = [pa.array([_cell(r.get(name)) for r in records], pa.string()) for name in header]
             batch = RowBatch(columns, lines, np.zeros(len(group), dtype=np.int64), logical, [], records,
@@ -199,7 +200,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str, progress
         else:
             staged = exact_staged([(int(n), int(line), raw, group_plan) for n, (line, raw) in zip(logical, group,
                                                                                                    strict=True)],
-                                  workspace_id=upload["workspace_id"], platform=upload["platform"], dumps=_dumps)
+                                  workspace_id=upload.workspace_id, platform=upload.platform, dumps=_dumps)
         _put_unstaged(writer, upload_id, staged, row_index, already)
         row_index += len(group)
         progress.advance(len(group), _position(stream))
@@ -207,7 +208,7 @@ def _stage_json(db: Database, upload: dict, raw_path: Path, owner: str, progress
 
     with raw_path.open("rb") as stream, \
             BackgroundWriter(lambda item: written.copy(db, upload_id, owner, item)) as writer:
-        export = ExportReader(stream, upload["file_format"], upload["platform"])
+        export = ExportReader(stream, upload.file_format, upload.platform)
         for line, raw, plan in export.rows():
             if group and (plan is not group_plan or len(group) >= JSON_BATCH_ROWS):
                 flush(writer)
@@ -231,20 +232,21 @@ def _cell(value) -> str:
     return "" if value is None else str(value)
 
 
-def _stage_arrow(db: Database, upload: dict, raw_path: Path, owner: str, progress: RowProgress) -> StagingCounts:
-    upload_id = upload["upload_id"]
+def _stage_arrow(db: Database, upload: MetricUpload, raw_path: Path, owner: str,
+                 progress: RowProgress) -> StagingCounts:
+    upload_id = upload.upload_id
     already = _staged_rows(db, upload_id)
     scan = scan_bytes(raw_path)
     if not scan.quotes_balanced:  # maybe an unclosed quote: the row reader finds its line
         raise ArrowPathUnavailable("quotes do not balance")
     with raw_path.open("rb") as stream:
         text, encoding = open_text(stream)
-        seen, header_at, plan = locate_header(csv_rows(text), upload["platform"])
+        seen, header_at, plan = locate_header(csv_rows(text), upload.platform)
     if not supports(plan):
         raise ArrowPathUnavailable(f"layout {plan.layout.name}")
     header_line, header = seen[header_at]
     header_breaks = sum(text_breaks(cell) for cell in header)
-    normalizer = BatchNormalizer(plan, header, upload["workspace_id"], upload["platform"], _dumps,
+    normalizer = BatchNormalizer(plan, header, upload.workspace_id, upload.platform, _dumps,
                                  check_controls=scan.has_controls)
     with db.transaction() as conn:
         ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
@@ -310,9 +312,9 @@ def _counts(db: Database, upload_id: int, *, through: int | None = None) -> tupl
     return counts["total"], counts["valid"]
 
 
-def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_rows: int,
+def _stage_rows(db: Database, upload: MetricUpload, raw_path: Path, owner: str, chunk_rows: int,
                 progress: RowProgress) -> StagingCounts:
-    upload_id = upload["upload_id"]
+    upload_id = upload.upload_id
     already = _staged_rows(db, upload_id)
     pending: list[tuple] = []
     row_index = reported = 0  # progress counts rows read, an earlier attempt's included (as the Arrow path)
@@ -329,12 +331,12 @@ def _stage_rows(db: Database, upload: dict, raw_path: Path, owner: str, chunk_ro
         failpoint("metrics.stage")  # one chunk committed, the rest not yet
 
     with raw_path.open("rb") as stream:
-        export = ExportReader(stream, upload["file_format"], upload["platform"])
+        export = ExportReader(stream, upload.file_format, upload.platform)
         for line_number, raw, plan in export.rows():
             row_index += 1
             if row_index <= already:
                 continue
-            row = normalize_row(raw, workspace_id=upload["workspace_id"], platform=upload["platform"], plan=plan)
+            row = normalize_row(raw, workspace_id=upload.workspace_id, platform=upload.platform, plan=plan)
             pending.append((
                 upload_id, row_index, line_number, row.entity_type, row.natural_key_hash,
                 Jsonb(raw if isinstance(raw, dict) else {"value": raw}, dumps=_dumps),

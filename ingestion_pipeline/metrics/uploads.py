@@ -6,7 +6,7 @@ failed) runs through the shared ledger mechanism, ``core.ledger`` with ``METRIC_
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import BinaryIO
 
@@ -22,6 +22,40 @@ from ingestion_pipeline.metrics.exports import sniff_layout
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
 from ingestion_pipeline.metrics.layouts import UnknownLayout
 from ingestion_pipeline.metrics.readers import MalformedFileError
+
+
+@dataclass(frozen=True)
+class MetricUpload:
+    """One metric upload as the steps, the Dagster assets and the CLI see it (a row of ``data_uploads``)."""
+
+    upload_id: int
+    workspace_id: str
+    platform: str
+    filename: str
+    file_format: str
+    content_hash: str
+    size_bytes: int
+    status: str
+    attempts: int
+    client_id: str | None = None
+    raw_path: str | None = None
+    owner: str | None = None
+    force_partial: bool = False
+    valid_threshold: float = 0.9
+    total_rows: int | None = None
+    valid_rows: int | None = None
+    invalid_rows: int | None = None
+    promoted_rows: int | None = None
+    unpromotable_rows: int | None = None
+    error: str | None = None
+    partition_key: str | None = None
+
+    @classmethod
+    def from_row(cls, row: dict) -> MetricUpload:
+        """From a ``SELECT *`` of ``data_uploads`` (or a ledger transition's ``RETURNING *``)."""
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+        values["valid_threshold"] = float(values.get("valid_threshold", 0.9))
+        return cls(**values)
 
 
 @dataclass
@@ -159,11 +193,11 @@ def get_upload(conn: psycopg.Connection, upload_id: int, *, workspace_id: str | 
     ).fetchone()
 
 
-def upload_for_partition(conn: psycopg.Connection, partition_key: str) -> dict:
+def upload_for_partition(conn: psycopg.Connection, partition_key: str) -> MetricUpload:
     row = conn.execute("SELECT * FROM data_uploads WHERE partition_key = %s", (partition_key,)).fetchone()
     if row is None:
         raise ValueError(f"no metric upload for partition {partition_key!r}")
-    return row
+    return MetricUpload.from_row(row)
 
 
 def pending_partitions(conn: psycopg.Connection) -> list[dict]:

@@ -202,6 +202,7 @@ def test_promoting_the_same_upload_twice_changes_nothing(database, db, tmp_path)
     from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.metrics import pipeline
     from ingestion_pipeline.metrics.promotion import promote_upload
+    from ingestion_pipeline.metrics.uploads import MetricUpload
 
     path = write_export(tmp_path / "e.csv", "meta", daily_rows(1, 2, 2, 3))
     submitted = submit(database, tmp_path, path)
@@ -213,7 +214,7 @@ def test_promoting_the_same_upload_twice_changes_nothing(database, db, tmp_path)
     facts = table(db, "SELECT * FROM daily_metrics ORDER BY ad_id, date")
     with connect(database.url) as conn, conn.transaction():  # the SQL itself, bypassing the status guard
         upload = conn.execute("SELECT * FROM data_uploads WHERE upload_id = %s", (submitted.upload_id,)).fetchone()
-        result = promote_upload(conn, upload, below_threshold=False)
+        result = promote_upload(conn, MetricUpload.from_row(upload), below_threshold=False)
     assert result.upserted == {"campaigns": 0, "ad_sets": 0, "ads": 0, "daily_metrics": 0}
     assert not result.event_created
     assert {t: table(db, f"SELECT * FROM {t} ORDER BY 1, 2, 3") for t in snapshot} == snapshot

@@ -75,7 +75,7 @@ def _stage_both(database, tmp_path, path: Path, platform: str | None):
                           s.spend, s.currency, s.conversions, validation_status, validation_errors
                      FROM staging_rows s JOIN data_uploads u USING (upload_id)
                     WHERE u.workspace_id = %s ORDER BY row_index""", (workspace,)).fetchall()
-        results[workspace] = (counts, rows, submitted.platform or upload["platform"])
+        results[workspace] = (counts, rows, submitted.platform or upload.platform)
     return results
 
 
@@ -162,7 +162,7 @@ def test_staging_reports_rows_rate_and_bytes_read_as_it_goes(database, tmp_path,
                                   progress_log=seen.append)
     assert counts.total == 100 and (counts.resumed_after > 0) == resumed
     assert len(seen) >= 3, seen  # several batches, then the final report
-    assert all(m.startswith(f"staging upload {upload['upload_id']}: ") for m in seen)
+    assert all(m.startswith(f"staging upload {upload.upload_id}: ") for m in seen)
     assert seen[-1].split(": ")[1].startswith("100 rows (") and "(100%)" in seen[-1] and seen[-1].endswith("ETA 0s")
 
 
@@ -215,7 +215,7 @@ def test_an_interrupted_arrow_staging_resumes_where_it_stopped(database, tmp_pat
     assert 0 < counts.resumed_after < 100 and counts.total == 100 and counts.invalid == 10
     with database.connection() as conn:
         indexes = [r["row_index"] for r in conn.execute(
-            "SELECT row_index FROM staging_rows WHERE upload_id = %s ORDER BY 1", (upload["upload_id"],))]
+            "SELECT row_index FROM staging_rows WHERE upload_id = %s ORDER BY 1", (upload.upload_id,))]
     assert indexes == list(range(1, 101))
 
 
@@ -283,7 +283,7 @@ def test_a_row_staged_as_values_reads_back_as_the_exports_record(database, tmp_p
         assert promote_upload(conn, upload, below_threshold=False).unpromotable_rows == 1
         raw = conn.execute(
             "SELECT raw_data::jsonb AS raw_data FROM staging_rows WHERE upload_id = %s ORDER BY row_index",
-            (upload["upload_id"],)).fetchall()
+            (upload.upload_id,)).fetchall()
         assert isinstance(raw[0]["raw_data"], dict) and isinstance(raw[1]["raw_data"], list)
-        [error] = upload_errors(conn, upload["upload_id"], workspace_id="w")
+        [error] = upload_errors(conn, upload.upload_id, workspace_id="w")
     assert error["raw_data"] == dict(zip(META_HEADER.split(","), orphan.split(","), strict=True))

@@ -7,12 +7,13 @@ from __future__ import annotations
 import psycopg
 
 from ingestion_pipeline.metrics.promotion import promote_upload
+from ingestion_pipeline.metrics.uploads import MetricUpload
 
 COLUMNS = ("entity_type", "campaign_id", "ad_set_id", "ad_id", "campaign_name", "ad_set_name", "ad_name", "status",
            "date", "impressions", "clicks", "spend", "currency")
 
 
-def _upload(db: psycopg.Connection, rows: list[tuple], workspace: str = "w") -> dict:
+def _upload(db: psycopg.Connection, rows: list[tuple], workspace: str = "w") -> MetricUpload:
     upload = db.execute(
         """INSERT INTO data_uploads (workspace_id, platform, filename, file_format, content_hash, size_bytes, status)
            VALUES (%s, 'meta', 'x.csv', 'csv', gen_random_uuid()::text, 1, 'staging_complete') RETURNING *""",
@@ -23,7 +24,7 @@ def _upload(db: psycopg.Connection, rows: list[tuple], workspace: str = "w") -> 
                                          {', '.join(COLUMNS)})
                 VALUES (%s, %s, 'k', '{{}}', 'valid', {', '.join(['%s'] * len(COLUMNS))})""",
             (upload["upload_id"], index, *row))
-    return upload
+    return MetricUpload.from_row(upload)
 
 
 def _fact(ad: str, date: str, impressions: int, *, campaign_name: str | None = None,
@@ -54,9 +55,9 @@ def test_the_latest_of_duplicate_facts_wins_and_a_newer_upload_updates_only_what
     assert promote_upload(db, second, below_threshold=False).upserted["daily_metrics"] == 2  # one update, one new
     rows = db.execute("SELECT date::text, impressions, last_upload_id FROM daily_metrics ORDER BY date").fetchall()
     assert rows == [
-        {"date": "2024-03-01", "impressions": 30, "last_upload_id": first["upload_id"]},  # unchanged: not rewritten
-        {"date": "2024-03-02", "impressions": 7, "last_upload_id": second["upload_id"]},
-        {"date": "2024-03-03", "impressions": 1, "last_upload_id": second["upload_id"]},
+        {"date": "2024-03-01", "impressions": 30, "last_upload_id": first.upload_id},  # unchanged: not rewritten
+        {"date": "2024-03-02", "impressions": 7, "last_upload_id": second.upload_id},
+        {"date": "2024-03-03", "impressions": 1, "last_upload_id": second.upload_id},
     ]
     # the first upload promoted again (late) changes nothing
     assert promote_upload(db, first, below_threshold=False).upserted["daily_metrics"] == 0

@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core.migrations import apply_migrations, migration_files
 from ingestion_pipeline.metrics.promotion import promote_upload
+from ingestion_pipeline.metrics.uploads import MetricUpload
 from ingestion_pipeline_tests.conftest import _create_database
 
 
@@ -40,7 +41,7 @@ def test_rows_staged_as_jsonb_are_converted_and_promote(pg_server_url, tmp_path)
             "SELECT ad_id, date::text, impressions, spend::text FROM staging_rows ORDER BY 1").fetchall()
         assert staged == [{"ad_id": "a1", "date": "2024-03-01", "impressions": 100, "spend": "1.50"},
                           {"ad_id": "a2", "date": None, "impressions": None, "spend": None}]
-        result = promote_upload(conn, upload, below_threshold=False)
+        result = promote_upload(conn, MetricUpload.from_row(upload), below_threshold=False)
         assert result.promoted_rows == 1
         metric = conn.execute("SELECT ad_id, date::text, clicks, spend::text FROM daily_metrics").fetchone()
         assert metric == {"ad_id": "a1", "date": "2024-03-01", "clicks": 3, "spend": "1.500000"}

@@ -27,7 +27,7 @@ def _top_campaigns(postgres: PostgresResource, partition_key: str) -> dg.TableMe
     """The promoted upload's campaigns by spend, as a table in the materialization (``read.top_campaigns``)."""
     with postgres.db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)
-    frame = read.top_campaigns(upload["workspace_id"], upload["upload_id"], database_url=postgres.db.url)
+    frame = read.top_campaigns(upload.workspace_id, upload.upload_id, database_url=postgres.db.url)
     columns = [("platform", "string"), ("campaign_id", "string"), ("campaign_name", "string"), ("spend", "float"),
                ("impressions", "int"), ("clicks", "int"), ("daily_rows", "int")]
     return dg.TableMetadataValue(
@@ -45,9 +45,9 @@ def _plain(value):
 def _not_this_runs(postgres: PostgresResource, partition_key: str) -> dict:
     with postgres.db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)
-    holder = f" (held by run {upload['owner']})" if upload["owner"] else ""
-    return {"upload_id": upload["upload_id"], "status": upload["status"],
-            "note": f"not worked on by this run: the upload is {upload['status']}{holder}"}
+    holder = f" (held by run {upload.owner})" if upload.owner else ""
+    return {"upload_id": upload.upload_id, "status": upload.status,
+            "note": f"not worked on by this run: the upload is {upload.status}{holder}"}
 
 
 @dg.asset(partitions_def=metric_uploads, group_name=GROUP, kinds={"postgres"})
@@ -66,9 +66,9 @@ def raw_metric_files(
     if upload is None:
         return dg.MaterializeResult(metadata=_not_this_runs(postgres, context.partition_key))
     return dg.MaterializeResult(metadata={
-        "upload_id": upload["upload_id"], "workspace_id": upload["workspace_id"], "platform": upload["platform"],
-        "filename": upload["filename"], "format": upload["file_format"], "size_bytes": upload["size_bytes"],
-        "status": upload["status"], "attempt": upload["attempts"],
+        "upload_id": upload.upload_id, "workspace_id": upload.workspace_id, "platform": upload.platform,
+        "filename": upload.filename, "format": upload.file_format, "size_bytes": upload.size_bytes,
+        "status": upload.status, "attempt": upload.attempts,
     })
 
 
@@ -102,9 +102,9 @@ def staged_metric_rows(
             metadata={"note": metadata["note"], "checked_nothing": True})])
     upload, counts = staged
     if not threshold.passed:
-        context.log.warning(f"upload {upload['upload_id']}: {threshold.describe()}")
+        context.log.warning(f"upload {upload.upload_id}: {threshold.describe()}")
     return dg.MaterializeResult(
-        metadata={"upload_id": upload["upload_id"], "rows": counts.total, "valid_rows": counts.valid,
+        metadata={"upload_id": upload.upload_id, "rows": counts.total, "valid_rows": counts.valid,
                   "invalid_rows": counts.invalid, "resumed_after_row": counts.resumed_after},
         check_results=[dg.AssetCheckResult(
             check_name="valid_row_threshold", passed=threshold.passed,
