@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import Context, bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, emit, print_rows, print_table
-from ingestion_pipeline.core.upload_store import SymlinkRefused, open_submitted_file
+from ingestion_pipeline.core.upload_store import RefusedPath, open_submitted_file
 from ingestion_pipeline.metrics import uploads
 from ingestion_pipeline.metrics.formats import PLATFORMS
 
@@ -37,7 +37,7 @@ def _submit(ctx: Context, args: argparse.Namespace) -> int:
     path = Path(args.file)
     try:
         stream = open_submitted_file(path, follow_symlinks=args.follow_symlinks)
-    except SymlinkRefused as exc:
+    except RefusedPath as exc:
         emit(args, [{"status": "rejected", "filename": path.name, "reason": str(exc)}], _print_submitted)
         return 1
     except OSError as exc:

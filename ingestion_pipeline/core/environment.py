@@ -71,7 +71,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
     "HTTP API": (
         Variable("JWT_SECRET", "none (required)", "HS256 key, at least 32 bytes; the server refuses to start "
                  "without it."),
-        Variable("JWT_EXPIRY_HOURS", "24", "Token lifetime."),
+        Variable("JWT_EXPIRY_HOURS", "24", "Token lifetime, in hours: above 0, at most 8760; `serve` refuses others."),
         Variable("AUTH_ENABLED", "true", "`false`: development mode, tenant from `?tenant_id=`, loopback only."),
         Variable("INGESTION_API_MAX_INFLIGHT_UPLOADS", "8", "Concurrent streaming uploads; beyond: 503."),
         Variable("INGESTION_UPLOAD_BUCKET", "none", "Where presigned uploads land."),

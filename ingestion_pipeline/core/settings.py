@@ -6,6 +6,7 @@ under the git-ignored ``.data/`` folder of the project (or ``INGESTION_HOME``).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,8 +56,25 @@ def _at_least_one(raw: str) -> int:
     return value
 
 
+def _finite(raw: str) -> float:
+    value = float(raw)
+    if not math.isfinite(value):  # float() takes "nan" and "inf": no setting means either
+        raise ValueError(raw)
+    return value
+
+
 def _float_env(name: str, default: float) -> float:
-    return _env(name, default, float, "a number")
+    return _env(name, default, _finite, "a finite number")
+
+
+MAX_TOKEN_HOURS = 24 * 365
+
+
+def _token_hours(raw: str) -> float:
+    value = _finite(raw)
+    if not 0 < value <= MAX_TOKEN_HOURS or value * 3600 < 1:
+        raise ValueError(raw)
+    return value
 
 
 def _floats_env(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
@@ -199,7 +217,8 @@ def load_api_settings() -> ApiSettings:
     return ApiSettings(
         auth_enabled=_env("AUTH_ENABLED", True, _bool, "true or false"),
         jwt_secret=os.environ.get("JWT_SECRET") or None,
-        jwt_expiry_hours=_float_env("JWT_EXPIRY_HOURS", 24.0),
+        jwt_expiry_hours=_env("JWT_EXPIRY_HOURS", 24.0, _token_hours,
+                              f"a number of hours above 0 and at most {MAX_TOKEN_HOURS} (a year)"),
         max_inflight_uploads=_int_env("INGESTION_API_MAX_INFLIGHT_UPLOADS", 8),
         upload_bucket=os.environ.get("INGESTION_UPLOAD_BUCKET") or None,
         upload_s3_endpoint=os.environ.get("INGESTION_UPLOAD_S3_ENDPOINT") or None,

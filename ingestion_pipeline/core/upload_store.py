@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,23 +91,62 @@ class LocalUploadStore:
         Path(path).unlink(missing_ok=True)
 
 
-class SymlinkRefused(Exception):
-    """A submitted path is a symbolic link and following links was not asked for."""
+class RefusedPath(Exception):
+    """A submitted path is not read: a symbolic link on the way, or not a regular file."""
+
+
+class SymlinkRefused(RefusedPath):
+    """A submitted path has a symbolic link in it (any component) and following links was not asked for."""
+
+
+class NotARegularFile(RefusedPath):
+    """A submitted path is a FIFO, a device, a socket or a directory: reading it could block or never end."""
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
+          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
 
 
 def open_submitted_file(path: Path, *, follow_symlinks: bool = False) -> BinaryIO:
-    """Open a file a person submitted, without following a symbolic link unless asked.
+    """Open a regular file a person submitted; refuse a symbolic link anywhere on its path unless asked.
 
-    ``O_NOFOLLOW`` makes the check and the open one step: a link swapped in after a check is refused too.
+    Each directory is opened relative to the one before with ``O_NOFOLLOW`` (``openat``), so a link in any
+    component is refused, and one swapped in after a check is refused too. The file is opened non-blocking and
+    checked with ``fstat`` before a byte is read: a FIFO named ``.txt`` would otherwise block forever.
     """
     path = Path(path)
-    flags = os.O_RDONLY | (0 if follow_symlinks else os.O_NOFOLLOW)
+    nofollow = 0 if follow_symlinks else os.O_NOFOLLOW
+    parts = path.parts
+    if not parts:
+        raise NotARegularFile("an empty path is not a file")
+    directory = os.open(parts[0] if path.is_absolute() else ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            target = os.readlink(path) if path.is_symlink() else "?"
-            raise SymlinkRefused(f"{path.name} is a symbolic link (to {target}); pass --follow-symlinks to read "
-                                 "what it points to") from exc
-        raise
+        for index, part in enumerate(parts[1:-1] if path.is_absolute() else parts[:-1]):
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=directory)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and not follow_symlinks:
+                    where = Path(*parts[:index + (2 if path.is_absolute() else 1)])
+                    if where.is_symlink():
+                        raise SymlinkRefused(
+                            f"{where} is a symbolic link (to {os.readlink(where)}) on the way to {path.name}; pass "
+                            "--follow-symlinks to read what it points to") from exc
+                raise
+            os.close(directory)
+            directory = inner
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | nofollow, dir_fd=directory)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and not follow_symlinks:
+                target = os.readlink(path) if path.is_symlink() else "?"
+                raise SymlinkRefused(f"{path.name} is a symbolic link (to {target}); pass --follow-symlinks to "
+                                     "read what it points to") from exc
+            raise
+    finally:
+        os.close(directory)
+    kind = stat.S_IFMT(os.fstat(fd).st_mode)
+    if kind != stat.S_IFREG:
+        os.close(fd)
+        raise NotARegularFile(f"{path.name} is {_KINDS.get(kind, 'not a regular file')}, not a regular file")
+    os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")

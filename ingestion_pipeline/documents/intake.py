@@ -25,7 +25,7 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.core.hashing import SizeLimitExceeded, stream_sha256
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
-from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile, SymlinkRefused, open_submitted_file
+from ingestion_pipeline.core.upload_store import LocalUploadStore, RefusedPath, StoredFile, open_submitted_file
 from ingestion_pipeline.documents import file_ledger
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 
@@ -100,7 +100,7 @@ def submit_upload(
         return result
     try:
         stream = open_submitted_file(path, follow_symlinks=follow_symlinks)
-    except SymlinkRefused as exc:
+    except RefusedPath as exc:
         result.reason = str(exc)
         return result
     except OSError:
@@ -173,7 +173,7 @@ def _already_active(db: Database, tenant_id: str, paths: list[Path], keys: list[
                 if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
                     continue
                 sha, size = stream_sha256(stream, max_bytes=max_bytes)
-        except (UnsupportedFileType, SymlinkRefused, SizeLimitExceeded, OSError):
+        except (UnsupportedFileType, RefusedPath, SizeLimitExceeded, OSError):
             continue
         candidates.append((i, keyed_uri(tenant_id, key) if key is not None else upload_uri(sha), sha, size))
     if not candidates:

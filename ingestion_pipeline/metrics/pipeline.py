@@ -17,9 +17,9 @@ from psycopg.types.json import Jsonb
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
-from ingestion_pipeline.core.failures import CodedError
+from ingestion_pipeline.core.failures import CodedError, classify
 from ingestion_pipeline.core.hashing import file_sha256
-from ingestion_pipeline.core.ledger import METRIC_UPLOADS, Worker
+from ingestion_pipeline.core.ledger import METRIC_UPLOADS, LeaseLost, Worker
 from ingestion_pipeline.core.progress import Sink
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.core.tenants import is_paused
@@ -107,6 +107,14 @@ def stage(db: Database, partition_key: str, owner: str, policy: ReliabilitySetti
         raise _fail(db, upload, owner, UploadFailed("malformed_file", f"malformed file: {exc}"), policy) from exc
     except UnknownLayout as exc:
         raise _fail(db, upload, owner, UploadFailed("unknown_layout", str(exc)), policy) from exc
+    except LeaseLost:
+        raise
+    except Exception as exc:  # anything else the file's content raised: permanent unless classify says otherwise,
+        failure = classify(exc)  # never a failed run retried as transient (the run-failure path)
+        if failure.transient:
+            raise
+        raise _fail(db, upload, owner, UploadFailed(failure.code, failure.message, suggestion=failure.suggestion),
+                    policy) from exc
     if counts.total == 0:
         raise _fail(db, upload, owner, UploadFailed("no_data_rows", "the file has no data rows"), policy,
                     total_rows=0)

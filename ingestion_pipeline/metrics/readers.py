@@ -10,6 +10,8 @@ import codecs
 import csv
 import io
 import json
+import re
+import sys
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -18,6 +20,9 @@ from charset_normalizer import from_bytes
 SAMPLE_BYTES = 64 * 1024
 READ_CHARS = 64 * 1024
 csv.field_size_limit(1024 * 1024)  # a 1 MiB field is already absurd in an export
+# A count or an amount in an export has at most ~20 digits; Python's own limit (4,300) raises a bare
+# ValueError, and a longer run costs quadratic time to convert.
+MAX_INTEGER_DIGITS = 30
 
 
 class MalformedFileError(Exception):
@@ -94,19 +99,47 @@ def csv_record(header: list[str], row: list[str]) -> dict:
     return record
 
 
+class _DataLimit(Exception):
+    """A JSON value past a bound (nesting, ``MAX_INTEGER_DIGITS``), raised while decoding."""
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise _DataLimit(f"an integer longer than {MAX_INTEGER_DIGITS} digits")
+    return int(digits)
+
+
+_DECODER = json.JSONDecoder(parse_int=_bounded_int)
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's own whitespace (json.decoder.WHITESPACE)
+
+
+def _decode(text: str, pos: int = 0) -> tuple[object, int]:
+    """``raw_decode`` within the bounds. Python's decoder recurses once per level of nesting, so a value nested
+    deeper than the interpreter's recursion limit (~1,000 levels) raises ``RecursionError`` at once; a metric
+    record is a flat object, so that is bad data, said as such."""
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except RecursionError as exc:
+        raise _DataLimit(f"values nested deeper than {sys.getrecursionlimit():,} levels") from exc
+
+
 def read_json_lines(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
     for number, line in enumerate(text, start=1):
         if not line.strip():
             continue
         try:
-            yield number, json.loads(line)
+            value, end = _decode(line, _WHITESPACE.match(line).end())
+            if _WHITESPACE.match(line, end).end() != len(line):
+                raise json.JSONDecodeError("Extra data", line, end)
         except json.JSONDecodeError as exc:
             raise MalformedFileError(number, f"invalid JSON Lines record: {exc.msg} (column {exc.colno})") from exc
+        except _DataLimit as exc:
+            raise MalformedFileError(number, f"invalid JSON Lines record: {exc}") from exc
+        yield number, value
 
 
 def read_json_array(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
     """Elements of a top-level JSON array, decoded one by one from a bounded buffer."""
-    decoder = json.JSONDecoder()
     buffer = ""
     pos = 0
     lines_before = 0  # newlines in text already dropped from the buffer
@@ -158,7 +191,7 @@ def read_json_array(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
         start = pos
         while True:
             try:
-                value, end = decoder.raw_decode(buffer, pos)
+                value, end = _decode(buffer, pos)
                 break
             except json.JSONDecodeError as exc:
                 if fill():
@@ -167,6 +200,8 @@ def read_json_array(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
                 raise MalformedFileError(
                     line_at(start), f"truncated or invalid JSON in the record starting here: {exc.msg} (line {where})"
                 ) from exc
+            except _DataLimit as exc:
+                raise MalformedFileError(line_at(start), f"the record starting here has {exc}") from exc
         yield line_at(start), value
         pos = end
         expect_value = False

@@ -25,8 +25,9 @@ RECOVERED_PDFS = {"copy-protected.pdf", "failure-after-repair.pdf", "invalid-pdf
                   "pdf-bad-color-space.pdf"}
 
 
-def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(CLI + list(args), capture_output=True, text=True, env=os.environ.copy(), timeout=1500)
+def run_cli(*args: str, check: bool = True, cwd=None) -> subprocess.CompletedProcess:
+    result = subprocess.run(CLI + list(args), capture_output=True, text=True, env=os.environ.copy(), timeout=1500,
+                            cwd=cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"{args} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
