@@ -8,8 +8,8 @@ from fastapi import FastAPI
 
 from ingestion_pipeline.api import errors
 from ingestion_pipeline.api.routes import auth, documents, files, health, ingest, metrics, sources
-from ingestion_pipeline.api.routes.ingest import InflightLimit
 from ingestion_pipeline.api.services import ApiServices
+from ingestion_pipeline.api.upload_slots import UploadSlots
 
 
 def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> FastAPI:
@@ -27,7 +27,7 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
         responses=errors.COMMON_ERRORS,
     )
     app.state.services = services
-    app.state.inflight = InflightLimit(services.api.max_inflight_uploads)
+    app.state.upload_slots = UploadSlots(services.api.max_inflight_uploads)
     errors.install(app)
     for module in (health, auth, ingest, files, documents, sources, metrics):
         app.include_router(module.router)

@@ -67,6 +67,20 @@ def _float_env(name: str, default: float) -> float:
     return _env(name, default, _finite, "a finite number")
 
 
+def _positive(raw: str) -> float:
+    value = _finite(raw)
+    if value <= 0:
+        raise ValueError(raw)
+    return value
+
+
+def _not_negative(raw: str) -> float:
+    value = _finite(raw)
+    if value < 0:
+        raise ValueError(raw)
+    return value
+
+
 MAX_TOKEN_HOURS = 24 * 365
 
 
@@ -183,6 +197,8 @@ class ApiSettings:
     jwt_secret: str | None = None
     jwt_expiry_hours: float = 24.0
     max_inflight_uploads: int = 8
+    upload_idle_seconds: float = 10.0  # a streaming upload silent this long ends with 408
+    upload_min_bytes_per_second: float = 16 * 1024  # and one slower than this on average, after the idle time
     upload_bucket: str | None = None  # presigned uploads land here
     upload_s3_endpoint: str | None = None  # None: the AWS environment
     upload_prefix: str = "api-uploads/"
@@ -219,7 +235,11 @@ def load_api_settings() -> ApiSettings:
         jwt_secret=os.environ.get("JWT_SECRET") or None,
         jwt_expiry_hours=_env("JWT_EXPIRY_HOURS", 24.0, _token_hours,
                               f"a number of hours above 0 and at most {MAX_TOKEN_HOURS} (a year)"),
-        max_inflight_uploads=_int_env("INGESTION_API_MAX_INFLIGHT_UPLOADS", 8),
+        max_inflight_uploads=_env("INGESTION_API_MAX_INFLIGHT_UPLOADS", 8, _at_least_one,
+                                  "a whole number of at least 1"),
+        upload_idle_seconds=_env("INGESTION_API_UPLOAD_IDLE_SECONDS", 10.0, _positive, "a number of seconds above 0"),
+        upload_min_bytes_per_second=_env("INGESTION_API_UPLOAD_MIN_BYTES_PER_SECOND", 16384.0, _not_negative,
+                                         "a number of bytes per second, 0 or more"),
         upload_bucket=os.environ.get("INGESTION_UPLOAD_BUCKET") or None,
         upload_s3_endpoint=os.environ.get("INGESTION_UPLOAD_S3_ENDPOINT") or None,
         allowed_s3_endpoints=tuple(

@@ -95,6 +95,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def user_token(database_url: str, tenant: str, email: str, role: str = "user") -> str:
+    """A new user of ``tenant`` (created with the tenant if need be) and a token for it."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING", (tenant,))
+        user_id = conn.execute(
+            "INSERT INTO users (tenant_id, email, password_hash, role) VALUES (%s, %s, %s, %s) "
+            "RETURNING user_id::text", (tenant, email, _password_hash(), role)).fetchone()[0]
+    return issue_token(Principal(user_id, tenant, role), SECRET, expiry_seconds=3600)
+
+
 @contextmanager
 def start_server(database_url: str, tmp_path: Path, **extra_env: str) -> Iterator[Server]:
     """`ingestion-pipeline serve` on a free 127.0.0.1 port, ready, with an acme admin's token; stopped after."""

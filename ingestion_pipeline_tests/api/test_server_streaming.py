@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from ingestion_pipeline_tests.api.conftest import Server, start_server
+from ingestion_pipeline_tests.api.conftest import Server, start_server, user_token
 from ingestion_pipeline_tests.helpers import table
 
 MB = 1024 * 1024
@@ -86,7 +86,17 @@ def test_a_60_mb_upload_is_refused_with_413_and_leaves_nothing(server, db, frami
     assert httpx.get(f"{server.url}/healthz").status_code == 200  # and the server is fine
 
 
-def test_the_ninth_concurrent_upload_gets_503_with_retry_after(server, db):
+def test_the_ninth_concurrent_upload_gets_503_with_retry_after(server, database_url, db):
+    """Eight uploads stream (two tenants, two users each: a tenant holds at most half the slots, a user half of
+    that); a ninth, from a third tenant, is refused with 503 and Retry-After, and is accepted once they end."""
+    tokens = [user_token(database_url, tenant, f"u{i}@{tenant}.example") for tenant in ("acme", "bravo")
+              for i in range(2)]
+    third = user_token(database_url, "carol", "u@carol.example")
+
+    def body(name: str) -> bytes:
+        return (f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n"
+                "Content-Type: text/plain\r\n\r\n" + name + "\r\n--" + BOUNDARY + "--\r\n").encode()
+
     async def scenario():
         gate = asyncio.Event()
 
@@ -96,22 +106,21 @@ def test_the_ninth_concurrent_upload_gets_503_with_retry_after(server, db):
             await gate.wait()
             yield f"file {i} ends\n\r\n--{BOUNDARY}--\r\n".encode()
 
-        async with httpx.AsyncClient(base_url=server.url, headers={**server.headers, **HEADERS}, timeout=60,
+        async with httpx.AsyncClient(base_url=server.url, headers=HEADERS, timeout=60,
                                      limits=httpx.Limits(max_connections=20)) as client:
-            held = [asyncio.create_task(client.post("/v1/ingest", content=held_body(i))) for i in range(8)]
+            held = [asyncio.create_task(client.post("/v1/ingest", content=held_body(i), headers={
+                "Authorization": f"Bearer {tokens[i % 4]}"})) for i in range(8)]
             # once all eight are streaming (each waiting for the rest of its body), another one is refused
             for attempt in range(40):
                 await asyncio.sleep(0.5)
-                ninth = await client.post("/v1/ingest", content=(
-                    f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"n{attempt}.txt\""
-                    "\r\nContent-Type: text/plain\r\n\r\nninth\r\n--" + BOUNDARY + "--\r\n").encode())
+                ninth = await client.post("/v1/ingest", content=body(f"n{attempt}.txt"),
+                                          headers={"Authorization": f"Bearer {third}"})
                 if ninth.status_code == 503 or any(task.done() for task in held):
                     break
             gate.set()
             finished = await asyncio.gather(*held)
-            after = await client.post("/v1/ingest", content=(
-                f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"late.txt\"\r\n"
-                "Content-Type: text/plain\r\n\r\nlate\r\n--" + BOUNDARY + "--\r\n").encode())
+            after = await client.post("/v1/ingest", content=body("late.txt"),
+                                      headers={"Authorization": f"Bearer {third}"})
             return ninth, finished, after
 
     ninth, finished, after = asyncio.run(scenario())

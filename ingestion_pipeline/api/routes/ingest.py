@@ -11,9 +11,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from ingestion_pipeline.api.errors import ApiError, not_found
-from ingestion_pipeline.api.multipart import openapi_form, parse_upload
+from ingestion_pipeline.api.multipart import openapi_form
 from ingestion_pipeline.api.schemas import PresignIn, PresignOut, SubmitOut
 from ingestion_pipeline.api.security import Caller, Services
+from ingestion_pipeline.api.upload_slots import receive_upload
 from ingestion_pipeline.core.access_tokens import Principal
 from ingestion_pipeline.core.file_types import UnsupportedFileType
 from ingestion_pipeline.documents import presigned
@@ -24,23 +25,6 @@ _log = logging.getLogger("ingestion_pipeline.api")
 
 _MULTIPART_BODY = openapi_form(title={"type": "string", "maxLength": 500}, key={"type": "string", "maxLength": 200})
 _UPLOAD_ERRORS = {413: {"description": "over the size limit"}, 415: {"description": "type not allowed"}}
-
-
-class InflightLimit:
-    """At most ``limit`` uploads stream at once (the event loop is single-threaded: a plain counter)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.active = limit, 0
-
-    def __enter__(self) -> InflightLimit:
-        if self.active >= self.limit:
-            raise ApiError(503, "busy", f"{self.limit} uploads are already streaming; retry shortly",
-                           {"Retry-After": "2"})
-        self.active += 1
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self.active -= 1
 
 
 def submit_response(result: SubmitResult) -> JSONResponse:
@@ -81,9 +65,8 @@ async def ingest(request: Request, who: Caller, services: Services) -> JSONRespo
             raise ApiError(415, "unsupported_type", str(exc)) from exc
         return store.incoming(who.tenant_id, max_bytes=max_bytes)
 
-    with request.app.state.inflight:
-        form = await parse_upload(request.headers, request.stream(), open_incoming=open_incoming,
-                                  max_bytes=max_bytes, text_fields=("title", "key"))
+    form = await receive_upload(request, who, services.api, open_incoming=open_incoming, max_bytes=max_bytes,
+                                text_fields=("title", "key"))
     try:
         fingerprint = await run_in_threadpool(lambda: services.fingerprint)
         result = await run_in_threadpool(

@@ -10,10 +10,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from ingestion_pipeline.api.errors import ApiError, not_found
-from ingestion_pipeline.api.multipart import openapi_form, parse_upload
+from ingestion_pipeline.api.multipart import openapi_form
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, EventOut, MetricRowErrorOut, MetricSubmitOut, MetricUploadOut, Page
 from ingestion_pipeline.api.security import Caller, Services
+from ingestion_pipeline.api.upload_slots import receive_upload
 from ingestion_pipeline.metrics import uploads
 from ingestion_pipeline.metrics.formats import PLATFORMS
 
@@ -46,9 +47,8 @@ async def submit(request: Request, who: Caller, services: Services) -> JSONRespo
             raise ApiError(415, "unsupported_type", str(exc)) from exc
         return store.incoming(who.tenant_id, max_bytes=max_bytes)
 
-    with request.app.state.inflight:
-        form = await parse_upload(request.headers, request.stream(), open_incoming=open_incoming,
-                                  max_bytes=max_bytes, text_fields=("platform", "force_partial", "client_id"))
+    form = await receive_upload(request, who, services.api, open_incoming=open_incoming, max_bytes=max_bytes,
+                                text_fields=("platform", "force_partial", "client_id"))
     platform = form.fields.get("platform") or None  # None: detected from the file's columns
     force = form.fields.get("force_partial", "false").strip().lower()
     try:
