@@ -44,7 +44,11 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         Variable("INGESTION_EMBEDDING_BACKEND", "auto", "`auto`, `openvino`, `onnx` or `torch`."),
         Variable("INGESTION_EXTRACTION_TIMEOUT_SECONDS", "300", "A file's extraction is killed after this."),
         Variable("INGESTION_EXTRACTION_MEMORY_MB", "3072", "Address space of the extraction worker process."),
-        Variable("INGESTION_MAX_TEXT_CHARS", "20000000", "Characters of HTML, Markdown and text after decoding."),
+        Variable("INGESTION_MAX_TEXT_CHARS", "20000000", "Characters of text one file may hold, every format (beyond: "
+                 "`file_too_much_text`; HTML, Markdown and text are refused before decoding: `text_too_large`)."),
+        Variable("INGESTION_MAX_CHUNKS_PER_FILE", "50000", "Chunks one file may make (beyond: `file_too_much_text`)."),
+        Variable("INGESTION_MAX_TOKENS_PER_FILE", "10000000", "Tokens of one file's chunks (beyond: "
+                 "`file_too_much_text`)."),
         Variable("INGESTION_MAX_ZIP_MEMBER_BYTES", "209715200 (200 MB)", "One uncompressed part of an office file."),
         Variable("INGESTION_MAX_COMPRESSION_RATIO", "100", "Uncompressed / compressed, for parts over 1 MiB."),
         Variable("INGESTION_TESSERACT", "`tesseract` on the PATH", "The Tesseract executable for OCR."),

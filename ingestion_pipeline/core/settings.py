@@ -172,7 +172,9 @@ class ExtractionLimits:
 
     timeout_seconds: float = 300.0
     memory_mb: int = 3072  # address space of the extraction worker process
-    max_text_chars: int = 20_000_000  # HTML, Markdown, text after decoding
+    max_text_chars: int = 20_000_000  # characters of text a file may hold, every format
+    max_chunks: int = 50_000  # chunks of one file (20M characters make ~25,000)
+    max_tokens: int = 10_000_000  # the model's tokens in one file's chunks
     max_member_bytes: int = 200 * 1024 * 1024  # one uncompressed part of a DOCX (zip)
     max_compression_ratio: float = 100.0  # uncompressed / compressed, for parts over 1 MiB
 
@@ -291,7 +293,9 @@ def load_settings() -> Settings:
         limits=ExtractionLimits(
             timeout_seconds=_float_env("INGESTION_EXTRACTION_TIMEOUT_SECONDS", 300.0),
             memory_mb=_int_env("INGESTION_EXTRACTION_MEMORY_MB", 3072),
-            max_text_chars=_int_env("INGESTION_MAX_TEXT_CHARS", 20_000_000),
+            max_text_chars=_env("INGESTION_MAX_TEXT_CHARS", 20_000_000, _at_least_one, "a whole number of at least 1"),
+            max_chunks=_env("INGESTION_MAX_CHUNKS_PER_FILE", 50_000, _at_least_one, "a whole number of at least 1"),
+            max_tokens=_env("INGESTION_MAX_TOKENS_PER_FILE", 10_000_000, _at_least_one, "a whole number of at least 1"),
             max_member_bytes=_int_env("INGESTION_MAX_ZIP_MEMBER_BYTES", 200 * 1024 * 1024),
             max_compression_ratio=_float_env("INGESTION_MAX_COMPRESSION_RATIO", 100.0),
         ),

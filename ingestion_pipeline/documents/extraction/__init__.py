@@ -43,6 +43,12 @@ def extract(path: Path, extension: str, limits: ExtractionLimits | None = None) 
     path = Path(path)
     if path.stat().st_size == 0:
         raise ExtractionError("file is empty (0 bytes)", code="file_empty")
-    document = extractor(path, limits or ExtractionLimits())
+    limits = limits or ExtractionLimits()
+    document = extractor(path, limits)
+    characters = sum(len(element.text) for element in document.elements)
+    if characters > limits.max_text_chars:  # checked in the worker: no more than this reaches the pipeline
+        raise ExtractionError(
+            f"the file holds {characters:,} characters of text, over the limit of {limits.max_text_chars:,} "
+            "(INGESTION_MAX_TEXT_CHARS raises it)", code="file_too_much_text")
     document.elements = list(assign_section_paths(document.elements))
     return document

@@ -80,10 +80,11 @@ def _human(n: float) -> str:
     return f"{n} bytes"
 
 
-def check_zip_members(path: Path, limits: ExtractionLimits) -> None:
-    """Refuse a package whose parts expand beyond the limits, before anything is decompressed.
+def check_zip_members(path: Path, limits: ExtractionLimits, kind: str = "docx") -> None:
+    """Refuse a package whose parts expand beyond the limits, before anything is decompressed; the error codes
+    name the format (``kind``: docx, xlsx, pptx, odt, epub: ``xlsx_too_large``, ``xlsx_compression_ratio``).
 
-    A DOCX is a zip: a few kilobytes can declare gigabytes of XML (a "zip bomb"). The sizes come from
+    An office file is a zip: a few kilobytes can declare gigabytes of XML (a "zip bomb"). The sizes come from
     the zip directory; zipfile never decompresses more than a member declares.
     """
     try:
@@ -97,15 +98,15 @@ def check_zip_members(path: Path, limits: ExtractionLimits) -> None:
         if member.file_size > limits.max_member_bytes:
             raise ExtractionError(
                 f"{member.filename} expands to {_human(member.file_size)} (limit {_human(limits.max_member_bytes)})",
-                code="docx_too_large")
+                code=f"{kind}_too_large")
         ratio = member.file_size / max(member.compress_size, 1)
         if member.file_size > 1024 * 1024 and ratio > limits.max_compression_ratio:
             raise ExtractionError(
                 f"{member.filename} is compressed {ratio:,.0f}:1 (limit {limits.max_compression_ratio:,.0f}:1); "
-                "refusing a likely zip bomb", code="docx_compression_ratio")
+                "refusing a likely zip bomb", code=f"{kind}_compression_ratio")
     if total > 4 * limits.max_member_bytes:
         raise ExtractionError(f"the package expands to {_human(total)} in all (limit "
-                              f"{_human(4 * limits.max_member_bytes)})", code="docx_too_large")
+                              f"{_human(4 * limits.max_member_bytes)})", code=f"{kind}_too_large")
 
 
 def extract_docx(path: Path, limits: ExtractionLimits | None = None) -> ExtractedDocument:

@@ -142,7 +142,7 @@ def _check_package(path: Path, extension: str, limits: ExtractionLimits) -> None
     if not zipfile.is_zipfile(path):
         raise ExtractionError(f"{OFFICE_FORMATS[extension]} file is damaged or is not one: it is not a zip package",
                               code=f"{extension.lstrip('.')}_unreadable")
-    check_zip_members(path, limits)
+    check_zip_members(path, limits, kind=extension.lstrip("."))
 
 
 # A message has headers; random bytes or another kind of file would parse as an e-mail with a garbage body.

@@ -113,6 +113,12 @@ class ChunkStep(StepRunner):
             raise ExtractionError("the file produced no text chunks", code="no_chunks")
         stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
                  "max_chunk_tokens": max(c.token_count for c in chunks)}
+        limits = self.settings.limits
+        if stats["chunks"] > limits.max_chunks or stats["tokens"] > limits.max_tokens:
+            raise ExtractionError(
+                f"the file makes {stats['chunks']:,} chunks of {stats['tokens']:,} tokens, over the limit of "
+                f"{limits.max_chunks:,} chunks and {limits.max_tokens:,} tokens (INGESTION_MAX_CHUNKS_PER_FILE, "
+                "INGESTION_MAX_TOKENS_PER_FILE raise them)", code="file_too_much_text")
         return chunks, stats, ms(start)
 
     def _write_chunks(self, chunked: dict[int, tuple[dict, list[Chunk], dict, int]]) -> dict[int, FileOutcome]:

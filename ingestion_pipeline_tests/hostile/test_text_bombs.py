@@ -1,0 +1,114 @@
+"""Office files within the byte limits that unpack to far more text than a file should hold fail as
+``file_too_much_text`` in the extraction worker, before any of it reaches the main process; each format keeps
+its own error code; the rest of the batch is unharmed. Before: a 2.7 MB DOCX (199 MB of XML) made 411,208 chunks
+in the main `process` (8.2 GB RSS), and an XLSX bomb was reported as ``docx_too_large``.
+
+The limits are lowered here (2,000,000 characters) so the files stay small; the mechanism is the one that
+holds the default of 20,000,000."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import time
+import zipfile
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from ingestion_pipeline_tests.cli.test_corpus_cli import CLI
+from ingestion_pipeline_tests.helpers import table
+
+WORDS = [f"{a}{b}{c}" for a in "bcdfghklmnprstvz" for b in "aeiou" for c in "lmnrst"]
+
+
+def _text(characters: int, seed: int) -> list[str]:
+    """Paragraphs of random words (they compress ~3:1, under the zip-bomb ratio check) of ``characters``."""
+    rng = random.Random(seed)
+    paragraphs, total = [], 0
+    while total < characters:
+        paragraph = " ".join(rng.choices(WORDS, k=150))
+        paragraphs.append(paragraph)
+        total += len(paragraph)
+    return paragraphs
+
+
+def docx_with_text(path: Path, characters: int) -> Path:
+    body = "".join(f"<w:p><w:r><w:t>{escape(p)}</w:t></w:r></w:p>" for p in _text(characters, 1))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as package:
+        package.writestr("[Content_Types].xml", (
+            '<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+            'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
+            'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName='
+            '"/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.'
+            'document.main+xml"/></Types>'))
+        package.writestr("_rels/.rels", (
+            '<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/'
+            '2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/'
+            '2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>'))
+        package.writestr("word/document.xml", (
+            '<?xml version="1.0" encoding="UTF-8" standalone="yes"?><w:document xmlns:w="http://schemas.'
+            f'openxmlformats.org/wordprocessingml/2006/main"><w:body>{body}</w:body></w:document>'))
+    return path
+
+
+def xlsx_with_text(path: Path, characters: int) -> Path:
+    from openpyxl import Workbook
+
+    book = Workbook(write_only=True)
+    sheet = book.create_sheet("data")
+    paragraphs = _text(characters, 2)
+    for start in range(0, len(paragraphs), 4):
+        sheet.append(paragraphs[start:start + 4])
+    book.save(path)
+    return path
+
+
+def test_office_text_bombs_fail_in_the_worker_and_the_batch_goes_on(database, project_dagster_home, db, tmp_path):
+    files = [docx_with_text(tmp_path / "words.docx", 3_000_000), xlsx_with_text(tmp_path / "cells.xlsx", 3_000_000)]
+    (tmp_path / "fine.md").write_text("# Fine\n\nThe ferry leaves at seven.\n")
+    env = {**os.environ, "INGESTION_MAX_TEXT_CHARS": "2000000"}
+    started = time.monotonic()
+    proc = subprocess.Popen(CLI + ["ingest", *map(str, files), str(tmp_path / "fine.md"), "--tenant", "acme"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.monotonic() - started
+    peak_mb = usage.ru_maxrss / 1024  # the command and the processes it waited for (the extraction workers)
+    rows = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
+    for name in ("words.docx", "cells.xlsx"):
+        row = rows[name]
+        assert (row["status"], row["error_code"], row["attempts"]) == ("failed", "file_too_much_text", 1), row
+        assert "over the limit of 2,000,000 (INGESTION_MAX_TEXT_CHARS raises it)" in row["error"]
+    assert rows["fine.md"]["status"] == "succeeded"
+    assert table(db, "SELECT * FROM staging_chunks") == []
+    assert seconds < 300 and peak_mb < 3000, (seconds, peak_mb)  # generous: ~1 GB is the model
+
+
+def test_each_office_format_names_its_own_zip_bomb(tmp_path):
+    from ingestion_pipeline.core.settings import ExtractionLimits
+    from ingestion_pipeline.documents.extraction import extract
+    from ingestion_pipeline.documents.extraction.errors import ExtractionError
+
+    for extension in ("docx", "xlsx", "pptx"):
+        bomb = tmp_path / f"bomb.{extension}"
+        with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as package:
+            package.writestr("[Content_Types].xml", "<Types/>")
+            with package.open("xl/worksheets/sheet1.xml" if extension == "xlsx" else "part.xml", "w") as member:
+                for _ in range(8):
+                    member.write(bytes(1 << 20))
+        try:
+            extract(bomb, f".{extension}", ExtractionLimits(max_member_bytes=4 << 20))
+        except ExtractionError as exc:
+            assert exc.code == f"{extension}_too_large", (extension, exc.code)
+        else:
+            raise AssertionError(f"{extension} bomb extracted")
+
+
+def test_a_file_over_the_chunk_limit_fails_with_the_setting_to_raise(database, project_dagster_home, db, tmp_path):
+    long_note = tmp_path / "long.md"
+    long_note.write_text("\n\n".join(f"## Part {i}\n\n" + " ".join(_text(1500, i)) for i in range(40)))
+    env = {**os.environ, "INGESTION_MAX_CHUNKS_PER_FILE": "10"}
+    subprocess.run(CLI + ["ingest", str(long_note), "--tenant", "acme"], env=env, capture_output=True, timeout=600)
+    [row] = table(db, "SELECT * FROM ingestion_runs")
+    assert (row["status"], row["error_code"]) == ("failed", "file_too_much_text"), row
+    assert "over the limit of 10 chunks" in row["error"] and "INGESTION_MAX_CHUNKS_PER_FILE" in row["error"]
