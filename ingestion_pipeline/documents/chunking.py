@@ -8,19 +8,37 @@ Rules, in order:
 - prose longer than ``target`` is split at sentence ends;
 - text read by OCR and text from a text layer never share a chunk (an OCR chunk is marked as such);
 - every chunk is re-counted at the end: none exceeds ``hard_max`` (<= the model's max sequence length
-  minus its two special tokens), so nothing is silently truncated when embedded.
+  minus its two special tokens), so nothing is silently truncated when embedded;
+- a run of more than ``MAX_RUN_CHARS`` characters without a space is broken into pieces of that length first:
+  the tokenizer counts such a run as one unknown token, so a 19-million-character "word" would otherwise be
+  one chunk of one token; and no chunk holds more than ``MAX_CHUNK_CHARS`` characters whatever its tokens.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 
 from ingestion_pipeline.documents.extraction.elements import LIST_ITEM, OCR_TEXT, TABLE, TITLE, Element
 from ingestion_pipeline.documents.tokens import TokenCounter
 
-CHUNKER_VERSION = "structure-2"  # 2: a table split by rows repeats its header row
+CHUNKER_VERSION = "structure-3"  # 2: a table split by rows repeats its header row; 3: long runs broken
 _WHOLE_TYPES = (TABLE, LIST_ITEM)
+# WordPiece reads a "word" of more than 100 characters as one [UNK] token (max_input_chars_per_word).
+MAX_RUN_CHARS = 100
+# A 256-token chunk of prose is ~1,000-1,500 characters; this bounds one of unusual text (digits, symbols).
+MAX_CHUNK_CHARS = 4000
+_LONG_RUN = re.compile(rf"\S{{{MAX_RUN_CHARS + 1},}}")
+
+
+def break_long_runs(text: str) -> str:
+    """``text`` with every run of non-space characters longer than ``MAX_RUN_CHARS`` cut into pieces of at most
+    that length, separated by a space (rare: long URLs, base64, a file of one giant word)."""
+    if len(text) <= MAX_RUN_CHARS or not _LONG_RUN.search(text):
+        return text
+    return _LONG_RUN.sub(lambda m: " ".join(m[0][i:i + MAX_RUN_CHARS]
+                                            for i in range(0, len(m[0]), MAX_RUN_CHARS)), text)
 
 
 @dataclass
@@ -139,6 +157,7 @@ def chunk_elements(
 ) -> list[Chunk]:
     if target > hard_max:
         raise ValueError("target tokens must not exceed the hard cap")
+    elements = [el if (text := break_long_runs(el.text)) is el.text else replace(el, text=text) for el in elements]
     element_tokens = counter.count_many([el.text for el in elements])
     packer = _Packer(target, hard_max)
     for el, tokens in zip(elements, element_tokens, strict=True):
@@ -175,20 +194,33 @@ def chunk_elements(
 
 
 def _enforce_hard_max(chunks: list[Chunk], counter: TokenCounter, hard_max: int) -> list[Chunk]:
-    """Re-count the final texts with the real tokenizer; split anything over the cap; number them."""
+    """Re-count the final texts with the real tokenizer; split anything over the caps (tokens, characters);
+    number them."""
     actual = counter.count_many([c.text for c in chunks])
     result: list[Chunk] = []
     for chunk, n in zip(chunks, actual, strict=True):
-        if n <= hard_max:
+        if n <= hard_max and len(chunk.text) <= MAX_CHUNK_CHARS:
             chunk.token_count = n
             result.append(chunk)
             continue
-        parts = counter.split(chunk.text, hard_max - 8)
+        parts = [piece for part in counter.split(chunk.text, hard_max - 8) for piece in _by_characters(part)]
         for part, part_n in zip(parts, counter.count_many(parts), strict=True):
             result.append(Chunk(0, part, part_n, chunk.page_start, chunk.page_end, chunk.section_path,
                                 chunk.element_types))
     for ordinal, chunk in enumerate(result):
         chunk.ordinal = ordinal
-        if chunk.token_count > hard_max:
-            raise AssertionError(f"chunk {ordinal} has {chunk.token_count} tokens > cap {hard_max}")
+        if chunk.token_count > hard_max or len(chunk.text) > MAX_CHUNK_CHARS:
+            raise AssertionError(f"chunk {ordinal} has {chunk.token_count} tokens, {len(chunk.text)} characters: "
+                                 f"over the caps ({hard_max}, {MAX_CHUNK_CHARS})")
     return result
+
+
+def _by_characters(text: str) -> list[str]:
+    """``text`` in pieces of at most ``MAX_CHUNK_CHARS`` characters, cut at the last space before the limit."""
+    pieces = []
+    while len(text) > MAX_CHUNK_CHARS:
+        cut = text.rfind(" ", 0, MAX_CHUNK_CHARS + 1)
+        cut = cut if cut > 0 else MAX_CHUNK_CHARS
+        pieces.append(text[:cut])
+        text = text[cut:].lstrip(" ")
+    return [*pieces, text] if text else pieces

@@ -12,6 +12,9 @@ from ingestion_pipeline.documents.extraction.encoding import read_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _parser = MarkdownIt("commonmark").enable("table")
+# markdown-it stops reading a block nested deeper than its maxNesting (20), dropping the rest silently; the
+# file's text is then read again as plain paragraphs (nothing lost, a note says why).
+MAX_NESTING = _parser.options["maxNesting"]
 
 
 def extract_markdown(path: Path, limits: ExtractionLimits | None = None) -> ExtractedDocument:
@@ -20,6 +23,11 @@ def extract_markdown(path: Path, limits: ExtractionLimits | None = None) -> Extr
         raise ExtractionError("Markdown file is empty" if not text else "Markdown file contains only whitespace",
                               code="file_empty")
     tokens = _parser.parse(text)
+    unread = _lines_not_read(text, tokens)
+    if unread:
+        return ExtractedDocument(_plain_paragraphs(text), page_count=None, notes=[
+            f"Markdown nested more than {MAX_NESTING} levels deep ({unread:,} line(s) the parser would drop): "
+            "read as plain paragraphs"])
     elements: list[Element] = []
     list_depth = 0
     table_rows: list[list[str]] | None = None
@@ -66,3 +74,21 @@ def extract_markdown(path: Path, limits: ExtractionLimits | None = None) -> Extr
     if not elements:
         raise ExtractionError("Markdown file has no text content", code="markdown_no_text")
     return ExtractedDocument(elements, page_count=None)
+
+
+def _lines_not_read(text: str, tokens) -> int:
+    """When the parse reached the nesting limit: the non-blank source lines no text-bearing token came from
+    (what markdown-it dropped). Below the limit nothing is dropped, and nothing is counted."""
+    if not tokens or max(tok.level for tok in tokens) < MAX_NESTING - 2:
+        return 0
+    covered = set()
+    for tok in tokens:
+        if tok.map and tok.type in ("inline", "fence", "code_block", "html_block", "hr"):
+            covered.update(range(*tok.map))
+    return sum(1 for number, line in enumerate(text.splitlines()) if line.strip() and number not in covered)
+
+
+def _plain_paragraphs(text: str) -> list[Element]:
+    """Every blank-line-separated block as one paragraph, its lines joined (list markers and all)."""
+    blocks = (clean_text(" ".join(line.strip() for line in block.splitlines())) for block in text.split("\n\n"))
+    return [Element(Kind.NARRATIVE_TEXT, block) for block in blocks if block]
