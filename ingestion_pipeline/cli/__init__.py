@@ -17,6 +17,7 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from ingestion_pipeline.cli import api, db, dev, documents, ledger, metrics, sources
+from ingestion_pipeline.cli.output import EscapingWriter
 from ingestion_pipeline.core.migrations import SchemaOutOfDate
 
 
@@ -29,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if not isinstance(sys.stdout, EscapingWriter):  # names and messages from users never reach the terminal raw
+        sys.stdout, sys.stderr = EscapingWriter(sys.stdout), EscapingWriter(sys.stderr)
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("ingestion_pipeline.ledger").setLevel(logging.INFO)
     args = build_parser().parse_args(argv)

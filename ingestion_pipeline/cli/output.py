@@ -3,11 +3,48 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import re
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+
+# Characters that move the cursor, recolour or rewrite the terminal, or reorder what it shows: C0 controls
+# but tab and newline, DEL, C1 controls, and the bidirectional overrides and isolates.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every terminal-controlling character written as its escape (``\\u001b``): file names,
+    e-mails and error messages come from users."""
+    return _UNSAFE.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
+
+
+class EscapingWriter(io.TextIOBase):
+    """A text stream that writes ``printable(text)`` to the stream it wraps (the CLI's stdout): whatever a
+    command prints, a name cannot drive the reader's terminal. Valid inside JSON strings too."""
+
+    def __init__(self, stream: io.TextIOBase) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(printable(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    @property
+    def encoding(self) -> str:
+        return self._stream.encoding
 
 
 def print_json(obj) -> None:

@@ -20,7 +20,7 @@ ROLES = ("admin", "user")
 BCRYPT_COST = 12
 MIN_PASSWORD_CHARS = 8
 # ASCII whitespace only: the same rule in Python and in the OpenAPI schema's (ECMA) regular expression.
-EMAIL_PATTERN = r"^[^@ \t\r\n]{1,64}@[^@ \t\r\n]{1,255}$"
+EMAIL_PATTERN = r"^[^@\s\x00-\x1f\x7f]{1,64}@[^@\s\x00-\x1f\x7f]{1,255}$"  # no spaces, no control characters
 _EMAIL = re.compile(EMAIL_PATTERN)
 
 
