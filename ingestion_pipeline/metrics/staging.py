@@ -49,7 +49,7 @@ from ingestion_pipeline.metrics.batch_normalization import (
 from ingestion_pipeline.metrics.csv_batches import RowBatch, read_batches, scan_bytes, text_breaks
 from ingestion_pipeline.metrics.exports import ExportReader, locate_header, plan_notes
 from ingestion_pipeline.metrics.normalization import normalize_row
-from ingestion_pipeline.metrics.readers import MalformedFileError, csv_rows, open_text
+from ingestion_pipeline.metrics.readers import MalformedFileError, csv_rows, open_text, refuse_binary
 from ingestion_pipeline.metrics.staging_copy import (
     COPY,
     COPY_NO_ERRORS,
@@ -153,6 +153,7 @@ def stage_upload(db: Database, upload: MetricUpload, *, owner: str, chunk_rows: 
     raw_path = Path(upload.raw_path or "")
     if not raw_path.is_file():
         raise MalformedFileError(None, f"the stored file is missing ({raw_path}); submit it again")
+    refuse_binary(raw_path)  # before any reader buffers it (an upload recorded before submit checked)
     progress = RowProgress(f"staging upload {upload.upload_id}", raw_path.stat().st_size,
                            sinks=[progress_log] if progress_log else [])
     if arrow and upload.file_format == "csv":

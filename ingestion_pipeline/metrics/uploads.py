@@ -21,7 +21,7 @@ from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile
 from ingestion_pipeline.metrics.exports import sniff_layout
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
 from ingestion_pipeline.metrics.layouts import UnknownLayout
-from ingestion_pipeline.metrics.readers import MalformedFileError
+from ingestion_pipeline.metrics.readers import MalformedFileError, refuse_binary
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,13 @@ def submit_stored_metric_file(
             store.release(stored.path)
         raise
     result.sha256, result.size_bytes = stored.sha256, stored.size
+    try:
+        refuse_binary(stored.path)
+    except MalformedFileError as exc:
+        if stored.created:
+            store.release(stored.path)
+        result.reason = str(exc)
+        return result
     if platform is None:  # detected from the columns; a file no layout fits is refused here, with why
         try:
             plan = sniff_layout(stored.path, file_format)

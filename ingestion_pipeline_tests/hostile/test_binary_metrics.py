@@ -1,0 +1,31 @@
+"""A binary file sent as a metric export is refused at once, with what it is, in bounded memory. Before: a
+1 GB file of NULs named .csv failed as "unbalanced quote" after taking 2.2 GB in the main process."""
+
+import os
+import subprocess
+import time
+
+from ingestion_pipeline_tests.cli.test_corpus_cli import CLI, json_lines
+from ingestion_pipeline_tests.helpers import table
+
+
+def test_a_file_of_nul_bytes_is_refused_at_submit(database, project_dagster_home, db, tmp_path):
+    nuls = tmp_path / "export.csv"
+    with nuls.open("wb") as out:
+        for _ in range(256):  # 256 MiB
+            out.write(bytes(1 << 20))
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(b'{"campaign_id": "c1"}\n' + b"\x00\x01\x02binary" * 100)
+    for path, what in ((nuls, "all NUL bytes"), (mixed, "binary data (a NUL byte at offset 22)")):
+        started = time.monotonic()
+        proc = subprocess.Popen(CLI + ["metrics", "submit", str(path), "--workspace", "acme", "--platform", "meta",
+                                       "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=os.environ.copy())
+        stdout = proc.stdout.read().decode()
+        proc.stderr.read()
+        _, _, usage = os.wait4(proc.pid, 0)
+        [line] = json_lines(stdout)
+        assert line["status"] == "rejected", line
+        assert line["reason"] == f"the file is not CSV or JSON text: it holds {what}"
+        assert usage.ru_maxrss / 1024 < 600 and time.monotonic() - started < 120  # MB, s: it reads 64 KiB
+    assert table(db, "SELECT * FROM data_uploads") == []
