@@ -170,5 +170,16 @@ def mark_embeddings_done(conn: psycopg.Connection, stats_by_file: dict[int, dict
     )
 
 
+def remove_expired(conn: psycopg.Connection, older_than_days: float) -> int:
+    """Drop the staged work (elements, chunks, vectors) of files that failed, were dead-lettered or canceled
+    longer ago than ``older_than_days`` (``INGESTION_FAILED_TTL_DAYS``, like their raw bytes); until then a
+    replay resumes from it. Returns how many files' staging went."""
+    return conn.execute(
+        """DELETE FROM staging_documents s USING ingestion_runs r
+            WHERE r.run_id = s.run_id AND r.status IN ('failed', 'dead_letter', 'canceled')
+              AND r.finished_at < now() - make_interval(secs => %s)""",
+        (older_than_days * 86400,)).rowcount
+
+
 def discard(conn: psycopg.Connection, run_id: int) -> None:
     conn.execute("DELETE FROM staging_documents WHERE run_id = %s", (run_id,))  # cascades

@@ -29,3 +29,4 @@ def test_a_file_of_nul_bytes_is_refused_at_submit(database, project_dagster_home
         assert line["reason"] == f"the file is not CSV or JSON text: it holds {what}"
         assert usage.ru_maxrss / 1024 < 600 and time.monotonic() - started < 120  # MB, s: it reads 64 KiB
     assert table(db, "SELECT * FROM data_uploads") == []
+
