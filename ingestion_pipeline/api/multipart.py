@@ -8,7 +8,7 @@ so the client still receives the 413.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
 from streaming_form_data import StreamingFormDataParser
@@ -23,12 +23,15 @@ from ingestion_pipeline.core.upload_store import IncomingFile, StoredFile
 MAX_FIELD_BYTES = 4096
 
 
-def openapi_form(**fields: dict) -> dict:
-    """The OpenAPI request body of a streamed form: a required binary ``file`` and the given text fields
-    (the body is parsed by ``parse_upload``, not by FastAPI, so the schema is stated here)."""
+def openapi_form(extensions: Iterable[str] = (), **fields: dict) -> dict:
+    """The OpenAPI request body of a streamed form: a required binary ``file`` (whose file name must end in one of
+    ``extensions``) and the given text fields (the body is parsed by ``parse_upload``, not by FastAPI, so the
+    schema is stated here)."""
+    allowed = ", ".join(sorted(extensions))
+    file = {"type": "string", "format": "binary",
+            **({"description": f"the file name must end in one of: {allowed} (else 415)"} if allowed else {})}
     return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-        "type": "object", "required": ["file"],
-        "properties": {"file": {"type": "string", "format": "binary"}, **fields},
+        "type": "object", "required": ["file"], "properties": {"file": file, **fields},
     }}}}}
 DRAIN_FACTOR = 2  # after a size breach, read at most this many times the limit before hanging up
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ingestion_pipeline.core.identifiers import IDENTIFIER_PATTERN
 from ingestion_pipeline.core.users import EMAIL_PATTERN, ROLES, User
@@ -36,8 +36,16 @@ class TokenResponse(BaseModel):
 
 class UserIn(BaseModel):
     email: str = Field(max_length=320, pattern=EMAIL_PATTERN)
-    password: str = Field(min_length=8, max_length=72)
+    password: str = Field(min_length=8, max_length=72, description=(
+        "8 to 72 characters and at most 72 bytes in UTF-8 (bcrypt's limit; a longer one is refused with 400)"))
     role: Literal[ROLES] = "user"
+
+    @field_validator("password")
+    @classmethod
+    def _at_most_72_bytes(cls, password: str) -> str:
+        if len(password.encode()) > 72:
+            raise ValueError("a password is at most 72 bytes in UTF-8 (bcrypt reads no more)")
+        return password
 
 
 UserOut = User
@@ -191,7 +199,9 @@ class SourceIn(BaseModel):
     uri: str = Field(max_length=1100, pattern=r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?$",
                      description="s3://bucket/prefix/")
     name: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN)
-    endpoint_url: str | None = Field(default=None, max_length=500)
+    endpoint_url: str | None = Field(default=None, max_length=500, description=(
+        "an S3-compatible endpoint (MinIO, ...); it must be one of the server's INGESTION_ALLOWED_S3_ENDPOINTS, "
+        "else 400; unset: AWS"))
     kind: Literal["documents", "metrics"] = "documents"
     platform: Literal[PLATFORMS] | None = None
 

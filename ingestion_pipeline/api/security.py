@@ -36,9 +36,12 @@ def principal(
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise ApiError(401, "unauthenticated", "a bearer token is required", _CHALLENGE)
     try:
-        return verify_token(credentials.credentials, api.jwt_secret or "")
+        who = verify_token(credentials.credentials, api.jwt_secret or "")
     except InvalidToken as exc:
         raise ApiError(401, "invalid_token", str(exc), _CHALLENGE) from exc
+    if not services(request).user_is_active(who.user_id):
+        raise ApiError(401, "account_disabled", "this token's user is disabled or removed", _CHALLENGE)
+    return who
 
 
 def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:

@@ -16,6 +16,7 @@ from ingestion_pipeline.services import Services
 
 SYNC_SLOTS = 2
 SYNC_MARK_SECONDS = 600.0
+ACTIVE_CHECK_SECONDS = 5.0
 
 
 class ApiServices(Services):
@@ -33,6 +34,26 @@ class ApiServices(Services):
         self.sync_slots = threading.BoundedSemaphore(SYNC_SLOTS)
         self._syncing: dict[int, float] = {}  # source id -> when its listing was started
         self._syncing_lock = threading.Lock()
+        self._active: dict[str, tuple[bool, float]] = {}  # user id -> (active, when it was looked up)
+        self._active_lock = threading.Lock()
+
+    def user_is_active(self, user_id: str) -> bool:
+        """Whether a token's user may still call (not disabled, not removed), looked up at most every
+        ``ACTIVE_CHECK_SECONDS`` per user: a disabled user's tokens stop working within that time."""
+        now = time.monotonic()
+        with self._active_lock:
+            known = self._active.get(user_id)
+            if known is not None and now - known[1] < ACTIVE_CHECK_SECONDS:
+                return known[0]
+        from ingestion_pipeline.core.users import is_active
+
+        with self.db.connection() as conn:
+            active = is_active(conn, user_id)
+        with self._active_lock:
+            if len(self._active) > 100_000:  # bounded: one entry per user seen recently
+                self._active.clear()
+            self._active[user_id] = (active, now)
+        return active
 
     def begin_sync(self, source_id: int) -> bool:
         """Mark the source as being listed in the background; False if it already is (nothing to start).

@@ -25,6 +25,12 @@ from ingestion_pipeline.core.access_tokens import Principal
 from ingestion_pipeline.core.settings import ApiSettings
 
 RETRY_AFTER_SECONDS = "2"
+# What the upload routes document for these bounds (OpenAPI ``responses``).
+UPLOAD_BOUNDS_RESPONSES = {
+    408: {"description": "the upload stalled or arrived under the minimum rate (INGESTION_API_UPLOAD_*)"},
+    429: {"description": "the tenant or the user already streams its share of the upload slots (Retry-After)"},
+    503: {"description": "every upload slot is taken (Retry-After)"},
+}
 
 
 class UploadSlots:

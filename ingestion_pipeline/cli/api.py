@@ -52,8 +52,8 @@ def cmd_users(args: argparse.Namespace) -> int:
                 user = users.disable_user(conn, args.email)
             except LookupError as exc:
                 raise ValueError(str(exc)) from exc
-        emit(args, [user.as_dict()], lambda r: print(f"disabled {user.email}; tokens already issued stay valid "
-                                                     "until they expire (JWT_EXPIRY_HOURS)"))
+        emit(args, [user.as_dict()], lambda r: print(f"disabled {user.email}; its tokens stop working within "
+                                                     "5 seconds"))
     return 0
 
 

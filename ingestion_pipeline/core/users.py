@@ -84,6 +84,18 @@ def list_users(conn: psycopg.Connection, *, tenant_id: str | None = None) -> lis
     return [User(**r) for r in rows]
 
 
+def is_active(conn: psycopg.Connection, user_id: str) -> bool:
+    """Whether the user exists and is not disabled (a token of a disabled user stops working)."""
+    row = conn.execute("SELECT NOT disabled AS active FROM users WHERE user_id::text = %s", (user_id,)).fetchone()
+    return bool(row and row["active"])
+
+
+def has_email(conn: psycopg.Connection, user_id: str, email: str) -> bool:
+    """Whether ``email`` is this user's own (case-insensitively)."""
+    return conn.execute("SELECT 1 FROM users WHERE user_id::text = %s AND lower(email) = lower(%s)",
+                        (user_id, email.strip())).fetchone() is not None
+
+
 def disable_user(conn: psycopg.Connection, email: str, *, tenant_id: str | None = None) -> User:
     """Disable by email; with ``tenant_id``, only a user of that tenant (another tenant's is not found)."""
     row = conn.execute(

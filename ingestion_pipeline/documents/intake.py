@@ -18,7 +18,7 @@ import os
 import re
 import stat
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ingestion_pipeline.core.db import Database
@@ -52,15 +52,22 @@ class SubmitResult:
     def as_dict(self) -> dict:
         """The result as the CLI and the API print it: ``file_id`` is the file's ledger row; ``run_id``, its
         old name, is kept for scripts written before (deprecated)."""
-        fields = {k: v for k, v in asdict(self).items() if v is not None}
-        return {"file_id": self.run_id, **fields} if self.run_id is not None else fields
+        values = {k: v for k, v in asdict(self).items() if v is not None}
+        return {"file_id": self.run_id, **values} if self.run_id is not None else values
+
+    @classmethod
+    def from_record(cls, record: dict) -> SubmitResult:
+        """The inverse of ``as_dict`` (a stored result, with or without ``file_id``)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in record.items() if k in names})
 
 
 def upload_uri(sha256: str) -> str:
     return f"upload://sha256:{sha256}"
 
 
-_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
+KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$"  # and no ".." (a stable key of an uploaded document)
+_KEY = re.compile(KEY_PATTERN)
 
 
 def keyed_uri(tenant_id: str, key: str) -> str:

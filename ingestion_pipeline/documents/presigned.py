@@ -122,7 +122,7 @@ def complete(
     if upload is None:
         raise LookupError(f"no upload {upload_id}")
     if upload["status"] == "completed":
-        return SubmitResult(**upload["result"])
+        return SubmitResult.from_record(upload["result"])
     if upload["status"] != "pending":
         raise UploadRefused(upload["status"], f"upload {upload_id} is {upload['status']}")
     try:

@@ -95,14 +95,14 @@ def test_a_file_another_run_took_over_is_lost_and_nothing_is_staged_for_it(datab
     [taken] = [r["run_id"] for r in table(
         db, "SELECT run_id FROM ingestion_runs WHERE config->>'filename' = 'note-01.md'")]
     rows = table(db, "SELECT * FROM ingestion_runs WHERE partition_key = %s ORDER BY run_id", key)
-    original = pipeline_module.runs.hold_many
+    original = pipeline_module.file_ledger.hold_many
 
     def another_run_takes_it_first(conn, run_ids, owner):  # between the group's chunking and its write
         with database.connection() as other:
             other.execute("UPDATE ingestion_runs SET owner = 'run-other' WHERE run_id = %s", (taken,))
         return original(conn, run_ids, owner)
 
-    monkeypatch.setattr(pipeline_module.runs, "hold_many", another_run_takes_it_first)
+    monkeypatch.setattr(pipeline_module.file_ledger, "hold_many", another_run_takes_it_first)
     outcomes = {o.filename: o for o in pipeline._chunk_group(rows)}
 
     assert outcomes["note-01.md"].status == "lost" and "run-other" in outcomes["note-01.md"].detail

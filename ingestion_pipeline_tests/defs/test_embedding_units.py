@@ -183,7 +183,7 @@ def test_a_file_another_run_took_over_mid_step_is_lost_and_not_marked_embedded(d
             other.execute("UPDATE ingestion_runs SET owner = 'run-other' WHERE run_id = %s", (taken,))
 
     if taken_before == "reuse":
-        original = pipeline_module.runs.hold_many
+        original = pipeline_module.file_ledger.hold_many
         calls = []
 
         def hold_many(conn, run_ids, owner):
@@ -192,7 +192,7 @@ def test_a_file_another_run_took_over_mid_step_is_lost_and_not_marked_embedded(d
             calls.append(run_ids)
             return original(conn, run_ids, owner)
 
-        monkeypatch.setattr(pipeline_module.runs, "hold_many", hold_many)
+        monkeypatch.setattr(pipeline_module.file_ledger, "hold_many", hold_many)
     else:
         finish = type(pipeline)._finish_embedding
         monkeypatch.setattr(type(pipeline), "_finish_embedding", lambda self, work: take_it() or finish(self, work))

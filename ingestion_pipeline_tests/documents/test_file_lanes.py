@@ -28,7 +28,7 @@ def test_a_documents_files_run_in_order_in_one_lane_while_other_documents_run_be
 
     outcomes = pipeline._in_lanes(ROWS, work, 2)
 
-    assert [o.run_id for o in outcomes] == [1, 2, 3, 4, 5]  # the batch's order, whatever finished first
+    assert [o.file_id for o in outcomes] == [1, 2, 3, 4, 5]  # the batch's order, whatever finished first
     assert spans[3][0] >= spans[1][1] and spans[3][2] == spans[1][2]  # document 10: version 1, then 2
     assert spans[2][0] < spans[1][1]  # another document ran while the slow file did
     assert len({name for _, _, name in spans.values()}) == 2
@@ -45,7 +45,7 @@ def _run_ids_and_threads(database: Database, lanes: int) -> tuple[list[int], set
         threads.add(threading.current_thread().name)
         return FileOutcome(row["run_id"], "f", "running")
 
-    return [o.run_id for o in pipeline._in_lanes(ROWS, work, lanes)], threads
+    return [o.file_id for o in pipeline._in_lanes(ROWS, work, lanes)], threads
 
 
 def test_one_lane_works_on_the_steps_own_thread(database):

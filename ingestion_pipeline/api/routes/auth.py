@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.concurrency import run_in_threadpool
 
-from ingestion_pipeline.api.errors import ApiError, not_found
+from ingestion_pipeline.api.errors import ApiError, ErrorBody, not_found
 from ingestion_pipeline.api.schemas import TokenRequest, TokenResponse, UserIn, UserOut
 from ingestion_pipeline.api.security import Admin, Services
 from ingestion_pipeline.core import users
@@ -54,9 +54,14 @@ def add_user(body: UserIn, who: Admin, services: Services) -> dict:
             raise
 
 
-@router.post("/users/{email}/disable", response_model=UserOut, tags=["users"])
+@router.post("/users/{email}/disable", response_model=UserOut, tags=["users"],
+             responses={409: {"model": ErrorBody, "description": "an admin cannot disable itself"}})
 def disable_user(email: str, who: Admin, services: Services) -> dict:
+    """Disable a user of the caller's tenant; its tokens stop working within seconds. An admin cannot
+    disable itself (another admin, or `ingestion-pipeline users disable`, can)."""
     with services.db.connection() as conn:
+        if users.has_email(conn, who.user_id, email):
+            raise ApiError(409, "cannot_disable_self", "an admin cannot disable itself: ask another admin")
         try:
             return users.disable_user(conn, email, tenant_id=who.tenant_id).as_dict()
         except LookupError as exc:

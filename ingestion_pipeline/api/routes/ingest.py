@@ -14,17 +14,21 @@ from ingestion_pipeline.api.errors import ApiError, not_found
 from ingestion_pipeline.api.multipart import openapi_form
 from ingestion_pipeline.api.schemas import PresignIn, PresignOut, SubmitOut
 from ingestion_pipeline.api.security import Caller, Services
-from ingestion_pipeline.api.upload_slots import receive_upload
+from ingestion_pipeline.api.upload_slots import UPLOAD_BOUNDS_RESPONSES, receive_upload
 from ingestion_pipeline.core.access_tokens import Principal
 from ingestion_pipeline.core.file_types import UnsupportedFileType
 from ingestion_pipeline.documents import presigned
-from ingestion_pipeline.documents.intake import SKIPPED, SubmitResult, check_document_name, submit_stored
+from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
+from ingestion_pipeline.documents.intake import KEY_PATTERN, SKIPPED, SubmitResult, check_document_name, submit_stored
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 _log = logging.getLogger("ingestion_pipeline.api")
 
-_MULTIPART_BODY = openapi_form(title={"type": "string", "maxLength": 500}, key={"type": "string", "maxLength": 200})
+_MULTIPART_BODY = openapi_form(DOCUMENT_TYPES, title={"type": "string", "maxLength": 500}, key={
+    "type": "string", "maxLength": 200, "pattern": KEY_PATTERN,
+    "description": "a stable key: a later upload under it is a new version of the same document (no '..')"})
 _UPLOAD_ERRORS = {413: {"description": "over the size limit"}, 415: {"description": "type not allowed"}}
+_STREAMED_UPLOAD_ERRORS = {**_UPLOAD_ERRORS, **UPLOAD_BOUNDS_RESPONSES}
 
 
 def submit_response(result: SubmitResult) -> JSONResponse:
@@ -51,7 +55,7 @@ _SUBMIT_LINKS = {
 
 @router.post("/ingest", status_code=202, response_model=SubmitOut, openapi_extra=_MULTIPART_BODY,
              responses={200: {"model": SubmitOut, "description": "identical content is already active"},
-                        202: {"description": "queued", "links": _SUBMIT_LINKS}, **_UPLOAD_ERRORS})
+                        202: {"description": "queued", "links": _SUBMIT_LINKS}, **_STREAMED_UPLOAD_ERRORS})
 async def ingest(request: Request, who: Caller, services: Services) -> JSONResponse:
     """Upload one document (multipart ``file``, optional ``title`` and ``key``), streamed to the store with its
     SHA-256, and queue it for the pipeline."""

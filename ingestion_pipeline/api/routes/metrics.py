@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
@@ -14,14 +14,24 @@ from ingestion_pipeline.api.multipart import openapi_form
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, EventOut, MetricRowErrorOut, MetricSubmitOut, MetricUploadOut, Page
 from ingestion_pipeline.api.security import Caller, Services
-from ingestion_pipeline.api.upload_slots import receive_upload
+from ingestion_pipeline.api.upload_slots import UPLOAD_BOUNDS_RESPONSES, receive_upload
 from ingestion_pipeline.metrics import uploads
-from ingestion_pipeline.metrics.formats import PLATFORMS
+from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
 
 router = APIRouter(prefix="/v1", tags=["metrics"])
+ISO_TIME = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?)?$"
+
+
+def _utc(text: str) -> datetime:
+    """An ISO 8601 date or time (``ISO_TIME``) as an aware datetime; without a zone, UTC."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:  # matches the pattern but is no date (2026-13-40)
+        raise ApiError(400, "invalid_request", f"since is not a date or time: {text!r}") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 UploadId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
-_MULTIPART_BODY = openapi_form(platform={"type": "string", "enum": list(PLATFORMS)},
+_MULTIPART_BODY = openapi_form(METRIC_FORMATS, platform={"type": "string", "enum": list(PLATFORMS)},
                                force_partial={"type": "boolean"}, client_id={"type": "string", "maxLength": 200})
 
 
@@ -33,7 +43,8 @@ _MULTIPART_BODY = openapi_form(platform={"type": "string", "enum": list(PLATFORM
                             "GetUploadErrors": {
                                 "operationId": "upload_errors_v1_metrics_uploads__upload_id__errors_get",
                                 "parameters": {"upload_id": "$response.body#/upload_id"}}}},
-                        413: {"description": "over the size limit"}, 415: {"description": "type not allowed"}})
+                        413: {"description": "over the size limit"}, 415: {"description": "type not allowed"},
+                        **UPLOAD_BOUNDS_RESPONSES})
 async def submit(request: Request, who: Caller, services: Services) -> JSONResponse:
     """Upload a CSV/JSON export (multipart ``file``; optional ``platform`` (default: detected from the
     columns), ``force_partial``, ``client_id``)."""
@@ -101,9 +112,12 @@ def upload_errors(upload_id: UploadId, who: Caller, services: Services, paging: 
 
 @router.get("/events", response_model=Page[EventOut])
 def events(who: Caller, services: Services, paging: PageParams,
-           since: Annotated[datetime | None, Query(description="events at or after this time, oldest first")] = None,
+           since: Annotated[str | None, Query(pattern=ISO_TIME, description=(
+               "events at or after this time, oldest first: ISO 8601 (2026-11-28, 2026-11-28T10:00:00Z); a "
+               "time without a zone is UTC"))] = None,
            ) -> dict:
     """Completion events of the tenant's metric uploads (newest first, or oldest first from ``since``)."""
+    since = _utc(since) if since else None
     with services.db.connection() as conn:
         rows = uploads.list_events(conn, workspace_id=who.tenant_id, since=since, limit=paging.limit,
                                    offset=paging.offset)
