@@ -26,6 +26,8 @@ class Page(BaseModel, Generic[T]):
 class TokenRequest(BaseModel):
     email: str = Field(max_length=320)
     password: str = Field(max_length=1024)
+    tenant_id: str | None = Field(default=None, pattern=IDENTIFIER_PATTERN, description=(
+        "needed only when the same address and password sign in to users of several tenants (400 otherwise)"))
 
 
 class TokenResponse(BaseModel):

@@ -49,7 +49,7 @@ def cmd_users(args: argparse.Namespace) -> int:
     elif args.users_command == "disable":
         with bootstrap() as ctx, ctx.db.connection() as conn:
             try:
-                user = users.disable_user(conn, args.email)
+                user = users.disable_user(conn, args.email, tenant_id=args.tenant)
             except LookupError as exc:
                 raise ValueError(str(exc)) from exc
         emit(args, [user.as_dict()], lambda r: print(f"disabled {user.email}; its tokens stop working within "
@@ -77,5 +77,6 @@ def register(sub) -> None:
     add_json_flag(listing)
     disable = users_sub.add_parser("disable")
     disable.add_argument("email")
+    disable.add_argument("--tenant", help="the user's tenant (needed when the address is in several)")
     add_json_flag(disable)
     p.set_defaults(func=cmd_users)

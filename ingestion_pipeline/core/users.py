@@ -71,8 +71,8 @@ def add_user(conn: psycopg.Connection, email: str, *, tenant_id: str, role: str,
                     RETURNING {_COLUMNS}""",
                 (tenant_id, email, password_hash, role),
             ).fetchone()
-        except psycopg.errors.UniqueViolation as exc:
-            raise ValueError(f"a user with the email {email!r} already exists") from exc
+        except psycopg.errors.UniqueViolation as exc:  # in this tenant: addresses are unique per tenant only
+            raise ValueError(f"a user with the email {email!r} already exists in this tenant") from exc
     return User(**row)
 
 
@@ -97,7 +97,13 @@ def has_email(conn: psycopg.Connection, user_id: str, email: str) -> bool:
 
 
 def disable_user(conn: psycopg.Connection, email: str, *, tenant_id: str | None = None) -> User:
-    """Disable by email; with ``tenant_id``, only a user of that tenant (another tenant's is not found)."""
+    """Disable by email; with ``tenant_id``, only a user of that tenant (another tenant's is not found). An
+    address in several tenants needs the tenant (``ValueError``)."""
+    if tenant_id is None:
+        tenants = [r["tenant_id"] for r in conn.execute(
+            "SELECT tenant_id FROM users WHERE lower(email) = lower(%s) ORDER BY tenant_id", (email.strip(),))]
+        if len(tenants) > 1:
+            raise ValueError(f"{email!r} is a user of several tenants ({', '.join(tenants)}): give the tenant")
     row = conn.execute(
         f"""UPDATE users SET disabled = true
              WHERE lower(email) = lower(%(e)s) AND (%(t)s::text IS NULL OR tenant_id = %(t)s)
@@ -109,16 +115,31 @@ def disable_user(conn: psycopg.Connection, email: str, *, tenant_id: str | None 
     return User(**row)
 
 
-def authenticate(conn: psycopg.Connection, email: str, password: str) -> User | None:
-    """The user when the password matches and the account is enabled; None otherwise, in similar time."""
-    row = conn.execute(
-        f"SELECT {_COLUMNS}, password_hash FROM users WHERE lower(email) = lower(%s)", (email.strip(),)
-    ).fetchone()
-    candidate = row["password_hash"].encode() if row else _dummy_hash()
-    try:
-        matches = bcrypt.checkpw(password.encode()[:72], candidate)
-    except ValueError:
-        matches = False
-    if row is None or not matches or row["disabled"]:
+class TenantRequired(Exception):
+    """The address and password sign in to users of several tenants: the login must name the tenant."""
+
+
+def authenticate(conn: psycopg.Connection, email: str, password: str, *,
+                 tenant_id: str | None = None) -> User | None:
+    """The user whose address and password match, enabled (of ``tenant_id`` if given); None otherwise, in
+    similar time. An address may exist in several tenants: the password picks the account, and if it matches
+    in more than one, ``TenantRequired`` (only someone who knows the password learns that)."""
+    rows = conn.execute(
+        f"""SELECT {_COLUMNS}, password_hash FROM users
+             WHERE lower(email) = lower(%s) AND (%s::text IS NULL OR tenant_id = %s) ORDER BY tenant_id""",
+        (email.strip(), tenant_id, tenant_id),
+    ).fetchall()
+    matched = []
+    for row in rows or [None]:
+        candidate = row["password_hash"].encode() if row else _dummy_hash()
+        try:
+            matches = bcrypt.checkpw(password.encode()[:72], candidate)
+        except ValueError:
+            matches = False
+        if row is not None and matches and not row["disabled"]:
+            matched.append(row)
+    if len(matched) > 1:
+        raise TenantRequired("this address and password sign in to several tenants: give tenant_id")
+    if not matched:
         return None
-    return User(**{k: v for k, v in row.items() if k != "password_hash"})
+    return User(**{k: v for k, v in matched[0].items() if k != "password_hash"})

@@ -14,7 +14,9 @@ from ingestion_pipeline.core.access_tokens import Principal, issue_token
 router = APIRouter(prefix="/v1", tags=["auth"])
 
 
-@router.post("/auth/token", response_model=TokenResponse, responses={401: {"description": "bad credentials"}})
+@router.post("/auth/token", response_model=TokenResponse, responses={
+    401: {"description": "bad credentials"},
+    400: {"model": ErrorBody, "description": "the pair signs in to several tenants: give tenant_id"}})
 async def token(body: TokenRequest, services: Services) -> dict:
     """Exchange email and password for a bearer token. A wrong password and an unknown email get the same
     answer in similar time."""
@@ -23,9 +25,12 @@ async def token(body: TokenRequest, services: Services) -> dict:
 
     def check():
         with services.db.connection() as conn:
-            return users.authenticate(conn, body.email, body.password)
+            return users.authenticate(conn, body.email, body.password, tenant_id=body.tenant_id)
 
-    user = await run_in_threadpool(check)
+    try:
+        user = await run_in_threadpool(check)
+    except users.TenantRequired as exc:
+        raise ApiError(400, "tenant_required", str(exc)) from exc
     if user is None:
         raise ApiError(401, "invalid_credentials", "wrong email or password", {"WWW-Authenticate": "Bearer"})
     expiry = services.api.jwt_expiry_seconds
