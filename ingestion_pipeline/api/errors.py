@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -20,6 +23,13 @@ class ApiError(Exception):
 def not_found(what: str) -> ApiError:
     """Another tenant's object is answered exactly like one that does not exist (no existence leak)."""
     return ApiError(404, "not_found", f"no {what}")
+
+
+def found(row: T | None, what: str) -> T:
+    """``row``, or the 404 of ``not_found(what)`` when the tenant-scoped lookup found nothing."""
+    if row is None:
+        raise not_found(what)
+    return row
 
 
 class ErrorDetail(BaseModel):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Query
+
+from ingestion_pipeline.core.db import Database
 
 MAX_LIMIT = 200
 
@@ -21,6 +24,13 @@ class Paging:
 
     def envelope(self, items: list, total: int) -> dict:
         return {"items": items, "total": total, "page": self.page, "limit": self.limit}
+
+    def of(self, db: Database, list_rows: Callable[..., list], count_rows: Callable[..., int], **filters: Any) -> dict:
+        """This page of ``list_rows(conn, limit=, offset=, **filters)`` with ``count_rows(conn, **filters)``."""
+        with db.connection() as conn:
+            rows = list_rows(conn, limit=self.limit, offset=self.offset, **filters)
+            total = count_rows(conn, **filters)
+        return self.envelope(rows, total)
 
 
 def _paging(page: Annotated[int, Query(ge=1, le=100_000)] = 1,

@@ -51,7 +51,7 @@ def test_end_to_end_token_upload_process_poll_search(api, database, instance):
     old_path = api.client.get(f"/v1/ingestion-runs/{accepted['file_id']}", headers=headers).json()
     assert old_path == run  # the path's old name answers the same, and is marked deprecated
     operations = api.client.get("/openapi.json").json()["paths"]
-    assert operations["/v1/ingestion-runs/{run_id}"]["get"]["deprecated"] is True
+    assert operations["/v1/ingestion-runs/{file_id}"]["get"]["deprecated"] is True
     assert "deprecated" not in operations["/v1/files/{file_id}"]["get"]
     hits = api.client.get("/v1/search", params={"q": "how many pallets of blue paint in Leeds", "k": 3},
                           headers=headers).json()["hits"]

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
 
-from ingestion_pipeline.api.errors import not_found
+from ingestion_pipeline.api.errors import found
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, FileOut, Page
 from ingestion_pipeline.api.security import Caller, Services
@@ -22,44 +22,23 @@ FileStatus = Literal["queued", "running", "succeeded", "failed", "dead_letter", 
 FileId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 
-def _list(who: Caller, services: Services, paging: PageParams,
-          status: Annotated[FileStatus | None, Query()] = None) -> dict:
-    with services.db.connection() as conn:
-        rows = file_ledger.list_files(conn, tenant_id=who.tenant_id, status=status, limit=paging.limit,
-                                      offset=paging.offset)
-        total = file_ledger.count_files(conn, tenant_id=who.tenant_id, status=status)
-    return paging.envelope(rows, total)
-
-
-def _get(file_id: int, who: Caller, services: Services) -> dict:
-    with services.db.connection() as conn:
-        row = file_ledger.get_file(conn, file_id, tenant_id=who.tenant_id)
-    if row is None:
-        raise not_found("file")
-    return row
-
-
 @router.get("", response_model=Page[FileOut])
 def list_files(who: Caller, services: Services, paging: PageParams,
                status: Annotated[FileStatus | None, Query()] = None) -> dict:
     """Newest first."""
-    return _list(who, services, paging, status)
+    return paging.of(services.db, file_ledger.list_files, file_ledger.count_files, tenant_id=who.tenant_id,
+                     status=status)
 
 
 @router.get("/{file_id}", response_model=FileOut)
 def get_file(file_id: FileId, who: Caller, services: Services) -> dict:
     """Status, timings, config, stats, the error and the Dagster run id of one file."""
-    return _get(file_id, who, services)
+    with services.db.connection() as conn:
+        return found(file_ledger.get_file(conn, file_id, tenant_id=who.tenant_id), "file")
 
 
-@deprecated_router.get("", response_model=Page[FileOut])
-def list_runs(who: Caller, services: Services, paging: PageParams,
-              status: Annotated[FileStatus | None, Query()] = None) -> dict:
-    """Deprecated: ``GET /v1/files``."""
-    return _list(who, services, paging, status)
-
-
-@deprecated_router.get("/{run_id}", response_model=FileOut)
-def get_run(run_id: FileId, who: Caller, services: Services) -> dict:
-    """Deprecated: ``GET /v1/files/{file_id}``."""
-    return _get(run_id, who, services)
+# the old paths answer with the same handlers
+deprecated_router.add_api_route("", list_files, response_model=Page[FileOut], methods=["GET"],
+                                summary="List files (deprecated path: GET /v1/files)")
+deprecated_router.add_api_route("/{file_id}", get_file, response_model=FileOut, methods=["GET"],
+                                summary="Get a file (deprecated path: GET /v1/files/{file_id})")

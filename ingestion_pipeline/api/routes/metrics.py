@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from ingestion_pipeline.api.errors import ApiError, not_found
+from ingestion_pipeline.api.errors import ApiError, found, not_found
 from ingestion_pipeline.api.multipart import openapi_form
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, EventOut, MetricRowErrorOut, MetricSubmitOut, MetricUploadOut, Page
@@ -92,10 +92,7 @@ def list_uploads(who: Caller, services: Services, paging: PageParams) -> dict:
 def get_upload(upload_id: UploadId, who: Caller, services: Services) -> dict:
     """Status, row counts and the reason of a failed or partial upload."""
     with services.db.connection() as conn:
-        row = uploads.get_upload(conn, upload_id, workspace_id=who.tenant_id)
-    if row is None:
-        raise not_found("metric upload")
-    return row
+        return found(uploads.get_upload(conn, upload_id, workspace_id=who.tenant_id), "metric upload")
 
 
 @router.get("/metrics/uploads/{upload_id}/errors", response_model=Page[MetricRowErrorOut])
@@ -117,9 +114,5 @@ def events(who: Caller, services: Services, paging: PageParams,
                "time without a zone is UTC"))] = None,
            ) -> dict:
     """Completion events of the tenant's metric uploads (newest first, or oldest first from ``since``)."""
-    since = _utc(since) if since else None
-    with services.db.connection() as conn:
-        rows = uploads.list_events(conn, workspace_id=who.tenant_id, since=since, limit=paging.limit,
-                                   offset=paging.offset)
-        total = uploads.count_events(conn, workspace_id=who.tenant_id, since=since)
-    return paging.envelope(rows, total)
+    return paging.of(services.db, uploads.list_events, uploads.count_events, workspace_id=who.tenant_id,
+                     since=_utc(since) if since else None)

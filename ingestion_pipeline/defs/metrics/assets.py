@@ -5,6 +5,9 @@ the same upload, or a run that lost it, reports "not this run's" and changes not
 fails the step for good (``Failure(allow_retries=False)``); a transient error retries the step.
 """
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import dagster as dg
 
 from ingestion_pipeline import read
@@ -15,6 +18,7 @@ from ingestion_pipeline.metrics import pipeline
 from ingestion_pipeline.metrics.pipeline import UploadFailed
 from ingestion_pipeline.metrics.uploads import upload_for_partition
 
+T = TypeVar("T")
 GROUP = "metrics"
 
 
@@ -42,6 +46,19 @@ def _plain(value):
     return value.item() if hasattr(value, "item") else value
 
 
+def _step(context: dg.AssetExecutionContext, postgres: PostgresResource, settings: SettingsResource,
+          work: Callable[[], T | None]) -> tuple[T | None, dg.MaterializeResult | None]:
+    """``work()``, retried by Dagster on a transient error; an ``UploadFailed`` fails the step for good; None
+    (the upload is not this run's) comes back as the result saying so."""
+    try:
+        result = retrying_transient_errors(context, work, settings.get().reliability.retry_backoff_seconds)
+    except UploadFailed as exc:
+        raise _fail(exc) from exc
+    if result is None:
+        return None, dg.MaterializeResult(metadata=_not_this_runs(postgres, context.partition_key))
+    return result, None
+
+
 def _not_this_runs(postgres: PostgresResource, partition_key: str) -> dict:
     with postgres.db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)
@@ -56,15 +73,11 @@ def raw_metric_files(
     settings: SettingsResource,
 ) -> dg.MaterializeResult:
     """The uploaded export, claimed by this run and verified against its SHA-256 (`processing`)."""
-    policy = settings.get().reliability
-    try:
-        upload = retrying_transient_errors(context, lambda: pipeline.claim_upload(
-            postgres.db, context.partition_key, heartbeat.worker, policy,
-            replay_finished=launched_by_a_person(context.run)), policy.retry_backoff_seconds)
-    except UploadFailed as exc:
-        raise _fail(exc) from exc
-    if upload is None:
-        return dg.MaterializeResult(metadata=_not_this_runs(postgres, context.partition_key))
+    upload, not_ours = _step(context, postgres, settings, lambda: pipeline.claim_upload(
+        postgres.db, context.partition_key, heartbeat.worker, settings.get().reliability,
+        replay_finished=launched_by_a_person(context.run)))
+    if not_ours:
+        return not_ours
     return dg.MaterializeResult(metadata={
         "upload_id": upload.upload_id, "workspace_id": upload.workspace_id, "platform": upload.platform,
         "filename": upload.filename, "format": upload.file_format, "size_bytes": upload.size_bytes,
@@ -120,14 +133,10 @@ def promoted_metrics(
     settings: SettingsResource,
 ) -> dg.MaterializeResult:
     """Campaigns, ad sets, ads and daily metrics upserted in one transaction; one completion event."""
-    try:
-        result = retrying_transient_errors(
-            context, lambda: pipeline.promote(postgres.db, context.partition_key, heartbeat.worker.owner),
-            settings.get().reliability.retry_backoff_seconds)
-    except UploadFailed as exc:
-        raise _fail(exc) from exc
-    if result is None:
-        return dg.MaterializeResult(metadata=_not_this_runs(postgres, context.partition_key))
+    result, not_ours = _step(context, postgres, settings,
+                             lambda: pipeline.promote(postgres.db, context.partition_key, heartbeat.worker.owner))
+    if not_ours:
+        return not_ours
     return dg.MaterializeResult(metadata={
         "status": result.status, "promoted_rows": result.promoted_rows, "invalid_rows": result.invalid_rows,
         "unpromotable_rows": result.unpromotable_rows, "event_created": result.event_created,
