@@ -35,15 +35,17 @@ _WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE, cod
 
 
 def refuse_binary(path) -> None:
-    """Raise ``MalformedFileError`` if the file's first 64 KiB hold a NUL byte outside a UTF-16/32 text: a binary
-    file (a 1 GB file of NULs took 2.2 GB to fail as an "unbalanced quote")."""
+    """Raise ``MalformedFileError`` if NUL bytes make up more than 1 % of the file's first 64 KiB outside a
+    UTF-16/32 text: a binary file (a 1 GB file of NULs took 2.2 GB to fail as an "unbalanced quote"). A stray
+    NUL in a text export is a row error, as before."""
     with open(path, "rb") as stream:
         sample = stream.read(SAMPLE_BYTES)
     if sample.startswith(_WIDE_BOMS):
         return
-    at = sample.find(b"\x00")
-    if at >= 0:
-        kind = "all NUL bytes" if not sample.strip(b"\x00") else f"binary data (a NUL byte at offset {at:,})"
+    nuls, first = sample.count(b"\x00"), sample.find(b"\x00")
+    if nuls and nuls * 100 > len(sample):
+        kind = ("all NUL bytes" if nuls == len(sample) else
+                f"binary data ({nuls:,} NUL bytes in its first {len(sample):,}, the first at offset {first:,})")
         raise MalformedFileError(None, f"the file is not CSV or JSON text: it holds {kind}")
 
 

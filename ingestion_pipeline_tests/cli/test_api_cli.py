@@ -23,16 +23,24 @@ def test_users_add_list_disable(database, db, project_dagster_home, monkeypatch,
     assert users.authenticate(db, "ops@acme.example", "a long password").user_id == added["user_id"]
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("another password\n"))
+    assert main(["users", "add", "ops@acme.example", "--tenant", "acme", "--role", "user",
+                 "--password-stdin"]) == 2  # the email is taken in this tenant (case-insensitively)
+    assert "already exists in this tenant" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("another password\n"))
     assert main(["users", "add", "ops@acme.example", "--tenant", "globex", "--role", "user",
-                 "--password-stdin"]) == 2  # the email is taken (case-insensitively)
+                 "--password-stdin"]) == 0  # addresses are unique per tenant: another tenant may have it
+    capsys.readouterr()
     monkeypatch.setattr(sys, "stdin", io.StringIO("short\n"))
     assert main(["users", "add", "x@acme.example", "--tenant", "acme", "--role", "user", "--password-stdin"]) == 2
     assert "at least 8" in capsys.readouterr().err
 
     assert main(["users", "list", "--tenant", "acme", "--json"]) == 0
     assert [json.loads(line)["email"] for line in capsys.readouterr().out.splitlines()] == ["Ops@Acme.example"]
-    assert main(["users", "disable", "OPS@acme.example"]) == 0
+    assert main(["users", "disable", "OPS@acme.example"]) == 2  # in two tenants: which one?
+    assert "several tenants (acme, globex)" in capsys.readouterr().err
+    assert main(["users", "disable", "OPS@acme.example", "--tenant", "acme"]) == 0
     assert users.authenticate(db, "ops@acme.example", "a long password") is None
+    assert users.authenticate(db, "ops@acme.example", "another password").tenant_id == "globex"
     assert main(["users", "disable", "nobody@acme.example"]) == 2
 
 

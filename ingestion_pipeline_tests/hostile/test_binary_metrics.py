@@ -16,7 +16,8 @@ def test_a_file_of_nul_bytes_is_refused_at_submit(database, project_dagster_home
             out.write(bytes(1 << 20))
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_bytes(b'{"campaign_id": "c1"}\n' + b"\x00\x01\x02binary" * 100)
-    for path, what in ((nuls, "all NUL bytes"), (mixed, "binary data (a NUL byte at offset 22)")):
+    mixed_is = "binary data (100 NUL bytes in its first 922, the first at offset 22)"
+    for path, what in ((nuls, "all NUL bytes"), (mixed, mixed_is)):
         started = time.monotonic()
         proc = subprocess.Popen(CLI + ["metrics", "submit", str(path), "--workspace", "acme", "--platform", "meta",
                                        "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
