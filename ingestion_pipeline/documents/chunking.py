@@ -29,6 +29,10 @@ _WHOLE_TYPES = (TABLE, LIST_ITEM)
 MAX_RUN_CHARS = 100
 # A 256-token chunk of prose is ~1,000-1,500 characters; this bounds one of unusual text (digits, symbols).
 MAX_CHUNK_CHARS = 4000
+# An element longer than this is chunked in segments (cut at a space): the tokenizer's encoding of a text is
+# ~1 KB per token, so a 2M-character element alone took the process to 2.5 GB.
+MAX_SEGMENT_CHARS = 65_536
+COUNT_BATCH_CHARS = 1 << 20  # elements are counted in batches of about this many characters
 _LONG_RUN = re.compile(rf"\S{{{MAX_RUN_CHARS + 1},}}")
 
 
@@ -157,8 +161,8 @@ def chunk_elements(
 ) -> list[Chunk]:
     if target > hard_max:
         raise ValueError("target tokens must not exceed the hard cap")
-    elements = [el if (text := break_long_runs(el.text)) is el.text else replace(el, text=text) for el in elements]
-    element_tokens = counter.count_many([el.text for el in elements])
+    elements = [piece for el in elements for piece in _segments(el)]
+    element_tokens = _count_in_batches(counter, [el.text for el in elements])
     packer = _Packer(target, hard_max)
     for el, tokens in zip(elements, element_tokens, strict=True):
         if el.type == TITLE:
@@ -213,6 +217,32 @@ def _enforce_hard_max(chunks: list[Chunk], counter: TokenCounter, hard_max: int)
             raise AssertionError(f"chunk {ordinal} has {chunk.token_count} tokens, {len(chunk.text)} characters: "
                                  f"over the caps ({hard_max}, {MAX_CHUNK_CHARS})")
     return result
+
+
+def _segments(element: Element) -> list[Element]:
+    """``element`` with its long runs broken, in pieces of at most ``MAX_SEGMENT_CHARS`` (cut at a space)."""
+    text = break_long_runs(element.text)
+    if len(text) <= MAX_SEGMENT_CHARS:
+        return [element if text is element.text else replace(element, text=text)]
+    pieces = []
+    while len(text) > MAX_SEGMENT_CHARS:
+        cut = text.rfind(" ", 0, MAX_SEGMENT_CHARS + 1)
+        cut = cut if cut > 0 else MAX_SEGMENT_CHARS
+        pieces.append(replace(element, text=text[:cut]))
+        text = text[cut:].lstrip(" ")
+    return [*pieces, replace(element, text=text)] if text else pieces
+
+
+def _count_in_batches(counter: TokenCounter, texts: list[str]) -> list[int]:
+    """Token counts of ``texts``, encoded a batch of about ``COUNT_BATCH_CHARS`` characters at a time."""
+    counts: list[int] = []
+    start = size = 0
+    for index, text in enumerate(texts):
+        size += len(text)
+        if size >= COUNT_BATCH_CHARS:
+            counts += counter.count_many(texts[start:index + 1])
+            start, size = index + 1, 0
+    return counts + counter.count_many(texts[start:])
 
 
 def _by_characters(text: str) -> list[str]:
