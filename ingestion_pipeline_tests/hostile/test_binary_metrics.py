@@ -28,6 +28,8 @@ def test_a_file_of_nul_bytes_is_refused_at_submit(database, project_dagster_home
         [line] = json_lines(stdout)
         assert line["status"] == "rejected", line
         assert line["reason"] == f"the file is not CSV or JSON text: it holds {what}"
-        assert usage.ru_maxrss / 1024 < 600 and time.monotonic() - started < 120  # MB, s: it reads 64 KiB
+        # MB, s: the file is streamed and 64 KiB of it read; wait4 also counts a descendant the command waited for
+        # (in CI: 1.4 GB, an embedded Postgres it started), so the bound is set well under the 2.2 GB of before
+        assert usage.ru_maxrss / 1024 < 2000 and time.monotonic() - started < 120
     assert table(db, "SELECT * FROM data_uploads") == []
 
