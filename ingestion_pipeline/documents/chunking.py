@@ -207,7 +207,8 @@ def _enforce_hard_max(chunks: list[Chunk], counter: TokenCounter, hard_max: int)
             chunk.token_count = n
             result.append(chunk)
             continue
-        parts = [piece for part in counter.split(chunk.text, hard_max - 8) for piece in _by_characters(part)]
+        parts = [piece for part in counter.split(chunk.text, hard_max - 8)
+                 for piece in _cut_at_spaces(part, MAX_CHUNK_CHARS)]
         for part, part_n in zip(parts, counter.count_many(parts), strict=True):
             result.append(Chunk(0, part, part_n, chunk.page_start, chunk.page_end, chunk.section_path,
                                 chunk.element_types))
@@ -224,13 +225,7 @@ def _segments(element: Element) -> list[Element]:
     text = break_long_runs(element.text)
     if len(text) <= MAX_SEGMENT_CHARS:
         return [element if text is element.text else replace(element, text=text)]
-    pieces = []
-    while len(text) > MAX_SEGMENT_CHARS:
-        cut = text.rfind(" ", 0, MAX_SEGMENT_CHARS + 1)
-        cut = cut if cut > 0 else MAX_SEGMENT_CHARS
-        pieces.append(replace(element, text=text[:cut]))
-        text = text[cut:].lstrip(" ")
-    return [*pieces, replace(element, text=text)] if text else pieces
+    return [replace(element, text=piece) for piece in _cut_at_spaces(text, MAX_SEGMENT_CHARS)]
 
 
 def _count_in_batches(counter: TokenCounter, texts: list[str]) -> list[int]:
@@ -245,12 +240,12 @@ def _count_in_batches(counter: TokenCounter, texts: list[str]) -> list[int]:
     return counts + counter.count_many(texts[start:])
 
 
-def _by_characters(text: str) -> list[str]:
-    """``text`` in pieces of at most ``MAX_CHUNK_CHARS`` characters, cut at the last space before the limit."""
+def _cut_at_spaces(text: str, limit: int) -> list[str]:
+    """``text`` in pieces of at most ``limit`` characters, each cut at the last space before the limit."""
     pieces = []
-    while len(text) > MAX_CHUNK_CHARS:
-        cut = text.rfind(" ", 0, MAX_CHUNK_CHARS + 1)
-        cut = cut if cut > 0 else MAX_CHUNK_CHARS
+    while len(text) > limit:
+        cut = text.rfind(" ", 0, limit + 1)
+        cut = cut if cut > 0 else limit
         pieces.append(text[:cut])
         text = text[cut:].lstrip(" ")
     return [*pieces, text] if text else pieces
