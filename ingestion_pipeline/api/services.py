@@ -11,6 +11,7 @@ from typing import Any
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import ApiSettings, Settings
+from ingestion_pipeline.core.users import is_active
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.services import Services
 
@@ -45,8 +46,6 @@ class ApiServices(Services):
             known = self._active.get(user_id)
             if known is not None and now - known[1] < ACTIVE_CHECK_SECONDS:
                 return known[0]
-        from ingestion_pipeline.core.users import is_active
-
         with self.db.connection() as conn:
             active = is_active(conn, user_id)
         with self._active_lock:

@@ -61,8 +61,10 @@ class UploadSlots:
             yield
         finally:
             self.active -= 1
-            self._tenants[who.tenant_id] -= 1
-            self._users[who.user_id] -= 1
+            for counts, key in ((self._tenants, who.tenant_id), (self._users, who.user_id)):
+                counts[key] -= 1
+                if not counts[key]:  # only callers streaming now are kept: the counters stay bounded
+                    del counts[key]
 
 
 async def receive_upload(request: Request, who: Principal, api: ApiSettings, **parse: Any) -> ParsedForm:
