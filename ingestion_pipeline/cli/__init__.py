@@ -30,8 +30,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    if not isinstance(sys.stdout, EscapingWriter):  # names and messages from users never reach the terminal raw
+    """Run one command; names and messages from users never reach the terminal raw (``EscapingWriter``)."""
+    streams = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, EscapingWriter):
         sys.stdout, sys.stderr = EscapingWriter(sys.stdout), EscapingWriter(sys.stderr)
+    try:
+        return _main(argv)
+    finally:  # a caller in the same process (a test, a script) gets its own streams back
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: Sequence[str] | None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("ingestion_pipeline.ledger").setLevel(logging.INFO)
     args = build_parser().parse_args(argv)
