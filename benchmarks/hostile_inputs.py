@@ -27,7 +27,6 @@ from throwaway_database import throwaway_database  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [str(Path(sys.executable).parent / "ingestion-pipeline")]
-sys.path.insert(0, str(ROOT))
 
 
 @dataclass
@@ -39,13 +38,13 @@ class Case:
 
 
 def _docx(work: Path) -> list[Path]:
-    from ingestion_pipeline_tests.hostile.test_text_bombs import docx_with_text
+    from ingestion_pipeline.samples.text_bombs import docx_with_text
 
     return [docx_with_text(work / "text-bomb.docx", 30_000_000)]
 
 
 def _xlsx(work: Path) -> list[Path]:
-    from ingestion_pipeline_tests.hostile.test_text_bombs import xlsx_with_text
+    from ingestion_pipeline.samples.text_bombs import xlsx_with_text
 
     return [xlsx_with_text(work / "text-bomb.xlsx", 25_000_000)]
 

@@ -9,61 +9,15 @@ holds the default of 20,000,000."""
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import time
 import zipfile
-from pathlib import Path
-from xml.sax.saxutils import escape
 
 import pytest
 
+from ingestion_pipeline.samples.text_bombs import docx_with_text, paragraphs, xlsx_with_text
 from ingestion_pipeline_tests.cli.test_corpus_cli import CLI
 from ingestion_pipeline_tests.helpers import table
-
-WORDS = [f"{a}{b}{c}" for a in "bcdfghklmnprstvz" for b in "aeiou" for c in "lmnrst"]
-
-
-def _text(characters: int, seed: int) -> list[str]:
-    """Paragraphs of random words (they compress ~3:1, under the zip-bomb ratio check) of ``characters``."""
-    rng = random.Random(seed)
-    paragraphs, total = [], 0
-    while total < characters:
-        paragraph = " ".join(rng.choices(WORDS, k=150))
-        paragraphs.append(paragraph)
-        total += len(paragraph)
-    return paragraphs
-
-
-def docx_with_text(path: Path, characters: int) -> Path:
-    body = "".join(f"<w:p><w:r><w:t>{escape(p)}</w:t></w:r></w:p>" for p in _text(characters, 1))
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as package:
-        package.writestr("[Content_Types].xml", (
-            '<?xml version="1.0" encoding="UTF-8"?><Types xmlns="http://schemas.openxmlformats.org/package/2006/'
-            'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
-            'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/><Override PartName='
-            '"/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.'
-            'document.main+xml"/></Types>'))
-        package.writestr("_rels/.rels", (
-            '<?xml version="1.0" encoding="UTF-8"?><Relationships xmlns="http://schemas.openxmlformats.org/package/'
-            '2006/relationships"><Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/'
-            '2006/relationships/officeDocument" Target="word/document.xml"/></Relationships>'))
-        package.writestr("word/document.xml", (
-            '<?xml version="1.0" encoding="UTF-8" standalone="yes"?><w:document xmlns:w="http://schemas.'
-            f'openxmlformats.org/wordprocessingml/2006/main"><w:body>{body}</w:body></w:document>'))
-    return path
-
-
-def xlsx_with_text(path: Path, characters: int) -> Path:
-    from openpyxl import Workbook
-
-    book = Workbook(write_only=True)
-    sheet = book.create_sheet("data")
-    paragraphs = _text(characters, 2)
-    for start in range(0, len(paragraphs), 4):
-        sheet.append(paragraphs[start:start + 4])
-    book.save(path)
-    return path
 
 
 @pytest.mark.slow
@@ -113,7 +67,7 @@ def test_a_file_over_the_chunk_limit_fails_with_the_setting_to_raise(database, d
     from ingestion_pipeline_tests.helpers import ingest
 
     long_note = tmp_path / "long.md"
-    long_note.write_text("\n\n".join(f"## Part {i}\n\n" + " ".join(_text(1500, i)) for i in range(40)))
+    long_note.write_text("\n\n".join(f"## Part {i}\n\n" + " ".join(paragraphs(1500, i)) for i in range(40)))
     monkeypatch.setenv("INGESTION_MAX_CHUNKS_PER_FILE", "10")
     with dg.instance_for_test() as instance:
         ingest(instance, database, "acme", long_note)
