@@ -9,6 +9,8 @@ retried by the caller. Each step returns ``None`` when the upload is not this wo
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,25 @@ def _fail(db: Database, upload: MetricUpload, owner: str, error: UploadFailed, p
     return error
 
 
+@contextmanager
+def _failing_permanently(db: Database, upload: MetricUpload, owner: str, policy: ReliabilitySettings) -> Iterator[None]:
+    """Whatever a step raises that ``classify`` does not call transient ends the upload ``failed`` at once.
+
+    Without this an unexpected exception (a bug, or an input no rule foresaw) failed the Dagster run, and the
+    run-failure path handed the upload back as transient: four attempts and a dead letter for the same cause.
+    """
+    try:
+        yield
+    except (UploadFailed, LeaseLost):  # recorded already, or not this worker's any more
+        raise
+    except Exception as exc:
+        failure = classify(exc)
+        if failure.transient:
+            raise
+        raise _fail(db, upload, owner, UploadFailed(failure.code, failure.message, suggestion=failure.suggestion),
+                    policy) from exc
+
+
 def _held(db: Database, partition_key: str, owner: str) -> MetricUpload | None:
     """The upload of the partition if ``owner`` holds it, else None. At this step boundary an upload of a
     paused workspace goes back to the queue (its staged rows are kept) and is not this run's any more."""
@@ -84,12 +105,13 @@ def claim_upload(db: Database, partition_key: str, worker: Worker, policy: Relia
         return None
     upload = MetricUpload.from_row(claimed[0])
     raw = Path(upload.raw_path or "")
-    if not raw.is_file():
-        raise _fail(db, upload, worker.owner, UploadFailed(
-            "file_missing", f"the stored file is missing ({raw}); submit it again"), policy)
-    if file_sha256(raw) != upload.content_hash:
-        raise _fail(db, upload, worker.owner, UploadFailed(
-            "checksum_mismatch", "the stored file does not match its SHA-256 (corrupted in storage)"), policy)
+    with _failing_permanently(db, upload, worker.owner, policy):
+        if not raw.is_file():
+            raise _fail(db, upload, worker.owner, UploadFailed(
+                "file_missing", f"the stored file is missing ({raw}); submit it again"), policy)
+        if file_sha256(raw) != upload.content_hash:
+            raise _fail(db, upload, worker.owner, UploadFailed(
+                "checksum_mismatch", "the stored file does not match its SHA-256 (corrupted in storage)"), policy)
     return upload
 
 
@@ -101,20 +123,13 @@ def stage(db: Database, partition_key: str, owner: str, policy: ReliabilitySetti
     if upload.status in ("staging_complete", "promoting"):  # staged already: a rerun reads the counts
         return upload, staged_counts(db, upload.upload_id)
     start = time.perf_counter()
-    try:
-        counts = stage_upload(db, upload, owner=owner, progress_log=progress_log)
-    except (MalformedFileError, UnicodeDecodeError) as exc:
-        raise _fail(db, upload, owner, UploadFailed("malformed_file", f"malformed file: {exc}"), policy) from exc
-    except UnknownLayout as exc:
-        raise _fail(db, upload, owner, UploadFailed("unknown_layout", str(exc)), policy) from exc
-    except LeaseLost:
-        raise
-    except Exception as exc:  # anything else the file's content raised: permanent unless classify says otherwise,
-        failure = classify(exc)  # never a failed run retried as transient (the run-failure path)
-        if failure.transient:
-            raise
-        raise _fail(db, upload, owner, UploadFailed(failure.code, failure.message, suggestion=failure.suggestion),
-                    policy) from exc
+    with _failing_permanently(db, upload, owner, policy):
+        try:
+            counts = stage_upload(db, upload, owner=owner, progress_log=progress_log)
+        except (MalformedFileError, UnicodeDecodeError) as exc:
+            raise _fail(db, upload, owner, UploadFailed("malformed_file", f"malformed file: {exc}"), policy) from exc
+        except UnknownLayout as exc:
+            raise _fail(db, upload, owner, UploadFailed("unknown_layout", str(exc)), policy) from exc
     if counts.total == 0:
         raise _fail(db, upload, owner, UploadFailed("no_data_rows", "the file has no data rows"), policy,
                     total_rows=0)
@@ -167,7 +182,9 @@ def evaluate_threshold(db: Database, partition_key: str, owner: str,
     return result
 
 
-def promote(db: Database, partition_key: str, owner: str) -> PromotionResult | None:
+def promote(db: Database, partition_key: str, owner: str,
+            policy: ReliabilitySettings | None = None) -> PromotionResult | None:
+    policy = policy or ReliabilitySettings()
     with db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)
     if upload.status in METRIC_UPLOADS.succeeded:  # a retried run or a second materialisation
@@ -178,21 +195,20 @@ def promote(db: Database, partition_key: str, owner: str) -> PromotionResult | N
     with db.transaction() as conn:  # visible while the promotion transaction runs
         upload = MetricUpload.from_row(ledger.advance(conn, METRIC_UPLOADS, upload.upload_id, owner, "promoting"))
     start = time.perf_counter()
-    with db.transaction() as conn:
+    unpromotable = UploadFailed("no_promotable_rows",
+                                "no valid row could be promoted (every parent reference is unresolved)")
+    with _failing_permanently(db, upload, owner, policy), db.transaction() as conn:
         ledger.hold(conn, METRIC_UPLOADS, upload.upload_id, owner)  # first: a run that lost it promotes nothing
         ratio = upload.valid_rows / upload.total_rows if upload.total_rows else 0.0
         result = promote_upload(conn, upload, below_threshold=ratio < upload.valid_threshold)
         failpoint("metrics.promote")  # everything written, nothing committed
         if result.status == "failed":
-            ledger.fail(conn, METRIC_UPLOADS, upload.upload_id, owner, UploadFailed(
-                "no_promotable_rows", "no valid row could be promoted (every parent reference is unresolved)").info(),
-                ReliabilitySettings(), **result.counts)
+            ledger.fail(conn, METRIC_UPLOADS, upload.upload_id, owner, unpromotable.info(), policy, **result.counts)
         else:
             ledger.finish(conn, METRIC_UPLOADS, upload.upload_id, owner, result.status,
                           {"promotion_ms": int((time.perf_counter() - start) * 1000)}, **result.counts)
     with db.connection() as conn:  # statistics for the next promotions, after commit and outside the lock
         refresh_after_promotion(conn, result.upserted)
     if result.status == "failed":
-        raise UploadFailed("no_promotable_rows",
-                           "no valid row could be promoted (every parent reference is unresolved)")
+        raise unpromotable
     return result

@@ -134,7 +134,8 @@ def promoted_metrics(
 ) -> dg.MaterializeResult:
     """Campaigns, ad sets, ads and daily metrics upserted in one transaction; one completion event."""
     result, not_ours = _step(context, postgres, settings,
-                             lambda: pipeline.promote(postgres.db, context.partition_key, heartbeat.worker.owner))
+                             lambda: pipeline.promote(postgres.db, context.partition_key, heartbeat.worker.owner,
+                                                      settings.get().reliability))
     if not_ours:
         return not_ours
     return dg.MaterializeResult(metadata={
