@@ -7,9 +7,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from ingestion_pipeline.api import errors
+from ingestion_pipeline.api.body_bounds import BodyBounds
 from ingestion_pipeline.api.routes import auth, documents, files, health, ingest, metrics, sources
 from ingestion_pipeline.api.services import ApiServices
 from ingestion_pipeline.api.upload_slots import UploadSlots
+
+# Routes that stream their body as they parse it (paced and bounded there); every other body is read whole first.
+STREAMING_UPLOADS = {("POST", "/v1/ingest"), ("POST", "/v1/metrics/uploads")}
 
 
 def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> FastAPI:
@@ -29,6 +33,8 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
     app.state.services = services
     app.state.upload_slots = UploadSlots(services.api.max_inflight_uploads)
     errors.install(app)
+    app.add_middleware(BodyBounds, streaming=STREAMING_UPLOADS, idle_seconds=services.api.upload_idle_seconds,
+                       min_bytes_per_second=services.api.upload_min_bytes_per_second)
     for module in (health, auth, ingest, files, documents, sources, metrics):
         app.include_router(module.router)
     app.include_router(files.deprecated_router)

@@ -52,6 +52,8 @@ COMMON_ERRORS = {
     403: {"model": ErrorBody, "description": "the token's role may not do this"},
     404: {"model": ErrorBody, "description": "not found (or another tenant's)"},
     405: {"model": ErrorBody, "description": "method not allowed"},
+    408: {"model": ErrorBody, "description": "the headers or the body stalled or trickled (INGESTION_API_*_SECONDS)"},
+    413: {"model": ErrorBody, "description": "the body is over the limit (1 MiB for a request that is not an upload)"},
     503: {"model": ErrorBody, "description": "the database is unavailable or the server is busy"},
 }
 

@@ -40,6 +40,7 @@ def serve(host: str, port: int, *, url: str, settings, api: ApiSettings) -> None
     import uvicorn
 
     from ingestion_pipeline.api.app import create_app
+    from ingestion_pipeline.api.header_deadline import protocol_with_header_deadline
     from ingestion_pipeline.api.services import ApiServices
     from ingestion_pipeline.core.db import Database
 
@@ -55,4 +56,5 @@ def serve(host: str, port: int, *, url: str, settings, api: ApiSettings) -> None
     app = create_app(ApiServices(database, settings, api), close_on_shutdown=True)
     print(f"API on http://{host}:{port} (docs at /docs){'' if api.auth_enabled else ' - AUTH DISABLED'}",
           file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                http=protocol_with_header_deadline(api.header_timeout_seconds))

@@ -2,23 +2,22 @@
 
 ``UploadSlots``: at most ``limit`` uploads stream at once (beyond: 503 ``busy``); one tenant holds at most half
 of them and one user at most half of its tenant's share (beyond: 429 ``too_many_uploads``), so a tenant that
-fills its share leaves the rest to others. ``paced_body``: a body that sends nothing for ``idle_seconds``, or
-arrives slower than ``min_bytes_per_second`` on average once ``idle_seconds`` have passed, ends with 408
-``upload_too_slow`` and the connection closed (its slot is free again at once).
+fills its share leaves the rest to others. The body is paced (``body_bounds.paced_body``): a stalled or
+trickling upload ends with 408 ``upload_too_slow`` and the connection closed (its slot is free again at once).
 
 The API runs one event loop per process, so plain counters are enough (no lock).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from fastapi import Request
 
+from ingestion_pipeline.api.body_bounds import paced_body
 from ingestion_pipeline.api.errors import ApiError
 from ingestion_pipeline.api.multipart import ParsedForm, parse_upload
 from ingestion_pipeline.core.access_tokens import Principal
@@ -73,27 +72,3 @@ async def receive_upload(request: Request, who: Principal, api: ApiSettings, **p
         body = paced_body(request.stream(), idle_seconds=api.upload_idle_seconds,
                           min_bytes_per_second=api.upload_min_bytes_per_second)
         return await parse_upload(request.headers, body, **parse)
-
-
-async def paced_body(chunks: AsyncIterator[bytes], *, idle_seconds: float,
-                     min_bytes_per_second: float) -> AsyncIterator[bytes]:
-    """``chunks`` as they arrive, ended with 408 when the client stalls or trickles (module docstring)."""
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    received = 0
-    iterator = chunks.__aiter__()
-    close = {"Connection": "close"}
-    while True:
-        try:
-            chunk = await asyncio.wait_for(iterator.__anext__(), timeout=idle_seconds)
-        except StopAsyncIteration:
-            return
-        except TimeoutError as exc:
-            raise ApiError(408, "upload_too_slow", f"no byte of the upload arrived for {idle_seconds:g} s "
-                           f"({received:,} bytes received); the upload is dropped", close) from exc
-        received += len(chunk)
-        elapsed = loop.time() - started
-        if elapsed > idle_seconds and received < min_bytes_per_second * elapsed:
-            raise ApiError(408, "upload_too_slow", f"the upload arrived at {received / elapsed:,.0f} bytes/s, under "
-                           f"the minimum of {min_bytes_per_second:,.0f}; the upload is dropped", close)
-        yield chunk

@@ -79,10 +79,13 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         Variable("AUTH_ENABLED", "true", "`false`: development mode, tenant from `?tenant_id=`, loopback only."),
         Variable("INGESTION_API_MAX_INFLIGHT_UPLOADS", "8", "Concurrent streaming uploads; beyond: 503. A tenant "
                  "holds at most half, a user half of that; beyond: 429."),
-        Variable("INGESTION_API_UPLOAD_IDLE_SECONDS", "10", "A streaming upload that sends nothing this long ends "
-                 "with 408 and its connection closed."),
+        Variable("INGESTION_API_UPLOAD_IDLE_SECONDS", "10", "A request body (a streaming upload or a JSON body) that "
+                 "sends nothing this long ends with 408 and its connection closed."),
         Variable("INGESTION_API_UPLOAD_MIN_BYTES_PER_SECOND", "16384", "After the idle time, an upload slower than "
                  "this on average ends with 408 (0: no minimum)."),
+        Variable("INGESTION_API_HEADER_TIMEOUT_SECONDS", "10", "A connection whose request line and headers are not "
+                 "complete this long after it opened (or after its previous response) gets 408 and is closed; "
+                 "headers over 64 KiB get 431."),
         Variable("INGESTION_UPLOAD_BUCKET", "none", "Where presigned uploads land."),
         Variable("INGESTION_UPLOAD_S3_ENDPOINT", "AWS", "The presigned-upload bucket's endpoint, if not AWS."),
         Variable("INGESTION_ALLOWED_S3_ENDPOINTS", "none (AWS only)", "Comma-separated endpoints a tenant may give "

@@ -199,8 +199,9 @@ class ApiSettings:
     jwt_secret: str | None = None
     jwt_expiry_hours: float = 24.0
     max_inflight_uploads: int = 8
-    upload_idle_seconds: float = 10.0  # a streaming upload silent this long ends with 408
+    upload_idle_seconds: float = 10.0  # a request body (an upload's or a JSON one) silent this long ends with 408
     upload_min_bytes_per_second: float = 16 * 1024  # and one slower than this on average, after the idle time
+    header_timeout_seconds: float = 10.0  # a request's headers not complete this long after the connection: 408
     upload_bucket: str | None = None  # presigned uploads land here
     upload_s3_endpoint: str | None = None  # None: the AWS environment
     upload_prefix: str = "api-uploads/"
@@ -242,6 +243,8 @@ def load_api_settings() -> ApiSettings:
         upload_idle_seconds=_env("INGESTION_API_UPLOAD_IDLE_SECONDS", 10.0, _positive, "a number of seconds above 0"),
         upload_min_bytes_per_second=_env("INGESTION_API_UPLOAD_MIN_BYTES_PER_SECOND", 16384.0, _not_negative,
                                          "a number of bytes per second, 0 or more"),
+        header_timeout_seconds=_env("INGESTION_API_HEADER_TIMEOUT_SECONDS", 10.0, _positive,
+                                    "a number of seconds above 0"),
         upload_bucket=os.environ.get("INGESTION_UPLOAD_BUCKET") or None,
         upload_s3_endpoint=os.environ.get("INGESTION_UPLOAD_S3_ENDPOINT") or None,
         allowed_s3_endpoints=tuple(

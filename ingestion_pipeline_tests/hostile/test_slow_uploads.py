@@ -33,7 +33,7 @@ def _stall(url: str, token: str) -> socket.socket:
     return sock
 
 
-def _answer(sock: socket.socket, within: float) -> tuple[int, bytes, bool]:
+def read_answer(sock: socket.socket, within: float) -> tuple[int, bytes, bool]:
     """(status, response bytes, whether the server closed the connection), read within ``within`` seconds."""
     sock.settimeout(within)
     data = b""
@@ -64,7 +64,7 @@ def test_stalled_uploads_get_408_and_do_not_starve_another_tenant(database_url, 
         started = time.monotonic()
         sockets = [_stall(server.url, attackers[i % 4]) for i in range(8)]
         time.sleep(0.5)
-        answers = [_answer(sock, within=0.3) for sock in sockets]
+        answers = [read_answer(sock, within=0.3) for sock in sockets]
         refused = [a for a in answers if a[0] == 429]
         held = [sock for sock, a in zip(sockets, answers, strict=True) if a[0] == 0]
         assert len(refused) == 4 and len(held) == 4, answers  # acme holds 4 of the 8 slots, no more
@@ -76,7 +76,7 @@ def test_stalled_uploads_get_408_and_do_not_starve_another_tenant(database_url, 
         assert time.monotonic() - started < IDLE_SECONDS  # while acme's connections still stall
 
         for sock in held:
-            status, data, closed = _answer(sock, within=IDLE_SECONDS + 10)
+            status, data, closed = read_answer(sock, within=IDLE_SECONDS + 10)
             assert status == 408 and b'"upload_too_slow"' in data, data
             assert closed or b"connection: close" in data.lower()
             sock.close()
@@ -102,7 +102,7 @@ def test_a_trickle_under_the_minimum_rate_is_dropped(database_url, tmp_path):
                 sock.sendall(b"x")
             except OSError:
                 break
-            status, data, _closed = _answer(sock, within=1.0)
+            status, data, _closed = read_answer(sock, within=1.0)
             if status:
                 break
         assert status == 408 and b"bytes/s, under the minimum" in data, data
