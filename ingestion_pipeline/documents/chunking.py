@@ -156,13 +156,23 @@ def _split_oversized(el: Element, tokens: int, target: int, hard_max: int, count
     return [_Piece(t, n, el.type, el.page_number, el.section_path) for t, n in zip(texts, counts, strict=True)]
 
 
+class TooManyTokens(ValueError):
+    """The file's text holds more tokens than ``max_tokens``; counting stopped there, before any chunk was made."""
+
+    def __init__(self, counted: int, limit: int) -> None:
+        super().__init__(f"the file holds more than {limit:,} tokens ({counted:,} counted before stopping)")
+        self.counted, self.limit = counted, limit
+
+
 def chunk_elements(
-    elements: list[Element], counter: TokenCounter, *, target: int, hard_max: int
+    elements: list[Element], counter: TokenCounter, *, target: int, hard_max: int, max_tokens: int | None = None
 ) -> list[Chunk]:
+    """The file's chunks; with ``max_tokens``, ``TooManyTokens`` as soon as the count passes it (a text bomb is
+    refused after counting a batch past the limit, not after chunking all of it)."""
     if target > hard_max:
         raise ValueError("target tokens must not exceed the hard cap")
     elements = [piece for el in elements for piece in _segments(el)]
-    element_tokens = _count_in_batches(counter, [el.text for el in elements])
+    element_tokens = _count_in_batches(counter, [el.text for el in elements], max_tokens)
     packer = _Packer(target, hard_max)
     for el, tokens in zip(elements, element_tokens, strict=True):
         if el.type == TITLE:
@@ -228,16 +238,20 @@ def _segments(element: Element) -> list[Element]:
     return [replace(element, text=piece) for piece in _cut_at_spaces(text, MAX_SEGMENT_CHARS)]
 
 
-def _count_in_batches(counter: TokenCounter, texts: list[str]) -> list[int]:
+def _count_in_batches(counter: TokenCounter, texts: list[str], max_tokens: int | None = None) -> list[int]:
     """Token counts of ``texts``, encoded a batch of about ``COUNT_BATCH_CHARS`` characters at a time."""
     counts: list[int] = []
-    start = size = 0
+    start = size = total = 0
     for index, text in enumerate(texts):
         size += len(text)
-        if size >= COUNT_BATCH_CHARS:
-            counts += counter.count_many(texts[start:index + 1])
+        if size >= COUNT_BATCH_CHARS or index == len(texts) - 1:
+            batch = counter.count_many(texts[start:index + 1])
+            counts += batch
+            total += sum(batch)
+            if max_tokens is not None and total > max_tokens:
+                raise TooManyTokens(total, max_tokens)
             start, size = index + 1, 0
-    return counts + counter.count_many(texts[start:])
+    return counts
 
 
 def _cut_at_spaces(text: str, limit: int) -> list[str]:

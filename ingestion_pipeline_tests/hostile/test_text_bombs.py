@@ -74,3 +74,19 @@ def test_a_file_over_the_chunk_limit_fails_with_the_setting_to_raise(database, d
     [row] = table(db, "SELECT * FROM ingestion_runs")
     assert (row["status"], row["error_code"]) == ("failed", "file_too_much_text"), row
     assert "over the limit of 10 chunks" in row["error"] and "INGESTION_MAX_CHUNKS_PER_FILE" in row["error"]
+
+
+def test_a_file_over_the_token_limit_fails_with_the_setting_to_raise(database, db, tmp_path, monkeypatch):
+    import dagster as dg
+
+    from ingestion_pipeline_tests.helpers import ingest
+
+    long_note = tmp_path / "long.md"
+    long_note.write_text("\n\n".join(f"## Part {i}\n\n" + " ".join(paragraphs(1500, i)) for i in range(40)))
+    monkeypatch.setenv("INGESTION_MAX_TOKENS_PER_FILE", "2000")
+    with dg.instance_for_test() as instance:
+        ingest(instance, database, "acme", long_note)
+    [row] = table(db, "SELECT * FROM ingestion_runs")
+    assert (row["status"], row["error_code"], row["attempts"]) == ("failed", "file_too_much_text", 1), row
+    assert "more than 2,000 tokens" in row["error"] and "INGESTION_MAX_TOKENS_PER_FILE" in row["error"], row
+    assert table(db, "SELECT * FROM staging_chunks") == []

@@ -2,7 +2,9 @@
 became one 19 MB chunk of "1 token"), and Markdown nested past the parser's limit (a 2,000-level list kept 9
 of its 2,000 items while the file "succeeded")."""
 
-from ingestion_pipeline.documents.chunking import MAX_CHUNK_CHARS, chunk_elements, effective_budgets
+import pytest
+
+from ingestion_pipeline.documents.chunking import MAX_CHUNK_CHARS, TooManyTokens, chunk_elements, effective_budgets
 from ingestion_pipeline.documents.extraction.elements import Element, Kind
 from ingestion_pipeline.documents.extraction.markdown import extract_markdown
 from ingestion_pipeline_tests.helpers import shared_embedder
@@ -39,3 +41,19 @@ def test_markdown_nested_past_the_parser_limit_keeps_every_line(tmp_path):
     shallow = tmp_path / "shallow.md"
     shallow.write_text("# Title\n\n" + "".join("  " * i + f"- item {i}\n" for i in range(8)))
     assert extract_markdown(shallow).notes == []
+
+
+def test_counting_stops_at_the_token_limit_before_chunking(monkeypatch):
+    """A file over ``INGESTION_MAX_TOKENS_PER_FILE`` is refused after the batch of text that passes the limit,
+    not after all of it is counted and chunked (a 20 M-character text took minutes before its refusal)."""
+    counter = shared_embedder().token_counter
+    target, hard_max = effective_budgets(200, 256, counter)
+    counted: list[int] = []
+    count_many = counter.count_many
+    monkeypatch.setattr(counter, "count_many", lambda texts: counted.append(len(texts)) or count_many(texts))
+    paragraph = "The ferry leaves at seven and arrives at nine, weather permitting. " * 20
+    elements = [Element(Kind.NARRATIVE_TEXT, paragraph) for _ in range(5_000)]  # ~6.7 M characters
+    with pytest.raises(TooManyTokens) as refused:
+        chunk_elements(elements, counter, target=target, hard_max=hard_max, max_tokens=100_000)
+    assert refused.value.counted > 100_000 and "more than 100,000 tokens" in str(refused.value)
+    assert sum(counted) < len(elements) / 2  # stopped early: most of the text was never counted

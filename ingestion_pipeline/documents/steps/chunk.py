@@ -8,7 +8,7 @@ import time
 from ingestion_pipeline.core.failures import classify
 from ingestion_pipeline.core.progress import Progress
 from ingestion_pipeline.documents import file_ledger, staging
-from ingestion_pipeline.documents.chunking import Chunk, chunk_elements, effective_budgets
+from ingestion_pipeline.documents.chunking import Chunk, TooManyTokens, chunk_elements, effective_budgets
 from ingestion_pipeline.documents.extraction.elements import Element
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.steps.runner import (
@@ -108,12 +108,16 @@ class ChunkStep(StepRunner):
         counter = self.embedder.token_counter
         target, hard_max = effective_budgets(self.settings.chunk.target_tokens, self.settings.chunk.max_tokens,
                                              counter)
-        chunks = chunk_elements(elements, counter, target=target, hard_max=hard_max)
+        limits = self.settings.limits
+        try:
+            chunks = chunk_elements(elements, counter, target=target, hard_max=hard_max, max_tokens=limits.max_tokens)
+        except TooManyTokens as exc:
+            raise ExtractionError(f"{exc}, over the limit of {limits.max_tokens:,} tokens "
+                                  "(INGESTION_MAX_TOKENS_PER_FILE raises it)", code="file_too_much_text") from exc
         if not chunks:
             raise ExtractionError("the file produced no text chunks", code="no_chunks")
         stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
                  "max_chunk_tokens": max(c.token_count for c in chunks)}
-        limits = self.settings.limits
         if stats["chunks"] > limits.max_chunks or stats["tokens"] > limits.max_tokens:
             raise ExtractionError(
                 f"the file makes {stats['chunks']:,} chunks of {stats['tokens']:,} tokens, over the limit of "
