@@ -19,6 +19,7 @@ from ingestion_pipeline.defs.documents.assets import (
     promoted_documents,
     raw_documents,
 )
+from ingestion_pipeline.defs.documents.fingerprints import fingerprints_current
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import default_resources
 from ingestion_pipeline.documents.batching import assign_queued_to_batches
@@ -34,7 +35,8 @@ needs_tesseract = pytest.mark.skipif(
     and not os.environ.get("INGESTION_REQUIRE_OCR"),
     reason="Tesseract is not installed (make installs it where it can: apt-get install tesseract-ocr)")
 
-DOCUMENT_ASSETS = [raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents]
+DOCUMENT_ASSETS = [raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents,
+                   fingerprints_current]
 
 
 @functools.cache
@@ -69,7 +71,8 @@ def test_resources(**overrides) -> dict:
 
 
 def materialize_batch(
-    instance: dg.DagsterInstance, partition_key: str, *, raise_on_error: bool = True, resources: dict | None = None
+    instance: dg.DagsterInstance, partition_key: str, *, raise_on_error: bool = True, resources: dict | None = None,
+    tags: dict[str, str] | None = None,
 ) -> dg.ExecuteInProcessResult:
     if partition_key not in instance.get_dynamic_partitions(document_batches.name):
         instance.add_dynamic_partitions(document_batches.name, [partition_key])
@@ -79,6 +82,7 @@ def materialize_batch(
         instance=instance,
         resources=test_resources(**(resources or {})),
         raise_on_error=raise_on_error,
+        tags=tags,
     )
 
 
@@ -107,6 +111,11 @@ def code_location() -> dg.Definitions:
 def document_batch_job() -> dg.JobDefinition:
     """For ``dg.reconstructable``: Dagster's re-execution rebuilds the job from this function."""
     return code_location().resolve_job_def("document_batch_job")
+
+
+def metric_upload_job() -> dg.JobDefinition:
+    """For ``dg.reconstructable``, as ``document_batch_job``."""
+    return code_location().resolve_job_def("metric_upload_job")
 
 
 def process_in_process(instance: dg.DagsterInstance, database: Database) -> list:

@@ -86,7 +86,7 @@ def classify(exc: BaseException) -> FailureInfo:
         if s3 is not None:
             return s3
     return FailureInfo("unexpected_error", f"{type(exc).__name__}: {exc}", False,
-                       "a bug or an unexpected input; `ingestion-pipeline retry RUN_ID` once it is fixed")
+                       "a bug or an unexpected input; `ingestion-pipeline retry` once it is fixed")
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -49,8 +49,10 @@ def create_queued_file(
     return row["run_id"]
 
 
-def claim(conn: psycopg.Connection, worker: Worker, partition_key: str, *, replay_finished: bool) -> list[dict]:
-    return ledger.claim(conn, DOCUMENT_FILES, worker, partition_key=partition_key, replay_finished=replay_finished)
+def claim(conn: psycopg.Connection, worker: Worker, partition_key: str, *, replay_finished: bool,
+          replay_failed: bool = False) -> list[dict]:
+    return ledger.claim(conn, DOCUMENT_FILES, worker, partition_key=partition_key, replay_finished=replay_finished,
+                        replay_failed=replay_failed)
 
 
 def held_rows(conn: psycopg.Connection, partition_key: str, owner: str) -> list[dict]:

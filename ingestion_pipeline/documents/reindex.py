@@ -172,6 +172,13 @@ def queue_stale_in_partition(conn: psycopg.Connection, partition_key: str,
     return plan
 
 
+def active_fingerprints(conn: psycopg.Connection) -> list[str]:
+    """The distinct fingerprints of the active versions: it changes when a new pipeline's versions appear
+    and when the last version of an old one is re-indexed (what the fingerprint sensor watches)."""
+    return [r["pipeline_fingerprint"] for r in conn.execute(
+        "SELECT DISTINCT pipeline_fingerprint FROM document_versions WHERE is_active ORDER BY 1").fetchall()]
+
+
 def stale_counts(conn: psycopg.Connection, fingerprint_for: FingerprintFor) -> dict[str, int]:
     """For the `fingerprints_current` check: how many active versions are stale, per tenant too."""
     plan = find_versions(conn, fingerprint_for)

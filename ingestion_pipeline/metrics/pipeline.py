@@ -91,16 +91,27 @@ def _held(db: Database, partition_key: str, owner: str) -> MetricUpload | None:
     return upload
 
 
+def holds(db: Database, partition_key: str, owner: str) -> bool:
+    """Whether ``owner`` still holds the partition's upload (a re-execution continues it)."""
+    with db.connection() as conn:
+        upload = upload_for_partition(conn, partition_key)
+    return upload.owner == owner and upload.status in METRIC_UPLOADS.working
+
+
 def claim_upload(db: Database, partition_key: str, worker: Worker, policy: ReliabilitySettings, *,
-                 replay_finished: bool = False) -> MetricUpload | None:
+                 replay_finished: bool = False, replay_failed: bool = False) -> MetricUpload | None:
     """pending (or held by this owner, or abandoned) -> processing; the stored file must match its SHA-256.
 
     Returns None when the upload is not this run's: already promoted, held by a live run, waiting
-    for its next attempt, or paused.
+    for its next attempt, or paused. ``replay_finished`` (a person's launch; ``ledger.claim`` says what it
+    replays) raises ``NothingToDo`` instead, with the upload's state and what to run instead.
     """
     with db.transaction() as conn:
         claimed = ledger.claim(conn, METRIC_UPLOADS, worker, partition_key=partition_key,
-                               replay_finished=replay_finished)
+                               replay_finished=replay_finished, replay_failed=replay_failed)
+        if replay_finished and not claimed:
+            raise ledger.nothing_to_do(conn, METRIC_UPLOADS, partition_key, noun="upload",
+                                       retry_hint="ingestion-pipeline retry --upload UPLOAD_ID")
     if not claimed:
         return None
     upload = MetricUpload.from_row(claimed[0])

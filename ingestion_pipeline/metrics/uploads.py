@@ -48,6 +48,7 @@ class MetricUpload:
     promoted_rows: int | None = None
     unpromotable_rows: int | None = None
     error: str | None = None
+    error_code: str | None = None
     partition_key: str | None = None
 
     @classmethod
@@ -253,6 +254,16 @@ def upload_errors(
             ORDER BY s.row_index LIMIT %(limit)s OFFSET %(offset)s""",
         {"id": upload_id, "ws": workspace_id, "limit": limit, "offset": offset},
     ).fetchall()
+
+
+def error_kinds(conn: psycopg.Connection, upload_id: int, *, limit: int = 20) -> list[dict]:
+    """Why an upload's rows were invalid: (field, kind of error, rows), most frequent first. The kind is the
+    message without the row's value in parentheses, so "out of range (12; ...)" and "(13; ...)" count together."""
+    return conn.execute(
+        """SELECT e->>'field' AS field, split_part(e->>'error', ' (', 1) AS kind, count(*) AS rows
+             FROM staging_rows s CROSS JOIN LATERAL jsonb_array_elements(s.validation_errors) e
+            WHERE s.upload_id = %s AND s.validation_status <> 'valid'
+            GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT %s""", (upload_id, limit)).fetchall()
 
 
 def count_upload_errors(conn: psycopg.Connection, upload_id: int) -> int:

@@ -187,7 +187,44 @@ mutation($params: LaunchBackfillParams!) {
 _ASSETS = ["raw_documents", "document_elements", "document_chunks", "chunk_embeddings", "promoted_documents"]
 
 
-def _backfill(port: int, partition_key: str, instance, proc, log_path: Path):
+_REEXECUTE = """
+mutation($params: ReexecutionParams!) {
+  launchPipelineReexecution(reexecutionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+  }
+}"""
+_STALE = """
+query($partition: String) {
+  assetNodeOrError(assetKey: {path: ["promoted_documents"]}) {
+    ... on AssetNode { staleStatus(partition: $partition) staleCauses(partition: $partition) { reason } }
+  }
+}"""
+
+
+def _reexecute(port: int, parent_run_id: str, strategy: str, instance, proc, log_path: Path):
+    """What the UI's "Re-execute" (from failure, or all steps) launches; the re-execution once it has ended."""
+    launched = _graphql(port, _REEXECUTE, {"params": {"parentRunId": parent_run_id, "strategy": strategy,
+                                                      "useParentRunTags": True}})["launchPipelineReexecution"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+
+    def finished():
+        run = instance.get_run_by_id(run_id)
+        return run if run is not None and run.is_finished else None
+
+    return _wait(finished, 300, proc, log_path, f"re-execution {run_id}")
+
+
+def _step_failures(instance, run_id: str) -> list[str]:
+    from dagster import DagsterEventType
+
+    return [e.dagster_event.step_failure_data.user_failure_data.description
+            for e in instance.all_logs(run_id, of_type=DagsterEventType.STEP_FAILURE)]
+
+
+def _backfill(port: int, partition_key: str, instance, proc, log_path: Path, *, succeeds: bool = True):
     """What the UI's "Materialize selected" over a partition launches: an asset backfill, run by the daemon.
     Returns the backfill's run once it has ended (the backfill itself is marked done a daemon tick later)."""
     from dagster import DagsterRunStatus, RunsFilter
@@ -203,20 +240,22 @@ def _backfill(port: int, partition_key: str, instance, proc, log_path: Path):
         return runs[0] if runs and runs[0].is_finished else None
 
     run = _wait(finished, 420, proc, log_path, f"the run of backfill {backfill_id}")
-    assert run.status == DagsterRunStatus.SUCCESS and run.tags.get("dagster/partition") == partition_key
+    expected = DagsterRunStatus.SUCCESS if succeeds else DagsterRunStatus.FAILURE
+    assert run.status == expected and run.tags.get("dagster/partition") == partition_key
     return run
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_current(
+def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_nothing_to_do(
         database_url, project_dagster_home, db, corpus_dir, tmp_path, monkeypatch):
-    """A backfill launched as the UI does (GraphQL `launchPartitionBackfill`, the daemon runs it) over a
-    batch ingested before a chunker change re-indexes its documents; a second one changes nothing and
-    reports them `current`."""
+    """Through Dagster's GraphQL API, as the UI does it. After a chunker change the batch shows stale before any
+    run (its code version changed); a backfill (`launchPartitionBackfill`, run by the daemon) re-indexes its
+    documents; a second backfill, and re-executions of it from failure and of all steps
+    (`launchPipelineReexecution`), have nothing to do: each fails and says why, none runs green on nothing."""
     from contextlib import ExitStack
 
-    from dagster import DagsterInstance
+    from dagster import DagsterInstance, DagsterRunStatus
 
     cli = str(Path(sys.executable).parent / "ingestion-pipeline")
     docs = corpus_dir / "documents"
@@ -244,6 +283,9 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_current(
 
         _wait(ready, 240, proc, log_path, "the webserver")
         instance = stack.enter_context(DagsterInstance.from_config(str(project_dagster_home)))
+        stale = _graphql(port, _STALE, {"partition": key})["assetNodeOrError"]
+        assert stale["staleStatus"] == "STALE", stale  # shown before any run: the code version changed
+        assert any("code version" in c["reason"] for c in stale["staleCauses"]), stale
         _backfill(port, key, instance, proc, log_path)
         reindexed = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex' ORDER BY run_id")
         assert len(reindexed) == 2 and {r["status"] for r in reindexed} == {"succeeded"}, reindexed
@@ -252,15 +294,18 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_current(
             assert active[doc_id]["version_number"] == 2
             assert active[doc_id]["pipeline_fingerprint"] != old["pipeline_fingerprint"]
 
-        second = _backfill(port, key, instance, proc, log_path)  # nothing changed since: a no-op that says so
+        assert _graphql(port, _STALE, {"partition": key})["assetNodeOrError"]["staleStatus"] == "FRESH"
+
+        second = _backfill(port, key, instance, proc, log_path, succeeds=False)  # nothing changed since
+        [message] = _step_failures(instance, second.run_id)
+        assert message.startswith(f"nothing to do in partition {key}: 4 succeeded") and "no version is stale" in message
+        for strategy in ("FROM_FAILURE", "ALL_STEPS"):
+            again = _reexecute(port, second.run_id, strategy, instance, proc, log_path)
+            assert again.status == DagsterRunStatus.FAILURE and again.parent_run_id == second.run_id
+            assert again.tags.get("dagster/partition") == key
+            assert _step_failures(instance, again.run_id) == [message], strategy
         assert len(table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex'")) == 2
         assert len(table(db, "SELECT * FROM document_versions")) == 4
-        [event] = [e for e in instance.all_logs(second.run_id) if e.dagster_event
-                   and e.dagster_event.is_step_materialization and e.step_key == "raw_documents"]
-        materialization = event.dagster_event.step_materialization_data.materialization
-        files = materialization.metadata["files"].value.records
-        assert materialization.partition == key
-        assert {f.data["outcome"] for f in files} == {"current"} and len(files) == 4  # 2 uploads + 2 re-indexes
     finally:
         stack.close()
         _stop(proc)

@@ -49,9 +49,13 @@ def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database
     assert files["password.pdf"]["outcome"] == "failed"
     assert "password-protected" in files["password.pdf"]["detail"]
 
-    checks = result.get_asset_check_evaluations()
-    assert len(checks) == 4 and all(c.passed for c in checks)  # fingerprints_current too: nothing is stale
-    assert all(c.metadata["checked_nothing"].value is False for c in checks)
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert len(checks) == 5
+    assert all(c.passed for name, c in checks.items() if name != "no_failed_files")  # nothing is stale either
+    failed = checks["no_failed_files"]  # the failed file is visible at batch level: a warning with its reason
+    assert not failed.passed and failed.severity == dg.AssetCheckSeverity.WARN
+    assert failed.description == "files failed in this batch: 1 — failed: pdf_password_protected (1)"
+    assert "ingestion-pipeline retry FILE_ID" in failed.metadata["what_to_do"].value
 
     # the failed file kept its raw upload, the promoted ones had theirs removed
     kept = [r["raw_path"] for r in runs.values() if r["status"] == "failed"]
@@ -64,7 +68,7 @@ def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database
     assert counts["chunks"] == counts["e"] == counts["f"] > 0
 
 
-def test_rematerializing_a_batch_is_idempotent_and_retries_failures(instance, database, db, corpus_dir, tmp_path):
+def test_rematerializing_a_batch_replays_failed_files_only_when_asked(instance, database, db, corpus_dir, tmp_path):
     bad = tmp_path / "notes.txt"
     bad.write_text("   \n\n  ")
     submit(database, "acme", corpus_dir / "documents" / "fake-memo.pdf", bad)
@@ -74,8 +78,15 @@ def test_rematerializing_a_batch_is_idempotent_and_retries_failures(instance, da
     failed = table(db, "SELECT run_id, attempts FROM ingestion_runs WHERE status = 'failed'")
     assert len(failed) == 1
 
-    second = materialize_batch(instance, key)  # a UI backfill of the same partition
-    assert second.success
+    second = materialize_batch(instance, key, raise_on_error=False)  # a UI backfill of the same partition
+    assert not second.success  # not green on nothing: the run says why and what to run instead
+    [failure] = [e for e in second.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    message = failure.step_failure_data.user_failure_data.description
+    assert "1 failed (file_whitespace_only" in message and "ingestion/replay_failed=true" in message, message
+    assert table(db, "SELECT run_id, attempts FROM ingestion_runs WHERE status = 'failed'") == failed
+
+    asked = materialize_batch(instance, key, tags={"ingestion/replay_failed": "true"})
+    assert asked.success
     assert table(db, "SELECT count(*) AS n FROM chunks")[0]["n"] == before
     assert len(table(db, "SELECT * FROM document_versions")) == 1
     retried = table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", failed[0]["run_id"])[0]
@@ -133,7 +144,8 @@ def test_failed_promotion_leaves_previous_version_served(instance, database, db,
     assert failed["status"] == "failed" and "simulated crash during promotion" in failed["error"]
 
     monkeypatch.setattr(promotion, "discard", original_discard)
-    materialize_batch(instance, key)  # the retry resumes from staging: nothing re-extracted or re-embedded
+    # the cause is fixed: a person replays the failed file; it resumes from staging (nothing re-extracted)
+    materialize_batch(instance, key, tags={"ingestion/replay_failed": "true"})
     retried = table(db, "SELECT * FROM ingestion_runs WHERE partition_key = %s", key)[0]
     assert retried["status"] == "succeeded"
     active = table(db, "SELECT * FROM document_versions WHERE is_active")

@@ -191,8 +191,10 @@ def test_retried_run_and_duplicate_tick_make_one_event(instance, database, db, t
         run_upload(instance, submitted.partition_key)
         assert metric_upload_sensor(context).run_requests == []  # no longer pending
     snapshot = table(db, "SELECT * FROM daily_metrics ORDER BY ad_id, date")
-    retried = run_upload(instance, submitted.partition_key)  # a retried / re-materialised run
-    assert retried.success
+    again = run_upload(instance, submitted.partition_key)  # a person re-materialises the promoted upload
+    assert not again.success  # not green on nothing: it says the upload is done
+    [failure] = [e for e in again.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert "everything is done" in failure.step_failure_data.user_failure_data.description
     assert table(db, "SELECT * FROM daily_metrics ORDER BY ad_id, date") == snapshot  # nothing changed
     assert len(table(db, "SELECT * FROM ingestion_events")) == 1
     assert len(table(db, "SELECT * FROM staging_rows")) == 12  # not staged twice
@@ -296,7 +298,9 @@ def test_a_failed_upload_is_not_run_again_by_automation(instance, database, db, 
     assert not run_upload(instance, submitted.partition_key).success
     staged = table(db, "SELECT count(*) AS n FROM staging_rows")[0]["n"]
     again = run_upload(instance, submitted.partition_key, tags={"dagster/sensor_name": "metric_upload_sensor"})
-    assert again.success  # nothing to do: the upload is not this run's
+    assert not again.success  # the blocking check stays failed on a failed upload; nothing is promoted
+    [check] = again.get_asset_check_evaluations()
+    assert not check.passed and check.description.startswith("the upload failed: validation threshold missed")
     upload = upload_row(db, submitted.upload_id)
     assert (upload["status"], upload["error_code"], upload["attempts"]) == ("failed", "threshold_missed", 1)
     assert table(db, "SELECT count(*) AS n FROM staging_rows")[0]["n"] == staged

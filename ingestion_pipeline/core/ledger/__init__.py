@@ -24,7 +24,8 @@ transition appends a ``ledger_history`` row in the same transaction.
 
 The mechanism is split by what it does: ``tables`` (the kinds of work, ``Worker``, history), ``claims``
 (claim, hold, heartbeat, advance, finish), ``retries`` (fail, release, expired leases, a run's end) and
-``replay`` (requeue, cancel). Callers use this package's names: ``ledger.claim(...)``.
+``replay`` (requeue, cancel); ``work_left`` says what a partition holds when a person's run finds nothing to do
+in it. Callers use this package's names: ``ledger.claim(...)``.
 """
 
 from ingestion_pipeline.core.ledger.claims import (
@@ -63,10 +64,12 @@ from ingestion_pipeline.core.ledger.tables import (
     record,
     table_sql,
 )
+from ingestion_pipeline.core.ledger.work_left import REPLAY_FAILED_TAG, NothingToDo, nothing_to_do, partition_states
 
 __all__ = [
-    "DOCUMENT_FILES", "METRIC_UPLOADS", "TABLES", "LeaseLost", "LedgerTable", "Worker", "advance", "any_unfinished",
-    "cancel", "claim", "expire_leases", "extend_leases", "fail", "fail_unclaimed", "field_assignments", "finalize_run",
-    "finish", "heartbeat", "heartbeat_many", "held_by", "history", "hold", "hold_many", "record",
-    "relaunch_stale_queued", "release", "requeue", "select_replayable", "states", "table_sql", "update_fields",
+    "DOCUMENT_FILES", "METRIC_UPLOADS", "REPLAY_FAILED_TAG", "TABLES", "LeaseLost", "LedgerTable", "NothingToDo",
+    "Worker", "advance", "any_unfinished", "cancel", "claim", "expire_leases", "extend_leases", "fail",
+    "fail_unclaimed", "field_assignments", "finalize_run", "finish", "heartbeat", "heartbeat_many", "held_by",
+    "history", "hold", "hold_many", "nothing_to_do", "partition_states", "record", "relaunch_stale_queued",
+    "release", "requeue", "select_replayable", "states", "table_sql", "update_fields",
 ]

@@ -14,15 +14,17 @@ from ingestion_pipeline.core.ledger.tables import TABLES, LeaseLost, LedgerTable
 
 
 def claim(conn: psycopg.Connection, t: LedgerTable, worker: Worker, *, partition_key: str,
-          replay_finished: bool = False) -> list[dict]:
+          replay_finished: bool = False, replay_failed: bool = False) -> list[dict]:
     """Claim the partition's rows this worker may work on; return them (with ``claim_event``).
 
     Claimable: queued and due; held by this owner already (a re-execution); held by another owner
     whose lease expired, unless its attempts are spent (a file that keeps killing its workers ends in
-    dead_letter through ``expire_leases`` instead of killing the next one); with ``replay_finished``
-    (a person re-materialised the partition) also failed and dead-lettered rows, with a fresh retry
-    budget. Rows of a paused tenant or source are left.
+    dead_letter through ``expire_leases`` instead of killing the next one). With ``replay_finished`` (a
+    person launched the partition's run) also queued rows still waiting for their backoff, and dead-lettered
+    rows with a fresh retry budget; with ``replay_failed`` as well, permanently failed rows (only when asked:
+    they failed for a reason a new attempt does not change). Rows of a paused tenant or source are left.
     """
+    replayable = [t.dead_letter, *([t.failed] if replay_failed else [])] if replay_finished else []
     rows = conn.execute(
         table_sql("""
         WITH candidate AS (
@@ -32,7 +34,7 @@ def claim(conn: psycopg.Connection, t: LedgerTable, worker: Worker, *, partition
               LEFT JOIN ingestion_sources src ON src.source_id = w.source_id
              WHERE w.partition_key = %(partition)s
                AND NOT coalesce(tn.paused, false) AND NOT coalesce(src.paused, false)
-               AND (   (w.status = %(queued)s AND w.next_attempt_at <= now())
+               AND (   (w.status = %(queued)s AND (w.next_attempt_at <= now() OR %(replay)s))
                     OR (w.status = ANY(%(working)s)
                         AND (w.owner = %(owner)s OR w.owner IS NULL
                              OR (w.lease_expires_at < now()
@@ -56,7 +58,7 @@ def claim(conn: psycopg.Connection, t: LedgerTable, worker: Worker, *, partition
                             WHEN c.previous_owner = %(owner)s THEN 'adopted'
                             ELSE 'taken_over' END AS claim_event""", t),
         {"partition": partition_key, "queued": t.queued, "working": list(t.working), "owner": worker.owner,
-         "replay": replay_finished, "replayable": [t.failed, t.dead_letter], "claimed": t.working[0],
+         "replay": replay_finished, "replayable": replayable, "claimed": t.working[0],
          "run": worker.dagster_run_id, "lease": worker.lease_seconds, "max_attempts": worker.max_attempts},
     ).fetchall()
     for event in ("claimed", "adopted", "taken_over", "replayed"):

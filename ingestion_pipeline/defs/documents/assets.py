@@ -9,7 +9,15 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from ingestion_pipeline.defs.ledger.steps import launched_by_a_person, retrying_transient_errors
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES, NothingToDo, partition_states
+from ingestion_pipeline.defs.documents.fingerprints import code_versions
+from ingestion_pipeline.defs.ledger.steps import (
+    first_step_run,
+    launched_by_a_person,
+    nothing_to_do,
+    replays_failed,
+    retrying_transient_errors,
+)
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import (
     HeartbeatResource,
@@ -19,11 +27,13 @@ from ingestion_pipeline.defs.resources import (
     build_document_pipeline,
 )
 from ingestion_pipeline.defs.s3_resource import S3Resource
-from ingestion_pipeline.documents import integrity, reindex
+from ingestion_pipeline.documents import integrity
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report
 
 GROUP = "documents"
+INTEGRITY_CHECKS = ("one_active_version_per_document", "embeddings_match_chunks", "no_version_without_chunks")
+CODE_VERSIONS = code_versions()  # read once, as the code location loads (fingerprints.py)
 
 
 def _files_table(outcomes: list[FileOutcome]) -> dg.TableMetadataValue:
@@ -62,16 +72,58 @@ def _log_failures(context: dg.AssetExecutionContext, outcomes: list[FileOutcome]
             context.log.warning(f"{o.filename} (file {o.file_id}) failed: {o.detail}")
 
 
+def _failed_files_check(failed: list[dict]) -> dg.AssetCheckResult:
+    """WARN when files of the batch failed or were dead-lettered: the run stays green (the others were
+    promoted), the check says how many, why, and what to run."""
+    total = sum(st["n"] for st in failed)
+    reasons = {f"{st['status']}: {code}": st["n"] for st in failed for code in (st["codes"] or ["unknown"])}
+    return dg.AssetCheckResult(
+        check_name="no_failed_files", passed=total == 0, severity=dg.AssetCheckSeverity.WARN,
+        description=(f"files failed in this batch: {total} — " + ", ".join(f"{k} ({v})" for k, v in reasons.items())
+                     if total else "no file of this batch failed"),
+        metadata={"failed_files": total, "reasons": dg.MetadataValue.json(reasons),
+                  **({"what_to_do": "`ingestion-pipeline files --status failed` shows each file's error and "
+                                    "suggestion; fix the cause, then `ingestion-pipeline retry FILE_ID` (failed) or "
+                                    "`ingestion-pipeline retry --dead-letter`"} if total else {})},
+    )
+
+
 def _sum(outcomes: list[FileOutcome], key: str) -> int:
     return sum(o.stats.get(key, 0) for o in outcomes)
 
 
 StepWork = Callable[[DocumentPipeline, dg.AssetExecutionContext], list[FileOutcome]]
 
+# Each step's work, in the batch's order.
+STEPS: dict[str, StepWork] = {
+    "raw_documents": lambda pipeline, context: pipeline.claim_batch(
+        context.partition_key, replay_finished=launched_by_a_person(context.run),
+        replay_failed=replays_failed(context.run)),
+    "document_elements": lambda pipeline, context: pipeline.extract_batch(context.partition_key),
+    "document_chunks": lambda pipeline, context: pipeline.chunk_batch(context.partition_key),
+    "chunk_embeddings": lambda pipeline, context: pipeline.embed_batch(context.partition_key),
+    "promoted_documents": lambda pipeline, context: pipeline.promote_batch(context.partition_key),
+}
 
-def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds: set[str],
+
+def _with_catch_up(name: str, pipeline: DocumentPipeline, context: dg.AssetExecutionContext) -> list[FileOutcome]:
+    """``name``'s work; first, in a person's run that starts at ``name`` (a re-execution from failure) and no
+    longer holds the batch's files (the run-failure sensor handed them back), the claim and the steps before
+    it: the run re-drives the batch's remaining work as its owner (a file past a step skips it) or fails with
+    ``NothingToDo``, instead of running green on files it no longer holds."""
+    if (name != "raw_documents" and launched_by_a_person(context.run)
+            and first_step_run(context.run, STEPS) == name and not pipeline.holds_files(context.partition_key)):
+        context.log.info(f"a person's run starting at {name}: claiming the batch's remaining work first")
+        for earlier, work in STEPS.items():
+            if earlier == name:
+                break
+            _log_failures(context, work(pipeline, context))
+    return STEPS[name](pipeline, context)
+
+
+def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
                totals: tuple[str, ...] = (), fetches_from_s3: bool = False) -> dg.AssetsDefinition:
-    """A step that works the batch file by file: it calls ``work`` and reports every file's outcome.
+    """A step that works the batch file by file: it does ``STEPS[name]`` and reports every file's outcome.
 
     Only the step that fetches objects asks for the ``s3`` resource: Dagster builds a boto3 client for
     every step that requires it (~0.15 s each, five steps per run)."""
@@ -82,15 +134,17 @@ def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds
         pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, s3, heartbeat,
                                            progress_log=context.log.info)
         try:
-            outcomes = retrying_transient_errors(context, lambda: work(pipeline, context),
+            outcomes = retrying_transient_errors(context, lambda: _with_catch_up(name, pipeline, context),
                                                  settings.get().reliability.retry_backoff_seconds)
+        except NothingToDo as exc:
+            raise nothing_to_do(exc) from exc
         finally:
             pipeline.close()
         _log_failures(context, outcomes)
         return _result(outcomes, **{key: _sum(outcomes, key) for key in totals})
 
     asset = dg.asset(name=name, description=description, partitions_def=document_batches, group_name=GROUP,
-                     deps=deps, kinds=kinds)
+                     deps=deps, kinds=kinds, code_version=CODE_VERSIONS.get(name))
     if fetches_from_s3:
         @asset
         def fetch_step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
@@ -111,25 +165,22 @@ def _file_step(name: str, description: str, work: StepWork, *, deps: list, kinds
 
 raw_documents = _file_step(
     "raw_documents",
-    "The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current.",
-    lambda pipeline, context: pipeline.claim_batch(context.partition_key,
-                                                   replay_finished=launched_by_a_person(context.run)),
+    "The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current. A "
+    "person's launch also takes files waiting for a retry and dead-lettered ones (failed ones with the tag "
+    "ingestion/replay_failed=true), and fails when the batch has nothing left to do.",
     deps=[], kinds={"postgres", "s3"}, fetches_from_s3=True,
 )
 document_elements = _file_step(
     "document_elements", "Titles, paragraphs, list items and tables with page numbers and section paths (staging).",
-    lambda pipeline, context: pipeline.extract_batch(context.partition_key),
     deps=[raw_documents], kinds={"postgres"}, totals=("elements",),
 )
 document_chunks = _file_step(
     "document_chunks", "Structure-aware chunks within the embedding model's token budget (staging).",
-    lambda pipeline, context: pipeline.chunk_batch(context.partition_key),
     deps=[document_elements], kinds={"postgres"}, totals=("chunks", "tokens"),
 )
 chunk_embeddings = _file_step(
     "chunk_embeddings", "One vector per chunk; unchanged chunk text under the same model reuses its stored vector.",
-    lambda pipeline, context: pipeline.embed_batch(context.partition_key), deps=[document_chunks],
-    kinds={"pgvector"},
+    deps=[document_chunks], kinds={"pgvector"},
     totals=("embedded", "embeddings_reused", "model_ms"),
 )
 
@@ -139,6 +190,7 @@ chunk_embeddings = _file_step(
     group_name=GROUP,
     deps=[chunk_embeddings],
     kinds={"postgres", "pgvector"},
+    code_version=CODE_VERSIONS["promoted_documents"],
     check_specs=[
         dg.AssetCheckSpec("one_active_version_per_document", asset="promoted_documents",
                           description="every document promoted by this run has exactly one active version"),
@@ -146,9 +198,9 @@ chunk_embeddings = _file_step(
                           description="every promoted chunk has one vector of the model's dimension"),
         dg.AssetCheckSpec("no_version_without_chunks", asset="promoted_documents",
                           description="no promoted version is empty"),
-        dg.AssetCheckSpec("fingerprints_current", asset="promoted_documents",
-                          description="every active version (all tenants) was made by the current pipeline "
-                                      "fingerprint; a warning says a re-index (backfill) is due"),
+        dg.AssetCheckSpec("no_failed_files", asset="promoted_documents",
+                          description="no file of this batch failed or was dead-lettered; a warning gives the "
+                                      "reasons with their counts and what to run"),
     ],
 )
 def promoted_documents(
@@ -162,8 +214,11 @@ def promoted_documents(
     """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version."""
     pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, heartbeat=heartbeat,
                                        progress_log=context.log.info)
-    promoted = retrying_transient_errors(context, lambda: pipeline.promote_batch(context.partition_key),
-                                         settings.get().reliability.retry_backoff_seconds)
+    try:
+        promoted = retrying_transient_errors(context, lambda: _with_catch_up("promoted_documents", pipeline, context),
+                                             settings.get().reliability.retry_backoff_seconds)
+    except NothingToDo as exc:
+        raise nothing_to_do(exc) from exc
     _log_failures(context, promoted)
     with postgres.db.connection() as conn:
         every_file = batch_report(conn, context.partition_key)
@@ -173,32 +228,22 @@ def promoted_documents(
         multi = integrity.docs_without_exactly_one_active_version(conn, doc_ids)
         mismatched = integrity.versions_with_embedding_mismatch(conn, version_ids, pipeline.model.dimension)
         empty = integrity.versions_without_chunks(conn, version_ids)
-        stale = reindex.stale_counts(conn, pipeline.fingerprint_for)
-    # A check with nothing to look at says so, rather than passing silently.
-    nothing = {"checked_nothing": not doc_ids,
-               "note": "no file of this batch was promoted, so nothing was checked" if not doc_ids else "checked"}
-    checks = [
-        dg.AssetCheckResult(
-            check_name="one_active_version_per_document", passed=not multi,
-            metadata={"documents_checked": len(doc_ids), "violations": str(multi[:20]), **nothing},
-        ),
-        dg.AssetCheckResult(
-            check_name="embeddings_match_chunks", passed=not mismatched,
-            metadata={"versions_checked": len(version_ids), "violations": str(mismatched[:20]), **nothing},
-        ),
-        dg.AssetCheckResult(
-            check_name="no_version_without_chunks", passed=not empty,
-            metadata={"versions_checked": len(version_ids), "violations": str(empty[:20]), **nothing},
-        ),
-        dg.AssetCheckResult(
-            check_name="fingerprints_current", passed=stale["stale"] == 0, severity=dg.AssetCheckSeverity.WARN,
-            metadata={**stale, "current_fingerprint": pipeline.fingerprint, "checked_nothing": stale["active"] == 0,
-                      "note": "no active version to check" if stale["active"] == 0 else
-                      "current" if stale["stale"] == 0 else
-                      "run `ingestion-pipeline reindex` or backfill the batches from the UI; versions that need "
-                      "their file again are listed by `ingestion-pipeline reindex --dry-run`"},
-        ),
-    ]
+        failed = [st for st in partition_states(conn, DOCUMENT_FILES, context.partition_key)
+                  if st["status"] in (DOCUMENT_FILES.failed, DOCUMENT_FILES.dead_letter)]
+    checks = [_failed_files_check(failed)]
+    if doc_ids:
+        checks += [
+            dg.AssetCheckResult(check_name="one_active_version_per_document", passed=not multi,
+                                metadata={"documents_checked": len(doc_ids), "violations": str(multi[:20])}),
+            dg.AssetCheckResult(check_name="embeddings_match_chunks", passed=not mismatched,
+                                metadata={"versions_checked": len(version_ids), "violations": str(mismatched[:20])}),
+            dg.AssetCheckResult(check_name="no_version_without_chunks", passed=not empty,
+                                metadata={"versions_checked": len(version_ids), "violations": str(empty[:20])}),
+        ]
+    else:  # a check with nothing to look at is a warning that says so, never Passed
+        checks += [dg.AssetCheckResult(check_name=name, passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                       description="not checked: no file of this batch was promoted by this run")
+                   for name in INTEGRITY_CHECKS]
     files, counts = _file_metadata(every_file)
     return dg.MaterializeResult(
         metadata={

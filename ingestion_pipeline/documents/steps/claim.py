@@ -7,7 +7,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.hashing import file_sha256
+from ingestion_pipeline.core.ledger import DOCUMENT_FILES
 from ingestion_pipeline.core.upload_store import StoredFile
 from ingestion_pipeline.documents import file_ledger, reindex, staging
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
@@ -27,18 +29,24 @@ _FETCH_CONCURRENCY = 4
 
 
 class ClaimStep(StepRunner):
-    def claim_batch(self, partition_key: str, *, replay_finished: bool = False) -> list[FileOutcome]:
+    def claim_batch(self, partition_key: str, *, replay_finished: bool = False,
+                    replay_failed: bool = False) -> list[FileOutcome]:
         """Claim the batch's files, fetch S3 objects, verify each stored file, skip what is already current.
 
-        ``replay_finished``: a person re-materialised the batch, so failed and dead-lettered files are
-        tried again too (automatic runs leave them to ``retry``).
+        ``replay_finished``: a person launched the batch's run, so files waiting for their backoff and
+        dead-lettered ones are worked on now (automatic runs leave them to their schedule and to ``retry``),
+        permanently failed ones too with ``replay_failed``; and when there is nothing to work on the claim
+        raises ``NothingToDo`` with the batch's states, rather than letting the run go green on nothing.
         """
         assert self.worker is not None
         with self.db.transaction() as conn:
             if replay_finished:  # a person's backfill re-indexes the batch's stale versions
                 reindex.queue_stale_in_partition(conn, partition_key, self.fingerprint_for)
             claimed = {r["run_id"] for r in file_ledger.claim(conn, self.worker, partition_key,
-                                                       replay_finished=replay_finished)}
+                                                       replay_finished=replay_finished, replay_failed=replay_failed)}
+            if replay_finished and not claimed:
+                raise ledger.nothing_to_do(conn, DOCUMENT_FILES, partition_key, noun="file",
+                                           retry_hint="ingestion-pipeline retry FILE_ID")
             others = [r for r in file_ledger.partition_rows(conn, partition_key) if r["run_id"] not in claimed]
             done = [r["doc_id"] for r in others if r["status"] == file_ledger.SUCCEEDED]
             active = {v["doc_id"]: v for v in conn.execute(  # one query for the batch, not one per file

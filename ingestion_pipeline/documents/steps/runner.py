@@ -163,6 +163,11 @@ class StepRunner:
             raise RuntimeError("this pipeline has no worker: it can only be used to read")
         return self.worker.owner
 
+    def holds_files(self, partition_key: str) -> bool:
+        """Whether this worker's owner still holds files of the batch (a re-execution continues them)."""
+        with self.db.connection() as conn:
+            return bool(file_ledger.held_rows(conn, partition_key, self.owner))
+
     def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str, *,
                   lanes: int = 1) -> list[FileOutcome]:
         """Run ``work`` on every file of the partition this worker holds; one file's failure is its own.

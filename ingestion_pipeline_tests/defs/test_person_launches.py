@@ -1,0 +1,169 @@
+"""A person's launch re-drives what its partition still has, or fails saying why: never green on nothing.
+
+Dagster's own re-execution (``execute_job`` with ``ReexecutionOptions``, as the UI's "Re-execute" does) with the
+parent's tags copied, as the UI copies them: before, the copied ``dagster/sensor_name`` made the code treat a
+person's re-execution as automation, and it ran green with nothing embedded or promoted.
+"""
+
+import dagster as dg
+import pytest
+
+from ingestion_pipeline.defs.ledger.steps import launched_by_a_person
+from ingestion_pipeline.defs.partitions import document_batches
+from ingestion_pipeline.documents.pipeline import DocumentPipeline
+from ingestion_pipeline_tests.defs.test_reliability import _run_failure_sensor
+from ingestion_pipeline_tests.helpers import batch_queued, document_batch_job, submit, table
+
+SENSOR_TAGS = {"dagster/sensor_name": "upload_sensor"}
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.fixture
+def notes(tmp_path):
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"note-{i}.md"
+        path.write_text(f"# Note {i}\n\nNote {i} says the ferry leaves at {i + 7}.\n")
+        paths.append(path)
+    return paths
+
+
+def _run(**kwargs) -> dg.DagsterRun:
+    return dg.DagsterRun(job_name="document_batch_job", run_id="r", **kwargs)
+
+
+def test_who_launched_a_run_is_told_by_its_parent_not_by_copied_tags():
+    assert not launched_by_a_person(_run(tags=SENSOR_TAGS))  # a sensor's run
+    assert launched_by_a_person(_run(tags={"dagster/backfill": "b"}))  # a person's backfill or materialisation
+    copied = {**SENSOR_TAGS, "dagster/parent_run_id": "p"}
+    assert launched_by_a_person(_run(tags=copied, parent_run_id="p", root_run_id="p"))  # the UI's re-execution
+    retry = {**copied, "dagster/retry_number": "1"}
+    assert not launched_by_a_person(_run(tags=retry, parent_run_id="p", root_run_id="p"))  # the retry daemon's
+
+
+def _first_run_fails_at_embedding(instance, database, notes, monkeypatch) -> tuple[str, dg.JobExecutionResult]:
+    submit(database, "acme", *notes)
+    [key] = batch_queued(database)
+    instance.add_dynamic_partitions(document_batches.name, [key])
+    embed = DocumentPipeline.embed_batch
+    monkeypatch.setattr(DocumentPipeline, "embed_batch", lambda self, key: (_ for _ in ()).throw(
+        RuntimeError("relation \"chunk_embeddings\" does not exist")))
+    first = dg.execute_job(dg.reconstructable(document_batch_job), instance=instance,
+                           tags={"dagster/partition": key, **SENSOR_TAGS})
+    assert not first.success
+    _run_failure_sensor(instance, first.run_id)  # no Dagster retry: the files go back to the queue, in backoff
+    monkeypatch.setattr(DocumentPipeline, "embed_batch", embed)  # the cause is fixed
+    return key, first
+
+
+def _reexecute(instance, parent: dg.JobExecutionResult, options: dg.ReexecutionOptions, **tags):
+    parent_tags = instance.get_run_by_id(parent.run_id).tags
+    return dg.execute_job(dg.reconstructable(document_batch_job), instance=instance, raise_on_error=False,
+                          tags={**parent_tags, **tags}, reexecution_options=options)
+
+
+def _failure_message(result) -> str:
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    return failure.step_failure_data.user_failure_data.description
+
+
+def test_reexecution_from_failure_redrives_the_files_handed_back_to_the_queue(instance, database, db, notes,
+                                                                              monkeypatch):
+    key, first = _first_run_fails_at_embedding(instance, database, notes, monkeypatch)
+    assert {r["status"] for r in table(db, "SELECT status FROM ingestion_runs")} == {"queued"}
+
+    again = _reexecute(instance, first, dg.ReexecutionOptions.from_failure(first.run_id, instance))
+
+    assert again.success
+    rows = table(db, "SELECT * FROM ingestion_runs ORDER BY run_id")
+    assert {(r["status"], r["owner"], r["attempts"]) for r in rows} == {("succeeded", first.run_id, 2)}
+    assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 2
+    promoted = [e for e in again.all_events if e.is_step_materialization and e.step_key == "promoted_documents"]
+    assert promoted[0].step_materialization_data.materialization.metadata["promoted_now"].value == 2
+
+
+def test_reexecution_of_a_batch_another_run_finished_fails_and_says_why(instance, database, db, notes,
+                                                                        monkeypatch):
+    key, first = _first_run_fails_at_embedding(instance, database, notes, monkeypatch)
+    db.execute("UPDATE ingestion_runs SET next_attempt_at = now()")  # the backoff has passed
+    relaunched = dg.execute_job(dg.reconstructable(document_batch_job), instance=instance,
+                                tags={"dagster/partition": key, **SENSOR_TAGS})  # upload_sensor's relaunch
+    assert relaunched.success
+
+    for options in (dg.ReexecutionOptions.from_failure(first.run_id, instance),
+                    dg.ReexecutionOptions(parent_run_id=first.run_id)):  # from failure, and all steps
+        again = _reexecute(instance, first, options)
+        assert not again.success  # not green on nothing
+        message = _failure_message(again)
+        assert message.startswith(f"nothing to do in partition {key}: 2 succeeded") and "everything is done" in message
+        assert not [e for e in again.all_events if e.is_step_materialization]
+    assert {r["dagster_run_id"] for r in table(db, "SELECT dagster_run_id FROM ingestion_runs")} == {
+        relaunched.run_id}
+
+
+def test_a_persons_run_replays_dead_letters_but_failed_files_only_when_asked(instance, database, db, notes,
+                                                                             monkeypatch, tmp_path):
+    monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "")  # one attempt: a failed run dead-letters its files
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.4 this is not a PDF")
+    notes = [*notes, broken]
+    key, first = _first_run_fails_at_embedding(instance, database, notes, monkeypatch)
+    states = {r["config"]["filename"]: r["status"] for r in table(db, "SELECT * FROM ingestion_runs")}
+    assert states == {"note-0.md": "dead_letter", "note-1.md": "dead_letter", "broken.pdf": "failed"}
+
+    again = _reexecute(instance, first, dg.ReexecutionOptions(parent_run_id=first.run_id))
+    assert again.success
+    rows = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
+    assert rows["note-0.md"]["status"] == rows["note-1.md"]["status"] == "succeeded"
+    assert (rows["broken.pdf"]["status"], rows["broken.pdf"]["attempts"]) == ("failed", 1)  # not replayed
+
+    nothing = _reexecute(instance, first, dg.ReexecutionOptions(parent_run_id=first.run_id))
+    assert not nothing.success
+    message = _failure_message(nothing)
+    assert "1 failed (pdf_corrupt: PDF is corrupt" in message and "ingestion/replay_failed=true" in message
+
+    asked = _reexecute(instance, first, dg.ReexecutionOptions(parent_run_id=first.run_id),
+                       **{"ingestion/replay_failed": "true"})
+    assert asked.success  # the file was worked on again (and failed again, for the same reason)
+    [pdf] = table(db, "SELECT * FROM ingestion_runs WHERE config->>'filename' = 'broken.pdf'")
+    assert (pdf["status"], pdf["attempts"]) == ("failed", 2)
+
+
+def test_reexecuting_a_failed_threshold_fails_and_the_check_stays_failed(instance, database, db, tmp_path):
+    """Before: "Re-execute from failure" went green and turned the failed blocking check into Passed, while the
+    upload stayed failed and nothing was promoted."""
+    from ingestion_pipeline.defs.partitions import metric_uploads
+    from ingestion_pipeline.samples.metric_exports import daily_rows, with_invalid_share, write_export
+    from ingestion_pipeline_tests.defs.test_metric_assets import counts, upload_row
+    from ingestion_pipeline_tests.defs.test_metric_assets import submit as submit_export
+    from ingestion_pipeline_tests.helpers import metric_upload_job
+
+    path = write_export(tmp_path / "e.csv", "tiktok", with_invalid_share(daily_rows(2, 2, 5, 10), 0.15))
+    submitted = submit_export(database, tmp_path, path, platform="tiktok")
+    instance.add_dynamic_partitions(metric_uploads.name, [submitted.partition_key])
+    job = dg.reconstructable(metric_upload_job)
+    first = dg.execute_job(job, instance=instance, raise_on_error=False,
+                           tags={"dagster/partition": submitted.partition_key,
+                                 "dagster/sensor_name": "metric_upload_sensor"})
+    assert not first.success
+    before = counts(db)
+
+    for options in (dg.ReexecutionOptions.from_failure(first.run_id, instance),
+                    dg.ReexecutionOptions(parent_run_id=first.run_id)):
+        again = dg.execute_job(job, instance=instance, raise_on_error=False, reexecution_options=options,
+                               tags=instance.get_run_by_id(first.run_id).tags)
+        assert not again.success
+        message = _failure_message(again)
+        assert "1 failed (threshold_missed: validation threshold missed:" in message and "--force-partial" in message
+        evaluations = [e.asset_check_evaluation_data for e in again.all_events
+                       if e.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION]
+        assert not any(e.passed for e in evaluations)  # the failed blocking check is never turned into Passed
+        assert not [e for e in again.all_events if e.is_step_materialization]
+    upload = upload_row(db, submitted.upload_id)
+    assert (upload["status"], upload["error_code"], upload["attempts"]) == ("failed", "threshold_missed", 1)
+    assert counts(db) == before
