@@ -13,7 +13,7 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import BatchSettings, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.documents.assets import (
-    chunk_embeddings,
+    document_embeddings,
     document_chunks,
     document_elements,
     promoted_documents,
@@ -35,7 +35,7 @@ needs_tesseract = pytest.mark.skipif(
     and not os.environ.get("INGESTION_REQUIRE_OCR"),
     reason="Tesseract is not installed (make installs it where it can: apt-get install tesseract-ocr)")
 
-DOCUMENT_ASSETS = [raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents,
+DOCUMENT_ASSETS = [raw_documents, document_elements, document_chunks, document_embeddings, promoted_documents,
                    fingerprints_current]
 
 

@@ -29,6 +29,7 @@ from ingestion_pipeline.defs.partitions import (
     LAUNCHED_BY_TAG,
     METRIC_JOB,
     SOURCE_TAG,
+    TENANT_TAG,
     WORKSPACE_TAG,
     document_batches,
     metric_uploads,
@@ -86,6 +87,7 @@ def plan_document_runs(
     requests = [
         dg.RunRequest(run_key=run_key(b["partition_key"], b["launch_gen"]), partition_key=b["partition_key"],
                       tags={BATCH_TAG: b["partition_key"], LAUNCH_GEN_TAG: str(b["launch_gen"]),
+                            TENANT_TAG: b["tenant_id"],
                             **({SOURCE_TAG: sources[b["partition_key"]]} if b["partition_key"] in sources else {})})
         for b in due
     ]

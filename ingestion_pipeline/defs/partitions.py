@@ -20,6 +20,7 @@ metric_uploads = dg.DynamicPartitionsDefinition(name=METRIC_UPLOADS)
 BATCH_TAG = "ingestion/batch"
 SOURCE_TAG = "ingestion/source"
 WORKSPACE_TAG = "ingestion/workspace"  # at most 3 uploads of one workspace at once
+TENANT_TAG = "ingestion/tenant"  # whose batch a run works on: filter the runs page by it
 # The launch generation a run was planned for (core/ledger.py: launch_gen); a failed run's finalisation
 # only counts an attempt for rows it was launched for.
 LAUNCH_GEN_TAG = "ingestion/launch_gen"

@@ -184,7 +184,7 @@ mutation($params: LaunchBackfillParams!) {
     ... on PythonError { message }
   }
 }"""
-_ASSETS = ["raw_documents", "document_elements", "document_chunks", "chunk_embeddings", "promoted_documents"]
+_ASSETS = ["raw_documents", "document_elements", "document_chunks", "document_embeddings", "promoted_documents"]
 
 
 _REEXECUTE = """

@@ -33,7 +33,7 @@ def _contents(definitions: dg.Definitions) -> dict[str, list[str]]:
 def test_the_code_location_holds_every_module_of_defs_through_dagsters_own_loader():
     """``dg.load_from_defs_folder`` finds each module's ``@dg.definitions``; a module it missed shows here."""
     assert _contents(code_location.defs()) == {
-        "assets": ["chunk_embeddings", "document_chunks", "document_elements", "promoted_documents",
+        "assets": ["document_chunks", "document_elements", "document_embeddings", "promoted_documents",
                    "promoted_metrics", "raw_documents", "raw_metric_files", "staged_metric_rows"],
         "checks": ["promoted_documents:embeddings_match_chunks", "promoted_documents:fingerprints_current",
                    "promoted_documents:no_failed_files", "promoted_documents:no_version_without_chunks",

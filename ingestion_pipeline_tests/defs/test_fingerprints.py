@@ -25,7 +25,7 @@ def test_a_settings_change_changes_the_code_versions(monkeypatch):
     monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "60")
     after = code_versions()
     assert after["document_elements"] == before["document_elements"]  # extraction does not depend on it
-    for name in ("document_chunks", "chunk_embeddings", "promoted_documents"):
+    for name in ("document_chunks", "document_embeddings", "promoted_documents"):
         assert after[name] != before[name] and after[name].startswith("fp2-")
 
 

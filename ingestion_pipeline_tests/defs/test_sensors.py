@@ -4,7 +4,7 @@ import dagster as dg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.ledger.run_status_sensors import ledger_on_run_failure
-from ingestion_pipeline.defs.partitions import BATCH_TAG, document_batches
+from ingestion_pipeline.defs.partitions import BATCH_TAG, TENANT_TAG, document_batches
 from ingestion_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from ingestion_pipeline.defs.sources.upload_sensor import upload_sensor
 from ingestion_pipeline_tests.helpers import materialize_batch, submit, table
@@ -31,6 +31,7 @@ def test_upload_sensor_batches_200_files_into_a_handful_of_runs(database, db, tm
         keys = [r.partition_key for r in result.run_requests]
         assert [r.run_key for r in result.run_requests] == keys
         assert all(r.tags[BATCH_TAG] == r.partition_key for r in result.run_requests)
+        assert {r.tags[TENANT_TAG] for r in result.run_requests} == {"acme"}  # the runs page filters by tenant
         [add] = result.dynamic_partitions_requests
         assert sorted(add.partition_keys) == sorted(keys)
         instance.add_dynamic_partitions(document_batches.name, keys)

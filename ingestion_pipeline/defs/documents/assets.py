@@ -1,6 +1,6 @@
 """The document assets on `document_batches`: each reads its batch, calls documents/, returns metadata.
 
-raw_documents -> document_elements -> document_chunks -> chunk_embeddings -> promoted_documents
+raw_documents -> document_elements -> document_chunks -> document_embeddings -> promoted_documents
 """
 
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, NothingToDo, partition_states
+from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
 from ingestion_pipeline.defs.documents.fingerprints import code_versions
 from ingestion_pipeline.defs.ledger.steps import (
     first_step_run,
@@ -101,7 +102,7 @@ STEPS: dict[str, StepWork] = {
         replay_failed=replays_failed(context.run)),
     "document_elements": lambda pipeline, context: pipeline.extract_batch(context.partition_key),
     "document_chunks": lambda pipeline, context: pipeline.chunk_batch(context.partition_key),
-    "chunk_embeddings": lambda pipeline, context: pipeline.embed_batch(context.partition_key),
+    "document_embeddings": lambda pipeline, context: pipeline.embed_batch(context.partition_key),
     "promoted_documents": lambda pipeline, context: pipeline.promote_batch(context.partition_key),
 }
 
@@ -144,7 +145,8 @@ def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
         return _result(outcomes, **{key: _sum(outcomes, key) for key in totals})
 
     asset = dg.asset(name=name, description=description, partitions_def=document_batches, group_name=GROUP,
-                     deps=deps, kinds=kinds, code_version=CODE_VERSIONS.get(name))
+                     deps=deps, kinds=kinds, code_version=CODE_VERSIONS.get(name), owners=OWNERS,
+                     metadata=table_metadata(name))
     if fetches_from_s3:
         @asset
         def fetch_step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
@@ -178,8 +180,8 @@ document_chunks = _file_step(
     "document_chunks", "Structure-aware chunks within the embedding model's token budget (staging).",
     deps=[document_elements], kinds={"postgres"}, totals=("chunks", "tokens"),
 )
-chunk_embeddings = _file_step(
-    "chunk_embeddings", "One vector per chunk; unchanged chunk text under the same model reuses its stored vector.",
+document_embeddings = _file_step(
+    "document_embeddings", "One vector per chunk; unchanged chunk text under the same model reuses its stored vector.",
     deps=[document_chunks], kinds={"pgvector"},
     totals=("embedded", "embeddings_reused", "model_ms"),
 )
@@ -188,9 +190,11 @@ chunk_embeddings = _file_step(
 @dg.asset(
     partitions_def=document_batches,
     group_name=GROUP,
-    deps=[chunk_embeddings],
+    deps=[document_embeddings],
     kinds={"postgres", "pgvector"},
     code_version=CODE_VERSIONS["promoted_documents"],
+    owners=OWNERS,
+    metadata=table_metadata("promoted_documents"),
     check_specs=[
         dg.AssetCheckSpec("one_active_version_per_document", asset="promoted_documents",
                           description="every document promoted by this run has exactly one active version"),
@@ -262,7 +266,7 @@ def promoted_documents(
 document_batch_job = dg.define_asset_job(
     "document_batch_job",
     selection=dg.AssetSelection.assets(
-        raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents
+        raw_documents, document_elements, document_chunks, document_embeddings, promoted_documents
     ),
     description="Ingest one batch of documents: extract, chunk, embed, promote.",
     # One process runs every step: the model loads once and one heartbeat keeps the run's claims.
@@ -273,6 +277,7 @@ document_batch_job = dg.define_asset_job(
 @dg.definitions
 def defs() -> dg.Definitions:
     return dg.Definitions(
-        assets=[raw_documents, document_elements, document_chunks, chunk_embeddings, promoted_documents],
+        assets=dg.with_source_code_references(
+            [raw_documents, document_elements, document_chunks, document_embeddings, promoted_documents]),
         jobs=[document_batch_job],
     )

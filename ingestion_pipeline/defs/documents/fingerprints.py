@@ -33,7 +33,7 @@ def code_versions() -> dict[str, str]:
     settings = load_settings()
     fingerprint = services.fingerprint(settings, services.embedder(settings))
     return {"document_elements": f"extractor-{EXTRACTOR_VERSION}", "document_chunks": fingerprint,
-            "chunk_embeddings": fingerprint, "promoted_documents": fingerprint}
+            "document_embeddings": fingerprint, "promoted_documents": fingerprint}
 
 
 @dg.asset_check(asset="promoted_documents", name=CHECK_NAME, blocking=False,

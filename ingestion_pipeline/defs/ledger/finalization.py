@@ -31,7 +31,7 @@ TABLE_OF_JOB = {DOCUMENT_JOB: DOCUMENT_FILES, METRIC_JOB: METRIC_UPLOADS}
 # the assets it selects, or the steps it executes, tell which ledger the run works on; failing both, the
 # partition it runs (a document batch or a metric upload).
 TABLE_OF_ASSET = {
-    **dict.fromkeys(("raw_documents", "document_elements", "document_chunks", "chunk_embeddings",
+    **dict.fromkeys(("raw_documents", "document_elements", "document_chunks", "document_embeddings",
                      "promoted_documents"), DOCUMENT_FILES),
     **dict.fromkeys(("raw_metric_files", "staged_metric_rows", "promoted_metrics"), METRIC_UPLOADS),
 }

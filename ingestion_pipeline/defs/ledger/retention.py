@@ -35,6 +35,8 @@ def raw_file_retention_job():
 
 
 raw_file_retention_schedule = dg.ScheduleDefinition(
-    job=raw_file_retention_job, cron_schedule="40 * * * *", default_status=dg.DefaultScheduleStatus.RUNNING
+    job=raw_file_retention_job, cron_schedule="40 * * * *", default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Hourly at :40: remove raw bytes past INGESTION_FAILED_TTL_DAYS and orphans past "
+                "INGESTION_ORPHAN_TTL_HOURS.",
 )
 

@@ -17,6 +17,7 @@ import dagster as dg
 
 from ingestion_pipeline import read
 from ingestion_pipeline.core.ledger import NothingToDo
+from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
 from ingestion_pipeline.defs.ledger.steps import (
     first_step_run,
     launched_by_a_person,
@@ -108,7 +109,8 @@ def _staged(context: dg.AssetExecutionContext, postgres: PostgresResource, owner
     return staged, threshold
 
 
-@dg.asset(partitions_def=metric_uploads, group_name=GROUP, kinds={"postgres"})
+@dg.asset(partitions_def=metric_uploads, group_name=GROUP, kinds={"postgres"}, owners=OWNERS,
+          metadata=table_metadata("raw_metric_files"))
 def raw_metric_files(
     context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource,
     settings: SettingsResource,
@@ -131,6 +133,8 @@ def raw_metric_files(
     group_name=GROUP,
     deps=[raw_metric_files],
     kinds={"postgres"},
+    owners=OWNERS,
+    metadata=table_metadata("staged_metric_rows"),
     check_specs=[dg.AssetCheckSpec("valid_row_threshold", asset="staged_metric_rows", blocking=True,
                                    description="valid rows >= the threshold (90 % by default) unless force-partial")],
 )
@@ -198,7 +202,8 @@ def _not_staged_by_this_run(postgres: PostgresResource, partition_key: str) -> d
     return dg.MaterializeResult(metadata=metadata, check_results=[verdict])
 
 
-@dg.asset(partitions_def=metric_uploads, group_name=GROUP, deps=[staged_metric_rows], kinds={"postgres"})
+@dg.asset(partitions_def=metric_uploads, group_name=GROUP, deps=[staged_metric_rows], kinds={"postgres"},
+          owners=OWNERS, metadata=table_metadata("promoted_metrics"))
 def promoted_metrics(
     context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource,
     settings: SettingsResource,
@@ -241,4 +246,5 @@ metric_upload_job = dg.define_asset_job(
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    return dg.Definitions(assets=[raw_metric_files, staged_metric_rows, promoted_metrics], jobs=[metric_upload_job])
+    assets = dg.with_source_code_references([raw_metric_files, staged_metric_rows, promoted_metrics])
+    return dg.Definitions(assets=assets, jobs=[metric_upload_job])

@@ -28,6 +28,7 @@ def staging_cleanup_job():
 
 
 staging_cleanup_schedule = dg.ScheduleDefinition(
-    job=staging_cleanup_job, cron_schedule="15 3 * * *", default_status=dg.DefaultScheduleStatus.RUNNING
+    job=staging_cleanup_job, cron_schedule="15 3 * * *", default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Daily at 03:15: delete metric staging rows past retention (promoted tables are never touched).",
 )
 

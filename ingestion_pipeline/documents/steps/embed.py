@@ -1,4 +1,4 @@
-"""Step 4, ``chunk_embeddings``: vectors for every staged chunk of the batch, reused where the text is unchanged."""
+"""Step 4, ``document_embeddings``: vectors for every staged chunk of the batch, reused where the text is unchanged."""
 
 from __future__ import annotations
 
