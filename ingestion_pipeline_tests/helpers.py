@@ -13,9 +13,9 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import BatchSettings, load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.documents.assets import (
-    document_embeddings,
     document_chunks,
     document_elements,
+    document_embeddings,
     promoted_documents,
     raw_documents,
 )
