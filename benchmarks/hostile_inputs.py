@@ -55,6 +55,14 @@ def _giant_word(work: Path) -> list[Path]:
     return [path]
 
 
+def _token_bomb(work: Path) -> list[Path]:
+    """19 M characters under the text cap (20 M) that the tokenizer counts one token each: over the 10 M-token
+    cap, refused once the count passes it (before: after chunking all of it)."""
+    path = work / "token-bomb.txt"
+    path.write_text("x," * 9_500_000)
+    return [path]
+
+
 def _deep_json(work: Path) -> list[Path]:
     path = work / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
@@ -99,6 +107,7 @@ CASES = [
     Case("docx-text-bomb", _docx, _documents, "ingestion_runs"),
     Case("xlsx-text-bomb", _xlsx, _documents, "ingestion_runs"),
     Case("giant-word", _giant_word, _documents, "ingestion_runs"),
+    Case("token-bomb", _token_bomb, _documents, "ingestion_runs"),
     Case("deep-markdown", _deep_markdown, _documents, "ingestion_runs"),
     Case("fifo", _fifo, _documents, "ingestion_runs"),
     Case("deep-json", _deep_json, _metrics, "data_uploads"),

@@ -203,6 +203,20 @@ query($partition: String) {
 }"""
 
 
+_CHECK_EXECUTIONS = """
+query($asset: String!, $check: String!, $partition: String) {
+  assetCheckExecutions(assetKey: {path: [$asset]}, checkName: $check, partition: $partition, limit: 10) {
+    runId status evaluation { success severity description }
+  }
+}"""
+
+
+def _check_executions(port: int, asset: str, check: str, partition: str | None) -> list[dict]:
+    """The check's executions for the partition, newest first, as the asset's Checks tab lists them."""
+    return _graphql(port, _CHECK_EXECUTIONS, {"asset": asset, "check": check,
+                                              "partition": partition})["assetCheckExecutions"]
+
+
 def _reexecute(port: int, parent_run_id: str, strategy: str, instance, proc, log_path: Path):
     """What the UI's "Re-execute" (from failure, or all steps) launches; the re-execution once it has ended."""
     launched = _graphql(port, _REEXECUTE, {"params": {"parentRunId": parent_run_id, "strategy": strategy,
@@ -249,20 +263,32 @@ def _backfill(port: int, partition_key: str, instance, proc, log_path: Path, *, 
 @pytest.mark.timeout(900)
 def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_nothing_to_do(
         database_url, project_dagster_home, db, corpus_dir, tmp_path, monkeypatch):
-    """Through Dagster's GraphQL API, as the UI does it. After a chunker change the batch shows stale before any
-    run (its code version changed); a backfill (`launchPartitionBackfill`, run by the daemon) re-indexes its
-    documents; a second backfill, and re-executions of it from failure and of all steps
-    (`launchPipelineReexecution`), have nothing to do: each fails and says why, none runs green on nothing."""
+    """Through Dagster's GraphQL API, as the UI does it. A batch with a failed file shows it as a warning. After
+    a chunker change the batch shows stale before any run (its code version changed); a backfill
+    (`launchPartitionBackfill`, run by the daemon) re-indexes its documents; a second backfill, and
+    re-executions of it from failure and of all steps (`launchPipelineReexecution`), have nothing to do: each
+    fails and says why, none runs green on nothing. A metric upload under its threshold, run by the daemon,
+    re-executed from failure: the run fails and the blocking check is never turned into Passed."""
     from contextlib import ExitStack
 
-    from dagster import DagsterInstance, DagsterRunStatus
+    from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+    from ingestion_pipeline.samples.metric_exports import daily_rows, with_invalid_share, write_export
 
     cli = str(Path(sys.executable).parent / "ingestion-pipeline")
     docs = corpus_dir / "documents"
-    subprocess.run([cli, "ingest", str(docs / "codeblock.md"), str(docs / "simple.docx"), "--tenant", "acme"],
-                   check=True, capture_output=True, env=os.environ.copy(), timeout=600)
+    blank = tmp_path / "blank.txt"
+    blank.write_text("   \n\n  ")
+    ingested = subprocess.run([cli, "ingest", str(docs / "codeblock.md"), str(docs / "simple.docx"), str(blank),
+                               "--tenant", "acme"], capture_output=True, env=os.environ.copy(), timeout=600)
+    assert ingested.returncode in (0, 1), ingested.stderr[-2000:]
+    [blank_row] = table(db, "SELECT status, error_code FROM ingestion_runs WHERE config->>'filename' = 'blank.txt'")
+    assert blank_row == {"status": "failed", "error_code": "file_whitespace_only"}
     [key] = {r["partition_key"] for r in table(db, "SELECT partition_key FROM ingestion_runs")}
     v1 = {v["doc_id"]: v for v in table(db, "SELECT * FROM document_versions")}
+    export = write_export(tmp_path / "e.csv", "tiktok", with_invalid_share(daily_rows(2, 2, 5, 10), 0.15))
+    subprocess.run([cli, "metrics", "submit", str(export), "--workspace", "acme", "--platform", "tiktok"],
+                   check=True, capture_output=True, env=os.environ.copy(), timeout=120)
 
     monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "60")  # the deployment's chunker setting changed
     port = _free_port()
@@ -295,10 +321,17 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
             assert active[doc_id]["pipeline_fingerprint"] != old["pipeline_fingerprint"]
 
         assert _graphql(port, _STALE, {"partition": key})["assetNodeOrError"]["staleStatus"] == "FRESH"
+        # (the executions' partition filter finds none in this Dagster version: this test has one batch)
+        executions = _check_executions(port, "promoted_documents", "no_failed_files", None)
+        failed_files = executions[0]  # the backfill's run: the failed file is still a warning
+        assert failed_files["evaluation"] == {"success": False, "severity": "WARN",
+                                              "description": "files failed in this batch: 1 — "
+                                                             "failed: file_whitespace_only (1)"}, failed_files
 
         second = _backfill(port, key, instance, proc, log_path, succeeds=False)  # nothing changed since
         [message] = _step_failures(instance, second.run_id)
-        assert message.startswith(f"nothing to do in partition {key}: 4 succeeded") and "no version is stale" in message
+        assert message.startswith(f"nothing to do in partition {key}: 1 failed (file_whitespace_only"), message
+        assert "4 succeeded" in message and "ingestion/replay_failed=true" in message
         for strategy in ("FROM_FAILURE", "ALL_STEPS"):
             again = _reexecute(port, second.run_id, strategy, instance, proc, log_path)
             assert again.status == DagsterRunStatus.FAILURE and again.parent_run_id == second.run_id
@@ -306,6 +339,20 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
             assert _step_failures(instance, again.run_id) == [message], strategy
         assert len(table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex'")) == 2
         assert len(table(db, "SELECT * FROM document_versions")) == 4
+
+        # the metric upload: metric_upload_sensor ran it; the blocking check failed it
+        def metric_run_failed():
+            runs = instance.get_runs(RunsFilter(job_name="metric_upload_job", statuses=[DagsterRunStatus.FAILURE]))
+            return runs[0] if runs else None
+
+        metric_run = _wait(metric_run_failed, 300, proc, log_path, "the metric upload's run")
+        again = _reexecute(port, metric_run.run_id, "FROM_FAILURE", instance, proc, log_path)
+        assert again.status == DagsterRunStatus.FAILURE
+        [message] = _step_failures(instance, again.run_id)
+        assert "1 failed (threshold_missed: validation threshold missed:" in message, message
+        executions = _check_executions(port, "staged_metric_rows", "valid_row_threshold", None)  # one upload
+        assert executions and not any(e["evaluation"]["success"] for e in executions if e["evaluation"])
+        assert "rows valid" in executions[-1]["evaluation"]["description"], executions  # the daemon's run's
     finally:
         stack.close()
         _stop(proc)
