@@ -51,8 +51,11 @@ def _first_run_fails_at_embedding(instance, database, notes, monkeypatch) -> tup
     [key] = batch_queued(database)
     instance.add_dynamic_partitions(document_batches.name, [key])
     embed = DocumentPipeline.embed_batch
-    monkeypatch.setattr(DocumentPipeline, "embed_batch", lambda self, key: (_ for _ in ()).throw(
-        RuntimeError("relation \"chunk_embeddings\" does not exist")))
+
+    def missing_table(self, partition_key):
+        raise RuntimeError('relation "chunk_embeddings" does not exist')
+
+    monkeypatch.setattr(DocumentPipeline, "embed_batch", missing_table)
     first = dg.execute_job(dg.reconstructable(document_batch_job), instance=instance,
                            tags={"dagster/partition": key, **SENSOR_TAGS})
     assert not first.success

@@ -13,9 +13,9 @@ from ingestion_pipeline.core.ledger import DOCUMENT_FILES, NothingToDo, partitio
 from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
 from ingestion_pipeline.defs.documents.fingerprints import code_versions
 from ingestion_pipeline.defs.ledger.steps import (
+    failure_for,
     first_step_run,
     launched_by_a_person,
-    nothing_to_do,
     replays_failed,
     retrying_transient_errors,
 )
@@ -138,7 +138,7 @@ def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
             outcomes = retrying_transient_errors(context, lambda: _with_catch_up(name, pipeline, context),
                                                  settings.get().reliability.retry_backoff_seconds)
         except NothingToDo as exc:
-            raise nothing_to_do(exc) from exc
+            raise failure_for(exc) from exc
         finally:
             pipeline.close()
         _log_failures(context, outcomes)
@@ -222,7 +222,7 @@ def promoted_documents(
         promoted = retrying_transient_errors(context, lambda: _with_catch_up("promoted_documents", pipeline, context),
                                              settings.get().reliability.retry_backoff_seconds)
     except NothingToDo as exc:
-        raise nothing_to_do(exc) from exc
+        raise failure_for(exc) from exc
     _log_failures(context, promoted)
     with postgres.db.connection() as conn:
         every_file = batch_report(conn, context.partition_key)

@@ -53,7 +53,7 @@ def first_step_run(run: dg.DagsterRun, chain: Sequence[str]) -> str | None:
     return None
 
 
-def nothing_to_do(exc: NothingToDo) -> dg.Failure:
+def failure_for(exc: NothingToDo) -> dg.Failure:
     """The step's failure when a person's run has nothing to do: red, with the reason, never retried."""
     return dg.Failure(description=str(exc), allow_retries=False)
 

@@ -19,9 +19,9 @@ from ingestion_pipeline import read
 from ingestion_pipeline.core.ledger import NothingToDo
 from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
 from ingestion_pipeline.defs.ledger.steps import (
+    failure_for,
     first_step_run,
     launched_by_a_person,
-    nothing_to_do,
     replays_failed,
     retrying_transient_errors,
 )
@@ -69,7 +69,7 @@ def _step(context: dg.AssetExecutionContext, postgres: PostgresResource, setting
     except UploadFailed as exc:
         raise _fail(exc) from exc
     except NothingToDo as exc:
-        raise nothing_to_do(exc) from exc
+        raise failure_for(exc) from exc
     if result is None:
         return None, dg.MaterializeResult(metadata=_not_this_runs(postgres, context.partition_key))
     return result, None
@@ -151,7 +151,7 @@ def staged_metric_rows(
     except UploadFailed as exc:
         raise _fail(exc) from exc
     except NothingToDo as exc:
-        raise nothing_to_do(exc) from exc
+        raise failure_for(exc) from exc
     if staged is None or threshold is None:
         return _not_staged_by_this_run(postgres, context.partition_key)
     upload, counts = staged
@@ -229,7 +229,7 @@ def _catch_up_to_promotion(context: dg.AssetExecutionContext, postgres: Postgres
     """A person's re-execution from ``promoted_metrics``: claim, stage and hold to the threshold first."""
     _step(context, postgres, settings, lambda: _claim(context, postgres, heartbeat, settings))
     try:
-        _staged_, threshold = _staged(context, postgres, heartbeat.worker.owner, settings.get().reliability)
+        _, threshold = _staged(context, postgres, heartbeat.worker.owner, settings.get().reliability)
     except UploadFailed as exc:
         raise _fail(exc) from exc
     if threshold is not None and not threshold.passed:
