@@ -22,8 +22,8 @@ $(STAMP): pyproject.toml packaging/en_core_web_sm/pyproject.toml
 	$(BIN)/python -c "import dagster, torch, sentence_transformers, pgserver, pypdfium2, unstructured, en_core_web_sm"
 	touch $(STAMP)
 
-# OCR of scanned PDF pages needs the system's Tesseract: installed where that is possible (root and apt-get),
-# otherwise a note (such pages then fail with how to enable OCR).
+# OCR of scanned PDF pages needs the system's Tesseract, the Redis job queue a redis-server (tests and `make dev`
+# start their own on 127.0.0.1): installed where that is possible (root and apt-get), otherwise a note.
 system-deps:
 	@command -v tesseract >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -31,6 +31,13 @@ system-deps:
 	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive \
 	      apt-get install -y -qq --no-install-recommends tesseract-ocr >/dev/null; \
 	  else echo "note: tesseract is not installed; scanned PDF pages cannot be read (apt-get install tesseract-ocr)"; fi; }
+	@command -v redis-server >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing redis-server (the Redis job queue)"; \
+	    { apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1 || \
+	      { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	        apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }; }; \
+	  else echo "note: redis-server is not installed; the Redis queue needs REDIS_URL (apt-get install redis-server)"; fi; }
 
 demo: $(STAMP) system-deps
 	$(BIN)/ingestion-pipeline db migrate

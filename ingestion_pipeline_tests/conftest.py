@@ -16,6 +16,7 @@ from psycopg import sql
 from ingestion_pipeline.core.db import Database, connect
 from ingestion_pipeline.core.embedded_postgres import ensure_embedded_postgres, stop_embedded_postgres
 from ingestion_pipeline.core.migrations import apply_migrations
+from ingestion_pipeline.core.redis_server import RedisServer
 from ingestion_pipeline.core.settings import instance_home, project_root
 from ingestion_pipeline.sources import registry
 from ingestion_pipeline_tests.helpers import DOCS, put
@@ -92,7 +93,28 @@ def isolated_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Upload store and data folder per test; never the developer's .data/."""
     monkeypatch.setenv("INGESTION_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("INGESTION_UPLOAD_DIR", str(tmp_path / "uploads"))
+    monkeypatch.setenv("REDIS_URL", "none")  # never a Redis the developer runs; `redis_queue` gives one
     return tmp_path / "uploads"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server on 127.0.0.1 (AOF on) for this test process; stopped by its PID at the end."""
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_queue(redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch):
+    """An empty job queue: the session's server flushed, REDIS_URL pointing at it; a client to it."""
+    from ingestion_pipeline.queues.redis_client import connect
+
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    client = connect(redis_server.url)
+    client.flushdb()
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="session")

@@ -70,6 +70,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     from ingestion_pipeline.core.ledger import any_unfinished
     from ingestion_pipeline.documents.batching import documents_due
 
+    redis = _redis_jobs_first(ctx, args)
     with ctx.db.connection() as conn:
         if not any_unfinished(conn):
             return []
@@ -116,12 +117,35 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     resources = {"postgres": PostgresResource(database_url=ctx.url), "embedder": ctx.embedder}
     reporter = install_terminal_reporter()  # files, chunks, rate, ETA of each step, on stderr
     try:
-        with interruptible() as interrupted:
+        with interruptible() as interrupted, _following_job_statuses(ctx, redis):
             run_queued_in_process(pooled_instance(), defs(), ctx.db, ctx.settings, resources, on_run=report,
                                   interrupted=interrupted.is_set)
     finally:
         logging.getLogger("ingestion_pipeline.progress").removeHandler(reporter)
     return summaries
+
+
+def _redis_jobs_first(ctx: Context, args: argparse.Namespace):
+    """The Redis queue's jobs into the ledger before anything runs (the client, or None: no queue)."""
+    from ingestion_pipeline.cli.queues import take_queued_jobs
+    from ingestion_pipeline.queues.redis_intake import RedisUnavailable
+
+    try:
+        return take_queued_jobs(ctx, args)
+    except RedisUnavailable as exc:  # the ledger's own work still runs; the jobs wait on the queue
+        print(f"warning: {exc}", file=sys.stderr)
+        return None
+
+
+@contextmanager
+def _following_job_statuses(ctx: Context, redis) -> Iterator[None]:
+    if redis is None:
+        yield
+        return
+    from ingestion_pipeline.queues.redis_intake import following_statuses
+
+    with following_statuses(redis, ctx.db):
+        yield
 
 
 @contextmanager

@@ -57,6 +57,17 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         Variable("INGESTION_S3_PAGE_SIZE", "1000", "Keys per listing page (at most 1000)."),
         Variable("INGESTION_S3_PAGES_PER_TICK", "5", "Listing pages per source per sensor tick."),
     ),
+    "Queues": (
+        Variable("REDIS_URL", "redis://127.0.0.1:6379/0", "The Redis server of the job queue (`rag:ingest:*`). "
+                 "Unset and nothing listening there, or `none`: no Redis queue; set and not answering: an error."),
+        Variable("INGESTION_QUEUE_JOBS_PER_TICK", "100", "Redis jobs one sensor tick (or one `process` round) "
+                 "takes."),
+        Variable("INGESTION_SQS_QUEUE_URLS", "none", "Comma-separated SQS queue URLs: one sensor each (read when "
+                 "the code location loads). Endpoint and credentials: boto3's `AWS_*` variables "
+                 "(`AWS_ENDPOINT_URL_SQS`)."),
+        Variable("INGESTION_SQS_MESSAGES_PER_TICK", "100", "SQS messages one tick takes per queue."),
+        Variable("INGESTION_SQS_WAIT_SECONDS", "1", "Long polling per receive, 0-20 s."),
+    ),
     "Metric exports": (
         Variable("INGESTION_METRICS_MAX_UPLOAD_BYTES", "2147483648 (2 GiB)", "Largest export accepted."),
         Variable("INGESTION_METRICS_VALID_THRESHOLD", "0.9", "Share of valid rows an upload needs to be promoted."),

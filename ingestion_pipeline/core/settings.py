@@ -167,6 +167,18 @@ class ReliabilitySettings:
 
 
 @dataclass(frozen=True)
+class QueueSettings:
+    """The queue intakes (queues/): the Redis job queue and SQS queues."""
+
+    redis_url: str | None = "redis://127.0.0.1:6379/0"  # None (REDIS_URL=none): no Redis queue
+    redis_configured: bool = False  # REDIS_URL set: a server that does not answer is an error, not "no queue"
+    jobs_per_tick: int = 100  # Redis jobs one sensor tick (or one `process` round) takes
+    sqs_queue_urls: tuple[str, ...] = ()
+    sqs_messages_per_tick: int = 100  # SQS messages one sensor tick takes per queue (10 per receive)
+    sqs_wait_seconds: int = 1  # long polling per receive (at most 20)
+
+
+@dataclass(frozen=True)
 class ExtractionLimits:
     """Per-file bounds: a file over one fails with the reason; the rest of its batch goes on."""
 
@@ -189,6 +201,7 @@ class Settings:
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     reliability: ReliabilitySettings = field(default_factory=ReliabilitySettings)
     limits: ExtractionLimits = field(default_factory=ExtractionLimits)
+    queues: QueueSettings = field(default_factory=QueueSettings)
 
 
 @dataclass(frozen=True)
@@ -292,6 +305,18 @@ def load_settings() -> Settings:
             failed_ttl_days=_float_env("INGESTION_FAILED_TTL_DAYS", 7.0),
             orphan_ttl_hours=_float_env("INGESTION_ORPHAN_TTL_HOURS", 24.0),
             partition_retention_days=_float_env("INGESTION_PARTITION_RETENTION_DAYS", 30.0),
+        ),
+        queues=QueueSettings(
+            redis_url=None if os.environ.get("REDIS_URL", "").strip().lower() == "none"
+            else os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
+            redis_configured=bool(os.environ.get("REDIS_URL")),
+            jobs_per_tick=_env("INGESTION_QUEUE_JOBS_PER_TICK", 100, _at_least_one, "a whole number of at least 1"),
+            sqs_queue_urls=tuple(u.strip() for u in os.environ.get("INGESTION_SQS_QUEUE_URLS", "").split(",")
+                                 if u.strip()),
+            sqs_messages_per_tick=_env("INGESTION_SQS_MESSAGES_PER_TICK", 100, _at_least_one,
+                                       "a whole number of at least 1"),
+            sqs_wait_seconds=_env("INGESTION_SQS_WAIT_SECONDS", 1, lambda raw: min(20, max(0, int(raw))),
+                                  "a whole number of seconds, 0-20"),
         ),
         limits=ExtractionLimits(
             timeout_seconds=_float_env("INGESTION_EXTRACTION_TIMEOUT_SECONDS", 300.0),

@@ -17,9 +17,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+import psycopg
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
@@ -62,6 +64,10 @@ class SubmitResult:
         return cls(**{k: v for k, v in record.items() if k in names})
 
 
+# Writes the caller's record of a submit's outcome in the submit's own transaction.
+Recorder = Callable[[psycopg.Connection, SubmitResult], None]
+
+
 def upload_uri(sha256: str) -> str:
     return f"upload://sha256:{sha256}"
 
@@ -93,8 +99,10 @@ def submit_upload(
     title: str | None = None,
     follow_symlinks: bool = False,
     key: str | None = None,
+    in_same_transaction: Recorder | None = None,
 ) -> SubmitResult:
-    """Submit a file on disk (the CLI)."""
+    """Submit a file on disk (the CLI, a queue job). ``in_same_transaction`` writes the caller's own record of
+    the outcome in the transaction that writes the ledger row (a queue job's row: see ``submit_stored``)."""
     path = Path(path)
     tenant_id = validate_tenant_id(tenant_id)
     result = SubmitResult(status=REJECTED, filename=path.name, tenant_id=tenant_id)
@@ -127,7 +135,7 @@ def submit_upload(
             result.reason = str(exc)
             return result
     return submit_stored(db, store, stored, tenant_id=tenant_id, filename=path.name, fingerprint=fingerprint,
-                         title=title, key=key)
+                         title=title, key=key, in_same_transaction=in_same_transaction)
 
 
 def submit_uploads(
@@ -215,9 +223,13 @@ def submit_stored(
     title: str | None = None,
     key: str | None = None,
     run_type: str = "upload",
+    in_same_transaction: Recorder | None = None,
 ) -> SubmitResult:
     """Queue (or skip) bytes already in the store: the one decision behind the CLI, the API and
-    presigned uploads. The stored copy is released when nothing will read it."""
+    presigned uploads. The stored copy is released when nothing will read it.
+
+    ``in_same_transaction(conn, result)`` runs after the decision, before the commit: a queue intake writes
+    its job's row there, so a job is accepted exactly when its ledger row is."""
     tenant_id = validate_tenant_id(tenant_id)
     result = SubmitResult(status=REJECTED, filename=filename, tenant_id=tenant_id)
     try:
@@ -239,7 +251,8 @@ def submit_stored(
         **({"key": key} if key is not None else {}),
     }
     try:
-        release_stored_copy = _record_submission(db, tenant_id, stored, source_uri, config, result, run_type)
+        release_stored_copy = _record_submission(db, tenant_id, stored, source_uri, config, result, run_type,
+                                                 in_same_transaction)
     except BaseException:
         if stored.created:  # nothing refers to bytes this call brought in
             store.release(stored.path)
@@ -249,7 +262,7 @@ def submit_stored(
     return result
 
 
-def _record_submission(db, tenant_id, stored, source_uri, config, result, run_type) -> bool:
+def _record_submission(db, tenant_id, stored, source_uri, config, result, run_type, in_same_transaction) -> bool:
     """The database half of a submit; returns whether the stored copy is no longer needed."""
     fingerprint = config["pipeline_fingerprint"]
     release_stored_copy = False
@@ -302,4 +315,6 @@ def _record_submission(db, tenant_id, stored, source_uri, config, result, run_ty
                 run_type=run_type,
             )
             result.status = QUEUED
+        if in_same_transaction is not None:
+            in_same_transaction(conn, result)
     return release_stored_copy

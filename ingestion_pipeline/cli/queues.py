@@ -1,0 +1,135 @@
+"""`queue`: the Redis job queue - push jobs, see depths and statuses, the rag registry, dead letters; and
+the intake round `process` runs first (``take_queued_jobs``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ingestion_pipeline.cli.bootstrap import Context, bootstrap
+from ingestion_pipeline.cli.output import add_json_flag, emit, print_rows, wants_json
+from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.queues import dead_letters, job_status, queue_depths, rag_registry
+from ingestion_pipeline.queues.job_messages import new_job
+from ingestion_pipeline.queues.producer import push
+from ingestion_pipeline.queues.redis_intake import open_queue, take_jobs
+
+
+def take_queued_jobs(ctx: Context, args: argparse.Namespace):
+    """Everything the Redis queue holds, into the ledger (rounds until a round takes nothing); the client,
+    or None when there is no Redis queue. The summary goes to stderr (stdout stays the runs' report)."""
+    client = open_queue(ctx.settings)
+    if client is None:
+        return None
+    while True:
+        taken = take_jobs(client, ctx.db, ctx.document_store, ctx.settings, fingerprint=ctx.fingerprint)
+        if taken.report.taken or taken.report.returned:
+            print(f"redis queue: {taken.summary()}", file=sys.stderr)
+        if taken.report.taken < ctx.settings.queues.jobs_per_tick:
+            return client
+
+
+def _client():
+    client = open_queue(load_settings())
+    if client is None:
+        raise ValueError("no Redis answers at the default redis://127.0.0.1:6379/0: set REDIS_URL")
+    return client
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    client = _client()
+    records = []
+    for name in args.files:
+        path = Path(name).absolute()
+        job = new_job(args.rag, str(path), submitted_by=args.submitted_by, max_retries=args.max_retries)
+        push(client, job, args.priority)
+        records.append({"job_id": job.job_id, "filename": job.filename, "priority": args.priority})
+    emit(args, records, lambda rows: [print(r["job_id"]) for r in rows])
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    client = _client()
+    while True:
+        if args.job:
+            record = job_status.read(client, args.job)
+            if not record:
+                raise ValueError(f"no status for job {args.job} (unknown, or expired 7 days after it finished)")
+            emit(args, [record], lambda rows: [print(f"{k:<21} {v}") for k, v in rows[0].items() if v])
+        else:
+            depths = queue_depths.depths(client)
+            emit(args, [depths], lambda rows: print(queue_depths.summary(rows[0]) + "".join(
+                f"\n  consumer {c['consumer']}: {'alive' if c['alive'] else 'gone'}, holding {c['holding']}"
+                for c in rows[0]["consumers"])))
+        if not args.watch:
+            return 0
+        sys.stdout.flush()
+        time.sleep(args.interval)
+
+
+def cmd_dead_letter(args: argparse.Namespace) -> int:
+    client = _client()
+    if args.dead_letter_command == "replay":
+        moved = dead_letters.replay(client, job_ids=set(args.job) if args.job else None)
+        emit(args, moved, lambda rows: print(f"{len(rows)} message(s) back on their queue"))
+        return 0
+    entries = dead_letters.list_entries(client, args.limit)
+    print_rows(args, entries, ["dead_lettered_at", "job_id", "error_code", "reason"])
+    if not wants_json(args):
+        print(f"{dead_letters.depth(client)} dead letter(s)")
+    return 0
+
+
+def cmd_rag(args: argparse.Namespace) -> int:
+    with bootstrap() as ctx, ctx.db.transaction() as conn:
+        if args.rag_command == "add":
+            rows = [rag_registry.add_rag(conn, args.rag_id, tenant_id=args.tenant, root=args.root).as_dict()]
+        elif args.rag_command == "remove":
+            rag_registry.remove_rag(conn, args.rag_id)
+            rows = [{"rag_id": args.rag_id, "removed": True}]
+        else:
+            rows = [r.as_dict() for r in rag_registry.list_rags(conn)]
+    print_rows(args, rows, list(rows[0]) if rows else ["rag_id", "tenant_id", "root"])
+    return 0
+
+
+def register(sub) -> None:
+    """Add `queue` to the top-level subparsers."""
+    p = sub.add_parser("queue", help="the Redis job queue (rag:ingest:*): push, status, dead letters, rags")
+    queue_sub = p.add_subparsers(dest="queue_command", required=True)
+    push_p = queue_sub.add_parser("push", help="put jobs for files on the queue (prints each job id)")
+    push_p.add_argument("files", nargs="+")
+    push_p.add_argument("--rag", required=True, help="the rag_id (registered with `queue rag add`)")
+    push_p.add_argument("--priority", choices=("high", "normal", "low"), default="normal")
+    push_p.add_argument("--submitted-by", choices=("cli", "api", "scheduled"), default="cli")
+    push_p.add_argument("--max-retries", type=int, default=3)
+    push_p.set_defaults(func=cmd_push)
+    status = queue_sub.add_parser("status", help="queue depths and consumers, or one job's status hash")
+    status.add_argument("--job", help="a job id")
+    status.add_argument("--watch", action="store_true", help="print again every --interval seconds")
+    status.add_argument("--interval", type=float, default=2.0)
+    status.set_defaults(func=cmd_status)
+    dead = queue_sub.add_parser("dead-letter", help="messages that could not become jobs, with why")
+    dead_sub = dead.add_subparsers(dest="dead_letter_command", required=True)
+    listing = dead_sub.add_parser("list")
+    listing.add_argument("--limit", type=int, default=100)
+    replay = dead_sub.add_parser("replay", help="put dead letters back on their queue (all, or --job ID ...)")
+    replay.add_argument("--job", action="append", help="a job id (repeatable)")
+    for q in (listing, replay):
+        q.set_defaults(func=cmd_dead_letter)
+        add_json_flag(q)
+    rag = queue_sub.add_parser("rag", help="which tenant and folder a rag_id means (admin)")
+    rag_sub = rag.add_subparsers(dest="rag_command", required=True)
+    add = rag_sub.add_parser("add", help="register a rag: its tenant and the folder its files lie under")
+    add.add_argument("rag_id")
+    add.add_argument("--tenant", required=True)
+    add.add_argument("--root", required=True)
+    remove = rag_sub.add_parser("remove")
+    remove.add_argument("rag_id")
+    for q in (add, remove, rag_sub.add_parser("list")):
+        q.set_defaults(func=cmd_rag)
+        add_json_flag(q)
+    for q in (push_p, status):
+        add_json_flag(q)

@@ -1,0 +1,85 @@
+"""``queue_jobs``: one row per job a queue intake accepted or refused, and the ledger state it follows.
+
+The row is written in the transaction that writes the job's ledger row (``record_accepted``), so "this job
+is in the ledger" and "this job was accepted" are one fact: a redelivered job finds its row and is only
+acknowledged. A job refused at intake gets a finished row (``record_refused``). ``unreported`` reads every
+job whose final status has not yet been written back to its queue, with its file's ledger state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+QUEUED, PROCESSING, DONE, FAILED = "queued", "processing", "done", "failed"
+# the ledger's file status -> the job's status
+_FROM_FILE_STATUS = {"queued": QUEUED, "running": PROCESSING, "succeeded": DONE, "failed": FAILED,
+                     "dead_letter": FAILED, "canceled": FAILED}
+
+
+def find(conn: psycopg.Connection, job_id: str) -> dict | None:
+    return conn.execute("SELECT * FROM queue_jobs WHERE job_id = %s", (job_id,)).fetchone()
+
+
+def record_accepted(conn: psycopg.Connection, *, job_id: str, intake: str, tenant_id: str, filename: str,
+                    message: dict[str, Any], file_id: int | None, status: str, rag_id: str | None = None,
+                    source_path: str | None = None, outcome: dict[str, Any] | None = None) -> None:
+    """In the caller's transaction (the one writing the ledger row). ``status`` is ``queued`` for a file in the
+    ledger, ``done`` for identical content that is already the active version."""
+    conn.execute(
+        """INSERT INTO queue_jobs (job_id, intake, rag_id, tenant_id, file_id, source_path, filename, message,
+                                   status, outcome, finished_at)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, CASE WHEN %s IN ('done', 'failed') THEN now() END)""",
+        (job_id, intake, rag_id, tenant_id, file_id, source_path, filename, Jsonb(message), status,
+         Jsonb(outcome or {}), status),
+    )
+
+
+def record_refused(conn: psycopg.Connection, *, job_id: str, intake: str, tenant_id: str, filename: str,
+                   message: dict[str, Any], outcome: dict[str, Any], rag_id: str | None = None,
+                   source_path: str | None = None) -> bool:
+    """A job that failed at intake; False if the job already has a row (a redelivery)."""
+    row = conn.execute(
+        """INSERT INTO queue_jobs (job_id, intake, rag_id, tenant_id, source_path, filename, message, status,
+                                   outcome, finished_at)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, 'failed', %s, now())
+           ON CONFLICT (job_id) DO NOTHING RETURNING job_id""",
+        (job_id, intake, rag_id, tenant_id, source_path, filename, Jsonb(message), Jsonb(outcome)),
+    ).fetchone()
+    return row is not None
+
+
+def unreported(conn: psycopg.Connection, intake: str, limit: int = 1000) -> list[dict]:
+    """Jobs whose final status is not yet written to their queue, oldest first, each with its file's
+    ledger state (``file_status`` …; NULL for a job without a file) and the job status that state means."""
+    rows = conn.execute(
+        """SELECT j.*, r.status AS file_status, r.attempts, r.error AS file_error, r.error_code AS file_error_code,
+                  r.suggestion AS file_suggestion, r.stats AS file_stats, r.started_at AS file_started_at,
+                  r.finished_at AS file_finished_at
+             FROM queue_jobs j LEFT JOIN ingestion_runs r ON r.run_id = j.file_id
+            WHERE j.reported_at IS NULL AND j.intake = %s
+            ORDER BY j.accepted_at LIMIT %s""",
+        (intake, limit),
+    ).fetchall()
+    for row in rows:
+        row["now_status"] = _FROM_FILE_STATUS[row["file_status"]] if row["file_status"] else row["status"]
+    return rows
+
+
+def advance(conn: psycopg.Connection, job_id: str, status: str, *, reported: bool) -> None:
+    """Record the status last written to the queue; ``reported``: the job's final status is written."""
+    conn.execute(
+        """UPDATE queue_jobs SET status = %s,
+                  finished_at = CASE WHEN %s IN ('done', 'failed') THEN coalesce(finished_at, now()) END,
+                  reported_at = CASE WHEN %s THEN now() END
+            WHERE job_id = %s""",
+        (status, status, reported, job_id),
+    )
+
+
+def counts(conn: psycopg.Connection, intake: str) -> dict[str, int]:
+    rows = conn.execute("SELECT status, count(*) AS n FROM queue_jobs WHERE intake = %s GROUP BY status",
+                        (intake,)).fetchall()
+    return {r["status"]: r["n"] for r in rows}

@@ -1,0 +1,31 @@
+"""The Redis connection of the job queue: redis-py with its own retry policy (exponential backoff on a lost
+connection), bytes in and out (a message that is not UTF-8 must still be acknowledged byte for byte)."""
+
+from __future__ import annotations
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+
+def connect(url: str) -> redis.Redis:
+    return redis.Redis.from_url(
+        url, socket_connect_timeout=2, socket_timeout=10, health_check_interval=30,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), 3),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
+
+
+def reachable(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+def describe(url: str) -> str:
+    """The URL without a password, for messages."""
+    if "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://…@{rest.split('@', 1)[1]}"
