@@ -15,11 +15,15 @@ from ingestion_pipeline.queues import dead_letters, job_status, queue_depths, ra
 from ingestion_pipeline.queues.job_messages import new_job
 from ingestion_pipeline.queues.producer import push
 from ingestion_pipeline.queues.redis_intake import open_queue, take_jobs
+from ingestion_pipeline.queues.sqs_queues import sqs_client
 
 
 def take_queued_jobs(ctx: Context, args: argparse.Namespace):
-    """Everything the Redis queue holds, into the ledger (rounds until a round takes nothing); the client,
-    or None when there is no Redis queue. The summary goes to stderr (stdout stays the runs' report)."""
+    """Everything the queues hold, into the ledger: each SQS queue, then the Redis queue (rounds until a round
+    takes nothing). The Redis client, or None when there is no Redis queue. Summaries go to stderr (stdout
+    stays the runs' report)."""
+    if ctx.settings.queues.sqs_queue_urls:
+        _receive_sqs(ctx)
     client = open_queue(ctx.settings)
     if client is None:
         return None
@@ -29,6 +33,20 @@ def take_queued_jobs(ctx: Context, args: argparse.Namespace):
             print(f"redis queue: {taken.summary()}", file=sys.stderr)
         if taken.report.taken < ctx.settings.queues.jobs_per_tick:
             return client
+
+
+def _receive_sqs(ctx: Context) -> None:
+    from ingestion_pipeline.queues.sqs_intake import SqsIntake
+
+    intake = SqsIntake(sqs_client(), ctx.db, ctx.settings, document_store=ctx.document_store,
+                       metric_store=ctx.metric_store, s3_client_for=ctx.s3_client, fingerprint=ctx.fingerprint)
+    for url in ctx.settings.queues.sqs_queue_urls:
+        while True:
+            polled = intake.poll(url)
+            if polled.received:
+                print(polled.summary(), file=sys.stderr)
+            if polled.received < ctx.settings.queues.sqs_messages_per_tick:
+                break
 
 
 def _client():
@@ -70,6 +88,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_dead_letter(args: argparse.Namespace) -> int:
+    if args.sqs:
+        return _sqs_dead_letters(args)
     client = _client()
     if args.dead_letter_command == "replay":
         moved = dead_letters.replay(client, job_ids=set(args.job) if args.job else None)
@@ -79,6 +99,19 @@ def cmd_dead_letter(args: argparse.Namespace) -> int:
     print_rows(args, entries, ["dead_lettered_at", "job_id", "error_code", "reason"])
     if not wants_json(args):
         print(f"{dead_letters.depth(client)} dead letter(s)")
+    return 0
+
+
+def _sqs_dead_letters(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.queues.sqs_queues import list_dead_letters, replay_dead_letters
+
+    sqs = sqs_client()
+    if args.dead_letter_command == "replay":
+        moved = replay_dead_letters(sqs, args.sqs)
+        emit(args, [{"queue": args.sqs, "replayed": moved}],
+             lambda rows: print(f"{moved} message(s) back on {args.sqs}"))
+        return 0
+    print_rows(args, list_dead_letters(sqs, args.sqs, args.limit), ["message_id", "receives", "body"])
     return 0
 
 
@@ -118,6 +151,7 @@ def register(sub) -> None:
     replay = dead_sub.add_parser("replay", help="put dead letters back on their queue (all, or --job ID ...)")
     replay.add_argument("--job", action="append", help="a job id (repeatable)")
     for q in (listing, replay):
+        q.add_argument("--sqs", metavar="QUEUE_URL", help="the dead-letter queue of this SQS queue instead")
         q.set_defaults(func=cmd_dead_letter)
         add_json_flag(q)
     rag = queue_sub.add_parser("rag", help="which tenant and folder a rag_id means (admin)")

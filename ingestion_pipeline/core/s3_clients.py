@@ -63,6 +63,20 @@ def build_client(settings: S3ClientSettings) -> Any:
         )
 
 
+def build_sqs_client(max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> Any:
+    """A boto3 SQS client from the same sessions and retry policy (endpoint: boto3's ``AWS_ENDPOINT_URL_SQS``
+    or ``AWS_ENDPOINT_URL``, as boto3 reads them)."""
+    import boto3
+    from botocore.config import Config
+
+    key = (None, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+    with _SESSIONS_LOCK:
+        session = _SESSIONS.get(key)
+        if session is None:
+            session = _SESSIONS[key] = boto3.session.Session()
+        return session.client("sqs", config=Config(retries={"max_attempts": max_attempts, "mode": "standard"}))
+
+
 class ClientsByEndpoint:
     """endpoint URL -> client, each built once by ``build`` (None: the default endpoint); the fetch threads
     that ask at once get one client, not one each. A source may carry its own endpoint (MinIO, moto, …)."""

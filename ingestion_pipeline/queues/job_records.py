@@ -83,3 +83,24 @@ def counts(conn: psycopg.Connection, intake: str) -> dict[str, int]:
     rows = conn.execute("SELECT status, count(*) AS n FROM queue_jobs WHERE intake = %s GROUP BY status",
                         (intake,)).fetchall()
     return {r["status"]: r["n"] for r in rows}
+
+
+def follow_ledger(conn: psycopg.Connection, intake: str) -> int:
+    """Move the jobs of an intake without a status hash (SQS) along with their files' ledger states, in one
+    statement; a finished job is reported. How many jobs changed."""
+    moved = conn.execute(
+        """UPDATE queue_jobs j
+              SET status = CASE r.status WHEN 'queued' THEN 'queued' WHEN 'running' THEN 'processing'
+                                         WHEN 'succeeded' THEN 'done' ELSE 'failed' END,
+                  finished_at = CASE WHEN r.status IN ('succeeded', 'failed', 'dead_letter', 'canceled')
+                                     THEN coalesce(j.finished_at, now()) END,
+                  reported_at = CASE WHEN r.status IN ('succeeded', 'failed', 'dead_letter', 'canceled') THEN now() END
+             FROM ingestion_runs r
+            WHERE r.run_id = j.file_id AND j.intake = %s AND j.reported_at IS NULL""",
+        (intake,),
+    ).rowcount
+    return moved + conn.execute(
+        """UPDATE queue_jobs SET reported_at = now()
+            WHERE intake = %s AND file_id IS NULL AND reported_at IS NULL AND status IN ('done', 'failed')""",
+        (intake,),
+    ).rowcount

@@ -227,26 +227,51 @@ def _sweep_deleted(conn: psycopg.Connection, source: Source, pass_number: int) -
         (source.source_id, pass_number),
     ).fetchall()
     for row in gone:
-        deactivated = None
-        if row["doc_id"] is not None:
-            deactivated = conn.execute(
-                """UPDATE document_versions SET is_active = false, deactivated_at = now()
-                    WHERE tenant_id = %s AND doc_id = %s AND is_active RETURNING version_id""",
-                (source.tenant_id, row["doc_id"]),
-            ).fetchone()
-            run_id = conn.execute(
-                """INSERT INTO ingestion_runs (tenant_id, doc_id, run_type, status, source_uri, size_bytes, config,
-                                               stats, source_id, source_key, started_at, finished_at)
-                   VALUES (%s, %s, 's3_sync', 'succeeded', %s, 0, %s, %s, %s, %s, now(), now())
-                   RETURNING *""",
-                (source.tenant_id, row["doc_id"], s3_uri(source.bucket, row["key"]),
-                 Jsonb({"filename": PurePosixPath(row["key"]).name, "source": source.name, "key": row["key"]}),
-                 Jsonb({"action": "deactivated", "version_id": deactivated["version_id"] if deactivated else None}),
-                 source.source_id, row["key"]),
-            ).fetchone()
-            file_ledger.log_finished(run_id)
-        conn.execute(
-            "UPDATE source_objects SET status = 'deleted', updated_at = now() WHERE source_id = %s AND key = %s",
-            (source.source_id, row["key"]),
-        )
+        _deactivate(conn, source, row["key"], row["doc_id"])
     return len(gone)
+
+
+def _deactivate(conn: psycopg.Connection, source: Source, key: str, doc_id: int | None) -> None:
+    """The key is gone from the bucket: its active version is deactivated (nothing deleted), with a ledger row."""
+    if doc_id is not None:
+        deactivated = conn.execute(
+            """UPDATE document_versions SET is_active = false, deactivated_at = now()
+                WHERE tenant_id = %s AND doc_id = %s AND is_active RETURNING version_id""",
+            (source.tenant_id, doc_id),
+        ).fetchone()
+        run_id = conn.execute(
+            """INSERT INTO ingestion_runs (tenant_id, doc_id, run_type, status, source_uri, size_bytes, config,
+                                           stats, source_id, source_key, started_at, finished_at)
+               VALUES (%s, %s, 's3_sync', 'succeeded', %s, 0, %s, %s, %s, %s, now(), now())
+               RETURNING *""",
+            (source.tenant_id, doc_id, s3_uri(source.bucket, key),
+             Jsonb({"filename": PurePosixPath(key).name, "source": source.name, "key": key}),
+             Jsonb({"action": "deactivated", "version_id": deactivated["version_id"] if deactivated else None}),
+             source.source_id, key),
+        ).fetchone()
+        file_ledger.log_finished(run_id)
+    conn.execute(
+        "UPDATE source_objects SET status = 'deleted', updated_at = now() WHERE source_id = %s AND key = %s",
+        (source.source_id, key),
+    )
+
+
+def record_object(conn: psycopg.Connection, source: Source, obj: dict | None, key: str, *, max_bytes: int,
+                  metric_intake: MetricIntake | None = None) -> SyncReport:
+    """What one object's current state (``obj``: a listing entry or a HEAD as Key/ETag/Size/LastModified;
+    None: the key is gone) means, as a listing page would record it; in the caller's transaction, which holds
+    the source's row (S3 event notifications, ``queues/s3_events.py``)."""
+    report = SyncReport(source.name)
+    pass_number = conn.execute("SELECT pass_number FROM ingestion_sources WHERE source_id = %s",
+                               (source.source_id,)).fetchone()["pass_number"]
+    if obj is not None:
+        _record_page(conn, source, pass_number, [obj], max_bytes, report, metric_intake)
+        return report
+    known = conn.execute(
+        "SELECT doc_id FROM source_objects WHERE source_id = %s AND key = %s AND status <> 'deleted' FOR UPDATE",
+        (source.source_id, key),
+    ).fetchone()
+    if known is not None:
+        _deactivate(conn, source, key, known["doc_id"])
+        report.deleted = 1
+    return report
