@@ -62,6 +62,8 @@ AREAS: dict[str, tuple[Variable, ...]] = {
                  "Unset and nothing listening there, or `none`: no Redis queue; set and not answering: an error."),
         Variable("INGESTION_QUEUE_JOBS_PER_TICK", "100", "Redis jobs one sensor tick (or one `process` round) "
                  "takes."),
+        Variable("INGESTION_QUEUE_HEARTBEAT_SECONDS", "30", "A Redis consumer silent this long is dead: the next "
+                 "consumer hands the jobs it held back to their queues."),
         Variable("INGESTION_SQS_QUEUE_URLS", "none", "Comma-separated SQS queue URLs: one sensor each (read when "
                  "the code location loads). Endpoint and credentials: boto3's `AWS_*` variables "
                  "(`AWS_ENDPOINT_URL_SQS`)."),

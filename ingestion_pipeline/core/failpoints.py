@@ -10,7 +10,8 @@ A failpoint arms only inside a test (pytest's ``PYTEST_CURRENT_TEST`` is set) or
 ``INGESTION_FAILPOINT`` in a production environment is reported once and never stalls a worker.
 
 Points: ``model.load``, ``extract.file``, ``embed.unit``, ``promote.transaction``, ``metrics.stage``,
-``metrics.promote``.
+``metrics.promote``, ``queue.taken`` (a Redis job taken, nothing committed), ``queue.accepted`` (its ledger row
+committed, the message not yet acknowledged).
 """
 
 from __future__ import annotations

@@ -173,6 +173,7 @@ class QueueSettings:
     redis_url: str | None = "redis://127.0.0.1:6379/0"  # None (REDIS_URL=none): no Redis queue
     redis_configured: bool = False  # REDIS_URL set: a server that does not answer is an error, not "no queue"
     jobs_per_tick: int = 100  # Redis jobs one sensor tick (or one `process` round) takes
+    consumer_heartbeat_seconds: float = 30.0  # a consumer silent this long is dead: its jobs go back
     sqs_queue_urls: tuple[str, ...] = ()
     sqs_messages_per_tick: int = 100  # SQS messages one sensor tick takes per queue (10 per receive)
     sqs_wait_seconds: int = 1  # long polling per receive (at most 20)
@@ -311,6 +312,8 @@ def load_settings() -> Settings:
             else os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
             redis_configured=bool(os.environ.get("REDIS_URL")),
             jobs_per_tick=_env("INGESTION_QUEUE_JOBS_PER_TICK", 100, _at_least_one, "a whole number of at least 1"),
+            consumer_heartbeat_seconds=_env("INGESTION_QUEUE_HEARTBEAT_SECONDS", 30.0, _positive,
+                                            "a number of seconds above 0"),
             sqs_queue_urls=tuple(u.strip() for u in os.environ.get("INGESTION_SQS_QUEUE_URLS", "").split(",")
                                  if u.strip()),
             sqs_messages_per_tick=_env("INGESTION_SQS_MESSAGES_PER_TICK", 100, _at_least_one,

@@ -26,14 +26,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.queues import dead_letters, job_status, redis_keys
 from ingestion_pipeline.queues.dead_letters import MOVE_IF_HELD
 from ingestion_pipeline.queues.job_errors import JobError, from_exception, job_error
-from ingestion_pipeline.queues.job_intake import ACCEPTED, REFUSED, accept_job
+from ingestion_pipeline.queues.job_intake import ACCEPTED, ALREADY, REFUSED, accept_job
 from ingestion_pipeline.queues.job_messages import JobMessage, MalformedJob, parse_job, utc_timestamp
 
-HEARTBEAT_SECONDS = 30  # a consumer silent this long is dead; its jobs go back to the queues
+HEARTBEAT_SECONDS = 30.0  # a consumer silent this long is dead; its jobs go back to the queues
 # Remove ARGV[1] from KEYS[1] and, only if it was there, add ARGV[3] to the sorted set KEYS[2] at score ARGV[2].
 _DELAY_IF_HELD = """
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
@@ -71,8 +72,10 @@ def new_consumer_id() -> str:
 
 class RedisJobConsumer:
     def __init__(self, redis, db: Database, store: LocalUploadStore, *, fingerprint: str, max_bytes: int,
-                 backoff: tuple[float, ...] = (5.0, 10.0, 30.0), consumer_id: str | None = None) -> None:
+                 backoff: tuple[float, ...] = (5.0, 10.0, 30.0), consumer_id: str | None = None,
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:
         self.redis, self.db, self.store = redis, db, store
+        self.heartbeat_seconds = heartbeat_seconds
         self.fingerprint, self.max_bytes, self.backoff = fingerprint, max_bytes, backoff
         self.consumer_id = consumer_id or new_consumer_id()
 
@@ -102,10 +105,11 @@ class RedisJobConsumer:
         return report
 
     def _beat(self) -> None:
-        self.redis.set(redis_keys.heartbeat(self.consumer_id), utc_timestamp(), ex=HEARTBEAT_SECONDS)
+        self.redis.set(redis_keys.heartbeat(self.consumer_id), utc_timestamp(),
+                       px=max(1, int(self.heartbeat_seconds * 1000)))
 
     def _keep_beating(self, stop: threading.Event) -> None:
-        while not stop.wait(HEARTBEAT_SECONDS / 3):
+        while not stop.wait(self.heartbeat_seconds / 3):
             # a missed beat only risks a job taken twice, which is recognised
             with contextlib.suppress(Exception):
                 self._beat()
@@ -123,6 +127,7 @@ class RedisJobConsumer:
             raw = self.redis.lmove(redis_keys.queue(priority), redis_keys.processing(self.consumer_id, priority),
                                    "RIGHT", "LEFT")
             if raw is not None:
+                failpoint("queue.taken")  # taken, nothing committed: the janitor must hand it back
                 return priority, raw
         return None
 
@@ -145,9 +150,13 @@ class RedisJobConsumer:
                 intake.error)}, final=True)
             self.dead_letter(priority, raw, intake.error, job)
         else:
+            failpoint("queue.accepted")  # the ledger row committed, the message not yet acknowledged
             if intake.outcome == ACCEPTED and intake.job_status == "queued":
                 job_status.write(self.redis, job.job_id, {**job_status.initial(job, "queued"),
                                                           "file_id": intake.file_id})
+            elif intake.outcome == ALREADY and intake.job_status in ("queued", "processing"):
+                # accepted before, and its status write may have died with the consumer (or with Redis)
+                job_status.write(self.redis, job.job_id, {"status": intake.job_status, "file_id": intake.file_id})
             self.ack(priority, raw)  # the row is committed (or was already): the message may go
         return intake.outcome
 

@@ -53,7 +53,8 @@ def open_queue(settings: Settings):
 def take_jobs(client, db: Database, store: LocalUploadStore, settings: Settings, *, fingerprint: str,
               max_jobs: int | None = None) -> RedisRound:
     consumer = RedisJobConsumer(client, db, store, fingerprint=fingerprint, max_bytes=settings.upload.max_bytes,
-                                backoff=settings.reliability.retry_backoff_seconds or (5.0,))
+                                backoff=settings.reliability.retry_backoff_seconds or (5.0,),
+                                heartbeat_seconds=settings.queues.consumer_heartbeat_seconds)
     report = consumer.consume(max_jobs or settings.queues.jobs_per_tick)
     return RedisRound(report, queue_depths.depths(client))
 
