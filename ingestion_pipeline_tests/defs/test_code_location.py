@@ -37,16 +37,25 @@ def test_the_code_location_holds_every_module_of_defs_through_dagsters_own_loade
                    "promoted_metrics", "raw_documents", "raw_metric_files", "staged_metric_rows"],
         "checks": ["promoted_documents:embeddings_match_chunks", "promoted_documents:fingerprints_current",
                    "promoted_documents:no_failed_files", "promoted_documents:no_version_without_chunks",
-                   "promoted_documents:one_active_version_per_document", "staged_metric_rows:valid_row_threshold"],
+                   "promoted_documents:one_active_version_per_document", "raw_documents:queue_dead_letters_empty",
+                   "staged_metric_rows:valid_row_threshold"],
         "jobs": ["__ASSET_JOB", "document_batch_job", "fingerprint_check_job", "ledger_janitor_job",
-                 "metric_upload_job", "partition_pruning_job", "raw_file_retention_job", "staging_cleanup_job"],
+                 "metric_upload_job", "partition_pruning_job", "queue_check_job", "raw_file_retention_job",
+                 "staging_cleanup_job"],
         "sensors": ["fingerprint_sensor", "ledger_janitor_sensor", "ledger_on_run_canceled", "ledger_on_run_failure",
-                    "metric_upload_sensor", "s3_sensor", "upload_sensor"],
+                    "metric_upload_sensor", "redis_queue_sensor", "s3_sensor", "upload_sensor"],
         "schedules": ["partition_pruning_job_schedule", "raw_file_retention_job_schedule",
                       "staging_cleanup_job_schedule"],
         "resources": ["embedder", "heartbeat", "postgres", "s3", "settings", "upload_store"],
     }
     assert isinstance(code_location.defs().executor, dg.ExecutorDefinition)
+
+
+def test_each_configured_sqs_queue_gets_its_own_sensor(monkeypatch):
+    monkeypatch.setenv("INGESTION_SQS_QUEUE_URLS", "https://sqs.us-east-1.amazonaws.com/123456789012/ingest-events, "
+                       "http://127.0.0.1:9324/000000000000/Jobs.fifo")
+    sensors = _contents(code_location.defs())["sensors"]
+    assert {"sqs_ingest_events_sensor", "sqs_jobs_fifo_sensor"} <= set(sensors)
 
 
 def test_the_code_location_uses_no_dagster_internal():
