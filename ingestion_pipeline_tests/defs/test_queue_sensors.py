@@ -48,7 +48,8 @@ def test_a_tick_takes_jobs_and_a_dead_letter_fails_the_check(redis_queue, databa
         check_job = code_location().resolve_job_def("queue_check_job")
         result = check_job.execute_in_process(instance=instance)
         [evaluation] = result.get_asset_check_evaluations()
-        assert not evaluation.passed and evaluation.description == "dead letters wait: 1 on rag:ingest:queue:dead-letter"
+        assert not evaluation.passed
+        assert evaluation.description == "dead letters wait: 1 on rag:ingest:queue:dead-letter"
         redis_queue.delete(redis_keys.DEAD_LETTER)
         [evaluation] = check_job.execute_in_process(instance=instance).get_asset_check_evaluations()
         assert evaluation.passed and evaluation.metadata["rag:ingest:queue:dead-letter"].value == 0
