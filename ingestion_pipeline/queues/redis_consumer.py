@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import socket
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
+from ingestion_pipeline.core.failures import is_transient
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.queues import dead_letters, job_status, redis_keys
 from ingestion_pipeline.queues.dead_letters import MOVE_IF_HELD
@@ -34,6 +36,7 @@ from ingestion_pipeline.queues.job_errors import JobError, from_exception, job_e
 from ingestion_pipeline.queues.job_intake import ACCEPTED, ALREADY, REFUSED, accept_job
 from ingestion_pipeline.queues.job_messages import JobMessage, MalformedJob, parse_job, utc_timestamp
 
+_log = logging.getLogger("ingestion_pipeline.queues")
 HEARTBEAT_SECONDS = 30.0  # a consumer silent this long is dead; its jobs go back to the queues
 # Remove ARGV[1] from KEYS[1] and, only if it was there, add ARGV[3] to the sorted set KEYS[2] at score ARGV[2].
 _DELAY_IF_HELD = """
@@ -97,7 +100,12 @@ class RedisJobConsumer:
                     break
                 report.taken += 1
                 report.outcomes[self.handle(*taken)] += 1
-            job_status.sync_statuses(self.db, self.redis)
+            try:
+                job_status.sync_statuses(self.db, self.redis)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                _log.warning("job statuses not written this round (%s); the next round writes them", exc)
         finally:
             stop.set()
             beating.join()
