@@ -80,6 +80,7 @@ soak: $(STAMP)
 
 stop:
 	-$(BIN)/ingestion-pipeline db stop
+	-$(BIN)/ingestion-pipeline queue server stop
 
 clean: stop
 	rm -rf $(VENV) .data storage logs history schedules

@@ -11,7 +11,9 @@ from ingestion_pipeline.core.settings import project_root
 def test_compose_runs_the_api_and_shares_the_data_volume():
     compose = yaml.safe_load((project_root() / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"postgres", "minio", "code-server", "webserver", "daemon", "api"} <= set(services)
+    assert {"postgres", "minio", "redis", "code-server", "webserver", "daemon", "api"} <= set(services)
+    assert "--appendonly" in services["redis"]["command"]
+    assert services["code-server"]["environment"]["REDIS_URL"] == "redis://redis:6379/0"
     api = services["api"]
     command = api["command"]
     assert command[:2] == ["ingestion-pipeline", "serve"]

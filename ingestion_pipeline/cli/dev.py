@@ -25,6 +25,20 @@ def _start_api(port: int) -> dict:
     return {"api": f"http://127.0.0.1:{port}", "api_pid": proc.pid, "api_auth": auth}
 
 
+def _start_redis() -> dict:
+    """The Redis job queue for the sensors: REDIS_URL's server, or the project's own redis-server on 127.0.0.1:6379
+    (``.data/redis``, AOF on; `make stop` ends it), when installed."""
+    from ingestion_pipeline.core.redis_server import DEFAULT_REDIS_URL, RedisServerMissing, start_local_redis
+
+    if os.environ.get("REDIS_URL"):
+        return {"redis": os.environ["REDIS_URL"]}
+    try:
+        started = start_local_redis()
+    except RedisServerMissing as exc:
+        return {"redis": f"none ({exc})"}
+    return {"redis": started or DEFAULT_REDIS_URL, "redis_started": started is not None}
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     bootstrap()
     root = project_root()
@@ -32,12 +46,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
     argv = [str(dagster), "dev", "-w", str(root / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(args.port)]
     started = {"ui": f"http://127.0.0.1:{args.port}", "dagster_home": os.environ.get("DAGSTER_HOME"),
                "workspace": str(root / "workspace.yaml")}
+    started.update(_start_redis())
     if args.api_port:
         started.update(_start_api(args.api_port))
 
     def describe(rows: list[dict]) -> None:
         row = rows[0]
         print(f"Dagster UI and daemon: {row['ui']} (DAGSTER_HOME={row['dagster_home']})")
+        print(f"Redis job queue: {row['redis']}" + (" (started: .data/redis)" if row.get("redis_started") else ""))
         if "api" in row:
             print(f"HTTP API: {row['api']} (docs at {row['api']}/docs; auth {row['api_auth']})")
         print("Ctrl-C stops them all")

@@ -128,6 +128,20 @@ def cmd_rag(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_server(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.core.redis_server import start_local_redis, stop_local_redis
+
+    if args.server_command == "start":
+        url = start_local_redis(args.port)
+        emit(args, [{"redis": url, "started": url is not None}], lambda rows: print(
+            f"redis-server started: {url}" if url else f"something already answers on 127.0.0.1:{args.port}"))
+    else:
+        pid = stop_local_redis()
+        emit(args, [{"stopped_pid": pid}], lambda rows: print(
+            f"redis-server {pid} stopped" if pid else "the project's redis-server was not running"))
+    return 0
+
+
 def register(sub) -> None:
     """Add `queue` to the top-level subparsers."""
     p = sub.add_parser("queue", help="the Redis job queue (rag:ingest:*): push, status, dead letters, rags")
@@ -164,6 +178,13 @@ def register(sub) -> None:
     remove.add_argument("rag_id")
     for q in (add, remove, rag_sub.add_parser("list")):
         q.set_defaults(func=cmd_rag)
+        add_json_flag(q)
+    server = queue_sub.add_parser("server", help="the project's own redis-server (.data/redis, 127.0.0.1, AOF on)")
+    server_sub = server.add_subparsers(dest="server_command", required=True)
+    start = server_sub.add_parser("start")
+    start.add_argument("--port", type=int, default=6379)
+    for q in (start, server_sub.add_parser("stop")):
+        q.set_defaults(func=cmd_server)
         add_json_flag(q)
     for q in (push_p, status):
         add_json_flag(q)

@@ -51,7 +51,8 @@ class RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = [executable, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.data_dir),
                 "--appendonly", "yes", "--appendfsync", self.fsync, "--save", "", "--protected-mode", "yes",
-                "--daemonize", "no", "--logfile", str(self.data_dir / "redis.log")]
+                "--daemonize", "no", "--logfile", str(self.data_dir / "redis.log"),
+                "--pidfile", str(self.data_dir / "redis.pid")]
         self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
@@ -86,3 +87,34 @@ class RedisServer:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def local_redis_dir() -> Path:
+    from ingestion_pipeline.core.settings import data_dir
+
+    return data_dir() / "redis"
+
+
+def start_local_redis(port: int = 6379) -> str | None:
+    """The project's own redis-server for `make dev` (``.data/redis``, AOF on, 127.0.0.1:``port``), left
+    running like the embedded Postgres; its URL, or None when something already answers on the port."""
+    server = RedisServer(local_redis_dir(), port=port)
+    if server.ping():
+        return None
+    server.start()
+    return server.url
+
+
+def stop_local_redis() -> int | None:
+    """End the project's own redis-server by the PID in its pidfile; the PID, or None if none was running."""
+    pidfile = local_redis_dir() / "redis.pid"
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pidfile.unlink(missing_ok=True)
+        return None
+    return pid
