@@ -1,0 +1,182 @@
+"""The Redis job queue: how fast jobs become ledger rows, and how long a pushed job takes to be searchable.
+
+1. Intake: N jobs for small files pushed to a real redis-server (the project starts one in a temporary folder),
+   then taken into a throwaway database by one consumer, and again (a fresh set) by two consumers at once.
+   Prints the push rate and push -> ledger row (jobs per second), exactly as the sensor and `process` take them.
+2. ``--dev``: ``ingestion-pipeline dev`` (webserver + daemon, sensors on) on a fresh data folder with the
+   project's Redis; jobs pushed one at a time, each timed from its push until its status hash says ``done``
+   (its version is active: what search serves). Prints p50 / p95.
+
+    .venv/bin/python benchmarks/queue_intake.py [--jobs 2000] [--dev --dev-jobs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from throwaway_database import throwaway_database  # noqa: E402
+
+from ingestion_pipeline.core.db import Database  # noqa: E402
+from ingestion_pipeline.core.redis_server import RedisServer  # noqa: E402
+from ingestion_pipeline.core.upload_store import LocalUploadStore  # noqa: E402
+from ingestion_pipeline.queues import redis_keys  # noqa: E402
+from ingestion_pipeline.queues.job_messages import new_job  # noqa: E402
+from ingestion_pipeline.queues.producer import push  # noqa: E402
+from ingestion_pipeline.queues.rag_registry import add_rag  # noqa: E402
+from ingestion_pipeline.queues.redis_client import connect  # noqa: E402
+from ingestion_pipeline.queues.redis_consumer import RedisJobConsumer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = str(Path(sys.executable).parent / "ingestion-pipeline")
+
+
+def _files(folder: Path, n: int) -> list[Path]:
+    folder.mkdir(parents=True)
+    paths = []
+    for i in range(n):
+        path = folder / f"note-{i:05d}.txt"
+        path.write_text(f"Note {i}: the ferry to the island leaves at {7 + i % 12} o'clock from pier {i % 9}.\n")
+        paths.append(path)
+    return paths
+
+
+def _push(client, paths: list[Path], rag_id: str) -> float:
+    start = time.perf_counter()
+    for path in paths:
+        push(client, new_job(rag_id, str(path)))
+    return time.perf_counter() - start
+
+
+def _consume(url: str, db: Database, store: LocalUploadStore, jobs: int, taken: list[int], i: int) -> None:
+    taken[i] = RedisJobConsumer(connect(url), db, store, fingerprint="bench", max_bytes=10**7).consume(jobs).taken
+
+
+def intake(jobs: int) -> None:
+    work = Path(tempfile.mkdtemp(prefix="ip-queue-bench-"))
+    server = RedisServer(work / "redis").start()
+    try:
+        with throwaway_database("bench_queue") as url, Database(url, max_size=4) as db:
+            store = LocalUploadStore(work / "uploads")
+            for consumers in (1, 2):
+                rag = f"kb{consumers}"
+                paths = _files(work / rag / "incoming", jobs)
+                with db.transaction() as conn:
+                    add_rag(conn, rag, tenant_id="bench", root=work / rag)
+                client = connect(server.url)
+                pushed = _push(client, paths, rag)
+                print(f"push: {jobs} jobs in {pushed:.2f} s = {jobs / pushed:,.0f} jobs/s (status hash + LPUSH, "
+                      "one MULTI each)", flush=True)
+                taken = [0] * consumers
+
+                start = time.perf_counter()
+                threads = [threading.Thread(target=_consume, args=(server.url, db, store, jobs, taken, i))
+                           for i in range(consumers)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                seconds = time.perf_counter() - start
+                with db.connection() as conn:
+                    rows = conn.execute("SELECT count(*) AS n FROM queue_jobs WHERE rag_id = %s", (rag,)).fetchone()
+                assert rows["n"] == jobs and client.llen(redis_keys.QUEUE) == 0
+                print(f"push -> ledger row, {consumers} consumer(s) at once {taken}: {jobs} jobs in {seconds:.2f} s = "
+                      f"{jobs / seconds:,.0f} jobs/s ({seconds / jobs * 1000:.2f} ms a job: read + SHA-256 + store "
+                      "+ one transaction + status)", flush=True)
+                client.close()
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dev_latency(n: int) -> None:
+    work = Path(tempfile.mkdtemp(prefix="ip-queue-dev-"))
+    server = RedisServer(work / "redis").start()
+    (work / "dagster_home").mkdir()
+    shutil.copy(ROOT / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DAGSTER_PG_URL")}
+    env.update(INGESTION_DATA_DIR=str(work / "data"), DAGSTER_HOME=str(work / "dagster_home"), REDIS_URL=server.url)
+    url = subprocess.run([CLI, "db", "url"], env=env, check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([CLI, "db", "migrate"], env=env, check=True, capture_output=True)
+    env["DATABASE_URL"] = url
+    (work / "kb").mkdir()
+    subprocess.run([CLI, "queue", "rag", "add", "kb", "--tenant", "dev", "--root", str(work / "kb")], env=env,
+                   check=True, capture_output=True)
+    log = (work / "dev.log").open("w")
+    dev = subprocess.Popen([CLI, "dev", "--port", str(_port()), "--api-port", "0"], cwd=ROOT, env=env, stdout=log,
+                           stderr=subprocess.STDOUT, start_new_session=True)
+    client = connect(server.url)
+    try:
+        def one(name: str, text: str, timeout: float = 600) -> float:
+            path = work / "kb" / "incoming" / name
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+            job = new_job("kb", str(path))
+            start = time.perf_counter()
+            push(client, job)
+            while time.perf_counter() - start < timeout:
+                if dev.poll() is not None:
+                    raise SystemExit(f"dev stopped:\n{(work / 'dev.log').read_text()[-3000:]}")
+                status = client.hget(redis_keys.status(job.job_id), "status")
+                if status in (b"done", b"failed"):
+                    if status == b"failed":
+                        raise SystemExit(f"{name} failed: {client.hgetall(redis_keys.status(job.job_id))}")
+                    return time.perf_counter() - start
+                time.sleep(0.1)
+            raise SystemExit(f"{name} not done after {timeout} s:\n{(work / 'dev.log').read_text()[-3000:]}")
+
+        warm_up = one("warm-up.md", "# Warm up\n\nThe first job.\n")
+        print(f"warm-up job (the daemon starting, the model's export): {warm_up:.1f} s", flush=True)
+        times = []
+        for i in range(n):
+            times.append(one(f"note-{i}.md", f"# Note {i}\n\nThe ferry leaves at {i + 7} o'clock.\n"))
+            print(f"note-{i}.md done after {times[-1]:.1f} s", flush=True)
+        times.sort()
+        p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+        print(f"\npush -> searchable under `make dev` (redis_queue_sensor, upload_sensor, a run): "
+              f"p50 {statistics.median(times):.1f} s, p95 {p95:.1f} s ({n} jobs, one at a time)")
+    finally:
+        client.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(dev.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            dev.wait(30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(dev.pid, signal.SIGKILL)
+        log.close()
+        subprocess.run([CLI, "db", "stop"], env=env, capture_output=True)
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--dev", action="store_true", help="also push -> searchable under `ingestion-pipeline dev`")
+    parser.add_argument("--dev-jobs", type=int, default=20)
+    args = parser.parse_args()
+    intake(args.jobs)
+    if args.dev:
+        dev_latency(args.dev_jobs)
+
+
+if __name__ == "__main__":
+    main()
