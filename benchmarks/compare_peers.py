@@ -144,7 +144,7 @@ def scratch_environment(prefix: str) -> tuple[Path, dict]:
         env.pop(name, None)
         os.environ.pop(name, None)
     (work / "dagster_home").mkdir()
-    shutil.copy(ROOT / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
     os.environ.update(env)
     return work, env
 

@@ -50,7 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ip-dev-latency-"))
     (work / "dagster_home").mkdir()
-    shutil.copy(ROOT / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DAGSTER_PG_URL")}
     env.update(INGESTION_DATA_DIR=str(work / "data"), DAGSTER_HOME=str(work / "dagster_home"))
     url = subprocess.run([CLI, "db", "url"], env=env, check=True, capture_output=True, text=True).stdout.strip()

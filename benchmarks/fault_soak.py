@@ -39,7 +39,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ip-soak-"))
     home = work / "dagster_home"
     home.mkdir()
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     for var in ("DATABASE_URL", "DAGSTER_PG_URL"):
         os.environ.pop(var, None)
     os.environ.update(INGESTION_DATA_DIR=str(work / "data"), DAGSTER_HOME=str(home))

@@ -37,7 +37,7 @@ def main() -> None:
     home.mkdir()
     from ingestion_pipeline.core.settings import project_root
 
-    shutil.copy(project_root() / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(project_root() / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
     logging.disable(logging.INFO)
 

@@ -36,7 +36,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="ip-s3-upload-"))
     (work / "dagster_home").mkdir()
-    shutil.copy(ROOT / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
+    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DAGSTER_PG_URL")}
     env.update(INGESTION_DATA_DIR=str(work / "data"), DAGSTER_HOME=str(work / "dagster_home"),
                AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
