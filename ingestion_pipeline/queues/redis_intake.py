@@ -40,10 +40,8 @@ def open_queue(settings: Settings):
     """The Redis client of the job queue, or None when there is none (see the module's note)."""
     if settings.queues.redis_url is None:
         return None
-    client = redis_client.connect(settings.queues.redis_url)
-    if redis_client.reachable(client):
-        return client
-    client.close()
+    if redis_client.reachable(settings.queues.redis_url):
+        return redis_client.connect(settings.queues.redis_url)
     if settings.queues.redis_configured:
         raise RedisUnavailable(f"Redis at {redis_client.describe(settings.queues.redis_url)} does not answer "
                                "(REDIS_URL); jobs stay on the queue until it does")
