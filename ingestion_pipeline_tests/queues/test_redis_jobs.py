@@ -89,12 +89,14 @@ def test_push_process_statuses_files_and_dead_letters(redis_queue, database, pro
     [state] = json_lines(run_cli("queue", "status", "--json").stdout)
     assert (state["normal"], state["high"], state["processing"], state["dead_letter"]) == (0, 0, 0, 7)
 
-    # the rag registered afterwards: the unknown-rag job replays and is accepted (its file moved once done)
+    # the rag registered afterwards: the unknown-rag job replays and is accepted; its content is already the
+    # active version, so it is done at intake (no run) and its file moved beside the first one
     run_cli("queue", "rag", "add", "nokb", "--tenant", "acme", "--root", str(root))
-    (incoming / "note.md").write_text("# Note\n\nThe meeting moved to Friday.\n")
+    (incoming / "note.md").write_text((root / "processed" / "note.md").read_text())
     replayed = json_lines(run_cli("queue", "dead-letter", "replay", "--job", unknown["job_id"], "--json").stdout)
     assert [r["job_id"] for r in replayed] == [unknown["job_id"]]
-    run_cli("process")
-    assert _status(redis_queue, unknown["job_id"])["status"] == "done"
+    assert "nothing queued" in run_cli("process").stdout
+    again = _status(redis_queue, unknown["job_id"])
+    assert (again["status"], again["chunks_created"]) == ("done", "0")
     assert redis_queue.ttl(redis_keys.status(unknown["job_id"])) > 0
     assert (root / "processed" / f"note.{unknown['job_id']}.md").is_file()
