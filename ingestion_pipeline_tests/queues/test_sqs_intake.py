@@ -13,6 +13,7 @@ import pytest
 from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.queues.sqs_intake import SqsIntake
 from ingestion_pipeline.queues.sqs_queues import depth, list_dead_letters, replay_dead_letters, sqs_client
+from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
 from ingestion_pipeline.services import Services
 from ingestion_pipeline.sources.registry import add_source
 from ingestion_pipeline_tests.helpers import put, table
@@ -54,7 +55,7 @@ def _event(bucket: str, key: str, name: str, sequencer: str) -> str:
     return json.dumps({"Records": [record]})
 
 
-def test_events_jobs_duplicates_order_deletes_and_dead_letters(notified_bucket, database, db, s3_env):
+def test_events_jobs_duplicates_order_deletes_and_dead_letters(notified_bucket, database, db, s3_env, tmp_path):
     client, bucket, sqs, url = notified_bucket
     with database.connection() as conn:
         source = add_source(conn, f"s3://{bucket}/kb/", tenant_id="acme", endpoint_url=s3_env)
@@ -86,6 +87,16 @@ def test_events_jobs_duplicates_order_deletes_and_dead_letters(notified_bucket, 
     [gone] = table(db, "SELECT stats FROM ingestion_runs WHERE source_id = %s AND status = 'succeeded'",
                    source.source_id)
     assert gone["stats"]["action"] == "deactivated"
+
+    # a metrics source's object becomes a metric upload, as its listing would make it
+    with database.connection() as conn:
+        add_source(conn, f"s3://{bucket}/exports/", tenant_id="acme", name="exports", endpoint_url=s3_env,
+                   kind="metrics", platform="meta")
+    export = write_export(tmp_path / "meta.csv", "meta", daily_rows(1, 1, 2, 3))
+    put(client, bucket, "exports/meta.csv", export.read_bytes())
+    assert intake.poll(url).outcomes == {"applied": 1}
+    [upload] = table(db, "SELECT workspace_id, status, total_rows FROM data_uploads")
+    assert (upload["workspace_id"], upload["status"]) == ("acme", "pending")
 
     # job messages: bytes already in S3, checked against their hash; a job delivered twice is accepted once
     body = b"# Job\n\nsent over SQS\n"
