@@ -60,12 +60,18 @@ def _values(row: dict) -> dict[str, Any]:
     status = row["now_status"]
     message = row["message"]
     attempts = row["attempts"] or 0
-    values: dict[str, Any] = {"status": status, "retry_count": message.get("retry_count", 0) + max(attempts - 1, 0)}
+    # retries begun or scheduled: a queued file with attempts behind it waits out the backoff of its next one
+    retries = attempts if row["file_status"] == "queued" else max(attempts - 1, 0)
+    values: dict[str, Any] = {"status": status, "retry_count": message.get("retry_count", 0) + retries}
     if row["file_started_at"] is not None:
         values["started_at"] = row["file_started_at"]
+    if row["file_status"] == "queued" and attempts and row["file_error_code"]:  # the last attempt's error
+        values.update(error=f"{row['file_error_code']}: {row['file_error']}",
+                      error_code=err_code(row["file_error_code"]), error_type=RECOVERABLE)
     if status == job_records.DONE:
         stats = row["file_stats"] or {}
         finished = row["file_finished_at"] or row["finished_at"]
+        values.update(error=None, error_code=None, error_type=None, suggestions=None)  # a retry's error is over
         values.update(completed_at=finished, chunks_created=stats.get("chunks", 0),
                       embeddings_generated=stats.get("chunks", 0), tokens_used=stats.get("tokens", 0))
         if row["file_started_at"] is not None and finished is not None:
