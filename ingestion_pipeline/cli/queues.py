@@ -115,6 +115,18 @@ def _sqs_dead_letters(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.queues.job_records import follow_ledger, list_jobs
+
+    with bootstrap() as ctx:
+        with ctx.db.transaction() as conn:
+            follow_ledger(conn, "sqs")  # an SQS job's row follows its file's ledger state
+        with ctx.db.connection() as conn:
+            rows = list_jobs(conn, intake=args.intake, status=args.status, job_id=args.job, limit=args.limit)
+    print_rows(args, rows, ["job_id", "intake", "tenant_id", "filename", "status", "file_id", "error_code"])
+    return 0
+
+
 def cmd_rag(args: argparse.Namespace) -> int:
     with bootstrap() as ctx, ctx.db.transaction() as conn:
         if args.rag_command == "add":
@@ -168,6 +180,13 @@ def register(sub) -> None:
         q.add_argument("--sqs", metavar="QUEUE_URL", help="the dead-letter queue of this SQS queue instead")
         q.set_defaults(func=cmd_dead_letter)
         add_json_flag(q)
+    jobs = queue_sub.add_parser("jobs", help="accepted and refused jobs of both queues (SQS jobs' only status)")
+    jobs.add_argument("--intake", choices=("redis", "sqs"))
+    jobs.add_argument("--status", choices=("queued", "processing", "done", "failed"))
+    jobs.add_argument("--job", help="a job id")
+    jobs.add_argument("--limit", type=int, default=100)
+    jobs.set_defaults(func=cmd_jobs)
+    add_json_flag(jobs)
     rag = queue_sub.add_parser("rag", help="which tenant and folder a rag_id means (admin)")
     rag_sub = rag.add_subparsers(dest="rag_command", required=True)
     add = rag_sub.add_parser("add", help="register a rag: its tenant and the folder its files lie under")

@@ -104,3 +104,20 @@ def follow_ledger(conn: psycopg.Connection, intake: str) -> int:
             WHERE intake = %s AND file_id IS NULL AND reported_at IS NULL AND status IN ('done', 'failed')""",
         (intake,),
     ).rowcount
+
+
+def list_jobs(conn: psycopg.Connection, *, intake: str | None = None, status: str | None = None,
+              job_id: str | None = None, limit: int = 100) -> list[dict]:
+    """Jobs newest first, each with its file's ledger status and error (`queue jobs`): the view of an SQS job,
+    which has no status hash, and of a Redis job after its hash expired."""
+    return conn.execute(
+        """SELECT j.job_id, j.intake, j.tenant_id, j.filename, j.status, j.file_id, r.status AS file_status,
+                  coalesce(j.outcome->>'error_code', r.error_code) AS error_code,
+                  coalesce(j.outcome->>'error', r.error) AS error, j.accepted_at, j.finished_at
+             FROM queue_jobs j LEFT JOIN ingestion_runs r ON r.run_id = j.file_id
+            WHERE (%(intake)s::text IS NULL OR j.intake = %(intake)s)
+              AND (%(status)s::text IS NULL OR j.status = %(status)s)
+              AND (%(job)s::text IS NULL OR j.job_id = %(job)s)
+            ORDER BY j.accepted_at DESC, j.job_id LIMIT %(limit)s""",
+        {"intake": intake, "status": status, "job": job_id, "limit": limit},
+    ).fetchall()

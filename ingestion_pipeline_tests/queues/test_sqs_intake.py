@@ -16,6 +16,7 @@ from ingestion_pipeline.queues.sqs_queues import depth, list_dead_letters, repla
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
 from ingestion_pipeline.services import Services
 from ingestion_pipeline.sources.registry import add_source
+from ingestion_pipeline_tests.cli.test_corpus_cli import json_lines, run_cli
 from ingestion_pipeline_tests.helpers import put, table
 
 
@@ -112,6 +113,9 @@ def test_events_jobs_duplicates_order_deletes_and_dead_letters(notified_bucket, 
     assert (jobs["job-1"]["status"], jobs["job-2"]["status"]) == ("queued", "failed")
     assert jobs["job-2"]["outcome"]["error_code"] == "ERR_CHECKSUM"
     assert len(table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", jobs["job-1"]["file_id"])) == 1
+    listed = {j["job_id"]: j for j in json_lines(run_cli("queue", "jobs", "--intake", "sqs", "--json").stdout)}
+    assert (listed["job-1"]["status"], listed["job-1"]["file_status"]) == ("queued", "queued")
+    assert (listed["job-2"]["status"], listed["job-2"]["error_code"]) == ("failed", "ERR_CHECKSUM")
 
     # malformed: not deleted, received three times, then the redrive policy moves it; replay brings it back
     sqs.send_message(QueueUrl=url, MessageBody="{not json")
