@@ -94,6 +94,8 @@ def isolated_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("INGESTION_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("INGESTION_UPLOAD_DIR", str(tmp_path / "uploads"))
     monkeypatch.setenv("REDIS_URL", "none")  # never a Redis the developer runs; `redis_queue` gives one
+    # float32 without judging int8 and bfloat16 (a minute per model cache); test_embedding_precision judges them
+    monkeypatch.setenv("INGESTION_EMBEDDING_PRECISION", "f32")
     return tmp_path / "uploads"
 
 

@@ -42,6 +42,9 @@ AREAS: dict[str, tuple[Variable, ...]] = {
                  "folder."),
         Variable("INGESTION_EMBEDDING_BATCH_SIZE", "16", "Chunks per model call (at most 256)."),
         Variable("INGESTION_EMBEDDING_BACKEND", "auto", "`auto`, `openvino`, `onnx` or `torch`."),
+        Variable("INGESTION_EMBEDDING_PRECISION", "auto", "`auto`, `int8`, `bf16` or `f32`: a reduced precision "
+                 "is used only if it passes the quality gate on this CPU; `auto` takes the fastest that does "
+                 "(docs/pipeline.md)."),
         Variable("INGESTION_EXTRACTION_TIMEOUT_SECONDS", "300", "A file's extraction is killed after this."),
         Variable("INGESTION_EXTRACTION_MEMORY_MB", "3072", "Address space of the extraction worker process."),
         Variable("INGESTION_MAX_TEXT_CHARS", "20000000", "Characters of text one file may hold, every format (beyond: "

@@ -125,6 +125,7 @@ class EmbeddingSettings:
     model_path: str | None = None  # None: the packaged all-MiniLM-L6-v2
     batch_size: int = 16  # measured: benchmarks/embedding_backends.py
     backend: str = "auto"  # auto | onnx | torch (documents/embedding.py)
+    precision: str = "auto"  # auto | int8 | bf16 | f32 (documents/precision.py)
     cache_dir: Path | None = None  # exported ONNX models; None: <data dir>/models
 
 
@@ -287,6 +288,8 @@ def load_settings() -> Settings:
             batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 16)),
             backend=_env("INGESTION_EMBEDDING_BACKEND", "auto", _one_of("auto", "openvino", "onnx", "torch"),
                          "auto, openvino, onnx or torch"),
+            precision=_env("INGESTION_EMBEDDING_PRECISION", "auto", _one_of("auto", "int8", "bf16", "f32"),
+                           "auto, int8, bf16 or f32"),
             cache_dir=Path(os.environ.get("INGESTION_MODEL_CACHE_DIR") or data_dir() / "models").resolve(),
         ),
         metrics=MetricsSettings(

@@ -7,6 +7,7 @@ is downloaded at run time; any local sentence-transformers folder can be configu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -21,6 +22,7 @@ import numpy as np
 
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.settings import EmbeddingSettings, data_dir, load_settings
+from ingestion_pipeline.documents.precision import PRECISIONS, Choice
 from ingestion_pipeline.documents.tokens import TokenCounter, load_token_counter
 
 # No hub traffic, no telemetry (invariant 8). Set before transformers is imported anywhere.
@@ -56,6 +58,13 @@ class ModelInfo:
     dimension: int
     max_seq_length: int
     digest: str  # SHA-256 over the weights, the configuration and the tokenizer files
+    precision: str = "f32"  # what it runs in (documents/precision.py): f32, bf16 or int8
+
+    @property
+    def vectors_digest(self) -> str:
+        """What decides its vectors: the files' digest, and the precision unless float32 (whose vectors are
+        the ones stored before precisions existed). Stored vectors are reused only under the same one."""
+        return self.digest if self.precision == "f32" else f"{self.digest}+{self.precision}"
 
 
 # The files that decide a model's vectors: weights, configuration (architecture, pooling, normalisation,
@@ -110,7 +119,7 @@ def build_embedder(model_path: str | None = None, batch_size: int | None = None,
     (``submit``) does not import Dagster (1.2 s) for it."""
     settings = settings or load_settings().embedding
     return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size,
-                    backend=settings.backend, cache_dir=settings.cache_dir)
+                    backend=settings.backend, cache_dir=settings.cache_dir, precision=settings.precision)
 
 
 class Embedder:
@@ -121,25 +130,66 @@ class Embedder:
     """
 
     def __init__(self, model_path: str, batch_size: int = 16, *, backend: str = "auto",
-                 cache_dir: Path | None = None) -> None:
+                 cache_dir: Path | None = None, precision: str = "f32") -> None:
         """``backend``: auto (OpenVINO, else ONNX Runtime, whichever first runs this model with torch's
         vectors, else torch), openvino, onnx or torch; ``cache_dir``: where exported ONNX models are kept
-        (default ``<data dir>/models``)."""
+        (default ``<data dir>/models``); ``precision``: auto, int8, bf16 or f32 (``precision.py``; the
+        settings' default is auto, this class's f32: judging the others costs a minute once per model)."""
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"embedding batch size must be between 1 and {MAX_BATCH_SIZE}")
         if backend not in BACKENDS:
             raise ValueError(f"embedding backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"embedding precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
         self.model_path = model_path
         self.batch_size = batch_size
         self.backend = backend
         self.backend_in_use: str | None = None  # known once the model is loaded
         self.cache_dir = cache_dir or data_dir() / "models"
-        self.info = model_info(model_path)
+        self.precision = precision
+        self.file_info = model_info(model_path)
+        self._choice: Choice | None = None
+        self._choice_lock = threading.Lock()
         self._lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
         self._model = None
         self._token_counter: TokenCounter | None = None
         self._warming: threading.Thread | None = None
+
+    @property
+    def info(self) -> ModelInfo:
+        """The model's identity, with the precision it runs in (the pipeline fingerprint includes it)."""
+        return dataclasses.replace(self.file_info, precision=self.choice.candidate.precision)
+
+    @property
+    def choice(self) -> Choice:
+        """The precision and runtime to embed with: float32 unless another passed the quality gate on this
+        CPU and is chosen (the first call for a model may build and judge the candidates: about a minute,
+        once; later ones read the judgement)."""
+        with self._choice_lock:
+            if self._choice is None:
+                self._choice = self._choose()
+                if self._choice.warning:
+                    _log.warning("%s", self._choice.warning)
+            return self._choice
+
+    def _choose(self) -> Choice:
+        from ingestion_pipeline.documents.precision import choose, judged, reference
+
+        if self.precision == "f32":
+            return Choice(reference(self.backend))
+        if self.backend == "torch":
+            return Choice(reference(self.backend), None if self.precision == "auto" else
+                          f"INGESTION_EMBEDDING_PRECISION={self.precision} is not used, float32 is (the torch "
+                          "backend runs float32 only)")
+        from ingestion_pipeline.documents.onnx_encoder import UnsupportedModel, exported_model
+
+        try:
+            onnx_file = exported_model(self.model_path, self.file_info.digest, self.cache_dir)
+        except (ImportError, UnsupportedModel) as exc:  # torch embeds it, in float32
+            return Choice(reference(self.backend), None if self.precision == "auto" else
+                          f"INGESTION_EMBEDDING_PRECISION={self.precision} is not used, float32 is ({exc})")
+        return choose(self.precision, judged(self.model_path, onnx_file, self.backend), self.backend)
 
     @property
     def model(self) -> Encoder:
@@ -151,7 +201,18 @@ class Embedder:
 
     def _load(self) -> Encoder:
         """The exported model on OpenVINO (``auto``, the default, or ``openvino``), else on ONNX Runtime
-        (``auto`` or ``onnx``), each only if its vectors match torch's; else torch."""
+        (``auto`` or ``onnx``), each only if its vectors match torch's; else torch. A reduced precision
+        chosen by the quality gate runs on the runtime it was judged on."""
+        candidate = self.choice.candidate
+        if candidate.precision != "f32":
+            from ingestion_pipeline.documents.onnx_encoder import exported_model
+            from ingestion_pipeline.documents.precision import build_encoder
+
+            encoder = build_encoder(candidate, self.model_path,
+                                    exported_model(self.model_path, self.file_info.digest, self.cache_dir))
+            self.backend_in_use = candidate.runtime
+            _log.info("embedding with %s in %s (it passed the quality gate)", candidate.runtime, candidate.precision)
+            return encoder
         if self.backend != "torch":
             from ingestion_pipeline.documents.onnx_encoder import (
                 OnnxEncoder,
@@ -161,7 +222,7 @@ class Embedder:
             )
 
             try:
-                onnx_file = exported_model(self.model_path, self.info.digest, self.cache_dir)
+                onnx_file = exported_model(self.model_path, self.file_info.digest, self.cache_dir)
                 if self.backend in ("auto", "openvino"):
                     try:
                         encoder = openvino_encoder(self.model_path, onnx_file)
@@ -171,14 +232,15 @@ class Embedder:
                     except (ImportError, UnsupportedModel) as exc:
                         if self.backend == "openvino":
                             raise
-                        _log.warning("embedding with ONNX Runtime: OpenVINO cannot run %s (%s)", self.info.name, exc)
+                        _log.warning("embedding with ONNX Runtime: OpenVINO cannot run %s (%s)", self.file_info.name,
+                                     exc)
                 encoder = OnnxEncoder(self.model_path, onnx_file)
                 self.backend_in_use = "onnx"
                 return encoder
             except (ImportError, UnsupportedModel) as exc:
                 if self.backend != "auto":
                     raise
-                _log.warning("embedding with torch: ONNX Runtime cannot run %s (%s)", self.info.name, exc)
+                _log.warning("embedding with torch: ONNX Runtime cannot run %s (%s)", self.file_info.name, exc)
         self.backend_in_use = "torch"
         return TorchEncoder(self.model_path)
 
@@ -209,7 +271,7 @@ class Embedder:
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
-            return np.zeros((0, self.info.dimension), dtype=np.float32)
+            return np.zeros((0, self.file_info.dimension), dtype=np.float32)
         return self.model.encode(texts, self.batch_size).astype(np.float32, copy=False)
 
 

@@ -1,7 +1,8 @@
 """The pipeline fingerprint: what, besides the bytes, decides a version's chunks and vectors.
 
 Same bytes + same fingerprint = nothing to do. A change of extractor, chunker settings or model
-(its weights, configuration or tokenizer; its vector dimension) changes the fingerprint.
+(its weights, configuration or tokenizer; its vector dimension; the precision it runs in) changes the
+fingerprint.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def pipeline_fingerprint(model: ModelInfo, target_tokens: int, max_tokens: int,
         # the model by what it is (its files' SHA-256), not by where it lies or its name
         "model": {"digest": model.digest, "dimension": model.dimension, "max_seq_length": model.max_seq_length},
     }
+    if model.precision != "f32":  # float32 keeps the fingerprints made before precisions existed
+        spec["model"]["precision"] = model.precision
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
     return f"fp2-{digest[:16]}"
 

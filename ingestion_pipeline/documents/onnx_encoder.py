@@ -1,11 +1,11 @@
 """The embedding model exported to ONNX once per model from torch, run by OpenVINO or ONNX Runtime.
 
 Why: a process that embeds an export imports neither torch nor sentence-transformers (together ~6 s on
-this machine, more than the whole work of a one-file run). OpenVINO runs it in bfloat16 where the CPU
-computes in it (1.9x ONNX Runtime on 2 cores here, ``benchmarks/embedding_backends.py``). The export runs
+this machine, more than the whole work of a one-file run). OpenVINO runs it in float32 (its reduced
+precisions, bfloat16 and int8, are used only where they pass the quality gate: ``precision.py``). The export runs
 torch once per model digest and is kept under ``<data dir>/models`` with torch's vectors of the probe
 texts; an export is only used if its vectors match those (cosine >= 0.9999): ONNX Runtime's once, when it
-is made, OpenVINO's in every process that loads it (its precision depends on the CPU). OpenVINO's
+is made, OpenVINO's in every process that loads it. OpenVINO's
 compiled model is cached beside the export (``openvino-cache/``).
 Pooling (mean, CLS or max, from ``1_Pooling/config.json``) and L2 normalisation are done here as
 sentence-transformers does them; a model with any other pooling is not exported (torch is used).
@@ -30,9 +30,9 @@ from ingestion_pipeline.documents.tokens import load_tokenizer, model_max_seq_le
 
 _log = logging.getLogger(__name__)
 MIN_COSINE = 0.9999
-PROBES_FILE = "probes.npy"  # torch's vectors of _PROBES, next to the export
+PROBES_FILE = "probes.npy"  # torch's vectors of PROBE_TEXTS, next to the export
 OPENVINO_CACHE = "openvino-cache"  # OpenVINO's compiled models, next to the export
-_PROBES = [
+PROBE_TEXTS = [
     "The committee approved the budget for the new river crossing on Tuesday.",
     "Revenue grew 12% year over year, driven by subscriptions in Europe and Asia.",
     "Die Würde des Menschen ist unantastbar.",
@@ -79,11 +79,11 @@ class _ExportedEncoder:
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         out = []
         for start in range(0, len(texts), batch_size):
-            feed = self._feed(texts[start:start + batch_size])
+            feed = self.feed(texts[start:start + batch_size])
             out.append(self._pool(feed, self._hidden(feed)))
         return np.vstack(out)
 
-    def _feed(self, texts: list[str]) -> dict[str, np.ndarray]:
+    def feed(self, texts: list[str]) -> dict[str, np.ndarray]:
         encodings = self._tokenizer.encode_batch(texts)
         return {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
                 "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
@@ -168,7 +168,7 @@ class OpenVinoEncoder(_ExportedEncoder):
         out: list[np.ndarray] = []
         try:
             for number, start in enumerate(starts):
-                feed = self._feed(texts[start:start + batch_size])
+                feed = self.feed(texts[start:start + batch_size])
                 if len(pending) == len(requests):  # every request busy: the oldest finishes first
                     out.append(self._finish(*pending.popleft()))
                 request = requests[number % len(requests)]  # the oldest's, just finished (or never used)
@@ -206,22 +206,20 @@ def cache_lock(folder: Path) -> Iterator[Path | None]:
 
 
 def openvino_encoder(model_path: str, onnx_file: Path) -> OpenVinoEncoder:
-    """OpenVINO at the CPU's default precision if its vectors match torch's on the probe texts, else at
-    float32 if those match, else ``UnsupportedModel``. Checked in every process that loads it (5 short
-    texts): the precision is the CPU's, and the export's folder may move to another machine."""
+    """OpenVINO in float32 if its vectors match torch's on the probe texts, else ``UnsupportedModel``.
+    Checked in every process that loads it (5 short texts): the export's folder may move to another machine.
+    (bfloat16, which OpenVINO would pick by itself on a CPU that computes in it, is a precision the quality
+    gate judges: ``precision.py``.)"""
     reference = probe_reference(model_path, onnx_file.parent)
-    for precision in (None, "f32"):
-        try:
-            encoder = OpenVinoEncoder(model_path, onnx_file, precision)
-            worst = _min_cosine(reference, encoder)
-        except ImportError:
-            raise
-        except Exception as exc:  # OpenVINO's own errors (a CPU or graph it cannot compile) are RuntimeErrors
-            raise UnsupportedModel(f"OpenVINO failed: {type(exc).__name__}: {exc}"[:2000]) from exc
-        if worst >= MIN_COSINE:
-            return encoder
-        if encoder.precision == "f32":
-            break
+    try:
+        encoder = OpenVinoEncoder(model_path, onnx_file, "f32")
+        worst = _min_cosine(reference, encoder)
+    except ImportError:
+        raise
+    except Exception as exc:  # OpenVINO's own errors (a CPU or graph it cannot compile) are RuntimeErrors
+        raise UnsupportedModel(f"OpenVINO failed: {type(exc).__name__}: {exc}"[:2000]) from exc
+    if worst >= MIN_COSINE:
+        return encoder
     raise UnsupportedModel(f"OpenVINO vectors differ from torch's (min cosine {worst:.6f} < {MIN_COSINE})")
 
 
@@ -306,7 +304,7 @@ def probe_reference(model_path: str, folder: Path) -> np.ndarray:
 
 
 def _torch_probes(model) -> np.ndarray:
-    return model.encode(_PROBES, normalize_embeddings=True, convert_to_numpy=True)
+    return model.encode(PROBE_TEXTS, normalize_embeddings=True, convert_to_numpy=True)
 
 
 def _save_probes(folder: Path, reference: np.ndarray) -> None:
@@ -320,7 +318,7 @@ def _save_probes(folder: Path, reference: np.ndarray) -> None:
 
 
 def _min_cosine(reference: np.ndarray, encoder: _ExportedEncoder) -> float:
-    return float((reference * encoder.encode(_PROBES, batch_size=len(_PROBES))).sum(axis=1).min())
+    return float((reference * encoder.encode(PROBE_TEXTS, batch_size=len(PROBE_TEXTS))).sum(axis=1).min())
 
 
 def _min_cosine_against_torch(reference: np.ndarray, model_path: str, onnx_file: Path) -> float:

@@ -68,7 +68,7 @@ class EmbedStep(StepRunner):
         with self.db.transaction() as conn:
             lost = file_ledger.hold_many(conn, run_ids, self.owner)
             chunked = staging.files_with_chunks(conn, [r for r in run_ids if r not in lost])
-            reused = staging.reuse_stored_embeddings(conn, sorted(chunked), self.model.name, self.model.digest)
+            reused = staging.reuse_stored_embeddings(conn, sorted(chunked), self.model.name, self.model.vectors_digest)
         outcomes = []
         for row in rows:
             run_id = row["run_id"]

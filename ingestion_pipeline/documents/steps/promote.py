@@ -25,7 +25,7 @@ class PromoteStep(StepRunner):
                     raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
                 version = promote_document_version(
                     conn, row, owner=self.owner, fingerprint=self.fingerprint_for(extractor), model=self.model.name,
-                    model_digest=self.model.digest,
+                    model_digest=self.model.vectors_digest,
                     extractor_version=extractor, timings_ms=dict((row["stats"] or {}).get("timings_ms") or {}),
                 )
         except Superseded as exc:  # a newer version (or a deletion) came first: nothing to promote
