@@ -26,6 +26,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from redis.exceptions import RedisError
+
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import is_transient
@@ -123,11 +125,16 @@ class RedisJobConsumer:
                 self._beat()
 
     def _leave(self) -> None:
-        """Say goodbye if nothing is held (a job still held after a Redis error stays for the janitor)."""
-        held = sum(self.redis.llen(redis_keys.processing(self.consumer_id, p)) for p in redis_keys.PRIORITIES)
-        if not held:
-            self.redis.srem(redis_keys.CONSUMERS, self.consumer_id)
-            self.redis.delete(redis_keys.heartbeat(self.consumer_id))
+        """Say goodbye if nothing is held (a job still held after a Redis error stays for the janitor).
+        Runs in ``consume``'s ``finally``: a Redis that fails here too is left to the heartbeat's expiry, so
+        the error that ended the round is the one raised, not this one."""
+        try:
+            held = sum(self.redis.llen(redis_keys.processing(self.consumer_id, p)) for p in redis_keys.PRIORITIES)
+            if not held:
+                self.redis.srem(redis_keys.CONSUMERS, self.consumer_id)
+                self.redis.delete(redis_keys.heartbeat(self.consumer_id))
+        except RedisError as exc:
+            _log.warning("consumer %s could not leave (%s): its heartbeat expires instead", self.consumer_id, exc)
 
     # -- taking and acknowledging ---------------------------------------------------------------------------------
     def take(self) -> tuple[str, bytes] | None:
