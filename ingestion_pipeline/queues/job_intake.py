@@ -60,13 +60,12 @@ def accept_job(db: Database, store: LocalUploadStore, job: JobMessage, *, finger
         return Intake(REFUSED, tenant_id=rag.tenant_id, error=job_error("ERR_PATH_REFUSED", str(exc)))
 
     def failed(code: str, message: str) -> Intake:
-        error = job_error(code, message)
-        outcome = {"error": message, "error_code": code, "suggestions": list(error.suggestions)}
         with db.transaction() as conn:
             recorded = job_records.record_refused(
                 conn, job_id=job.job_id, intake="redis", tenant_id=rag.tenant_id, filename=job.filename,
-                message=asdict(job), outcome=outcome, rag_id=job.rag_id, source_path=str(real))
-        return Intake(FAILED if recorded else ALREADY, "failed", tenant_id=rag.tenant_id, error=error)
+                message=asdict(job), code=code, error=message, rag_id=job.rag_id, source_path=str(real))
+        return Intake(FAILED if recorded else ALREADY, "failed", tenant_id=rag.tenant_id,
+                      error=job_error(code, message))
 
     if not real.exists():
         return failed("ERR_FILE_NOT_FOUND", f"{job.source_path} does not exist")

@@ -13,6 +13,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ingestion_pipeline.queues.job_errors import SUGGESTIONS
+
 QUEUED, PROCESSING, DONE, FAILED = "queued", "processing", "done", "failed"
 # the ledger's file status -> the job's status
 _FROM_FILE_STATUS = {"queued": QUEUED, "running": PROCESSING, "succeeded": DONE, "failed": FAILED,
@@ -38,9 +40,11 @@ def record_accepted(conn: psycopg.Connection, *, job_id: str, intake: str, tenan
 
 
 def record_refused(conn: psycopg.Connection, *, job_id: str, intake: str, tenant_id: str, filename: str,
-                   message: dict[str, Any], outcome: dict[str, Any], rag_id: str | None = None,
+                   message: dict[str, Any], code: str, error: str, rag_id: str | None = None,
                    source_path: str | None = None) -> bool:
-    """A job that failed at intake; False if the job already has a row (a redelivery)."""
+    """A job that failed at intake with the ``ERR_*`` ``code`` (its suggestions come with it); False if the
+    job already has a row (a redelivery)."""
+    outcome = {"error": error, "error_code": code, "suggestions": list(SUGGESTIONS.get(code, ()))}
     row = conn.execute(
         """INSERT INTO queue_jobs (job_id, intake, rag_id, tenant_id, source_path, filename, message, status,
                                    outcome, finished_at)

@@ -22,7 +22,6 @@ from ingestion_pipeline.core.tenants import validate_tenant_id
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents.intake import SKIPPED, SubmitResult, check_document_name, keyed_uri, submit_stored
 from ingestion_pipeline.queues import job_records
-from ingestion_pipeline.queues.job_errors import SUGGESTIONS
 from ingestion_pipeline.queues.job_messages import MalformedJob
 from ingestion_pipeline.sources.registry import parse_s3_uri
 
@@ -85,9 +84,7 @@ def accept_sqs_job(db: Database, store: LocalUploadStore, job: SqsJob, s3_client
     def failed(code: str, text: str) -> str:
         with db.transaction() as conn:
             job_records.record_refused(conn, job_id=job.job_id, intake="sqs", tenant_id=job.tenant,
-                                       filename=job.filename, message=message,
-                                       outcome={"error": text, "error_code": code,
-                                                "suggestions": list(SUGGESTIONS.get(code, ()))})
+                                       filename=job.filename, message=message, code=code, error=text)
         return "failed"
 
     try:
