@@ -13,11 +13,7 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dev_session import CLI, dev_session  # noqa: E402
 from throwaway_database import throwaway_database  # noqa: E402
 
 from ingestion_pipeline.core.db import Database  # noqa: E402
@@ -38,9 +35,6 @@ from ingestion_pipeline.queues.producer import push  # noqa: E402
 from ingestion_pipeline.queues.rag_registry import add_rag  # noqa: E402
 from ingestion_pipeline.queues.redis_client import connect  # noqa: E402
 from ingestion_pipeline.queues.redis_consumer import RedisJobConsumer  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-CLI = str(Path(sys.executable).parent / "ingestion-pipeline")
 
 
 def _files(folder: Path, n: int) -> list[Path]:
@@ -66,8 +60,9 @@ def _consume(url: str, db: Database, store: LocalUploadStore, jobs: int, taken: 
 
 def intake(jobs: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="ip-queue-bench-"))
-    server = RedisServer(work / "redis").start()
+    server = RedisServer(work / "redis")
     try:
+        server.start()
         with throwaway_database("bench_queue") as url, Database(url, max_size=4) as db:
             store = LocalUploadStore(work / "uploads")
             for consumers in (1, 2):
@@ -115,33 +110,18 @@ def _active(url: str, job_id: str) -> bool:
                 WHERE j.job_id = %s AND r.status = 'succeeded'""", (job_id,)).fetchone() is not None
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def dev_latency(n: int) -> None:
-    work = Path(tempfile.mkdtemp(prefix="ip-queue-dev-"))
-    server = RedisServer(work / "redis").start()
-    (work / "dagster_home").mkdir()
-    shutil.copy(ROOT / "dagster_home" / "dagster.yaml", work / "dagster_home" / "dagster.yaml")
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DAGSTER_PG_URL")}
-    env.update(INGESTION_DATA_DIR=str(work / "data"), DAGSTER_HOME=str(work / "dagster_home"), REDIS_URL=server.url)
-    url = subprocess.run([CLI, "db", "url"], env=env, check=True, capture_output=True, text=True).stdout.strip()
-    subprocess.run([CLI, "db", "migrate"], env=env, check=True, capture_output=True)
-    env["DATABASE_URL"] = url
-    (work / "kb").mkdir()
-    subprocess.run([CLI, "queue", "rag", "add", "kb", "--tenant", "dev", "--root", str(work / "kb")], env=env,
-                   check=True, capture_output=True)
-    log = (work / "dev.log").open("w")
-    dev = subprocess.Popen([CLI, "dev", "--port", str(_port()), "--api-port", "0"], cwd=ROOT, env=env, stdout=log,
-                           stderr=subprocess.STDOUT, start_new_session=True)
-    client = connect(server.url)
-    try:
+    def register_rag(env: dict[str, str], work: Path) -> None:
+        (work / "kb").mkdir()
+        subprocess.run([CLI, "queue", "rag", "add", "kb", "--tenant", "dev", "--root", str(work / "kb")], env=env,
+                       check=True, capture_output=True)
+
+    with dev_session("ip-queue-dev-", redis=True, api=False, before_dev=register_rag) as dev:
+        client = connect(dev.env["REDIS_URL"])
+
         def one(name: str, text: str, timeout: float = 600) -> tuple[float, float]:
             """(push -> its version active, push -> its status hash says done), in seconds."""
-            path = work / "kb" / "incoming" / name
+            path = dev.work / "kb" / "incoming" / name
             path.parent.mkdir(exist_ok=True)
             path.write_text(text)
             job = new_job("kb", str(path))
@@ -149,9 +129,8 @@ def dev_latency(n: int) -> None:
             push(client, job)
             searchable = None
             while time.perf_counter() - start < timeout:
-                if dev.poll() is not None:
-                    raise SystemExit(f"dev stopped:\n{(work / 'dev.log').read_text()[-3000:]}")
-                if searchable is None and _active(url, job.job_id):
+                dev.check_alive()
+                if searchable is None and _active(dev.url, job.job_id):
                     searchable = time.perf_counter() - start
                 status = client.hget(redis_keys.status(job.job_id), "status")
                 if status == b"failed":
@@ -160,32 +139,23 @@ def dev_latency(n: int) -> None:
                     done = time.perf_counter() - start
                     return (searchable if searchable is not None else done), done
                 time.sleep(0.1)
-            raise SystemExit(f"{name} not done after {timeout} s:\n{(work / 'dev.log').read_text()[-3000:]}")
+            raise SystemExit(f"{name} not done after {timeout} s:\n{dev.log_tail()}")
 
-        warm_up, _ = one("warm-up.md", "# Warm up\n\nThe first job.\n")
-        print(f"warm-up job (the daemon starting, the model's export): {warm_up:.1f} s", flush=True)
-        times, statuses = [], []
-        for i in range(n):
-            searchable, done = one(f"note-{i}.md", f"# Note {i}\n\nThe ferry leaves at {i + 7} o'clock.\n")
-            times.append(searchable)
-            statuses.append(done)
-            print(f"note-{i}.md searchable after {searchable:.1f} s, status done after {done:.1f} s", flush=True)
-        print(f"\nunder `make dev` ({n} jobs, one at a time; redis_queue_sensor, upload_sensor, a run):\n"
-              f"  push -> searchable:  p50 {statistics.median(times):.1f} s, p95 {_p95(times):.1f} s\n"
-              f"  push -> status done: p50 {statistics.median(statuses):.1f} s, p95 {_p95(statuses):.1f} s "
-              "(written at the sensor's next tick)")
-    finally:
-        client.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(dev.pid, signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            dev.wait(30)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(dev.pid, signal.SIGKILL)
-        log.close()
-        subprocess.run([CLI, "db", "stop"], env=env, capture_output=True)
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        try:
+            warm_up, _ = one("warm-up.md", "# Warm up\n\nThe first job.\n")
+            print(f"warm-up job (the daemon starting, the model's export): {warm_up:.1f} s", flush=True)
+            times, statuses = [], []
+            for i in range(n):
+                searchable, done = one(f"note-{i}.md", f"# Note {i}\n\nThe ferry leaves at {i + 7} o'clock.\n")
+                times.append(searchable)
+                statuses.append(done)
+                print(f"note-{i}.md searchable after {searchable:.1f} s, status done after {done:.1f} s", flush=True)
+            print(f"\nunder `make dev` ({n} jobs, one at a time; redis_queue_sensor, upload_sensor, a run):\n"
+                  f"  push -> searchable:  p50 {statistics.median(times):.1f} s, p95 {_p95(times):.1f} s\n"
+                  f"  push -> status done: p50 {statistics.median(statuses):.1f} s, p95 {_p95(statuses):.1f} s "
+                  "(written at the sensor's next tick)")
+        finally:
+            client.close()
 
 
 def main() -> None:
