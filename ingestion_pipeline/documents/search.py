@@ -18,6 +18,7 @@ from ingestion_pipeline.documents.promotion import FTS_CONFIG
 from ingestion_pipeline.documents.vector_index import of_dimension
 
 RRF_K = 60
+EXACT_SEARCH_MAX_CHUNKS = 5_000  # a tenant this small is ranked exactly (see _vector_candidates)
 
 
 @dataclass
@@ -70,6 +71,8 @@ SELECT e.chunk_id
 # The same ranking computed exactly over the tenant's own rows ("+ 0" keeps the planner off the index).
 _VECTOR_EXACT_SQL = _VECTOR_ANN_SQL.replace("ORDER BY {vector} <=> %(vector)s",
                                             "ORDER BY ({vector} <=> %(vector)s) + 0")
+# Bounded: how many chunks the tenant has, counted up to a limit (an index-only scan of chunks_reuse_idx)
+_TENANT_CHUNKS_SQL = "SELECT count(*) AS n FROM (SELECT 1 FROM chunks WHERE tenant_id = %(tenant)s LIMIT %(limit)s) x"
 _ACTIVE_CHUNKS_SQL = """
 SELECT count(*) AS n FROM (
     SELECT 1 FROM chunk_embeddings e
@@ -134,7 +137,7 @@ def hybrid_search(
         raise ValueError("k must be at least 1")
     candidates = max(candidates, k)
     with conn.transaction():
-        vector_ids = _vector_candidates(conn, tenant_id, query_vector, model, candidates)
+        vector_ids = _vector_candidates(conn, tenant_id, query_vector, model, candidates, k)
         rows = conn.execute(
             _SEARCH_SQL,
             {"tenant": tenant_id, "vector_ids": vector_ids, "query": query, "candidates": candidates,
@@ -144,20 +147,29 @@ def hybrid_search(
 
 
 def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,
-                       candidates: int) -> list[int]:
-    """The tenant's ``candidates`` nearest active chunks, nearest first.
+                       candidates: int, k: int) -> list[int]:
+    """The tenant's nearest active chunks (up to ``candidates``), nearest first, chosen by the tenant's size
+    (figures: ``benchmarks/search_latency.py``, 1M chunks in 50 tenants):
 
-    The HNSW scan answers first. With pgvector >= 0.8 it continues until enough rows pass the tenant
-    filter; older versions (pgserver ships 0.6) stop after ``ef_search`` index entries, so when the
-    query's neighbourhood belongs to other tenants it comes back short. Then the ranking is computed
-    exactly over the tenant's own rows, so a tenant never gets fewer results than it has chunks."""
+    - a tenant of at most ``EXACT_SEARCH_MAX_CHUNKS`` chunks is ranked exactly: reading its rows costs
+      less than an HNSW scan whose neighbourhood is mostly other tenants' (4 ms for 1,000 chunks);
+    - a larger one by the HNSW index. With pgvector >= 0.8 the scan goes on until enough rows pass the
+      tenant filter (iterative scans); older versions (pgserver ships 0.6) stop after ``ef_search`` index
+      entries, so it is the most pgvector allows (1,000) and the scan can come back short when the query's
+      neighbourhood belongs to other tenants. Fewer than ``k`` then, and the tenant's rows are ranked
+      exactly, so a tenant never gets fewer results than it has chunks."""
     params = {"tenant": tenant_id, "vector": query_vector, "model": model, "candidates": candidates}
     dim = len(query_vector)
+    small = conn.execute(_TENANT_CHUNKS_SQL, {"tenant": tenant_id, "limit": EXACT_SEARCH_MAX_CHUNKS + 1}
+                         ).fetchone()["n"] <= EXACT_SEARCH_MAX_CHUNKS
+    if small:
+        return [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim), params).fetchall()]
     if _supports_iterative_scan(conn):
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(400, min(candidates * 4, 1000))),))
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(400, min(candidates * 4, 1000))),))
+    else:
+        conn.execute("SELECT set_config('hnsw.ef_search', '1000', true)")
     ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_ANN_SQL, dim), params).fetchall()]
-    if (len(ids) < candidates
-            and conn.execute(of_dimension(_ACTIVE_CHUNKS_SQL, dim), params).fetchone()["n"] > len(ids)):
+    if len(ids) < k and conn.execute(of_dimension(_ACTIVE_CHUNKS_SQL, dim), params).fetchone()["n"] > len(ids):
         ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim), params).fetchall()]
     return ids

@@ -55,10 +55,18 @@ def test_bad_queries_are_refused(db, database):
         _search(db, database, "acme", "   ")
 
 
-def test_a_tenant_whose_neighbourhood_belongs_to_another_tenant_still_gets_its_chunks(db, database):
+@pytest.mark.parametrize("exact_max", [0, 5_000], ids=["through-hnsw", "small-tenant-exact"])
+def test_a_tenant_whose_neighbourhood_belongs_to_another_tenant_still_gets_its_chunks(db, database, exact_max,
+                                                                                     monkeypatch):
     """The HNSW scan stops after ef_search entries (pgvector < 0.8) before the tenant filter: when every
-    near vector is another tenant's, the tenant's own chunks must still be found (exactly)."""
+    near vector is another tenant's, the tenant's own chunks must still be found (exactly), whether the
+    tenant is ranked through the index (``exact_max`` 0: it comes back short, then exactly) or, being small,
+    exactly from the start."""
     import numpy as np
+
+    from ingestion_pipeline.documents import search
+
+    monkeypatch.setattr(search, "EXACT_SEARCH_MAX_CHUNKS", exact_max)
 
     rng = np.random.default_rng(3)
     query = rng.normal(size=384)
