@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, emit
-from ingestion_pipeline.core.settings import project_root
+from ingestion_pipeline.core.settings import load_settings, project_root
 
 
 def _start_api(port: int) -> dict:
@@ -39,6 +39,18 @@ def _start_redis() -> dict:
     return {"redis": started or DEFAULT_REDIS_URL, "redis_started": started is not None}
 
 
+def _embedding_precision() -> dict:
+    """The model's precision, settled before the services start: the first time on a machine the reduced
+    precisions are judged (documents/precision.py, ~2 minutes here), which would otherwise happen in the first
+    run or upload."""
+    from ingestion_pipeline.services import embedder
+
+    print("Embedding precision: INGESTION_EMBEDDING_PRECISION=" + load_settings().embedding.precision
+          + " (judged once per model and CPU)", file=sys.stderr, flush=True)
+    candidate = embedder(load_settings()).choice.candidate
+    return {"embedding_precision": candidate.precision, "embedding_runtime": candidate.runtime}
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     bootstrap()
     root = project_root()
@@ -47,6 +59,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     started = {"ui": f"http://127.0.0.1:{args.port}", "dagster_home": os.environ.get("DAGSTER_HOME"),
                "workspace": str(root / "workspace.yaml")}
     started.update(_start_redis())
+    started.update(_embedding_precision())
     if args.api_port:
         started.update(_start_api(args.api_port))
 
@@ -54,6 +67,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         row = rows[0]
         print(f"Dagster UI and daemon: {row['ui']} (DAGSTER_HOME={row['dagster_home']})")
         print(f"Redis job queue: {row['redis']}" + (" (started: .data/redis)" if row.get("redis_started") else ""))
+        print(f"Embedding: {row['embedding_precision']} on {row['embedding_runtime']}")
         if "api" in row:
             print(f"HTTP API: {row['api']} (docs at {row['api']}/docs; auth {row['api_auth']})")
         print("Ctrl-C stops them all")
