@@ -2,7 +2,9 @@
 
 Scenarios (each system, interleaved, a fresh process per run so imports and the model load count):
 300 small .md/.txt files cold; one of them modified; the same files unchanged; 8 medium documents
-(pdf/md/txt/html) cold. Plus the pure model baseline: our chunks (and LangChain's) encoded alone, batch
+(pdf/md/txt/html) cold. LlamaIndex twice: as it comes (``SentenceSplitter()``, 1024-token chunks, which the
+256-token model truncates) and configured to embed all its text (llamaindex-200: ``SentenceSplitter(chunk_size=200,
+chunk_overlap=20)``). Plus the pure model baseline: our chunks (and LangChain's) encoded alone, batch
 32, sorted by length, after the model is loaded. Prints the medians and the ratios.
 
     make bench-peers        # .venv-peers: the peers, in their own virtualenv (see peers-requirements.txt)
@@ -30,7 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_PYTHON = ROOT / ".venv-peers" / "bin" / "python"
-SYSTEMS = ("ours", "langchain", "llamaindex")
+SYSTEMS = ("ours", "langchain", "llamaindex", "llamaindex-200")
+PREFIXES = {"ours": "ou", "langchain": "la", "llamaindex": "ll", "llamaindex-200": "l2"}  # of table names
 MEDIUM = ("layout-parser-paper-fast.pdf", "multi-column-2p.pdf", "reliance.pdf", "example-10k-1p.html",
           "ideas-page.html", "norwich-city.txt", "UDHR_first_article_all.txt", "eng_spa_mult.md")
 
@@ -216,7 +219,7 @@ def main() -> None:
                     small[-1].write_text(small[-1].read_text() + "\nA sentence added to this part.\n")
                     files = small  # every system is handed the whole folder again, as a user would
                 for system in order:
-                    figures = timed(system, f"{system[:2]}_{namespace}", files, env, work / "state")
+                    figures = timed(system, f"{PREFIXES[system]}_{namespace}", files, env, work / "state")
                     results.setdefault((scenario, system), []).append(figures)
                     print(f"round {r + 1} {scenario:26} {system:10} {figures['seconds']:6.1f} s  "
                           f"{json.dumps({k: v for k, v in figures.items() if k != 'seconds'})}", flush=True)
@@ -245,12 +248,12 @@ def _print_table(results: dict, systems: tuple[str, ...], baseline: list[dict], 
         return statistics.median(r["seconds"] for r in runs) if runs else None
 
     print()
-    print(f"{'scenario':28}" + "".join(f"{s:>12}" for s in systems) + "   ours ÷ best peer")
+    print(f"{'scenario':28}" + "".join(f"{s:>15}" for s in systems) + "   ours ÷ best peer")
     for scenario in dict.fromkeys(s for s, _ in results):
         cells = {s: median(scenario, s) for s in systems}
         peers = [v for s, v in cells.items() if s != "ours" and v is not None]
         ratio = f"{cells['ours'] / min(peers):.2f}×" if peers and cells.get("ours") else ""
-        print(f"{scenario:28}" + "".join(f"{v:>10.1f} s" if v is not None else f"{'-':>12}" for v in cells.values())
+        print(f"{scenario:28}" + "".join(f"{v:>13.1f} s" if v is not None else f"{'-':>15}" for v in cells.values())
               + f"   {ratio}")
     ours_cold = results.get(("300 small files, cold", "ours"))
     encode = [b["ours"]["encode_s"] for b in baseline if "ours" in b]

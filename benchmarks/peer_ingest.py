@@ -74,7 +74,11 @@ def llamaindex(args: argparse.Namespace) -> dict:
     store = PGVectorStore(connection_string=sync_url, async_connection_string=async_url, table_name=args.namespace,
                           embed_dim=384)
     persist = Path(args.state_dir) / args.namespace
-    pipeline = IngestionPipeline(transformations=[SentenceSplitter(), embed], vector_store=store,
+    # llamaindex-200: chunks the 256-token model reads whole (its default 1024-token chunks are truncated);
+    # chunk_overlap 20, as its default overlap of 200 must be smaller than the chunk
+    splitter = SentenceSplitter(chunk_size=200, chunk_overlap=20) if args.system == "llamaindex-200" \
+        else SentenceSplitter()
+    pipeline = IngestionPipeline(transformations=[splitter, embed], vector_store=store,
                                  docstore=SimpleDocumentStore(), docstore_strategy=DocstoreStrategy.UPSERTS)
     if persist.exists():
         pipeline.load(str(persist))
@@ -88,7 +92,7 @@ def llamaindex(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("system", choices=["langchain", "llamaindex"])
+    parser.add_argument("system", choices=["langchain", "llamaindex", "llamaindex-200"])
     parser.add_argument("--url", required=True)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--model", required=True)
