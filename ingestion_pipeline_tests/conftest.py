@@ -84,6 +84,9 @@ def model_cache() -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="ip-models-"))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("INGESTION_MODEL_CACHE_DIR", str(folder))
+        # float32 without judging int8 and bfloat16 (minutes per model cache), for session fixtures too;
+        # test_embedding_precision judges them
+        patch.setenv("INGESTION_EMBEDDING_PRECISION", "f32")
         yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -94,8 +97,7 @@ def isolated_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("INGESTION_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("INGESTION_UPLOAD_DIR", str(tmp_path / "uploads"))
     monkeypatch.setenv("REDIS_URL", "none")  # never a Redis the developer runs; `redis_queue` gives one
-    # float32 without judging int8 and bfloat16 (a minute per model cache); test_embedding_precision judges them
-    monkeypatch.setenv("INGESTION_EMBEDDING_PRECISION", "f32")
+    monkeypatch.setenv("INGESTION_EMBEDDING_PRECISION", "f32")  # as model_cache does, for a test that unset it
     return tmp_path / "uploads"
 
 
