@@ -8,6 +8,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from ingestion_pipeline.documents.fingerprint import pipeline_fingerprint
 from ingestion_pipeline.documents.onnx_encoder import PROBE_TEXTS, OpenVinoEncoder, exported_model
 from ingestion_pipeline.documents.precision import Candidate, Evaluation, choose
 from ingestion_pipeline.documents.quality_gate import Measurement, Verdict, judge
+from ingestion_pipeline.documents.quantization import INT8_OPENVINO
 
 
 def measurement(probes: np.ndarray, recall_at_5: float = 0.6, recall_at_10: float = 0.7, top10=None,
@@ -98,21 +100,32 @@ def test_a_torch_backend_or_an_unknown_precision(monkeypatch, caplog):
         load_settings()
 
 
+def judge_int8(cache: str) -> dict:
+    """In a child process (see below): the embedder asked for int8, and NNCF's probe cosine computed here."""
+    model_path = default_model_path()
+    asked = Embedder(model_path, precision="int8", cache_dir=Path(cache))
+    chosen = asked.choice
+    onnx_file = exported_model(model_path, asked.file_info.digest, Path(cache))
+    nncf = Candidate("int8", "openvino", INT8_OPENVINO)
+    reference = OpenVinoEncoder(model_path, onnx_file, "f32")
+    int8 = precision.build_encoder(nncf, model_path, onnx_file)
+    cosine = (reference.encode(PROBE_TEXTS, 8) * int8.encode(PROBE_TEXTS, 8)).sum(axis=1).min()
+    return {"precision": chosen.candidate.precision, "warning": chosen.warning, "info": asked.info.precision,
+            "nncf_probe_cosine": float(cosine)}
+
+
 @pytest.mark.slow
 def test_real_int8_models_are_judged_once_and_used_only_if_they_pass(model_cache, caplog):
     """NNCF's and ONNX Runtime's int8 models of the packaged model, judged on the packaged gate texts; the
     judgement is checked here against figures computed apart from the gate's code. The judging runs in a
-    child process, as it would in a run: NNCF and the models it builds would otherwise stay in this worker's
-    memory, which later tests' children inherit in their peak RSS (they measure it)."""
-    model_path = default_model_path()
-    code = ("import json, sys; from pathlib import Path; "
-            "from ingestion_pipeline.documents.embedding import Embedder, default_model_path; "
-            "e = Embedder(default_model_path(), precision='int8', cache_dir=Path(sys.argv[1])); c = e.choice; "
-            "print(json.dumps({'precision': c.candidate.precision, 'warning': c.warning, "
-            "'info': e.info.precision}))")
+    child process, as it would in a run: NNCF and the models it builds would otherwise raise this worker's
+    peak memory, which later tests' children inherit in the peak RSS they measure."""
+    code = ("import json, sys; from ingestion_pipeline_tests.documents.test_embedding_precision import judge_int8; "
+            "print(json.dumps(judge_int8(sys.argv[1])))")
     done = subprocess.run([sys.executable, "-c", code, str(model_cache)], capture_output=True, text=True,
-                          check=True, env=os.environ.copy())
+                          check=True, env=os.environ.copy(), cwd=Path(__file__).resolve().parents[2])
     chosen = json.loads(done.stdout.strip().splitlines()[-1])
+    model_path = default_model_path()
     onnx_file = exported_model(model_path, model_info(model_path).digest, model_cache)
     with caplog.at_level(logging.INFO, logger="ingestion_pipeline.embedding"):
         evaluations = precision.judged(model_path, onnx_file, "auto")  # read back: judged once, by the child
@@ -124,16 +137,12 @@ def test_real_int8_models_are_judged_once_and_used_only_if_they_pass(model_cache
     else:
         assert chosen["precision"] == "f32" and "is not used, float32 is" in chosen["warning"]
         assert chosen["info"] == "f32"  # the fingerprint float32 always had
-
-    # each verdict by the issue's rules, from its own figures; and NNCF's probe cosine computed again here
+    # each verdict by the issue's rules, from its own figures; and NNCF's probe cosine, computed by the child
     for e in evaluations:
         v = e.verdict
         by_the_rules = (v.min_cosine >= 0.98 and v.recall_at_5 >= v.reference_recall_at_5 - 0.005
                         and v.recall_at_10 >= v.reference_recall_at_10 - 0.005 and v.top10_overlap >= 0.95)
         assert v.passed == by_the_rules, e
     nncf = next(e for e in evaluations if e.candidate.label == "int8/openvino")
-    reference = OpenVinoEncoder(model_path, onnx_file, "f32")
-    int8 = precision.build_encoder(nncf.candidate, model_path, onnx_file)
-    cosine = (reference.encode(PROBE_TEXTS, 8) * int8.encode(PROBE_TEXTS, 8)).sum(axis=1).min()
-    assert cosine == pytest.approx(nncf.verdict.min_cosine, abs=1e-3)
+    assert chosen["nncf_probe_cosine"] == pytest.approx(nncf.verdict.min_cosine, abs=1e-3)
     assert 0.5 < nncf.verdict.reference_recall_at_5 < nncf.verdict.reference_recall_at_10 <= 1.0
