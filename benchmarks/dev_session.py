@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,14 +19,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ingestion_pipeline.core.redis_server import RedisServer, free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = str(Path(sys.executable).parent / "ingestion-pipeline")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -50,8 +45,6 @@ def dev_session(prefix: str, *, redis: bool = False, api: bool = True,
                 before_dev: Callable[[dict[str, str], Path], None] | None = None) -> Iterator[DevSession]:
     """``redis``: a redis-server of the session's own (its URL in ``env["REDIS_URL"]``), else ``none``;
     ``before_dev(env, work)`` runs once the database is migrated, before ``dev`` starts."""
-    from ingestion_pipeline.core.redis_server import RedisServer
-
     work = Path(tempfile.mkdtemp(prefix=prefix))
     server = dev = log = None
     env: dict[str, str] = {}
