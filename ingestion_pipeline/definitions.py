@@ -7,12 +7,16 @@ allowed (``INGESTION_EMBEDDED_POSTGRES=1``; the CLI's `dagster dev` inherits the
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from ingestion_pipeline.core.db import NO_DATABASE_MESSAGE, embedded_allowed
+from ingestion_pipeline.defs.executor import job_executor
+from ingestion_pipeline.defs.partitions import DOCUMENT_JOB, METRIC_JOB
 
 
 def _require_a_database() -> None:
@@ -28,7 +32,27 @@ def defs() -> dg.Definitions:
     _require_a_database()
     return dg.Definitions.merge(
         dg.load_from_defs_folder(path_within_project=Path(__file__).parent),
-        # What the UI launches on selected assets (a materialisation, a backfill) runs every step in one
-        # process too, as the two jobs do: the model loads once per run, not once per step.
-        dg.Definitions(executor=dg.in_process_executor),
+        # What the UI launches on selected assets (a materialisation, a backfill) runs with the two jobs'
+        # executor: in one process (the model loads once per run), or on Celery workers (INGESTION_EXECUTOR)
+        dg.Definitions(executor=job_executor()),
     )
+
+
+# The two jobs as module-level functions, so that Dagster can rebuild them in another process
+# (``dg.reconstructable``): `process` with INGESTION_EXECUTOR=celery runs them through ``dg.execute_job``, and each
+# Celery worker rebuilds the job of the step it is given from this origin.
+@functools.cache
+def _code_location() -> dg.Definitions:
+    return defs()
+
+
+def document_batch_job() -> dg.JobDefinition:
+    return _code_location().resolve_job_def(DOCUMENT_JOB)
+
+
+def metric_upload_job() -> dg.JobDefinition:
+    return _code_location().resolve_job_def(METRIC_JOB)
+
+
+def reconstructable_jobs() -> dict[str, Any]:
+    return {DOCUMENT_JOB: dg.reconstructable(document_batch_job), METRIC_JOB: dg.reconstructable(metric_upload_job)}

@@ -15,19 +15,32 @@ from functools import cached_property
 from typing import Any
 
 from ingestion_pipeline.core.s3_clients import ClientsByEndpoint, S3ClientSettings, build_client
+from ingestion_pipeline.core.s3_upload_store import S3UploadStore, parse_s3_uri
 from ingestion_pipeline.core.settings import Settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import LocalUploadStore, UploadStore
 from ingestion_pipeline.documents.embedding import Embedder, build_embedder
 from ingestion_pipeline.documents.fingerprint import fingerprint_for, pipeline_fingerprint
 
 
-def document_store(settings: Settings) -> LocalUploadStore:
-    """Where uploaded documents wait for processing (``INGESTION_UPLOAD_DIR``)."""
+def _s3_store(settings: Settings, part: str) -> S3UploadStore:
+    bucket, prefix = parse_s3_uri(settings.upload.store_uri or "")
+    client = s3_client(settings.upload.store_endpoint_url)
+    return S3UploadStore(client, bucket, f"{prefix}{part}", scratch_dir=settings.upload.upload_dir)
+
+
+def document_store(settings: Settings) -> UploadStore:
+    """Where uploaded documents wait for processing: ``INGESTION_UPLOAD_STORE``'s ``documents/``, or the folder
+    ``INGESTION_UPLOAD_DIR``."""
+    if settings.upload.store_uri:
+        return _s3_store(settings, "documents")
     return LocalUploadStore(settings.upload.upload_dir)
 
 
-def metric_store(settings: Settings) -> LocalUploadStore:
-    """Where uploaded metric exports wait for processing (``INGESTION_METRICS_UPLOAD_DIR``)."""
+def metric_store(settings: Settings) -> UploadStore:
+    """Where uploaded metric exports wait: ``INGESTION_UPLOAD_STORE``'s ``metrics/``, or the folder
+    ``INGESTION_METRICS_UPLOAD_DIR``."""
+    if settings.upload.store_uri:
+        return _s3_store(settings, "metrics")
     return LocalUploadStore(settings.metrics.upload_dir)
 
 
@@ -77,11 +90,11 @@ class Services:
         return fingerprint_of_elements(self.settings, self.embedder)
 
     @cached_property
-    def document_store(self) -> LocalUploadStore:
+    def document_store(self) -> UploadStore:
         return document_store(self.settings)
 
     @cached_property
-    def metric_store(self) -> LocalUploadStore:
+    def metric_store(self) -> UploadStore:
         return metric_store(self.settings)
 
     def s3_client(self, endpoint_url: str | None = None) -> Any:

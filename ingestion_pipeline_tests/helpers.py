@@ -11,7 +11,6 @@ import pytest
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import BatchSettings, load_settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.documents.assets import (
     document_chunks,
     document_elements,
@@ -27,6 +26,7 @@ from ingestion_pipeline.documents.embedding import Embedder, build_embedder
 from ingestion_pipeline.documents.extraction.ocr import tesseract_binary
 from ingestion_pipeline.documents.intake import SubmitResult, submit_upload
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
+from ingestion_pipeline.services import document_store
 
 # OCR tests need the system's tesseract; CI (INGESTION_REQUIRE_OCR=1, set by .ci/run) runs them regardless, so
 # a machine where `make` could not install it fails them instead of skipping.
@@ -48,7 +48,7 @@ def shared_embedder() -> Embedder:
 def pipeline_for(database: Database) -> DocumentPipeline:
     """The document pipeline as a run builds it, with the current INGESTION_* settings."""
     settings = load_settings()
-    return DocumentPipeline(database, LocalUploadStore(settings.upload.upload_dir), shared_embedder(), settings)
+    return DocumentPipeline(database, document_store(settings), shared_embedder(), settings)
 
 
 def submit(database: Database, tenant: str, *paths: Path, title: str | None = None) -> list[SubmitResult]:

@@ -2,28 +2,82 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import yaml
 
 from ingestion_pipeline.cli import build_parser
+from ingestion_pipeline.core import environment
 from ingestion_pipeline.core.settings import project_root
 
 
-def test_compose_runs_the_api_and_shares_the_data_volume():
-    compose = yaml.safe_load((project_root() / "docker-compose.yml").read_text())
-    services = compose["services"]
-    assert {"postgres", "minio", "redis", "code-server", "webserver", "daemon", "api"} <= set(services)
+def _compose() -> dict:
+    return yaml.safe_load((project_root() / "docker-compose.yml").read_text())
+
+
+def test_compose_is_the_distributed_topology():
+    services = _compose()["services"]
+    assert {"postgres", "minio", "redis", "code-server", "webserver", "daemon", "api", "worker"} <= set(services)
     assert "--appendonly" in services["redis"]["command"]
-    assert services["code-server"]["environment"]["REDIS_URL"] == "redis://redis:6379/0"
+    for name in ("code-server", "daemon", "api", "worker"):
+        env = services[name]["environment"]
+        assert env["REDIS_URL"] == "redis://redis:6379/0", name
+        assert env["INGESTION_UPLOAD_STORE"].startswith("s3://") and env["INGESTION_EXECUTOR"] == "celery", name
+        assert env["INGESTION_UPLOAD_STORE_ENDPOINT_URL"] == "http://minio:9000", name
     api = services["api"]
-    command = api["command"]
-    assert command[:2] == ["ingestion-pipeline", "serve"]
-    build_parser().parse_args(command[1:])  # the flags exist
+    assert api["command"][:2] == ["ingestion-pipeline", "serve"]
     assert "JWT_SECRET" in api["environment"] and api["environment"]["INGESTION_UPLOAD_BUCKET"]
-    # whoever writes raw bytes (api) and whoever reads them (code server runs, daemon) share one volume
-    for name in ("api", "code-server", "daemon"):
-        assert "data:/data" in services[name]["volumes"], name
-        assert services[name]["environment"]["INGESTION_DATA_DIR"] == "/data"
+    # `--scale worker=N`: no fixed name and no host port, which two copies of one service could not share
+    assert "container_name" not in services["worker"] and "ports" not in services["worker"]
+    assert services["worker"]["command"] == ["ingestion-pipeline", "worker"]
+    buckets = services["create-buckets"]["command"][0]
+    assert "local/ingestion-store" in buckets and "local/ingestion-uploads" in buckets
     assert all(port.startswith("127.0.0.1:") for s in services.values() for port in s.get("ports", []))
+
+
+def test_no_volume_is_shared_between_services():
+    services = _compose()["services"]
+    users: dict[str, list[str]] = {}
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if not source.startswith((".", "/")):  # a named volume (a bind mount of the checkout is read-only code)
+                users.setdefault(source, []).append(name)
+    assert {volume: names for volume, names in users.items() if len(names) > 1} == {}
+
+
+def test_every_service_command_exists():
+    services = _compose()["services"]
+    for name, service in services.items():
+        command = service.get("command")
+        if not command or service.get("image", "").startswith(("pgvector/", "redis", "minio/")):
+            continue
+        if command[0] == "ingestion-pipeline":
+            build_parser().parse_args(command[1:])  # the subcommand and its flags exist
+        else:  # dagster's own executables: `--help` of the same subcommand succeeds
+            executable = Path(sys.executable).parent / command[0]
+            words = []  # the subcommand: the words before the first flag
+            for word in command[1:]:
+                if word.startswith("-"):
+                    break
+                words.append(word)
+            run = subprocess.run([str(executable), *words, "--help"], capture_output=True, text=True, timeout=120)
+            assert run.returncode == 0, (name, run.stderr[-500:])
+
+
+def test_every_environment_name_is_one_the_settings_read():
+    """A typo in compose (INGESTION_UPLOAD_STOR) would be silently ignored by the container: every name set for a
+    pipeline service is in core/environment.py (the source of docs/configuration.md) or one that boto3, Dagster
+    or the image reads."""
+    known = environment.names() | {"AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION",
+                                   "HF_HUB_OFFLINE"}
+    for name, service in _compose()["services"].items():
+        if service.get("image") != "ingestion-pipeline:dev":
+            continue
+        unknown = set(service.get("environment", {})) - known
+        assert not unknown, (name, unknown)
 
 
 def test_compose_migrates_once_before_the_services_start():

@@ -89,7 +89,7 @@ def _variables_read_by_the_package() -> set[str]:
     import ast
 
     pattern = re.compile(r"^(INGESTION_[A-Z0-9_]+|JWT_[A-Z_]+|AUTH_ENABLED|DATABASE_URL|DAGSTER_PG_URL|DAGSTER_HOME"
-                         r"|DO_NOT_TRACK|REDIS_URL)$")
+                         r"|DO_NOT_TRACK|REDIS_URL|CELERY_BROKER_URL)$")
     found = set()
     for path in (ROOT / "ingestion_pipeline").rglob("*.py"):
         if path.name == "environment.py":

@@ -87,6 +87,9 @@ class PresignIn(BaseModel):
     content_type: str = Field(min_length=1, max_length=255)
     title: str | None = Field(default=None, max_length=500)
     key: str | None = Field(default=None, max_length=200)
+    sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$",
+                               description="the file's SHA-256 (hex): S3 checks the PUT against it, and with an S3 "
+                                           "upload store the completion copies the object server-side")
 
 
 class PresignOut(BaseModel):

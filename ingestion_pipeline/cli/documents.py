@@ -74,14 +74,14 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     with ctx.db.connection() as conn:
         if not any_unfinished(conn):
             return []
-        if documents_due(conn):
+        if documents_due(conn) and ctx.settings.executor.executor != "celery":  # else the workers embed
             from ingestion_pipeline.documents.extraction.isolation import start_spare_worker
 
             # the model loads, and the extraction worker starts, while Dagster's instance and code location do
             ctx.embedder.warm_up()
             start_spare_worker(ctx.settings.limits)
 
-    from ingestion_pipeline.definitions import defs
+    from ingestion_pipeline.definitions import defs, reconstructable_jobs
     from ingestion_pipeline.defs.launching import ProcessedRun, run_queued_in_process
     from ingestion_pipeline.defs.partitions import METRIC_JOB
     from ingestion_pipeline.defs.pooled_instance import pooled_instance
@@ -119,7 +119,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     try:
         with interruptible() as interrupted, _following_job_statuses(ctx, redis):
             run_queued_in_process(pooled_instance(), defs(), ctx.db, ctx.settings, resources, on_run=report,
-                                  interrupted=interrupted.is_set)
+                                  interrupted=interrupted.is_set, reconstructable_jobs=reconstructable_jobs())
     finally:
         logging.getLogger("ingestion_pipeline.progress").removeHandler(reporter)
     return summaries

@@ -34,6 +34,13 @@ NO_DATABASE_MESSAGE = (
 )
 
 
+def check_reachable(url: str, *, timeout_seconds: int = 10) -> None:
+    """Raise ``psycopg.OperationalError`` unless the server at ``url`` answers a query within the timeout (a
+    process that depends on it checks this before it starts working)."""
+    with psycopg.connect(url, connect_timeout=timeout_seconds) as conn:
+        conn.execute("SELECT 1")
+
+
 def embedded_allowed() -> bool:
     return os.environ.get(EMBEDDED_ALLOWED_ENV) == "1"
 

@@ -29,6 +29,11 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         Variable("INGESTION_DATA_DIR", "`<home>/.data`", "Embedded Postgres, upload stores and model cache."),
         Variable("INGESTION_UPLOAD_DIR", "`<data>/uploads`", "Where uploaded documents wait (content-addressed)."),
         Variable("INGESTION_METRICS_UPLOAD_DIR", "`<data>/metric_uploads`", "Where metric exports wait."),
+        Variable("INGESTION_UPLOAD_STORE", "local (the two folders above)",
+                 "`s3://bucket/prefix`: both upload stores in S3 (`<prefix>/documents/`, `<prefix>/metrics/`), so "
+                 "hosts share no disk (docs/deployment.md)."),
+        Variable("INGESTION_UPLOAD_STORE_ENDPOINT_URL", "the AWS environment's",
+                 "The S3 endpoint of `INGESTION_UPLOAD_STORE` (MinIO, moto)."),
         Variable("INGESTION_MODEL_CACHE_DIR", "`<data>/models`", "The exported ONNX / OpenVINO models."),
     ),
     "Documents": (
@@ -59,6 +64,16 @@ AREAS: dict[str, tuple[Variable, ...]] = {
     "S3 sources": (
         Variable("INGESTION_S3_PAGE_SIZE", "1000", "Keys per listing page (at most 1000)."),
         Variable("INGESTION_S3_PAGES_PER_TICK", "5", "Listing pages per source per sensor tick."),
+    ),
+    "Workers (several hosts)": (
+        Variable("INGESTION_EXECUTOR", "in_process", "`celery`: the jobs' steps run on Celery workers "
+                 "(`ingestion-pipeline worker`, any host) through dagster-celery; `in_process`: in the run's process."),
+        Variable("CELERY_BROKER_URL", "REDIS_URL", "The Celery broker (and result backend) of the workers."),
+        Variable("INGESTION_WORKER_CONCURRENCY", "1", "Steps one `ingestion-pipeline worker` runs at once "
+                 "(processes; each keeps its own model)."),
+        Variable("INGESTION_WORKER_REDELIVER_SECONDS", "600", "A step taken by a worker that vanished (its host "
+                 "died) goes to another worker after this long; keep it above the longest step and below "
+                 "INGESTION_LEASE_SECONDS."),
     ),
     "Queues": (
         Variable("REDIS_URL", "redis://127.0.0.1:6379/0", "The Redis server of the job queue (`rag:ingest:*`). "

@@ -7,7 +7,8 @@
 - A metric export whose upload completed keeps its file as long (its rows are promoted and its
   staging rows are kept 7 days).
 - A stored file no ledger row refers to (a submit that crashed between storing and recording, a
-  half-written ``.incoming-*``) is removed after ``INGESTION_ORPHAN_TTL_HOURS`` (24).
+  half-written ``.incoming-*``, an S3 store's ``.incoming/`` object or unfinished multipart upload) is removed
+  after ``INGESTION_ORPHAN_TTL_HOURS`` (24).
 
 Bytes that queued or in-flight work still needs are never removed.
 """
@@ -15,14 +16,15 @@ Bytes that queued or in-flight work still needs are never removed.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS, LedgerTable, table_sql
 from ingestion_pipeline.core.settings import ReliabilitySettings
+from ingestion_pipeline.core.upload_store import UploadStore, stored_in
 
 
 @dataclass
@@ -36,14 +38,12 @@ class RetentionReport:
                 f"{self.bytes_freed:,} bytes")
 
 
-def _remove(path: Path, report: RetentionReport) -> bool:
-    try:
-        size = path.stat().st_size
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    report.bytes_freed += size
-    return True
+def _release(location: str, stores: Sequence[UploadStore], report: RetentionReport) -> bool:
+    """Remove a stored file through the store it lives in (a path no store owns: a local file)."""
+    store = next((s for s in stores if s.owns(location)), None) or stored_in(location)
+    freed = store.release(location)
+    report.bytes_freed += freed
+    return freed > 0
 
 
 def _expired(db: Database, t: LedgerTable, ttl_days: float) -> list[dict]:
@@ -59,11 +59,12 @@ def _expired(db: Database, t: LedgerTable, ttl_days: float) -> list[dict]:
         ).fetchall()
 
 
-def remove_expired_raw_files(db: Database, policy: ReliabilitySettings) -> RetentionReport:
+def remove_expired_raw_files(db: Database, policy: ReliabilitySettings,
+                             stores: Sequence[UploadStore] = ()) -> RetentionReport:
     report = RetentionReport()
     for t in (DOCUMENT_FILES, METRIC_UPLOADS):
         for row in _expired(db, t, policy.failed_ttl_days):
-            if _remove(Path(row["raw_path"]), report):
+            if _release(row["raw_path"], stores, report):
                 report.expired_files += 1
             with db.transaction() as conn:
                 conn.execute(table_sql("UPDATE {table} SET raw_path = NULL, stats = stats || %s WHERE {key} = %s", t),
@@ -72,21 +73,20 @@ def remove_expired_raw_files(db: Database, policy: ReliabilitySettings) -> Reten
     return report
 
 
-def remove_orphans(db: Database, roots: list[Path], policy: ReliabilitySettings,
+def remove_orphans(db: Database, stores: Sequence[UploadStore], policy: ReliabilitySettings,
                    report: RetentionReport | None = None) -> RetentionReport:
-    """Stored files older than the orphan TTL that no ledger row refers to."""
+    """Stored files (objects) older than the orphan TTL that no ledger row refers to."""
     report = report or RetentionReport()
-    cutoff = time.time() - policy.orphan_ttl_hours * 3600
-    candidates = [p for root in roots if Path(root).is_dir() for p in Path(root).glob("*/*")
-                  if p.is_file() and p.stat().st_mtime < cutoff]
-    for start in range(0, len(candidates), 1000):
-        chunk = [str(p) for p in candidates[start:start + 1000]]
-        with db.connection() as conn:
-            referenced = {r["raw_path"] for r in conn.execute(
-                """SELECT raw_path FROM ingestion_runs WHERE raw_path = ANY(%(paths)s)
-                   UNION SELECT raw_path FROM data_uploads WHERE raw_path = ANY(%(paths)s)""",
-                {"paths": chunk}).fetchall()}
-        for path in chunk:
-            if path not in referenced and _remove(Path(path), report):
-                report.orphan_files += 1
+    for store in stores:
+        candidates = store.stale(policy.orphan_ttl_hours * 3600)
+        for start in range(0, len(candidates), 1000):
+            chunk = candidates[start:start + 1000]
+            with db.connection() as conn:
+                referenced = {r["raw_path"] for r in conn.execute(
+                    """SELECT raw_path FROM ingestion_runs WHERE raw_path = ANY(%(paths)s)
+                       UNION SELECT raw_path FROM data_uploads WHERE raw_path = ANY(%(paths)s)""",
+                    {"paths": chunk}).fetchall()}
+            for location in chunk:
+                if location not in referenced and _release(location, [store], report):
+                    report.orphan_files += 1
     return report

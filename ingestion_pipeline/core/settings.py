@@ -56,6 +56,16 @@ def _at_least_one(raw: str) -> int:
     return value
 
 
+def _s3_store_uri(raw: str) -> str | None:
+    value = raw.strip()
+    if value in ("", "local"):
+        return None
+    bucket = value[5:].split("/", 1)[0] if value.startswith("s3://") else ""
+    if not bucket:
+        raise ValueError(raw)
+    return value.rstrip("/")
+
+
 def _finite(raw: str) -> float:
     value = float(raw)
     if not math.isfinite(value):  # float() takes "nan" and "inf": no setting means either
@@ -101,6 +111,8 @@ def _floats_env(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
 class UploadSettings:
     upload_dir: Path
     max_bytes: int
+    store_uri: str | None = None  # s3://bucket/prefix: both upload stores live there (core/s3_upload_store)
+    store_endpoint_url: str | None = None  # the store's S3 endpoint (None: the AWS environment's)
 
 
 @dataclass(frozen=True)
@@ -194,6 +206,18 @@ class ExtractionLimits:
 
 
 @dataclass(frozen=True)
+class ExecutorSettings:
+    """Where a run's steps execute (defs/executor.py): in the run's process, or on Celery workers."""
+
+    executor: str = "in_process"  # in_process | celery
+    broker_url: str = "redis://127.0.0.1:6379/0"  # CELERY_BROKER_URL, else REDIS_URL
+    # a step taken by a worker that then vanished (its host died) is handed to another worker after this long;
+    # it must exceed the longest step, or a slow step is run twice
+    redeliver_seconds: int = 600
+    concurrency: int = 1  # steps one `ingestion-pipeline worker` runs at once (processes; each loads the model)
+
+
+@dataclass(frozen=True)
 class Settings:
     upload: UploadSettings
     batch: BatchSettings = field(default_factory=BatchSettings)
@@ -204,6 +228,7 @@ class Settings:
     reliability: ReliabilitySettings = field(default_factory=ReliabilitySettings)
     limits: ExtractionLimits = field(default_factory=ExtractionLimits)
     queues: QueueSettings = field(default_factory=QueueSettings)
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
 
 
 @dataclass(frozen=True)
@@ -273,6 +298,8 @@ def load_settings() -> Settings:
         upload=UploadSettings(
             upload_dir=Path(os.environ.get("INGESTION_UPLOAD_DIR", data_dir() / "uploads")).resolve(),
             max_bytes=_int_env("INGESTION_MAX_UPLOAD_BYTES", 50 * 1024 * 1024),
+            store_uri=_env("INGESTION_UPLOAD_STORE", None, _s3_store_uri, "s3://bucket or s3://bucket/prefix"),
+            store_endpoint_url=os.environ.get("INGESTION_UPLOAD_STORE_ENDPOINT_URL") or None,
         ),
         batch=BatchSettings(
             max_files=_int_env("INGESTION_BATCH_MAX_FILES", 200),
@@ -323,6 +350,14 @@ def load_settings() -> Settings:
                                        "a whole number of at least 1"),
             sqs_wait_seconds=_env("INGESTION_SQS_WAIT_SECONDS", 1, lambda raw: min(20, max(0, int(raw))),
                                   "a whole number of seconds, 0-20"),
+        ),
+        executor=ExecutorSettings(
+            executor=_env("INGESTION_EXECUTOR", "in_process", _one_of("in_process", "celery"), "in_process or celery"),
+            broker_url=(os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL")
+                        or "redis://127.0.0.1:6379/0"),
+            redeliver_seconds=_env("INGESTION_WORKER_REDELIVER_SECONDS", 600, _at_least_one,
+                                   "a whole number of seconds of at least 1"),
+            concurrency=_env("INGESTION_WORKER_CONCURRENCY", 1, _at_least_one, "a whole number of at least 1"),
         ),
         limits=ExtractionLimits(
             timeout_seconds=_float_env("INGESTION_EXTRACTION_TIMEOUT_SECONDS", 300.0),

@@ -1,8 +1,14 @@
-"""The raw store for uploaded bytes: a local folder, content-addressed by SHA-256.
+"""The raw store for uploaded bytes, content-addressed by SHA-256: a local folder (this module, the embedded
+default) or an S3 bucket (``core/s3_upload_store``, ``INGESTION_UPLOAD_STORE=s3://bucket/prefix``).
 
 Bytes are written to a temporary file in the store while their hash is computed, then renamed to
 ``<tenant>/<sha256>`` (atomic on one filesystem). The same bytes for the same tenant share one stored
 copy; ``release`` removes it once nothing refers to it.
+
+Both stores answer the same calls (``UploadStore``); a stored file's *location* (the ledger's ``raw_path``)
+is a local path or an ``s3://`` URI. ``verify`` is the cheap check before work starts (it is there);
+a worker reads the bytes through ``local_copy``, which checks their hash: the local store hands out the
+file itself, the S3 store downloads it once (hashing on the way) into a scratch file.
 """
 
 from __future__ import annotations
@@ -12,19 +18,69 @@ import hashlib
 import os
 import stat
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
-from ingestion_pipeline.core.hashing import CHUNK_BYTES, SizeLimitExceeded
+from ingestion_pipeline.core.failures import CodedError
+from ingestion_pipeline.core.hashing import CHUNK_BYTES, SizeLimitExceeded, file_sha256
 
 
 @dataclass(frozen=True)
 class StoredFile:
-    path: Path
+    path: Path | str  # the location: a local path, or an s3:// URI (S3UploadStore)
     sha256: str
     size: int
     created: bool  # False when identical bytes were already stored for the tenant
+
+
+class StoredObjectMissing(CodedError):
+    """The stored bytes a ledger row names are gone (removed by hand, a lifecycle rule): permanent."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__("raw_missing", f"the stored file is missing ({location}); submit the file again",
+                         suggestion="submit the file again; a replay needs its bytes")
+
+
+class StoredObjectChanged(CodedError):
+    """The stored bytes no longer hash to the SHA-256 they were stored under: permanent."""
+
+    def __init__(self, location: str, found: str) -> None:
+        super().__init__("raw_checksum_mismatch",
+                         f"the stored file {location} does not match its SHA-256 (it hashes to {found[:12]}…: "
+                         "changed or corrupted in storage); submit the file again")
+
+
+@dataclass(frozen=True)
+class LocalCopy:
+    """Stored bytes as a local file a reader opens; ``fetched_bytes`` is what was downloaded for it (0: local)."""
+
+    path: Path
+    fetched_bytes: int
+
+
+class Incoming(Protocol):
+    size: int
+
+    def write(self, piece: bytes) -> None: ...
+    def commit(self) -> StoredFile: ...
+    def abort(self) -> None: ...
+
+
+class UploadStore(Protocol):
+    """What every upload store does (the contract tests run against each)."""
+
+    def incoming(self, tenant_id: str, *, max_bytes: int | None = None) -> Incoming: ...
+    def put(self, tenant_id: str, stream: BinaryIO, *, max_bytes: int | None = None) -> StoredFile: ...
+    def owns(self, location: str | Path) -> bool: ...
+    def exists(self, location: str | Path) -> bool: ...
+    def verify(self, location: str | Path, sha256: str) -> None: ...
+    def local_copy(self, location: str | Path, sha256: str | None): ...  # a context manager of LocalCopy
+    def release(self, location: str | Path) -> int: ...
+    def stale(self, older_than_seconds: float) -> list[str]: ...
 
 
 class IncomingFile:
@@ -70,6 +126,9 @@ class LocalUploadStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
+    def __repr__(self) -> str:
+        return f"LocalUploadStore({self.root})"
+
     def incoming(self, tenant_id: str, *, max_bytes: int | None = None) -> IncomingFile:
         """A file to write into piece by piece; a size-limit breach raises ``SizeLimitExceeded``."""
         tenant_dir = self.root / tenant_id
@@ -87,8 +146,47 @@ class LocalUploadStore:
             raise
         return incoming.commit()
 
-    def release(self, path: str | Path) -> None:
-        Path(path).unlink(missing_ok=True)
+    def owns(self, location: str | Path) -> bool:
+        return not str(location).startswith("s3://") and Path(location).is_relative_to(self.root)
+
+    def exists(self, location: str | Path) -> bool:
+        return Path(location).is_file()
+
+    def verify(self, location: str | Path, sha256: str) -> None:
+        """Cheap, before work starts: the file is there (``local_copy`` checks its hash when it is read)."""
+        if not Path(location).is_file():
+            raise StoredObjectMissing(str(location))
+
+    @contextmanager
+    def local_copy(self, location: str | Path, sha256: str | None) -> Iterator[LocalCopy]:
+        """The stored file itself, once its bytes are checked against ``sha256`` (None: just stored, not checked)."""
+        if not Path(location).is_file():
+            raise StoredObjectMissing(str(location))
+        found = file_sha256(Path(location)) if sha256 is not None else None
+        if found != sha256:
+            raise StoredObjectChanged(str(location), found)
+        yield LocalCopy(Path(location), 0)
+
+    def release(self, location: str | Path) -> int:
+        """Remove the stored file; returns the bytes freed (0 when it was already gone)."""
+        try:
+            size = Path(location).stat().st_size
+            Path(location).unlink()
+        except FileNotFoundError:
+            return 0
+        return size
+
+    def stale(self, older_than_seconds: float) -> list[str]:
+        """Stored files (and half-written ``.incoming-*``) last written longer ago than that."""
+        cutoff = time.time() - older_than_seconds
+        if not self.root.is_dir():
+            return []
+        return [str(p) for p in self.root.glob("*/*") if p.is_file() and p.stat().st_mtime < cutoff]
+
+
+def stored_in(location: str | Path | None) -> LocalUploadStore:
+    """The local store a stored file's path belongs to (``<root>/<tenant>/<sha256>``): for callers given no store."""
+    return LocalUploadStore(Path(location or ".").parent.parent)
 
 
 class RefusedPath(Exception):

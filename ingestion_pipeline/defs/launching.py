@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import dagster as dg
 
@@ -123,6 +124,7 @@ def run_queued_in_process(
     instance: dg.DagsterInstance, definitions: dg.Definitions, db: Database, settings: Settings,
     resources: Mapping[str, object], on_run: Callable[[ProcessedRun], None] | None = None,
     interrupted: Callable[[], bool] = lambda: False, log_level: str = "WARNING",
+    reconstructable_jobs: Mapping[str, Any] | None = None,
 ) -> list[ProcessedRun]:
     """Run everything due now in this process, through the jobs and the project's instance, until nothing
     is left; wait for retries that fall due within the longest backoff.
@@ -131,7 +133,8 @@ def run_queued_in_process(
     launched by `process`, so Dagster does not retry them (no daemon may be watching) and they never
     replay failed files; a failed run's unfinished work is finalised here as the run-status sensor
     would. If ``interrupted()`` turns true, the current run's claims go back to the queue and
-    ``Interrupted`` is raised.
+    ``Interrupted`` is raised. With ``INGESTION_EXECUTOR=celery`` the runs go through ``reconstructable_jobs``
+    (``definitions.reconstructable_jobs()``): their steps execute on the workers, this process waits.
     """
     policy = settings.reliability
     run_janitor(instance, db, policy)
@@ -147,22 +150,30 @@ def run_queued_in_process(
                 if request.run_key in launched:
                     continue
                 launched.add(request.run_key)
-                run_id = str(uuid.uuid4())  # known before the run starts: its claims are ours to release
-                result = job.execute_in_process(
-                    instance=instance, partition_key=request.partition_key, run_id=run_id, resources=resources,
-                    tags={**request.tags, LAUNCHED_BY_TAG: "process", MAX_RETRIES_TAG: "0"},
-                    raise_on_error=False, run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-                )
-                if interrupted() or (not result.success and interrupted_by_a_signal(instance, run_id)):
+                tags = {**request.tags, LAUNCHED_BY_TAG: "process", MAX_RETRIES_TAG: "0"}
+                run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+                if settings.executor.executor == "celery":  # the steps run on the workers; this process waits
+                    if reconstructable_jobs is None:
+                        raise ValueError("INGESTION_EXECUTOR=celery needs the jobs as reconstructable jobs")
+                    result = dg.execute_job(reconstructable_jobs[plan.job_name], instance=instance,
+                                            tags={**tags, "dagster/partition": request.partition_key},
+                                            run_config=run_config, raise_on_error=False)
+                    run_id, success = result.run_id, result.success
+                else:
+                    run_id = str(uuid.uuid4())  # known before the run starts: its claims are ours to release
+                    success = job.execute_in_process(
+                        instance=instance, partition_key=request.partition_key, run_id=run_id, resources=resources,
+                        tags=tags, raise_on_error=False, run_config=run_config).success
+                if interrupted() or (not success and interrupted_by_a_signal(instance, run_id)):
                     # Dagster took the signal inside the run (it raises it in the step): give the files back
                     with db.transaction() as conn:
                         for t in (DOCUMENT_FILES, METRIC_UPLOADS):
                             ledger.release(conn, t, owner=run_id, reason="`process` was interrupted")
                     raise Interrupted(f"interrupted during run {run_id}; its claims are back in the queue")
                 ran = True
-                if not result.success:
+                if not success:
                     finalize_failed_run(instance, db, instance.get_run_by_id(run_id), policy)
-                outcome = ProcessedRun(plan.job_name, request.partition_key, run_id, result.success)
+                outcome = ProcessedRun(plan.job_name, request.partition_key, run_id, success)
                 processed.append(outcome)
                 if on_run is not None:
                     on_run(outcome)
@@ -175,3 +186,4 @@ def run_queued_in_process(
         if wait is None or wait > longest + 1:
             return processed
         time.sleep(max(0.0, wait) + 0.05)
+

@@ -10,6 +10,7 @@ in ``core/s3_clients``: they hold no connection, only botocore's loaded service 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -22,10 +23,10 @@ from ingestion_pipeline.core.leases import LeaseKeeper
 from ingestion_pipeline.core.ledger import Worker
 from ingestion_pipeline.core.migrations import check_schema
 from ingestion_pipeline.core.s3_clients import ClientsByEndpoint
-from ingestion_pipeline.core.settings import ApiSettings, Settings, load_api_settings, load_settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.settings import ApiSettings, EmbeddingSettings, Settings, load_api_settings, load_settings
+from ingestion_pipeline.core.upload_store import LocalUploadStore, UploadStore
 from ingestion_pipeline.defs.s3_resource import S3Resource
-from ingestion_pipeline.documents.embedding import Embedder
+from ingestion_pipeline.documents.embedding import Embedder, build_embedder
 from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
 
@@ -143,19 +144,19 @@ class HeartbeatResource(dg.ConfigurableResource):
 
 
 class UploadStoreResource(dg.ConfigurableResource):
-    """Where uploaded bytes wait for processing: local folders now (INGESTION_UPLOAD_DIR,
-    INGESTION_METRICS_UPLOAD_DIR), one for documents and one for metric exports."""
+    """Where uploaded bytes wait for processing, one store for documents and one for metric exports: S3 with
+    INGESTION_UPLOAD_STORE, else local folders (INGESTION_UPLOAD_DIR, INGESTION_METRICS_UPLOAD_DIR)."""
 
     documents_dir: str | None = None
     metrics_dir: str | None = None
     settings: SettingsResource | None = None
 
-    def documents(self) -> LocalUploadStore:
+    def documents(self) -> UploadStore:
         if self.documents_dir:
             return LocalUploadStore(self.documents_dir)
         return services.document_store(_settings_of(self.settings))
 
-    def metrics(self) -> LocalUploadStore:
+    def metrics(self) -> UploadStore:
         if self.metrics_dir:
             return LocalUploadStore(self.metrics_dir)
         return services.metric_store(_settings_of(self.settings))
@@ -164,8 +165,9 @@ class UploadStoreResource(dg.ConfigurableResource):
 class EmbedderResource(dg.ConfigurableResource):
     """The embedding model (INGESTION_EMBEDDING_MODEL, INGESTION_EMBEDDING_BATCH_SIZE), loaded on first use.
 
-    Assets take it as ``ResourceParam[Embedder]``; `process` hands the same Embedder to every run it
-    executes, so the model is loaded once per process.
+    Assets take it as ``ResourceParam[Embedder]``. The Embedder is kept per process and configuration: `process`
+    and a Celery worker process (INGESTION_EXECUTOR=celery, a step per task) load the model once, not per
+    run or per step.
     """
 
     model_path: str | None = None
@@ -173,7 +175,12 @@ class EmbedderResource(dg.ConfigurableResource):
     settings: SettingsResource | None = None
 
     def create_resource(self, context: dg.InitResourceContext) -> Embedder:
-        return services.embedder(_settings_of(self.settings), self.model_path, self.batch_size)
+        return _process_embedder(_settings_of(self.settings).embedding, self.model_path, self.batch_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _process_embedder(embedding: EmbeddingSettings, model_path: str | None, batch_size: int | None) -> Embedder:
+    return build_embedder(model_path, batch_size, settings=embedding)
 
 
 LazyS3Resource = S3Resource

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -153,6 +154,7 @@ class Embedder:
         self._lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
         self._model = None
+        self.load_seconds: float | None = None  # how long loading the model took, once it is loaded
         self._token_counter: TokenCounter | None = None
         self._warming: threading.Thread | None = None
 
@@ -196,8 +198,15 @@ class Embedder:
         with self._lock:
             if self._model is None:
                 failpoint("model.load")
+                start = time.perf_counter()
                 self._model = self._load()
+                self.load_seconds = time.perf_counter() - start
             return self._model
+
+    @property
+    def loaded(self) -> bool:
+        """Whether this object holds its model already (a step that finds it loaded pays nothing for it)."""
+        return self._model is not None
 
     def _load(self) -> Encoder:
         """The exported model on OpenVINO (``auto``, the default, or ``openvino``), else on ONNX Runtime

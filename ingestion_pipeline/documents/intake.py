@@ -27,7 +27,7 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extension
 from ingestion_pipeline.core.hashing import SizeLimitExceeded, stream_sha256
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
-from ingestion_pipeline.core.upload_store import LocalUploadStore, RefusedPath, StoredFile, open_submitted_file
+from ingestion_pipeline.core.upload_store import RefusedPath, StoredFile, UploadStore, open_submitted_file
 from ingestion_pipeline.documents import file_ledger
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 
@@ -90,7 +90,7 @@ def check_document_name(filename: str) -> str:
 
 def submit_upload(
     db: Database,
-    store: LocalUploadStore,
+    store: UploadStore,
     *,
     tenant_id: str,
     path: Path,
@@ -140,7 +140,7 @@ def submit_upload(
 
 def submit_uploads(
     db: Database,
-    store: LocalUploadStore,
+    store: UploadStore,
     *,
     tenant_id: str,
     paths: Iterable[Path],
@@ -214,7 +214,7 @@ def _already_active(db: Database, tenant_id: str, paths: list[Path], keys: list[
 
 def submit_stored(
     db: Database,
-    store: LocalUploadStore,
+    store: UploadStore,
     stored: StoredFile,
     *,
     tenant_id: str,

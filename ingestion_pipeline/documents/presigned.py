@@ -3,12 +3,14 @@
 ``create`` records an ``api_uploads`` row and signs a PUT for ``<prefix><tenant>/<upload_id>/<name>``
 (valid ``presign_seconds``; the declared size and content type are part of the signature). ``complete``
 checks what arrived against the declaration, streams it into the upload store with its SHA-256 (never
-whole in memory) and queues it through ``intake.submit_stored``, the decision behind every submit; the S3
-object is then removed. ``expire`` removes objects of uploads never completed.
+whole in memory; with the S3 store and a declared SHA-256, a server-side copy instead) and queues it through
+``intake.submit_stored``, the decision behind every submit; the S3 object is then removed. ``expire``
+removes objects of uploads never completed.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import uuid
 from dataclasses import dataclass
@@ -22,9 +24,10 @@ from psycopg.types.json import Jsonb
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType
 from ingestion_pipeline.core.hashing import CHUNK_BYTES, SizeLimitExceeded
+from ingestion_pipeline.core.s3_upload_store import S3UploadStore
 from ingestion_pipeline.core.settings import ApiSettings
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import StoredFile, UploadStore
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 from ingestion_pipeline.documents.intake import SubmitResult, check_document_name, keyed_uri, submit_stored
 
@@ -54,7 +57,7 @@ class PresignedUpload:
 def create(
     conn: psycopg.Connection, client: Any, settings: ApiSettings, *, tenant_id: str, user_id: str | None,
     filename: str, size_bytes: int, content_type: str, max_bytes: int, title: str | None = None,
-    key: str | None = None,
+    key: str | None = None, sha256: str | None = None,
 ) -> PresignedUpload:
     validate_tenant_id(tenant_id)
     if not settings.upload_bucket:
@@ -80,20 +83,19 @@ def create(
         ensure_tenant(conn, tenant_id)
         row = conn.execute(
             """INSERT INTO api_uploads (upload_id, tenant_id, user_id, filename, content_type, size_bytes, bucket,
-                                        object_key, title, doc_key, expires_at)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))
+                                        object_key, title, doc_key, sha256, expires_at)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))
                RETURNING expires_at""",
             (upload_id, tenant_id, _uuid_or_none(user_id), filename, content_type, size_bytes,
-             settings.upload_bucket, object_key, title, key, settings.presign_seconds),
+             settings.upload_bucket, object_key, title, key, sha256, settings.presign_seconds),
         ).fetchone()
-    url = client.generate_presigned_url(
-        "put_object",
-        Params={"Bucket": settings.upload_bucket, "Key": object_key, "ContentType": content_type,
-                "ContentLength": size_bytes},
-        ExpiresIn=settings.presign_seconds,
-    )
-    return PresignedUpload(upload_id, url, "PUT", {"Content-Type": content_type}, settings.upload_bucket,
-                           object_key, row["expires_at"])
+    params = {"Bucket": settings.upload_bucket, "Key": object_key, "ContentType": content_type,
+              "ContentLength": size_bytes}
+    headers = {"Content-Type": content_type}
+    if sha256 is not None:  # signed: S3 refuses a PUT whose bytes do not hash to it (BadDigest)
+        params["ChecksumSHA256"] = headers["x-amz-checksum-sha256"] = base64.b64encode(bytes.fromhex(sha256)).decode()
+    url = client.generate_presigned_url("put_object", Params=params, ExpiresIn=settings.presign_seconds)
+    return PresignedUpload(upload_id, url, "PUT", headers, settings.upload_bucket, object_key, row["expires_at"])
 
 
 def _uuid_or_none(value: str | None) -> str | None:
@@ -113,7 +115,7 @@ def get(conn: psycopg.Connection, upload_id: str, *, tenant_id: str) -> dict | N
 
 
 def complete(
-    db: Database, store: LocalUploadStore, client: Any, *, upload_id: str, tenant_id: str, fingerprint: str,
+    db: Database, store: UploadStore, client: Any, *, upload_id: str, tenant_id: str, fingerprint: str,
     max_bytes: int,
 ) -> SubmitResult:
     """Check the object against its declaration, stream it into the store and queue it (once)."""
@@ -135,6 +137,32 @@ def complete(
         _finish(db, client, upload, "rejected", None)
         code = "too_large" if head["ContentLength"] > upload["size_bytes"] else "size_mismatch"
         raise UploadRefused(code, f"{head['ContentLength']:,} bytes arrived, {upload['size_bytes']:,} were declared")
+    if upload["sha256"] and isinstance(store, S3UploadStore):
+        stored = _adopt(db, store, client, upload, tenant_id)
+    else:
+        stored = _stream_into(db, store, client, upload, tenant_id, head, max_bytes)
+    result = submit_stored(db, store, stored, tenant_id=tenant_id, filename=upload["filename"],
+                           fingerprint=fingerprint, title=upload["title"], key=upload["doc_key"])
+    result.source_uri = result.source_uri or f"s3://{upload['bucket']}/{upload['object_key']}"
+    _finish(db, client, upload, "completed", result)
+    return result
+
+
+def _adopt(db: Database, store: S3UploadStore, client: Any, upload: dict, tenant_id: str) -> StoredFile:
+    """The declared SHA-256 was signed into the PUT, so S3 checked the bytes: copy the object server-side.
+    (An S3 that does not check it, moto, is caught by the worker, which hashes what it downloads.)"""
+    head = client.head_object(Bucket=upload["bucket"], Key=upload["object_key"], ChecksumMode="ENABLED")
+    recorded = head.get("ChecksumSHA256")
+    if recorded and base64.b64decode(recorded).hex() != upload["sha256"]:
+        _finish(db, client, upload, "rejected", None)
+        raise UploadRefused("checksum_mismatch", "the uploaded bytes do not match the declared sha256")
+    return store.adopt(tenant_id, upload["bucket"], upload["object_key"], sha256=upload["sha256"],
+                       size=head["ContentLength"])
+
+
+def _stream_into(db: Database, store: UploadStore, client: Any, upload: dict, tenant_id: str, head: dict,
+                 max_bytes: int) -> StoredFile:
+    """Stream the object into the store, hashing it (no declared SHA-256, or a local store)."""
     body = client.get_object(Bucket=upload["bucket"], Key=upload["object_key"], IfMatch=head["ETag"])["Body"]
     incoming = store.incoming(tenant_id, max_bytes=min(max_bytes, upload["size_bytes"]))
     try:
@@ -150,11 +178,7 @@ def complete(
         raise
     finally:
         body.close()
-    result = submit_stored(db, store, stored, tenant_id=tenant_id, filename=upload["filename"],
-                           fingerprint=fingerprint, title=upload["title"], key=upload["doc_key"])
-    result.source_uri = result.source_uri or f"s3://{upload['bucket']}/{upload['object_key']}"
-    _finish(db, client, upload, "completed", result)
-    return result
+    return stored
 
 
 def _finish(db: Database, client: Any, upload: dict, status: str, result: SubmitResult | None) -> None:

@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 from psycopg.types.json import Jsonb
 
@@ -20,11 +19,11 @@ from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import CodedError, classify
-from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.ledger import METRIC_UPLOADS, LeaseLost, Worker
 from ingestion_pipeline.core.progress import Sink
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.core.tenants import is_paused
+from ingestion_pipeline.core.upload_store import StoredObjectChanged, StoredObjectMissing, UploadStore, stored_in
 from ingestion_pipeline.metrics.layouts import UnknownLayout
 from ingestion_pipeline.metrics.promotion import PromotionResult, promote_upload
 from ingestion_pipeline.metrics.readers import MalformedFileError
@@ -99,7 +98,8 @@ def holds(db: Database, partition_key: str, owner: str) -> bool:
 
 
 def claim_upload(db: Database, partition_key: str, worker: Worker, policy: ReliabilitySettings, *,
-                 replay_finished: bool = False, replay_failed: bool = False) -> MetricUpload | None:
+                 replay_finished: bool = False, replay_failed: bool = False,
+                 store: UploadStore | None = None) -> MetricUpload | None:
     """pending (or held by this owner, or abandoned) -> processing; the stored file must match its SHA-256.
 
     Returns None when the upload is not this run's: already promoted, held by a live run, waiting
@@ -115,19 +115,22 @@ def claim_upload(db: Database, partition_key: str, worker: Worker, policy: Relia
     if not claimed:
         return None
     upload = MetricUpload.from_row(claimed[0])
-    raw = Path(upload.raw_path or "")
+    store = store or stored_in(upload.raw_path)
     with _failing_permanently(db, upload, worker.owner, policy):
-        if not raw.is_file():
-            raise _fail(db, upload, worker.owner, UploadFailed(
-                "file_missing", f"the stored file is missing ({raw}); submit it again"), policy)
-        if file_sha256(raw) != upload.content_hash:
-            raise _fail(db, upload, worker.owner, UploadFailed(
-                "checksum_mismatch", "the stored file does not match its SHA-256 (corrupted in storage)"), policy)
+        try:
+            if not upload.raw_path:
+                raise StoredObjectMissing("no stored copy recorded")
+            store.verify(upload.raw_path, upload.content_hash)
+        except StoredObjectMissing as exc:
+            raise _fail(db, upload, worker.owner, UploadFailed("file_missing", f"{exc}"), policy) from exc
+        except StoredObjectChanged as exc:
+            raise _fail(db, upload, worker.owner, UploadFailed("checksum_mismatch", f"{exc}"), policy) from exc
     return upload
 
 
 def stage(db: Database, partition_key: str, owner: str, policy: ReliabilitySettings,
-          progress_log: Sink | None = None) -> tuple[MetricUpload, StagingCounts] | None:
+          progress_log: Sink | None = None, store: UploadStore | None = None,
+          ) -> tuple[MetricUpload, StagingCounts] | None:
     upload = _held(db, partition_key, owner)
     if upload is None:
         return None
@@ -136,7 +139,11 @@ def stage(db: Database, partition_key: str, owner: str, policy: ReliabilitySetti
     start = time.perf_counter()
     with _failing_permanently(db, upload, owner, policy):
         try:
-            counts = stage_upload(db, upload, owner=owner, progress_log=progress_log)
+            counts = stage_upload(db, upload, owner=owner, progress_log=progress_log, store=store)
+        except StoredObjectMissing as exc:
+            raise _fail(db, upload, owner, UploadFailed("file_missing", f"{exc}"), policy) from exc
+        except StoredObjectChanged as exc:
+            raise _fail(db, upload, owner, UploadFailed("checksum_mismatch", f"{exc}"), policy) from exc
         except (MalformedFileError, UnicodeDecodeError) as exc:
             raise _fail(db, upload, owner, UploadFailed("malformed_file", f"malformed file: {exc}"), policy) from exc
         except UnknownLayout as exc:

@@ -39,6 +39,7 @@ from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import TransientError
 from ingestion_pipeline.core.ledger import METRIC_UPLOADS
 from ingestion_pipeline.core.progress import RowProgress, Sink
+from ingestion_pipeline.core.upload_store import StoredObjectMissing, UploadStore, stored_in
 from ingestion_pipeline.metrics.batch_normalization import (
     VALUE_COLUMNS,
     BatchNormalizer,
@@ -49,7 +50,7 @@ from ingestion_pipeline.metrics.batch_normalization import (
 from ingestion_pipeline.metrics.csv_batches import RowBatch, read_batches, scan_bytes, text_breaks
 from ingestion_pipeline.metrics.exports import ExportReader, locate_header, plan_notes
 from ingestion_pipeline.metrics.normalization import normalize_row
-from ingestion_pipeline.metrics.readers import MalformedFileError, csv_rows, open_text, refuse_binary
+from ingestion_pipeline.metrics.readers import csv_rows, open_text, refuse_binary
 from ingestion_pipeline.metrics.staging_copy import (
     COPY,
     COPY_NO_ERRORS,
@@ -143,16 +144,23 @@ def _staged_rows(db: Database, upload_id: int) -> int:
 
 
 def stage_upload(db: Database, upload: MetricUpload, *, owner: str, chunk_rows: int = 10_000,
-                 arrow: bool = True, progress_log: Sink | None = None) -> StagingCounts:
+                 arrow: bool = True, progress_log: Sink | None = None,
+                 store: UploadStore | None = None) -> StagingCounts:
     """Stage every row of the upload's file; raises MalformedFileError (with the line) on a broken file.
 
     Each chunk is written only while ``owner`` still holds the upload (``LeaseLost`` otherwise).
     ``arrow=False`` forces the row path (the tests compare both). Progress (rows, rows/s, bytes read,
     ETA) goes to the progress logger and to ``progress_log``.
     """
-    raw_path = Path(upload.raw_path or "")
-    if not raw_path.is_file():
-        raise MalformedFileError(None, f"the stored file is missing ({raw_path}); submit it again")
+    if not upload.raw_path:
+        raise StoredObjectMissing("no stored copy recorded")
+    store = store or stored_in(upload.raw_path)
+    with store.local_copy(upload.raw_path, upload.content_hash) as raw:  # an S3 object: downloaded once, here
+        return _stage_file(db, upload, raw.path, owner, chunk_rows, arrow, progress_log)
+
+
+def _stage_file(db: Database, upload: MetricUpload, raw_path: Path, owner: str, chunk_rows: int, arrow: bool,
+                progress_log: Sink | None) -> StagingCounts:
     refuse_binary(raw_path)  # before any reader buffers it (an upload recorded before submit checked)
     progress = RowProgress(f"staging upload {upload.upload_id}", raw_path.stat().st_size,
                            sinks=[progress_log] if progress_log else [])

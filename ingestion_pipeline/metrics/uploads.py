@@ -17,7 +17,7 @@ from ingestion_pipeline.core.file_types import UnsupportedFileType, check_extens
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
-from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile
+from ingestion_pipeline.core.upload_store import StoredFile, UploadStore
 from ingestion_pipeline.metrics.exports import sniff_layout
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
 from ingestion_pipeline.metrics.layouts import UnknownLayout
@@ -93,7 +93,7 @@ def check_metric_file(filename: str, platform: str | None) -> str:
 
 
 def submit_metric_file(
-    db: Database, store: LocalUploadStore, *, workspace_id: str, platform: str | None, filename: str,
+    db: Database, store: UploadStore, *, workspace_id: str, platform: str | None, filename: str,
     stream: BinaryIO, max_bytes: int, client_id: str | None = None, force_partial: bool = False,
     valid_threshold: float = 0.9, source_id: int | None = None, source_key: str | None = None,
 ) -> MetricSubmitResult:
@@ -119,7 +119,7 @@ def submit_metric_file(
 
 
 def submit_stored_metric_file(
-    db: Database, store: LocalUploadStore, stored: StoredFile, *, workspace_id: str, platform: str | None,
+    db: Database, store: UploadStore, stored: StoredFile, *, workspace_id: str, platform: str | None,
     filename: str,
     client_id: str | None = None, force_partial: bool = False, valid_threshold: float = 0.9,
     source_id: int | None = None, source_key: str | None = None,
@@ -135,23 +135,14 @@ def submit_stored_metric_file(
             store.release(stored.path)
         raise
     result.sha256, result.size_bytes = stored.sha256, stored.size
-    try:
-        refuse_binary(stored.path)
-    except MalformedFileError as exc:
+    # an S3 store's object is read back here (once) for these checks; a local file in place
+    with store.local_copy(stored.path, None) as local:
+        refusal, platform = _refused_or_platform(local.path, file_format, platform, result)
+    if refusal is not None:
         if stored.created:
             store.release(stored.path)
-        result.reason = str(exc)
+        result.reason = refusal
         return result
-    if platform is None:  # detected from the columns; a file no layout fits is refused here, with why
-        try:
-            plan = sniff_layout(stored.path, file_format)
-        except (UnknownLayout, MalformedFileError) as exc:
-            if stored.created:
-                store.release(stored.path)
-            result.reason = f"cannot tell the platform: {exc}"
-            return result
-        platform, result.layout = plan.layout.platform, plan.layout.name
-        result.platform = platform
     try:
         row = _record_upload(db, stored, result, workspace_id, platform, client_id, filename, file_format,
                              force_partial, valid_threshold, source_id, source_key)
@@ -163,6 +154,23 @@ def submit_stored_metric_file(
         return result
     result.status, result.upload_id, result.partition_key = "pending", row["upload_id"], row["partition_key"]
     return result
+
+
+def _refused_or_platform(path, file_format: str, platform: str | None,
+                         result: MetricSubmitResult) -> tuple[str | None, str | None]:
+    """Why the stored export is refused (binary, no known layout), or its platform (detected when not given)."""
+    try:
+        refuse_binary(path)
+    except MalformedFileError as exc:
+        return str(exc), platform
+    if platform is None:  # detected from the columns; a file no layout fits is refused here, with why
+        try:
+            plan = sniff_layout(path, file_format)
+        except (UnknownLayout, MalformedFileError) as exc:
+            return f"cannot tell the platform: {exc}", None
+        platform, result.layout = plan.layout.platform, plan.layout.name
+        result.platform = platform
+    return None, platform
 
 
 def _record_upload(db, stored, result, workspace_id, platform, client_id, filename, file_format, force_partial,

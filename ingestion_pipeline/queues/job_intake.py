@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 from ingestion_pipeline.documents.intake import DUPLICATE, QUEUED, REJECTED, SKIPPED, SubmitResult, submit_upload
 from ingestion_pipeline.queues import job_records
@@ -45,7 +45,7 @@ class Intake:
     details: dict = field(default_factory=dict)
 
 
-def accept_job(db: Database, store: LocalUploadStore, job: JobMessage, *, fingerprint: str,
+def accept_job(db: Database, store: UploadStore, job: JobMessage, *, fingerprint: str,
                max_bytes: int) -> Intake:
     with db.connection() as conn:
         existing = job_records.find(conn, job.job_id)

@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import is_transient
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.queues import dead_letters, job_status, redis_keys
 from ingestion_pipeline.queues.dead_letters import MOVE_IF_HELD
 from ingestion_pipeline.queues.job_errors import JobError, from_exception, job_error
@@ -76,7 +76,7 @@ def new_consumer_id() -> str:
 
 
 class RedisJobConsumer:
-    def __init__(self, redis, db: Database, store: LocalUploadStore, *, fingerprint: str, max_bytes: int,
+    def __init__(self, redis, db: Database, store: UploadStore, *, fingerprint: str, max_bytes: int,
                  backoff: tuple[float, ...] = (5.0, 10.0, 30.0), consumer_id: str | None = None,
                  heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:
         self.redis, self.db, self.store = redis, db, store

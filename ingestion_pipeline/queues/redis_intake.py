@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import Settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.queues import job_status, queue_depths, redis_client
 from ingestion_pipeline.queues.redis_consumer import ConsumeReport, RedisJobConsumer
 
@@ -48,7 +48,7 @@ def open_queue(settings: Settings):
     return None
 
 
-def take_jobs(client, db: Database, store: LocalUploadStore, settings: Settings, *, fingerprint: str,
+def take_jobs(client, db: Database, store: UploadStore, settings: Settings, *, fingerprint: str,
               max_jobs: int | None = None) -> RedisRound:
     consumer = RedisJobConsumer(client, db, store, fingerprint=fingerprint, max_bytes=settings.upload.max_bytes,
                                 backoff=settings.reliability.retry_backoff_seconds or (5.0,),

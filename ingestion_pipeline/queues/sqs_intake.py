@@ -19,7 +19,7 @@ from typing import Any
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import Settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.queues import job_records, s3_events, sqs_jobs
 from ingestion_pipeline.queues.job_messages import MalformedJob
 from ingestion_pipeline.queues.sqs_queues import dead_letter_depth, depth, queue_name
@@ -46,8 +46,8 @@ class SqsRound:
 
 
 class SqsIntake:
-    def __init__(self, sqs: Any, db: Database, settings: Settings, *, document_store: LocalUploadStore,
-                 metric_store: LocalUploadStore, s3_client_for: Any, fingerprint: str) -> None:
+    def __init__(self, sqs: Any, db: Database, settings: Settings, *, document_store: UploadStore,
+                 metric_store: UploadStore, s3_client_for: Any, fingerprint: str) -> None:
         self.sqs, self.db, self.settings = sqs, db, settings
         self.document_store, self.metric_store = document_store, metric_store
         self.s3_client_for, self.fingerprint = s3_client_for, fingerprint

@@ -19,7 +19,7 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.file_types import UnsupportedFileType
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.tenants import validate_tenant_id
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.documents.intake import SKIPPED, SubmitResult, check_document_name, keyed_uri, submit_stored
 from ingestion_pipeline.queues import job_records
 from ingestion_pipeline.queues.job_messages import MalformedJob
@@ -71,7 +71,7 @@ def parse_sqs_job(body: dict, message_id: str) -> SqsJob:
                   doc, text("title", required=False))
 
 
-def accept_sqs_job(db: Database, store: LocalUploadStore, job: SqsJob, s3_client: Any, *, fingerprint: str,
+def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any, *, fingerprint: str,
                    max_bytes: int, message: dict) -> str:
     """``accepted``, ``already accepted`` or ``failed`` (recorded; the message can be deleted). Errors of S3,
     the database or the disk propagate: the message is received again later."""

@@ -6,13 +6,13 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.metrics.uploads import submit_metric_file
 from ingestion_pipeline.sources.registry import Source
 from ingestion_pipeline.sources.sync import MetricIntake
 
 
-def s3_metric_intake(db: Database, store: LocalUploadStore, client: Any, *, max_bytes: int,
+def s3_metric_intake(db: Database, store: UploadStore, client: Any, *, max_bytes: int,
                      valid_threshold: float) -> MetricIntake:
     def intake(source: Source, key: str) -> tuple[str, str | None]:
         response = client.get_object(Bucket=source.bucket, Key=key)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import Settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.sources.metric_intake import s3_metric_intake
 from ingestion_pipeline.sources.registry import list_sources
 from ingestion_pipeline.sources.sync import SyncReport, sync_source
@@ -16,7 +16,7 @@ S3ClientFor = Callable[[str | None], Any]  # endpoint URL (None: the AWS environ
 
 
 def sync_sources(
-    db: Database, settings: Settings, s3_client_for: S3ClientFor, metric_store: LocalUploadStore,
+    db: Database, settings: Settings, s3_client_for: S3ClientFor, metric_store: UploadStore,
     *, names: list[str] | None = None, max_pages: int | None = -1,
 ) -> list[SyncReport]:
     """One bounded listing step for each active source (``max_pages=-1``: the per-tick budget; None: a

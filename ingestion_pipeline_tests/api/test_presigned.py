@@ -87,3 +87,56 @@ def test_uploads_never_completed_are_removed_by_the_retention_job(s3_api, db, s3
     assert [k for k in _objects(client, name) if fresh["upload_id"] in k]  # still within its 15 minutes + grace
     r = api.client.post(f"/v1/uploads/{upload['upload_id']}/complete", headers=api.as_("acme-user"))
     assert r.status_code == 409 and r.json()["error"]["code"] == "expired"
+
+
+@pytest.fixture
+def s3_store_api(database, bucket, s3_env, monkeypatch, isolated_storage):
+    """The API with the S3 upload store, in the bucket presigned uploads go to."""
+    client, name = bucket
+    monkeypatch.setenv("INGESTION_UPLOAD_STORE", f"s3://{name}/store")
+    monkeypatch.setenv("INGESTION_UPLOAD_STORE_ENDPOINT_URL", s3_env)
+    api = make_api(database, ApiSettings(jwt_secret=SECRET, upload_bucket=name, upload_s3_endpoint=s3_env))
+    return api, client, name
+
+
+def _start_declared(api, sha256: str):
+    return api.client.post("/v1/uploads", headers=api.as_("acme-user"), json={
+        "filename": "report.txt", "size_bytes": len(BODY), "content_type": "text/plain", "sha256": sha256})
+
+
+def test_with_the_s3_store_a_declared_sha256_completes_by_a_server_side_copy(s3_store_api, db, caplog):
+    import hashlib
+    import logging
+
+    api, client, name = s3_store_api
+    sha = hashlib.sha256(BODY).hexdigest()
+    upload = _start_declared(api, sha).json()
+    assert "x-amz-checksum-sha256" in upload["headers"]  # signed: S3 checks the bytes against it
+    assert httpx.put(upload["url"], content=BODY, headers=upload["headers"]).status_code == 200
+    with caplog.at_level(logging.INFO, logger="werkzeug"):
+        done = api.client.post(f"/v1/uploads/{upload['upload_id']}/complete", headers=api.as_("acme-user"))
+    assert done.status_code == 202, done.text
+    assert done.json()["sha256"] == sha
+    requests = [r.getMessage() for r in caplog.records if r.name == "werkzeug"]
+    assert [m for m in requests if '"HEAD ' in m and upload["upload_id"] in m]  # the server's log is seen here
+    assert not [m for m in requests if '"GET ' in m and upload["upload_id"] in m]  # its bytes did not pass through
+    assert _objects(client, name) == [f"store/documents/acme/{sha}"]
+    [row] = table(db, "SELECT raw_path FROM ingestion_runs")
+    assert row["raw_path"] == f"s3://{name}/store/documents/acme/{sha}"
+
+
+def test_a_declared_sha256_that_lies_fails_the_file_when_a_worker_reads_it(s3_store_api, database, db):
+    """moto does not check the signed checksum as S3 does; the worker's download, which hashes, still catches it."""
+    from ingestion_pipeline_tests.helpers import batch_queued, materialize_batch
+
+    api, client, name = s3_store_api
+    upload = _start_declared(api, "ab" * 32).json()
+    httpx.put(upload["url"], content=BODY, headers=upload["headers"])
+    assert api.client.post(f"/v1/uploads/{upload['upload_id']}/complete",
+                           headers=api.as_("acme-user")).status_code == 202
+    with dg.instance_for_test() as instance:
+        for key in batch_queued(database):
+            materialize_batch(instance, key, raise_on_error=False)
+    [row] = table(db, "SELECT status, error_code FROM ingestion_runs")
+    assert (row["status"], row["error_code"]) == ("failed", "raw_checksum_mismatch")
+    assert table(db, "SELECT 1 FROM document_versions") == []

@@ -7,6 +7,7 @@ import dagster as dg
 
 from ingestion_pipeline.core.retention import remove_expired_raw_files, remove_orphans
 from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline_tests.helpers import process_in_process, submit, table
 
 
@@ -48,7 +49,7 @@ def test_orphans_are_removed_after_a_day(database, db, corpus_dir, isolated_stor
     day_and_more = time.time() - 25 * 3600
     for path in (orphan, incoming, isolated_storage / "acme" / kept.sha256):
         os.utime(path, (day_and_more, day_and_more))
-    report = remove_orphans(database, [isolated_storage], load_settings().reliability)
+    report = remove_orphans(database, [LocalUploadStore(isolated_storage)], load_settings().reliability)
     assert report.orphan_files == 2
     assert not orphan.exists() and not incoming.exists()
     assert young.exists() and (isolated_storage / "acme" / kept.sha256).exists()  # referenced by its queued row

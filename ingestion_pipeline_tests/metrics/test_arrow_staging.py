@@ -13,6 +13,7 @@ from ingestion_pipeline.core.ledger import Worker
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.metrics import csv_batches, pipeline, staging
+from ingestion_pipeline.metrics.readers import MalformedFileError
 from ingestion_pipeline.metrics.uploads import submit_metric_file
 from ingestion_pipeline.samples.metric_exports import daily_rows, with_invalid_share
 from ingestion_pipeline.samples.platform_exports import WRITERS
@@ -221,7 +222,7 @@ def test_an_interrupted_arrow_staging_resumes_where_it_stopped(database, tmp_pat
 
 def test_an_unclosed_quote_is_reported_with_its_line(database, tmp_path):
     path = _meta(tmp_path, "open.csv", rows=[META_ROWS[0], '2024-03-01,2024-03-31,2024-03-02,"Spring,S,A,c1'])
-    with pytest.raises(staging.MalformedFileError, match="line 3: malformed CSV"):
+    with pytest.raises(MalformedFileError, match="line 3: malformed CSV"):
         _stage_both(database, tmp_path, path, "meta")
 
 
@@ -231,7 +232,7 @@ def test_text_that_is_not_valid_in_its_encoding_fails_as_on_the_row_path(databas
     bad = b"2024-03-01,2024-03-31,2024-03-09,\xff\xfe,S,A,c1,s1,a1,1,1,1,1,1\n"
     (tmp_path / "bad.csv").write_bytes(good.encode() + b"x" * 70_000 + b"\n" + bad)
     path = tmp_path / "bad.csv"
-    with pytest.raises((staging.MalformedFileError, UnicodeDecodeError)):
+    with pytest.raises((MalformedFileError, UnicodeDecodeError)):
         _stage_both(database, tmp_path, path, "meta")
 
 

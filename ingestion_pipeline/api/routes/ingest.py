@@ -95,7 +95,7 @@ def create_upload(body: PresignIn, who: Caller, services: Services) -> dict:
             upload = presigned.create(
                 conn, services.upload_s3_client(), services.api, tenant_id=who.tenant_id, user_id=who.user_id,
                 filename=body.filename, size_bytes=body.size_bytes, content_type=body.content_type,
-                max_bytes=services.settings.upload.max_bytes, title=body.title, key=body.key,
+                max_bytes=services.settings.upload.max_bytes, title=body.title, key=body.key, sha256=body.sha256,
             )
     except presigned.UploadRefused as exc:
         raise refused(exc) from exc

@@ -4,6 +4,8 @@ raw_documents -> document_elements -> document_chunks -> document_embeddings -> 
 """
 
 
+import os
+import socket
 from collections import Counter
 from collections.abc import Callable
 
@@ -12,6 +14,7 @@ import dagster as dg
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, NothingToDo, partition_states
 from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
 from ingestion_pipeline.defs.documents.fingerprints import code_versions
+from ingestion_pipeline.defs.executor import job_executor
 from ingestion_pipeline.defs.ledger.steps import (
     failure_for,
     first_step_run,
@@ -134,6 +137,7 @@ def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
                  heartbeat: HeartbeatResource) -> dg.MaterializeResult:
         pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, s3, heartbeat,
                                            progress_log=context.log.info)
+        loaded_before = embedder.loaded
         try:
             outcomes = retrying_transient_errors(context, lambda: _with_catch_up(name, pipeline, context),
                                                  settings.get().reliability.retry_backoff_seconds)
@@ -142,7 +146,11 @@ def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
         finally:
             pipeline.close()
         _log_failures(context, outcomes)
-        return _result(outcomes, **{key: _sum(outcomes, key) for key in totals})
+        model = {}
+        if embedder.loaded:  # what this step paid for the model: 0 when its process had it already
+            model["model_load_seconds"] = 0.0 if loaded_before else round(embedder.load_seconds or 0.0, 3)
+            model["model_process"] = f"{socket.gethostname()}:{os.getpid()}"
+        return _result(outcomes, **model, **{key: _sum(outcomes, key) for key in totals})
 
     asset = dg.asset(name=name, description=description, partitions_def=document_batches, group_name=GROUP,
                      deps=deps, kinds=kinds, code_version=CODE_VERSIONS.get(name), owners=OWNERS,
@@ -269,8 +277,9 @@ document_batch_job = dg.define_asset_job(
         raw_documents, document_elements, document_chunks, document_embeddings, promoted_documents
     ),
     description="Ingest one batch of documents: extract, chunk, embed, promote.",
-    # One process runs every step: the model loads once and one heartbeat keeps the run's claims.
-    executor_def=dg.in_process_executor,
+    # in-process by default: the model loads once and one heartbeat keeps the run's claims; Celery workers with
+    # INGESTION_EXECUTOR=celery (defs/executor.py)
+    executor_def=job_executor(),
 )
 
 

@@ -15,8 +15,9 @@ def remove_expired_raw_bytes(
     settings: SettingsResource,
 ) -> int:
     policy = settings.get().reliability
-    report = remove_expired_raw_files(postgres.db, policy)
-    remove_orphans(postgres.db, [upload_store.documents().root, upload_store.metrics().root], policy, report)
+    stores = [upload_store.documents(), upload_store.metrics()]
+    report = remove_expired_raw_files(postgres.db, policy, stores)
+    remove_orphans(postgres.db, stores, policy, report)
     context.log.info(report.describe())
     with postgres.db.transaction() as conn:
         staged = staging.remove_expired(conn, policy.failed_ttl_days)

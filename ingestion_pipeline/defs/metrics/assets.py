@@ -18,6 +18,7 @@ import dagster as dg
 from ingestion_pipeline import read
 from ingestion_pipeline.core.ledger import NothingToDo
 from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
+from ingestion_pipeline.defs.executor import job_executor
 from ingestion_pipeline.defs.ledger.steps import (
     failure_for,
     first_step_run,
@@ -30,6 +31,7 @@ from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResourc
 from ingestion_pipeline.metrics import pipeline
 from ingestion_pipeline.metrics.pipeline import UploadFailed
 from ingestion_pipeline.metrics.uploads import MetricUpload, error_kinds, upload_for_partition
+from ingestion_pipeline.services import metric_store
 
 T = TypeVar("T")
 GROUP = "metrics"
@@ -87,7 +89,7 @@ def _claim(context: dg.AssetExecutionContext, postgres: PostgresResource, heartb
            settings: SettingsResource) -> MetricUpload | None:
     return pipeline.claim_upload(postgres.db, context.partition_key, heartbeat.worker, settings.get().reliability,
                                  replay_finished=launched_by_a_person(context.run),
-                                 replay_failed=replays_failed(context.run))
+                                 replay_failed=replays_failed(context.run), store=metric_store(settings.get()))
 
 
 def _claims_first(context: dg.AssetExecutionContext, postgres: PostgresResource, heartbeat: HeartbeatResource,
@@ -98,10 +100,11 @@ def _claims_first(context: dg.AssetExecutionContext, postgres: PostgresResource,
             and not pipeline.holds(postgres.db, context.partition_key, heartbeat.worker.owner))
 
 
-def _staged(context: dg.AssetExecutionContext, postgres: PostgresResource, owner: str, policy):
+def _staged(context: dg.AssetExecutionContext, postgres: PostgresResource, owner: str, settings: SettingsResource):
     """The upload's staged rows and the threshold's verdict (None, None: not this run's)."""
+    policy, store = settings.get().reliability, metric_store(settings.get())
     staged = retrying_transient_errors(context, lambda: pipeline.stage(postgres.db, context.partition_key, owner,
-                                                                       policy, context.log.info),
+                                                                       policy, context.log.info, store),
                                        policy.retry_backoff_seconds)
     threshold = staged and retrying_transient_errors(
         context, lambda: pipeline.evaluate_threshold(postgres.db, context.partition_key, owner, policy),
@@ -143,11 +146,11 @@ def staged_metric_rows(
     settings: SettingsResource,
 ) -> dg.MaterializeResult:
     """Every row normalised, classified, keyed and validated in `staging_rows` (COPY, bounded memory)."""
-    owner, policy = heartbeat.worker.owner, settings.get().reliability
+    owner = heartbeat.worker.owner
     try:
         if _claims_first(context, postgres, heartbeat, "staged_metric_rows"):
             _claim(context, postgres, heartbeat, settings)
-        staged, threshold = _staged(context, postgres, owner, policy)
+        staged, threshold = _staged(context, postgres, owner, settings)
     except UploadFailed as exc:
         raise _fail(exc) from exc
     except NothingToDo as exc:
@@ -229,7 +232,7 @@ def _catch_up_to_promotion(context: dg.AssetExecutionContext, postgres: Postgres
     """A person's re-execution from ``promoted_metrics``: claim, stage and hold to the threshold first."""
     _step(context, postgres, settings, lambda: _claim(context, postgres, heartbeat, settings))
     try:
-        _, threshold = _staged(context, postgres, heartbeat.worker.owner, settings.get().reliability)
+        _, threshold = _staged(context, postgres, heartbeat.worker.owner, settings)
     except UploadFailed as exc:
         raise _fail(exc) from exc
     if threshold is not None and not threshold.passed:
@@ -240,7 +243,7 @@ metric_upload_job = dg.define_asset_job(
     "metric_upload_job",
     selection=dg.AssetSelection.assets(raw_metric_files, staged_metric_rows, promoted_metrics),
     description="Stage, validate and promote one ad-platform metric upload.",
-    executor_def=dg.in_process_executor,
+    executor_def=job_executor(),
 )
 
 

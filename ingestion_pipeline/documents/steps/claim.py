@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from ingestion_pipeline.core import ledger
-from ingestion_pipeline.core.hashing import file_sha256
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES
-from ingestion_pipeline.core.upload_store import StoredFile
+from ingestion_pipeline.core.upload_store import StoredFile, StoredObjectMissing
 from ingestion_pipeline.documents import file_ledger, reindex, staging
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.promotion import superseded_reason
@@ -92,14 +90,12 @@ class ClaimStep(StepRunner):
         start = time.perf_counter()
         if row["run_type"] == reindex.REINDEX and (row["config"] or {}).get("from") != "s3":
             return self._stage_stored_elements(row, start)
-        if row.get("source_id") is not None and not (row["raw_path"] and Path(row["raw_path"]).is_file()):
+        if row.get("source_id") is not None and not self._is_stored(row):
             row = self._fetch_s3_object(row)
-        raw = Path(row["raw_path"] or "")
-        if not raw.is_file():
-            raise ExtractionError(f"stored upload is missing ({raw}); submit the file again", code="raw_missing")
-        if file_sha256(raw) != row["content_hash"]:
-            raise ExtractionError("stored upload does not match its SHA-256 (corrupted in storage); submit again",
-                                  code="raw_checksum_mismatch")
+        if not row["raw_path"]:
+            raise StoredObjectMissing("no stored copy recorded")
+        # cheap (the file or object is there); the extract step's one read of the bytes checks their hash
+        self.store.verify(row["raw_path"], row["content_hash"])
         with self.db.transaction() as conn:
             file_ledger.hold(conn, row["run_id"], self.owner)
             current = conn.execute(
@@ -123,6 +119,10 @@ class ClaimStep(StepRunner):
             staging.discard(conn, row["run_id"])
         self._release_raw(row)
         return FileOutcome.of(row, SKIPPED, "already the active version")
+
+    def _is_stored(self, row: dict) -> bool:
+        """The row's bytes are in this process's upload store (an S3 source's object is fetched otherwise)."""
+        return bool(row["raw_path"]) and self.store.owns(row["raw_path"]) and self.store.exists(row["raw_path"])
 
     def _stage_stored_elements(self, row: dict, start: float) -> FileOutcome:
         """A re-index starts from the elements stored with the version (the extract step then has
@@ -159,7 +159,7 @@ class ClaimStep(StepRunner):
             rows = file_ledger.held_rows(conn, partition_key, self.owner)
         self._downloads = {
             r["run_id"]: pool.submit(self._download_s3_object, r) for r in rows
-            if r.get("source_id") is not None and not (r["raw_path"] and Path(r["raw_path"]).is_file())
+            if r.get("source_id") is not None and not self._is_stored(r)
             and not (r["run_type"] == reindex.REINDEX and (r["config"] or {}).get("from") != "s3")
         }
 

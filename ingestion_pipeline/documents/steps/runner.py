@@ -26,7 +26,7 @@ from ingestion_pipeline.core.failures import FailureInfo, classify
 from ingestion_pipeline.core.ledger import LeaseLost, Worker
 from ingestion_pipeline.core.progress import Progress, Sink
 from ingestion_pipeline.core.settings import Settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore, StoredFile
+from ingestion_pipeline.core.upload_store import StoredFile, UploadStore
 from ingestion_pipeline.documents import file_ledger, reindex
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION, extract
@@ -111,7 +111,7 @@ class StepRunner:
     lease) on whose behalf they claim and write, and the lanes and guard every step runs its files through."""
 
     def __init__(
-        self, db: Database, store: LocalUploadStore, embedder: Embedder, settings: Settings,
+        self, db: Database, store: UploadStore, embedder: Embedder, settings: Settings,
         s3_client_for: S3ClientFor | None = None, *, worker: Worker | None = None, extractor: Extractor | None = None,
         progress_log: Sink | None = None,
     ) -> None:
@@ -265,7 +265,7 @@ class StepRunner:
                       AND run_id <> %s LIMIT 1""",
                 (row["raw_path"], row["run_id"]),
             ).fetchone()
-        if waiting is None:
+        if waiting is None and self.store.owns(row["raw_path"]):
             self.store.release(row["raw_path"])
 
 

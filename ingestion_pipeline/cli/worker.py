@@ -1,0 +1,73 @@
+"""`ingestion-pipeline worker`: a Celery worker that executes the steps of runs (``INGESTION_EXECUTOR=celery``).
+
+Start one or more on any host that reaches the database, the broker and the upload store; each takes the
+step tasks of Dagster's ``celery_executor`` from the broker (``CELERY_BROKER_URL``, else ``REDIS_URL``), one
+at a time per process (``INGESTION_WORKER_CONCURRENCY``, ``--concurrency``). A worker process keeps its
+embedding model across steps. docs/deployment.md says where it runs and how to scale it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import uuid
+
+
+def register(sub) -> None:
+    p = sub.add_parser("worker", help="a Celery worker for the steps of runs (INGESTION_EXECUTOR=celery)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="steps run at once (processes); default INGESTION_WORKER_CONCURRENCY (1)")
+    p.add_argument("--name", default=None, help="the worker's name (default: ingestion-<random>@<host>)")
+    p.add_argument("--loglevel", default="INFO", help="Celery's log level (default INFO)")
+    p.set_defaults(func=cmd_worker)
+
+
+def _check_reachable(broker_url: str, database_url: str) -> None:
+    """The database and the broker answer before the worker starts (the CLI turns an unreachable database into
+    exit 3; an unreachable broker is raised the same way)."""
+    import psycopg
+    import redis
+
+    from ingestion_pipeline.core.db import check_reachable
+
+    check_reachable(database_url)
+    try:
+        redis.Redis.from_url(broker_url, socket_connect_timeout=5).ping()
+    except redis.RedisError as exc:
+        raise psycopg.OperationalError(f"the broker {broker_url} does not answer: {exc}") from exc
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from dagster_celery.executor import CeleryExecutor
+    from dagster_celery.make_app import make_app
+    from dagster_celery.tasks import create_task
+
+    from ingestion_pipeline.core.db import resolve_database_url
+    from ingestion_pipeline.core.settings import load_settings
+    from ingestion_pipeline.defs.executor import celery_config
+
+    settings = load_settings().executor
+    if args.concurrency is not None and args.concurrency < 1:
+        raise ValueError("--concurrency must be at least 1")
+    _check_reachable(settings.broker_url, resolve_database_url())
+    app = make_app(CeleryExecutor.for_cli(**celery_config(settings)).app_args())
+    create_task(app)  # the task dagster-celery's executor sends: execute one step of a run
+    name = args.name or f"ingestion-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+    concurrency = args.concurrency or settings.concurrency
+    print(f"worker {name}: {concurrency} process(es), broker {_without_password(settings.broker_url)}, "
+          f"pid {os.getpid()}", file=sys.stderr, flush=True)
+    app.worker_main(["worker", "--queues", "dagster", "--concurrency", str(concurrency), "--hostname", name,
+                     "--loglevel", args.loglevel, "--prefetch-multiplier", "1", "--pool", "prefork",
+                     "--without-gossip", "--without-mingle"])
+    return 0
+
+
+def _without_password(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    return urlunsplit(parts)

@@ -1,0 +1,47 @@
+"""The executor every job, materialisation and backfill runs with (``INGESTION_EXECUTOR``).
+
+- ``in_process`` (the default): every step in the run's process; the model loads once per run.
+- ``celery``: Dagster's ``dagster-celery`` executor. The run's process only orchestrates; each step is a Celery
+  task that an ``ingestion-pipeline worker`` on any host executes (broker and result backend:
+  ``CELERY_BROKER_URL``, else ``REDIS_URL``). Tasks are acknowledged after the step, and a task whose worker
+  vanished is handed to another one (immediately when only the worker process died, after
+  ``INGESTION_WORKER_REDELIVER_SECONDS`` when its whole host did); the step runs again under the same run, so
+  it continues as the same ledger owner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+
+from ingestion_pipeline.core.settings import ExecutorSettings, load_settings
+
+
+def celery_config(settings: ExecutorSettings) -> dict[str, Any]:
+    """The ``celery_executor`` config; ``ingestion-pipeline worker`` starts its workers with the same."""
+    return {
+        "broker": settings.broker_url,
+        "backend": settings.broker_url,
+        "config_source": {
+            "task_acks_late": True,  # a step's task is acknowledged once the step ended, not when it was taken
+            "task_reject_on_worker_lost": True,  # a killed worker process: its task back to the queue at once
+            "broker_transport_options": {"visibility_timeout": settings.redeliver_seconds},
+            "result_backend_transport_options": {"visibility_timeout": settings.redeliver_seconds},
+            "worker_prefetch_multiplier": 1,  # a worker holds only the step it runs
+            "broker_connection_retry_on_startup": True,
+        },
+    }
+
+
+def executor_for(settings: ExecutorSettings) -> dg.ExecutorDefinition:
+    if settings.executor == "celery":
+        from dagster_celery import celery_executor
+
+        return celery_executor.configured(celery_config(settings), name="celery")
+    return dg.in_process_executor
+
+
+def job_executor() -> dg.ExecutorDefinition:
+    """The executor of this process's settings (read when the code location loads)."""
+    return executor_for(load_settings().executor)

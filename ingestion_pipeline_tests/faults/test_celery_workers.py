@@ -1,0 +1,174 @@
+"""INGESTION_EXECUTOR=celery: the steps of `process`'s runs execute on two real `ingestion-pipeline worker`
+processes (dagster-celery, a real redis-server as broker, the S3 upload store on moto), and a worker SIGKILLed
+mid-step hands its step to the other one: the run continues as the same ledger owner."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from ingestion_pipeline.core.redis_server import RedisServer, free_port
+from ingestion_pipeline_tests.faults.harness import CLI, FaultHarness, invariant_violations, unfinished
+from ingestion_pipeline_tests.helpers import table
+
+pytestmark = pytest.mark.slow
+
+
+class Workers:
+    """Two worker processes, each in its own process group (a kill takes the worker and its pool's children)."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.env, self.logs, self.procs = env, logs, {}
+
+    def start(self, name: str, **extra: str) -> subprocess.Popen:
+        log = (self.logs / f"{name}.log").open("w")
+        env = {k: v for k, v in {**self.env, **extra}.items() if k != "PYTEST_CURRENT_TEST"}
+        proc = subprocess.Popen([CLI, "worker", "--name", f"{name}@%h"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+
+@pytest.fixture
+def celery_env(database_url, project_dagster_home, isolated_storage, bucket, s3_endpoint, tmp_path):
+    redis = RedisServer(tmp_path / "redis", port=free_port()).start()
+    _, name = bucket
+    env = {**os.environ, "INGESTION_EXECUTOR": "celery", "REDIS_URL": redis.url, "DATABASE_URL": database_url,
+           "INGESTION_UPLOAD_STORE": f"s3://{name}/store", "INGESTION_UPLOAD_STORE_ENDPOINT_URL": s3_endpoint,
+           "INGESTION_WORKER_REDELIVER_SECONDS": "15", "INGESTION_LEASE_SECONDS": "60",
+           "INGESTION_BATCH_MAX_FILES": "3"}
+    workers = Workers(env, tmp_path)
+    try:
+        yield env, workers
+    finally:
+        workers.stop_all()
+        redis.stop()
+
+
+def _notes(tmp_path: Path, n: int) -> list[Path]:
+    paths = []
+    for i in range(n):
+        path = tmp_path / f"note-{i}.md"
+        body = " ".join(f"Sentence {j} of note {i} about the rollout of the Oslo office." for j in range(30 + 10 * i))
+        path.write_text(f"# Note {i}\n\n{body}\n")
+        paths.append(path)
+    return paths
+
+
+def _step_events(run_ids: list[str]) -> tuple[list[str], list[dict]]:
+    """Which workers executed steps (dagster-celery's engine events) and the embedding step's model metadata."""
+    hosts, models = [], []
+    with dg.DagsterInstance.get() as instance:
+        for run_id in run_ids:
+            for entry in instance.all_logs(run_id):
+                event = entry.dagster_event
+                if event is None:
+                    continue
+                metadata = event.engine_event_data.metadata if event.event_type_value == "ENGINE_EVENT" else {}
+                if "Celery worker" in metadata:  # dagster-celery's "Executing steps … in celery worker"
+                    hosts.append(str(metadata["Celery worker"].value))
+                if event.event_type_value == "ASSET_MATERIALIZATION":
+                    materialization = event.step_materialization_data.materialization
+                    if materialization.asset_key.path[-1] == "document_embeddings" and \
+                            "model_process" in materialization.metadata:  # the step used the model
+                        meta = materialization.metadata
+                        models.append({k: meta[k].value for k in ("model_process", "model_load_seconds")})
+    return hosts, models
+
+
+def _engine_messages(run_ids: list[str]) -> list[str]:
+    with dg.DagsterInstance.get() as instance:
+        return [e.dagster_event.message or "" for r in run_ids for e in instance.all_logs(r)
+                if e.dagster_event and e.dagster_event.event_type_value == "ENGINE_EVENT"]
+
+
+def test_steps_run_on_two_workers_and_each_worker_process_loads_the_model_once(celery_env, database_url, db,
+                                                                               tmp_path):
+    env, workers = celery_env
+    harness = FaultHarness(database_url, env, tmp_path / "faults")
+    workers.start("worker1")
+    workers.start("worker2")
+    files = _notes(tmp_path, 9)
+    submitted = harness.cli("submit", *map(str, files), "--tenant", "acme")
+    assert submitted.returncode == 0, submitted.stderr
+    processed = harness.cli("process", timeout=900)
+    assert processed.returncode == 0, processed.stderr[-3000:] + workers.log("worker1")[-3000:]
+    rows = table(db, "SELECT status, raw_path, dagster_run_id FROM ingestion_runs")
+    assert [r["status"] for r in rows] == ["succeeded"] * 9
+    assert all(r["raw_path"] is None or r["raw_path"].startswith("s3://") for r in rows)
+    assert len(table(db, "SELECT 1 FROM document_versions WHERE is_active")) == 9
+    run_ids = sorted({r["dagster_run_id"] for r in rows})
+    assert len(run_ids) == 3  # three batches of three
+    hosts, models = _step_events(run_ids)
+    submitted = [m for m in _engine_messages(run_ids) if m.startswith("Submitting celery task for step")]
+    assert len(hosts) == len(submitted) >= 3 * 5  # every step of every run was a task a worker executed
+    assert {h.split("@")[0] for h in hosts} == {"worker1", "worker2"}
+    loads = {}
+    for m in models:
+        loads.setdefault(m["model_process"], []).append(m["model_load_seconds"])
+    for process, seconds in loads.items():  # one load per worker process, then none
+        assert sum(1 for s in seconds if s > 0) <= 1, (process, seconds)
+    print("model load per embedding step:", loads)
+    assert not invariant_violations(database_url)
+
+
+def test_a_worker_killed_mid_step_hands_the_step_to_the_other_and_the_run_continues(celery_env, database_url, db,
+                                                                                   tmp_path):
+    env, workers = celery_env
+    harness = FaultHarness(database_url, env, tmp_path / "faults")
+    markers = tmp_path / "failpoints"
+    markers.mkdir()
+    workers.start("worker1", INGESTION_FAILPOINT="embed.unit", INGESTION_ALLOW_FAILPOINTS="1",
+                  INGESTION_FAILPOINT_DIR=str(markers))
+    files = _notes(tmp_path, 3)
+    assert harness.cli("submit", *map(str, files), "--tenant", "acme").returncode == 0
+    process = subprocess.Popen([CLI, "process"], env={k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(markers.glob("*.embed.unit")) and time.monotonic() < deadline:
+            assert process.poll() is None, process.stdout.read()
+            time.sleep(0.1)
+        assert list(markers.glob("*.embed.unit")), "worker1 never reached the embedding step"
+        [owner] = {r["owner"] for r in table(db, "SELECT owner FROM ingestion_runs")}
+        workers.kill("worker1")  # the whole worker: its main process and its pool's process
+        workers.start("worker2")
+        out, _ = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, out[-3000:] + workers.log("worker2")[-3000:]
+    rows = table(db, "SELECT status, owner, attempts, dagster_run_id FROM ingestion_runs")
+    assert [r["status"] for r in rows] == ["succeeded"] * 3
+    assert {r["attempts"] for r in rows} == {1}  # not retried: the same claim, finished by the other worker
+    [run_id] = {r["dagster_run_id"] for r in rows}
+    assert run_id == owner  # one run, the owner that claimed the files
+    hosts, _ = _step_events([run_id])
+    assert any(h.startswith("worker1") for h in hosts) and any(h.startswith("worker2") for h in hosts)
+    assert len(table(db, "SELECT 1 FROM document_versions WHERE is_active")) == 3
+    assert not unfinished(database_url) and not invariant_violations(database_url)
