@@ -47,6 +47,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from ingestion_pipeline.core.db import resolve_database_url
     from ingestion_pipeline.core.settings import load_settings
     from ingestion_pipeline.defs.executor import celery_config
+    from ingestion_pipeline.defs.resources import keep_embedders_across_steps
 
     settings = load_settings().executor
     if args.concurrency is not None and args.concurrency < 1:
@@ -54,6 +55,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     _check_reachable(settings.broker_url, resolve_database_url())
     app = make_app(CeleryExecutor.for_cli(**celery_config(settings)).app_args())
     create_task(app)  # the task dagster-celery's executor sends: execute one step of a run
+    keep_embedders_across_steps()  # inherited by the pool's processes: each loads the model once
     name = args.name or f"ingestion-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     concurrency = args.concurrency or settings.concurrency
     print(f"worker {name}: {concurrency} process(es), broker {_without_password(settings.broker_url)}, "

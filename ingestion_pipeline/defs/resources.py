@@ -165,9 +165,9 @@ class UploadStoreResource(dg.ConfigurableResource):
 class EmbedderResource(dg.ConfigurableResource):
     """The embedding model (INGESTION_EMBEDDING_MODEL, INGESTION_EMBEDDING_BATCH_SIZE), loaded on first use.
 
-    Assets take it as ``ResourceParam[Embedder]``. The Embedder is kept per process and configuration: `process`
-    and a Celery worker process (INGESTION_EXECUTOR=celery, a step per task) load the model once, not per
-    run or per step.
+    Assets take it as ``ResourceParam[Embedder]``. `process` hands the same Embedder to every run it executes,
+    and a Celery worker process keeps its own across steps (``keep_embedders_across_steps``): the model loads once
+    per process, not per run or per step.
     """
 
     model_path: str | None = None
@@ -175,10 +175,24 @@ class EmbedderResource(dg.ConfigurableResource):
     settings: SettingsResource | None = None
 
     def create_resource(self, context: dg.InitResourceContext) -> Embedder:
-        return _process_embedder(_settings_of(self.settings).embedding, self.model_path, self.batch_size)
+        embedding = _settings_of(self.settings).embedding
+        if _keep_across_steps:
+            return _process_embedder(embedding, self.model_path, self.batch_size)
+        return build_embedder(self.model_path, self.batch_size, settings=embedding)
 
 
-@functools.lru_cache(maxsize=4)
+_keep_across_steps = False
+
+
+def keep_embedders_across_steps() -> None:
+    """Called by `ingestion-pipeline worker` before its pool starts: a Celery worker process executes step after
+    step, each initialising its resources, so it keeps its Embedder (the loaded model) from one to the next.
+    Elsewhere an Embedder lives as long as its run (`process` passes its own to every run)."""
+    global _keep_across_steps
+    _keep_across_steps = True
+
+
+@functools.lru_cache(maxsize=2)
 def _process_embedder(embedding: EmbeddingSettings, model_path: str | None, batch_size: int | None) -> Embedder:
     return build_embedder(model_path, batch_size, settings=embedding)
 

@@ -201,6 +201,7 @@ class Embedder:
                 start = time.perf_counter()
                 self._model = self._load()
                 self.load_seconds = time.perf_counter() - start
+                _log.info("embedding model loaded in %.1f s (process %d)", self.load_seconds, os.getpid())
             return self._model
 
     @property

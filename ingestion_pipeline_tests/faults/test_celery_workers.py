@@ -151,5 +151,10 @@ def test_steps_run_on_two_workers_a_killed_one_hands_its_step_over_and_the_model
         loads.setdefault(m["model_process"], []).append(m["model_load_seconds"])
     for process_name, seconds in loads.items():  # one load per worker process, then none
         assert sum(1 for s in seconds if s > 0) <= 1, (process_name, seconds)
-    print("model load per document step, by worker process:", loads)
+    # worker2's one pool process loaded the model once, then kept it for every step it executed
+    loaded = [line for line in workers.log("worker2").splitlines() if "embedding model loaded in" in line]
+    embedded_on_worker2 = sum(1 for h in hosts if h.startswith("worker2"))
+    assert len(loaded) == 1 and embedded_on_worker2 >= 3, (loaded, embedded_on_worker2)
+    print("worker2:", loaded[0].strip(), f"- then {embedded_on_worker2} steps;",
+          "model load per document step, by worker process:", loads)
     assert not unfinished(database_url) and not invariant_violations(database_url)

@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 
 from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run
 from ingestion_pipeline.metrics import pipeline
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
@@ -31,13 +32,14 @@ def instance():
         yield inst
 
 
-@pytest.mark.parametrize("step", ["file_sha256", "promote_upload"])
+@pytest.mark.parametrize("step", ["verify", "promote_upload"])
 def test_an_unforeseen_error_in_claim_or_promotion_fails_the_upload_once(step, monkeypatch, instance, database,
                                                                           db, tmp_path):
     path = write_export(tmp_path / "export.csv", "meta", daily_rows(1, 1, 2, 3))
     submitted = submit(database, tmp_path, path)
     before = counts(db)
-    monkeypatch.setattr(pipeline, step, _raise)
+    # the claim checks the stored file (the upload store's verify); the promotion is the pipeline's
+    monkeypatch.setattr(LocalUploadStore if step == "verify" else pipeline, step, _raise)
 
     result = run_upload(instance, submitted.partition_key)
 
