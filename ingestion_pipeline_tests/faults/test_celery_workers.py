@@ -15,6 +15,7 @@ import dagster as dg
 import pytest
 
 from ingestion_pipeline.core.redis_server import RedisServer, free_port
+from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
 from ingestion_pipeline_tests.faults.harness import CLI, FaultHarness, invariant_violations, unfinished
 from ingestion_pipeline_tests.helpers import table
 
@@ -120,6 +121,9 @@ def test_steps_run_on_two_workers_a_killed_one_hands_its_step_over_and_the_model
     workers.start("worker2")
     files = _notes(tmp_path, 9)
     assert harness.cli("submit", *map(str, files), "--tenant", "acme").returncode == 0
+    export = write_export(tmp_path / "export.csv", "meta", daily_rows(2, 2, 2, 5))  # and a metric export
+    metrics = harness.cli("metrics", "submit", str(export), "--workspace", "acme", "--platform", "meta")
+    assert metrics.returncode == 0, metrics.stderr
     process = subprocess.Popen([CLI, "process"], env={k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -139,10 +143,14 @@ def test_steps_run_on_two_workers_a_killed_one_hands_its_step_over_and_the_model
     assert {r["attempts"] for r in rows} == {1}  # none retried: the step worker1 held was finished by worker2
     assert all(r["raw_path"] is None or r["raw_path"].startswith("s3://") for r in rows)
     assert len(table(db, "SELECT 1 FROM document_versions WHERE is_active")) == 9
+    [upload] = table(db, "SELECT status, promoted_rows, raw_path, dagster_run_id FROM data_uploads")
+    assert (upload["status"], upload["promoted_rows"]) == ("completed", 40) and upload["raw_path"].startswith("s3://")
     run_ids = sorted({r["dagster_run_id"] for r in rows})
     assert len(run_ids) == 3  # three batches of three, each one run start to end
     hosts, models = _step_events(run_ids)
     submitted = [m for m in _engine_messages(run_ids) if m.startswith("Submitting celery task for step")]
+    metric_hosts, _ = _step_events([upload["dagster_run_id"]])
+    assert len(metric_hosts) >= 3  # the metric job's steps ran on the workers too
     # every step of every run was a task a worker executed (the step worker1 died in, twice)
     assert len(hosts) == len(submitted) + 1 and len(submitted) >= 3 * 5
     assert {h.split("@")[0] for h in hosts} == {"worker1", "worker2"}
