@@ -8,10 +8,15 @@ their pools, `process`, `submit`, Postgres, the moto server in this process, red
 from S3 per file (the workers' own counts); and the most Postgres connections each role held at once
 (PGAPPNAME names them).
 
-On this 2-core machine the workers are processes on one host, not hosts: the figure to watch is the CPU per
-file of distribution against the in-process run (goal: the one- and two-worker runs <= 1.15x), not speed.
+With ``--hosts`` (root: Linux network namespaces, ``ingestion_pipeline_tests/faults/hosts.py``) every service is a
+host of its own that shares nothing but the network: db (Postgres on its address, passwords over TCP), s3 (moto
+server), broker (redis-server), dagster (`submit` and `process`), worker1, worker2; CPU and Postgres connections
+are then counted per host. Without it, everything is a process on this host.
 
-    .venv/bin/python benchmarks/multi_host.py [--files 300] [--only in_process,1,2]
+On this 2-core machine two workers will not be faster: the figure to watch is the CPU per file of
+distribution against the in-process run (goal: the one- and two-worker runs <= 1.15x), not speed.
+
+    .venv/bin/python benchmarks/multi_host.py [--files 300] [--only in_process,1,2] [--hosts]
 """
 
 from __future__ import annotations
@@ -147,7 +152,13 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=300)
     parser.add_argument("--only", default="in_process,1,2", help="configurations: in_process and worker counts")
     parser.add_argument("--corpus", type=Path, default=ROOT.parent / "shared" / "corpus" / "documents")
+    parser.add_argument("--hosts", action="store_true", help="each service a network namespace of its own (root)")
     args = parser.parse_args()
+    if args.hosts:
+        from multi_host_namespaces import run_on_hosts
+
+        report(run_on_hosts(args.files, args.only.split(","), args.corpus))
+        return
 
     from moto.server import ThreadedMotoServer
 
@@ -200,7 +211,8 @@ def report(results: list[dict]) -> None:
               f"{r['cpu_per_file'] / base['cpu_per_file']:>14.2f}x{r['s3_bytes_per_file']:>11.0f}"
               f"{r['bytes_per_file']:>8.0f}  {connections}")
     for r in results:
-        print(f"  {r['label']}: CPU s " + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items()))
+        gets = f"; S3 GETs per file {r['gets_per_file']:.2f}" if "gets_per_file" in r else ""
+        print(f"  {r['label']}: CPU s " + ", ".join(f"{k} {v:.1f}" for k, v in r["cpu"].items()) + gets)
 
 
 if __name__ == "__main__":

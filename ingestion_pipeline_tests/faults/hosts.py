@@ -12,13 +12,40 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pgserver
+import psycopg
+from pgserver.utils import ensure_user_exists
+
 TICKS = os.sysconf("SC_CLK_TCK")
+PG_BIN = Path(pgserver.__file__).parent / "pginstall" / "bin"
+PG_PASSWORD = "hosts-share-nothing"
+PG_USER = "pgserver"  # the system user pgserver itself runs Postgres as when it is started by root
+
+
+def usable() -> bool:
+    """Namespaces need root, iproute2 and runuser (Postgres runs as an unprivileged user)."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("runuser") is not None
+
+
+def wait_for(check, what: str, timeout: float = 120.0, every: float = 0.5):
+    """``check()``'s first truthy value; errors count as not yet."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+        except Exception:  # noqa: BLE001 - not there yet
+            value = None
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _ip(*args: str) -> None:
@@ -84,6 +111,36 @@ class Network:
             user: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
         prefix = ["ip", "netns", "exec", host.namespace] + (["runuser", "-u", user, "--"] if user else [])
         return subprocess.run(prefix + argv, env=env, capture_output=True, text=True, timeout=timeout, input=stdin)
+
+    def start_postgres(self, host: Host, folder: Path) -> str:
+        """Postgres + pgvector (pgserver's build) on the host's address only, scram passwords over TCP, initialised
+        and run as the unprivileged user; databases ``ingestion`` and ``dagster``. Returns the first's URL."""
+        import pwd
+
+        ensure_user_exists(PG_USER)
+        data = folder / "pgdata"
+        data.mkdir()
+        (folder / "pw").write_text(PG_PASSWORD)
+        uid = pwd.getpwnam(PG_USER).pw_uid
+        for path in (folder, data, folder / "pw"):
+            os.chown(path, uid, -1)
+        result = self.run(host, [str(PG_BIN / "initdb"), "-D", str(data), "-U", "ingestion",
+                                 f"--pwfile={folder / 'pw'}", "--auth-host=scram-sha-256", "--auth-local=trust",
+                                 "-E", "UTF8"], env=dict(os.environ), user=PG_USER)
+        if result.returncode != 0:
+            raise RuntimeError(f"initdb failed: {result.stderr}")
+        with (data / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {self.subnet}.0/24 scram-sha-256\n")
+        self.start(host, [str(PG_BIN / "postgres"), "-D", str(data), "-c", f"listen_addresses={host.address}",
+                          "-c", f"unix_socket_directories={data}", "-c", "max_connections=300",
+                          "-c", "shared_buffers=256MB"], env=dict(os.environ), log=folder / "postgres.log",
+                   user=PG_USER)
+        admin = f"postgresql://ingestion:{PG_PASSWORD}@{host.address}:5432/postgres"
+        wait_for(lambda: psycopg.connect(admin, connect_timeout=2).close() or True, "Postgres on the db host")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE ingestion")
+            conn.execute("CREATE DATABASE dagster")
+        return f"postgresql://ingestion:{PG_PASSWORD}@{host.address}:5432/ingestion"
 
     def link(self, host: Host, *, up: bool) -> None:
         _ip("link", "set", host.veth, "up" if up else "down")

@@ -19,70 +19,18 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-import pgserver
 import psycopg
 import pytest
-from pgserver.utils import ensure_user_exists
 
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
 from ingestion_pipeline_tests.faults.harness import CLI, ActiveVersionWatcher, invariant_violations, unfinished
-from ingestion_pipeline_tests.faults.hosts import Network
+from ingestion_pipeline_tests.faults.hosts import Network, usable, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-PG_BIN = Path(pgserver.__file__).parent / "pginstall" / "bin"
-PASSWORD = "hosts-share-nothing"
-PG_USER = "pgserver"  # the system user pgserver itself runs Postgres as when it is started by root
-
-
-def _skip_unless_root() -> None:
-    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("runuser") is None:
-        pytest.skip("network namespaces need root, iproute2 and runuser")
-
-
-def _wait(check, what: str, timeout: float = 120.0, every: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except Exception:  # noqa: BLE001 - not there yet
-            value = None
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _start_postgres(net: Network, host, root: Path) -> str:
-    """initdb as the unprivileged user, listening on the host's address only, scram passwords over TCP."""
-    import pwd
-
-    ensure_user_exists(PG_USER)
-    data = root / "pgdata"
-    data.mkdir()
-    (root / "pw").write_text(PASSWORD)
-    uid = pwd.getpwnam(PG_USER).pw_uid
-    for path in (root, data, root / "pw"):
-        os.chown(path, uid, -1)
-    result = net.run(host, [str(PG_BIN / "initdb"), "-D", str(data), "-U", "ingestion", f"--pwfile={root / 'pw'}",
-                            "--auth-host=scram-sha-256", "--auth-local=trust", "-E", "UTF8"],
-                     env=dict(os.environ), user=PG_USER)
-    assert result.returncode == 0, result.stderr
-    with (data / "pg_hba.conf").open("a") as hba:
-        hba.write(f"host all all {net.subnet}.0/24 scram-sha-256\n")
-    net.start(host, [str(PG_BIN / "postgres"), "-D", str(data), "-c", f"listen_addresses={host.address}",
-                     "-c", f"unix_socket_directories={data}", "-c", "max_connections=300",
-                     "-c", "shared_buffers=256MB"], env=dict(os.environ), log=root / "postgres.log", user=PG_USER)
-    admin = f"postgresql://ingestion:{PASSWORD}@{host.address}:5432/postgres"
-    _wait(lambda: psycopg.connect(admin, connect_timeout=2).close() or True, "Postgres on the db host")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute("CREATE DATABASE ingestion")
-        conn.execute("CREATE DATABASE dagster")
-    return f"postgresql://ingestion:{PASSWORD}@{host.address}:5432/ingestion"
-
-
 def test_hosts_that_share_nothing(tmp_path):
-    _skip_unless_root()
+    if not usable():
+        pytest.skip("network namespaces need root, iproute2 and runuser")
     root = Path(tempfile.mkdtemp(prefix="hosts-"))
     os.chmod(root, 0o755)  # the unprivileged Postgres user reaches its folder under it
     net = Network()
@@ -92,7 +40,7 @@ def test_hosts_that_share_nothing(tmp_path):
         for folder in folders.values():
             folder.mkdir()
             os.chmod(folder, 0o755)
-        url = _start_postgres(net, hosts["db"], folders["db"])
+        url = net.start_postgres(hosts["db"], folders["db"])
         s3 = f"http://{hosts['s3'].address}:5000"
         net.start(hosts["s3"], [str(Path(CLI).parent / "moto_server"), "-H", hosts["s3"].address, "-p", "5000"],
                   env=dict(os.environ), log=folders["s3"] / "moto.log")
@@ -106,7 +54,7 @@ def test_hosts_that_share_nothing(tmp_path):
 
         client = boto3.client("s3", endpoint_url=s3, region_name="us-east-1", aws_access_key_id="hosts",
                               aws_secret_access_key="hosts")
-        _wait(lambda: client.create_bucket(Bucket="store"), "the S3 host")
+        wait_for(lambda: client.create_bucket(Bucket="store"), "the S3 host")
         jwt = "j" * 48
         common = {k: v for k, v in os.environ.items() if not k.startswith(("INGESTION_", "DATABASE_URL", "DAGSTER_",
                                                                              "REDIS_URL", "PYTEST_"))}
@@ -148,7 +96,7 @@ def test_hosts_that_share_nothing(tmp_path):
                   log=folders["dagster"] / "dagster.log")
 
         api = f"http://{hosts['api'].address}:8000"
-        token = _wait(lambda: httpx.post(f"{api}/v1/auth/token", json={
+        token = wait_for(lambda: httpx.post(f"{api}/v1/auth/token", json={
             "email": "ops@acme.example", "password": "a long password"}).json()["access_token"], "the API", 180)
         auth = {"Authorization": f"Bearer {token}"}
         files = _files(tmp_path, 40)
@@ -160,12 +108,12 @@ def test_hosts_that_share_nothing(tmp_path):
             assert r.status_code == 202, r.text
 
         # worker1 dies inside an embedding step: every process of the host, at once
-        _wait(lambda: list(markers.glob("*.embed.unit")), "worker1 in an embedding step", 600)
+        wait_for(lambda: list(markers.glob("*.embed.unit")), "worker1 in an embedding step", 600)
         worker1_cpu = hosts["worker1"].cpu_seconds()  # what it had used when it died
         net.kill_host(hosts["worker1"])
         # the db host's link goes down for 10 s once promotions have started
         db_url_root = url
-        _wait(lambda: psycopg.connect(db_url_root).execute(
+        wait_for(lambda: psycopg.connect(db_url_root).execute(
             "SELECT 1 FROM document_versions WHERE is_active LIMIT 1").fetchone(), "a first promotion", 900)
         with psycopg.connect(url) as conn:
             done_before = conn.execute("SELECT count(*) FROM ingestion_runs WHERE status = 'succeeded'").fetchone()[0]
@@ -175,7 +123,7 @@ def test_hosts_that_share_nothing(tmp_path):
         print(f"\nthe db host's link was down for 10 s with {done_before} of 40 files promoted")
 
         export = write_export(tmp_path / "export.csv", "meta", daily_rows(2, 2, 2, 5))
-        r = _wait(lambda: httpx.post(f"{api}/v1/metrics/uploads", headers=auth, data={"platform": "meta"},
+        r = wait_for(lambda: httpx.post(f"{api}/v1/metrics/uploads", headers=auth, data={"platform": "meta"},
                                      files={"file": (export.name, export.read_bytes())}, timeout=60),
                   "the metric upload")
         assert r.status_code == 202, r.text
@@ -187,7 +135,7 @@ def test_hosts_that_share_nothing(tmp_path):
                 uploads = conn.execute("SELECT status FROM data_uploads").fetchall()
             return files_left == 0 and uploads and uploads[0][0] in ("completed", "failed")
 
-        _wait(settled, "every file and the metric upload to settle", 1200, every=2)
+        wait_for(settled, "every file and the metric upload to settle", 1200, every=2)
         with psycopg.connect(url) as conn:
             rows = conn.execute("SELECT status, attempts, stats, size_bytes FROM ingestion_runs").fetchall()
             active = conn.execute("SELECT doc_id, count(*) FROM document_versions WHERE is_active "
