@@ -37,18 +37,10 @@ def run_on_hosts(count: int, configurations: list[str], corpus: Path) -> list[di
     os.chmod(root, 0o755)
     net = Network()
     try:
-        hosts = {name: net.add(name) for name in ("db", "s3", "broker", "dagster", "worker1", "worker2")}
-        folders = {name: root / name for name in hosts}
-        for folder in folders.values():
-            folder.mkdir()
-            os.chmod(folder, 0o755)
+        hosts, folders = net.add_hosts(("db", "s3", "broker", "dagster", "worker1", "worker2"), root)
         url = net.start_postgres(hosts["db"], folders["db"])
-        s3 = f"http://{hosts['s3'].address}:5000"
-        net.start(hosts["s3"], [str(Path(CLI).parent / "moto_server"), "-H", hosts["s3"].address, "-p", "5000"],
-                  env=dict(os.environ), log=folders["s3"] / "moto.log")
-        net.start(hosts["broker"], ["redis-server", "--bind", hosts["broker"].address, "--port", "6379",
-                                    "--protected-mode", "no", "--save", "", "--dir", str(folders["broker"])],
-                  env=dict(os.environ), log=folders["broker"] / "redis.log")
+        s3 = net.start_s3(hosts["s3"], folders["s3"])
+        broker = net.start_redis(hosts["broker"], folders["broker"])
         import boto3
 
         client = boto3.client("s3", endpoint_url=s3, region_name="us-east-1", aws_access_key_id="bench",
@@ -60,8 +52,8 @@ def run_on_hosts(count: int, configurations: list[str], corpus: Path) -> list[di
                       AWS_DEFAULT_REGION="us-east-1", DATABASE_URL=url,
                       DAGSTER_PG_URL=url.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg2://")
                       + "/dagster",
-                      REDIS_URL=f"redis://{hosts['broker'].address}:6379/0",
-                      CELERY_BROKER_URL=f"redis://{hosts['broker'].address}:6379/1",
+                      REDIS_URL=f"{broker}/0",
+                      CELERY_BROKER_URL=f"{broker}/1",
                       INGESTION_UPLOAD_STORE="s3://store/uploads", INGESTION_UPLOAD_STORE_ENDPOINT_URL=s3,
                       INGESTION_EMBEDDING_PRECISION="f32")
         cache = Path(os.environ.get("INGESTION_MODEL_CACHE_DIR") or ROOT / ".data" / "models")

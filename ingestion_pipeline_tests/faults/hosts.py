@@ -15,6 +15,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,28 @@ class Network:
             user: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
         prefix = ["ip", "netns", "exec", host.namespace] + (["runuser", "-u", user, "--"] if user else [])
         return subprocess.run(prefix + argv, env=env, capture_output=True, text=True, timeout=timeout, input=stdin)
+
+    def add_hosts(self, names: tuple[str, ...], root: Path) -> tuple[dict[str, Host], dict[str, Path]]:
+        """The hosts, each with a folder of its own under ``root`` (world-readable: Postgres runs unprivileged)."""
+        hosts = {name: self.add(name) for name in names}
+        folders = {name: root / name for name in names}
+        for folder in folders.values():
+            folder.mkdir()
+            os.chmod(folder, 0o755)
+        return hosts, folders
+
+    def start_s3(self, host: Host, folder: Path) -> str:
+        """moto's server on the host's address; its URL (requests are logged to ``folder/moto.log``)."""
+        moto = Path(sys.executable).parent / "moto_server"  # this environment's
+        self.start(host, [str(moto), "-H", host.address, "-p", "5000"], env=dict(os.environ), log=folder / "moto.log")
+        return f"http://{host.address}:5000"
+
+    def start_redis(self, host: Host, folder: Path) -> str:
+        """redis-server on the host's address (AOF on); its ``redis://host:port``."""
+        self.start(host, ["redis-server", "--bind", host.address, "--port", "6379", "--protected-mode", "no",
+                          "--save", "", "--appendonly", "yes", "--dir", str(folder)], env=dict(os.environ),
+                   log=folder / "redis.log")
+        return f"redis://{host.address}:6379"
 
     def start_postgres(self, host: Host, folder: Path) -> str:
         """Postgres + pgvector (pgserver's build) on the host's address only, scram passwords over TCP, initialised

@@ -35,19 +35,10 @@ def test_hosts_that_share_nothing(tmp_path):
     os.chmod(root, 0o755)  # the unprivileged Postgres user reaches its folder under it
     net = Network()
     try:
-        hosts = {name: net.add(name) for name in ("db", "s3", "broker", "api", "dagster", "worker1", "worker2")}
-        folders = {name: root / name for name in hosts}
-        for folder in folders.values():
-            folder.mkdir()
-            os.chmod(folder, 0o755)
+        hosts, folders = net.add_hosts(("db", "s3", "broker", "api", "dagster", "worker1", "worker2"), root)
         url = net.start_postgres(hosts["db"], folders["db"])
-        s3 = f"http://{hosts['s3'].address}:5000"
-        net.start(hosts["s3"], [str(Path(CLI).parent / "moto_server"), "-H", hosts["s3"].address, "-p", "5000"],
-                  env=dict(os.environ), log=folders["s3"] / "moto.log")
-        net.start(hosts["broker"], ["redis-server", "--bind", hosts["broker"].address, "--port", "6379",
-                                    "--protected-mode", "no", "--save", "", "--appendonly", "yes",
-                                    "--dir", str(folders["broker"])], env=dict(os.environ),
-                  log=folders["broker"] / "redis.log")
+        s3 = net.start_s3(hosts["s3"], folders["s3"])
+        broker = net.start_redis(hosts["broker"], folders["broker"])
         aws = {"AWS_ACCESS_KEY_ID": "hosts", "AWS_SECRET_ACCESS_KEY": "hosts", "AWS_REGION": "us-east-1",
                "AWS_DEFAULT_REGION": "us-east-1"}
         import boto3
@@ -60,8 +51,8 @@ def test_hosts_that_share_nothing(tmp_path):
                                                                              "REDIS_URL", "PYTEST_"))}
         common.update(aws, DATABASE_URL=url, DAGSTER_PG_URL=url.rsplit("/", 1)[0].replace(
             "postgresql://", "postgresql+psycopg2://") + "/dagster",
-            REDIS_URL=f"redis://{hosts['broker'].address}:6379/0",
-            CELERY_BROKER_URL=f"redis://{hosts['broker'].address}:6379/1",
+            REDIS_URL=f"{broker}/0",
+            CELERY_BROKER_URL=f"{broker}/1",
             INGESTION_EXECUTOR="celery", INGESTION_UPLOAD_STORE="s3://store/uploads",
             INGESTION_UPLOAD_STORE_ENDPOINT_URL=s3, INGESTION_EMBEDDING_PRECISION="f32",
             JWT_SECRET=jwt,
