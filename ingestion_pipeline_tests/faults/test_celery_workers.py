@@ -115,10 +115,10 @@ def test_steps_run_on_two_workers_a_killed_one_hands_its_step_over_and_the_model
     harness = FaultHarness(database_url, env, tmp_path / "faults")
     markers = tmp_path / "failpoints"
     markers.mkdir()
-    # worker1 stops inside the first embedding step it gets (then it is SIGKILLed there); worker2 runs through
+    # worker1 alone at first, so an embedding step is surely its own: it stops inside it and is SIGKILLed there;
+    # worker2 starts then and takes over (with both from the start, worker2 could take every embedding step)
     workers.start("worker1", INGESTION_FAILPOINT="embed.unit", INGESTION_ALLOW_FAILPOINTS="1",
                   INGESTION_FAILPOINT_DIR=str(markers))
-    workers.start("worker2")
     files = _notes(tmp_path, 9)
     assert harness.cli("submit", *map(str, files), "--tenant", "acme").returncode == 0
     export = write_export(tmp_path / "export.csv", "meta", daily_rows(2, 2, 2, 5))  # and a metric export
@@ -133,6 +133,7 @@ def test_steps_run_on_two_workers_a_killed_one_hands_its_step_over_and_the_model
             time.sleep(0.1)
         assert list(markers.glob("*.embed.unit")), "worker1 never reached an embedding step"
         workers.kill("worker1")  # the whole worker: its main process and its pool's process
+        workers.start("worker2")
         out, _ = process.communicate(timeout=900)
     finally:
         if process.poll() is None:

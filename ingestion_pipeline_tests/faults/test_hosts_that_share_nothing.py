@@ -81,8 +81,6 @@ def test_hosts_that_share_nothing(tmp_path):
         net.start(hosts["worker1"], [CLI, "worker", "--name", "worker1@%h"],
                   env=env_of("worker1", INGESTION_FAILPOINT="embed.unit", INGESTION_ALLOW_FAILPOINTS="1",
                              INGESTION_FAILPOINT_DIR=str(markers)), log=folders["worker1"] / "worker.log")
-        net.start(hosts["worker2"], [CLI, "worker", "--name", "worker2@%h"], env=env_of("worker2"),
-                  log=folders["worker2"] / "worker.log")
         net.start(hosts["dagster"], [CLI, "dev", "--port", "3000", "--api-port", "0"], env=env_of("dagster"),
                   log=folders["dagster"] / "dagster.log")
 
@@ -102,6 +100,10 @@ def test_hosts_that_share_nothing(tmp_path):
         wait_for(lambda: list(markers.glob("*.embed.unit")), "worker1 in an embedding step", 600)
         worker1_cpu = hosts["worker1"].cpu_seconds()  # what it had used when it died
         net.kill_host(hosts["worker1"])
+        # worker2's worker starts now: with both from the start, worker2 could take every embedding step and
+        # worker1 would never be caught inside one
+        net.start(hosts["worker2"], [CLI, "worker", "--name", "worker2@%h"], env=env_of("worker2"),
+                  log=folders["worker2"] / "worker.log")
         # the db host's link goes down for 10 s once promotions have started
         db_url_root = url
         wait_for(lambda: psycopg.connect(db_url_root).execute(
