@@ -27,7 +27,13 @@ from typing import Any, BinaryIO
 from botocore.exceptions import ClientError
 
 from ingestion_pipeline.core.hashing import CHUNK_BYTES, SizeLimitExceeded
-from ingestion_pipeline.core.upload_store import LocalCopy, StoredFile, StoredObjectChanged, StoredObjectMissing
+from ingestion_pipeline.core.upload_store import (
+    LocalCopy,
+    StoredFile,
+    StoredObjectChanged,
+    StoredObjectMissing,
+    write_all,
+)
 
 PART_BYTES = 8 * 1024 * 1024  # S3's smallest part is 5 MiB; this is also the most one upload holds in memory
 INCOMING = ".incoming/"
@@ -158,14 +164,7 @@ class S3UploadStore:
         return S3IncomingFile(self, tenant_id, max_bytes)
 
     def put(self, tenant_id: str, stream: BinaryIO, *, max_bytes: int | None = None) -> StoredFile:
-        incoming = self.incoming(tenant_id, max_bytes=max_bytes)
-        try:
-            while piece := stream.read(CHUNK_BYTES):
-                incoming.write(piece)
-        except BaseException:
-            incoming.abort()
-            raise
-        return incoming.commit()
+        return write_all(self.incoming(tenant_id, max_bytes=max_bytes), stream)
 
     def adopt(self, tenant_id: str, bucket: str, key: str, *, sha256: str, size: int) -> StoredFile:
         """Copy an object whose SHA-256 is known (a presigned upload S3 checked) to its address, server-side."""

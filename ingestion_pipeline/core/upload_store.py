@@ -122,6 +122,17 @@ class IncomingFile:
         Path(self._tmp_name).unlink(missing_ok=True)
 
 
+def write_all(incoming: Incoming, stream: BinaryIO) -> StoredFile:
+    """Every piece of ``stream`` into ``incoming``, then commit; on any error (a size limit) nothing is left."""
+    try:
+        while piece := stream.read(CHUNK_BYTES):
+            incoming.write(piece)
+    except BaseException:
+        incoming.abort()
+        raise
+    return incoming.commit()
+
+
 class LocalUploadStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -137,14 +148,7 @@ class LocalUploadStore:
 
     def put(self, tenant_id: str, stream: BinaryIO, *, max_bytes: int | None = None) -> StoredFile:
         """Stream into the store; a size-limit breach leaves nothing behind."""
-        incoming = self.incoming(tenant_id, max_bytes=max_bytes)
-        try:
-            while piece := stream.read(CHUNK_BYTES):
-                incoming.write(piece)
-        except BaseException:
-            incoming.abort()
-            raise
-        return incoming.commit()
+        return write_all(self.incoming(tenant_id, max_bytes=max_bytes), stream)
 
     def owns(self, location: str | Path) -> bool:
         return not str(location).startswith("s3://") and Path(location).is_relative_to(self.root)
