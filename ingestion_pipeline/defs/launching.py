@@ -186,4 +186,3 @@ def run_queued_in_process(
         if wait is None or wait > longest + 1:
             return processed
         time.sleep(max(0.0, wait) + 0.05)
-
