@@ -36,7 +36,7 @@ def _check_reachable(broker_url: str, database_url: str) -> None:
     try:
         redis.Redis.from_url(broker_url, socket_connect_timeout=5).ping()
     except redis.RedisError as exc:
-        raise psycopg.OperationalError(f"the broker {broker_url} does not answer: {exc}") from exc
+        raise psycopg.OperationalError(f"the broker {_without_password(broker_url)} does not answer: {exc}") from exc
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
