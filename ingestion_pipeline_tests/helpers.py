@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 import dagster as dg
@@ -172,3 +175,16 @@ def tiny_model(folder: Path, dimension: int = 32, seed: int = 0) -> Path:
     SentenceTransformer(modules=[models.Transformer(str(hf), max_seq_length=128),
                                  models.Pooling(dimension, "mean")], device="cpu").save(str(out))
     return out
+
+
+def stop_process_group(proc: subprocess.Popen, first: int = signal.SIGINT) -> None:
+    """Stop the process group a test started (dagster dev or a Dagster service, and what it spawned: code servers,
+    run workers): ``first`` (SIGINT, as Ctrl-C), then SIGKILL to whatever of the group is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, first)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)

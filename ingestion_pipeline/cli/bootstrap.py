@@ -7,7 +7,7 @@ import os
 
 import psycopg
 
-from ingestion_pipeline.core.db import Database, resolve_dagster_storage_url, resolve_database_url
+from ingestion_pipeline.core.db import Database, check_reachable, resolve_dagster_storage_url, resolve_database_url
 from ingestion_pipeline.core.migrations import apply_migrations, check_schema
 from ingestion_pipeline.core.settings import Settings, instance_home, load_settings
 from ingestion_pipeline.services import Services
@@ -43,3 +43,15 @@ def bootstrap() -> Context:
         with psycopg.connect(url) as conn:
             check_schema(conn)
     return Context(url, load_settings())
+
+
+def check_databases() -> None:
+    """The application database answers with a current schema, and Dagster's storage answers; the CLI turns
+    ``psycopg.OperationalError`` into exit 3 and ``SchemaOutOfDate`` into exit 4."""
+    with bootstrap():  # sets DAGSTER_HOME and DAGSTER_PG_URL when unset; connects to the application database
+        pass
+    storage = resolve_dagster_storage_url(allow_embedded=True)
+    try:
+        check_reachable(storage.replace("postgresql+psycopg2://", "postgresql://", 1))
+    except psycopg.OperationalError as exc:
+        raise psycopg.OperationalError(f"Dagster's storage (DAGSTER_PG_URL) does not answer: {exc}") from exc

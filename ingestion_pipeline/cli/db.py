@@ -1,4 +1,4 @@
-"""`db url|stop|migrate`: the application database."""
+"""`db url|check|stop|migrate`: the application database (and, for `check`, Dagster's storage)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ def cmd_db(args: argparse.Namespace) -> int:
 
         stopped = stop_embedded_postgres()
         emit(args, [{"stopped": stopped}], lambda r: print("stopped" if stopped else "not running"))
+    elif args.db_command == "check":  # exit 0, 3 (not there) or 4 (schema older than the code): e.g. an init container
+        from ingestion_pipeline.cli.bootstrap import check_databases
+
+        check_databases()
+        emit(args, [{"ok": True}], lambda r: print("both databases answer; the schema is current"))
     elif args.db_command == "migrate":
         from ingestion_pipeline.core.db import resolve_database_url
         from ingestion_pipeline.core.migrations import apply_migrations
@@ -34,7 +39,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Add `db` to the top-level subparsers."""
     p = sub.add_parser("db", help="the application database")
-    p.add_argument("db_command", choices=["url", "stop", "migrate"])
+    p.add_argument("db_command", choices=["url", "check", "stop", "migrate"])
     p.add_argument("--dagster", action="store_true",
                    help="with url: the URL of Dagster's own storage (for DAGSTER_PG_URL)")
     add_json_flag(p)

@@ -1,7 +1,6 @@
 """`make dev` for real: `ingestion-pipeline dev` (webserver + daemon) picks up a queued upload through
 upload_sensor, runs the batch and finalizes the ledger, with no `process` call."""
 
-import contextlib
 import json
 import os
 import signal
@@ -15,26 +14,13 @@ from pathlib import Path
 import pytest
 
 from ingestion_pipeline.core.settings import project_root
-from ingestion_pipeline_tests.helpers import submit, table
+from ingestion_pipeline_tests.helpers import stop_process_group, submit, table
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop the process group we started (dagster dev, its daemon, code server and run workers): SIGINT
-    first, then SIGKILL to whatever of the group is left (a code server can outlive `dagster dev`)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGINT)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(30)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(10)
 
 
 @pytest.mark.slow
@@ -74,7 +60,7 @@ def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, 
                                     timeout=10) as response:
             assert json.loads(response.read())["total"] == 2
     finally:
-        _stop(proc)
+        stop_process_group(proc)
         log.close()
 
 
@@ -161,7 +147,7 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
                                                           "run_id = ANY(%s)", ids)}
         assert len(runners) >= 2  # the work really was shared
     finally:
-        _stop(proc)
+        stop_process_group(proc)
         log.close()
 
 
@@ -355,5 +341,5 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
         assert "rows valid" in executions[-1]["evaluation"]["description"], executions  # the daemon's run's
     finally:
         stack.close()
-        _stop(proc)
+        stop_process_group(proc)
         log.close()

@@ -24,7 +24,8 @@ def _run(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("where", UNREACHABLE)
-@pytest.mark.parametrize("command", [["db", "migrate"], ["process"], ["serve", "--port", "0"], ["worker"]],
+@pytest.mark.parametrize("command", [["db", "migrate"], ["process"], ["serve", "--port", "0"], ["worker"],
+                                     ["code-server", "--port", "0"], ["daemon"], ["webserver", "--port", "0"]],
                          ids=" ".join)
 def test_a_database_that_is_not_there_is_exit_code_3(command, where, isolated_storage):
     url = UNREACHABLE[where]
