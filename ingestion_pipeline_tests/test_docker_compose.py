@@ -32,6 +32,9 @@ def test_compose_is_the_distributed_topology():
     # `--scale worker=N`: no fixed name and no host port, which two copies of one service could not share
     assert "container_name" not in services["worker"] and "ports" not in services["worker"]
     assert services["worker"]["command"] == ["ingestion-pipeline", "worker"]
+    # Dagster's services start through the CLI, which checks the databases first (exit 3 when they are not there)
+    for name in ("code-server", "webserver", "daemon"):
+        assert services[name]["command"][:2] == ["ingestion-pipeline", name], name
     buckets = services["create-buckets"]["command"][0]
     assert "local/ingestion-store" in buckets and "local/ingestion-uploads" in buckets
     assert all(port.startswith("127.0.0.1:") for s in services.values() for port in s.get("ports", []))

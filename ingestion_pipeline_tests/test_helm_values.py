@@ -1,0 +1,21 @@
+"""deploy/helm/values.yaml cannot be installed here (no cluster): what it runs of ours is checked instead."""
+
+from __future__ import annotations
+
+import yaml
+
+from ingestion_pipeline.cli import build_parser
+from ingestion_pipeline.core import environment
+from ingestion_pipeline.core.settings import project_root
+
+
+def test_the_code_location_checks_the_databases_before_dagster_starts():
+    values = yaml.safe_load((project_root() / "deploy" / "helm" / "values.yaml").read_text())
+    [deployment] = values["dagster-user-deployments"]["deployments"]
+    [init] = deployment["initContainers"]
+    assert init["command"] == ["ingestion-pipeline", "db", "check"]
+    build_parser().parse_args(init["command"][1:])
+    image = deployment["image"]
+    assert init["image"] == f"{image['repository']}:{image['tag']}"  # the same release as the code location
+    assert init["envFrom"] == [{"secretRef": s} for s in deployment["envSecrets"]]
+    assert {e["name"] for e in deployment["env"]} <= environment.names()
