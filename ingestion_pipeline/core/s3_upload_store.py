@@ -10,12 +10,14 @@ piece by piece and are hashed in the same pass; the key is known only at the end
 Identical uploads (concurrent or not) land on the same key: one object. An object already at its address is
 not written again (``created`` is False, as in the local store). A worker reads an object through
 ``local_copy``: one download per attempt into a scratch file, hashed on the way; a missing object or one
-whose bytes changed is a permanent error (``StoredObjectMissing``, ``StoredObjectChanged``).
+whose bytes changed is a permanent error (``StoredObjectMissing``, ``StoredObjectChanged``). ``reader`` is
+for a look at the start of an object (ranged GETs: the bytes read, not the object).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -27,7 +29,9 @@ from typing import Any, BinaryIO
 from botocore.exceptions import ClientError
 
 from ingestion_pipeline.core.hashing import CHUNK_BYTES, SizeLimitExceeded
+from ingestion_pipeline.core.s3_ranged_reader import S3RangedReader
 from ingestion_pipeline.core.upload_store import (
+    READER_BUFFER_BYTES,
     LocalCopy,
     StoredFile,
     StoredObjectChanged,
@@ -212,6 +216,18 @@ class S3UploadStore:
             if sha256 is not None and digest.hexdigest() != sha256:
                 raise StoredObjectChanged(str(location), digest.hexdigest())
             yield LocalCopy(Path(scratch.name), fetched)
+
+    @contextmanager
+    def reader(self, location: str | Path) -> Iterator[io.BufferedReader]:
+        """The object as a stream that fetches what is read (ranged GETs), unchecked: a look at the start of a
+        file just stored. ``stream.raw`` counts the bytes fetched."""
+        key = self._key(location)
+        head = self._head(key)
+        if head is None:
+            raise StoredObjectMissing(str(location))
+        raw = S3RangedReader(self.client, self.bucket, key, int(head["ContentLength"]), head.get("ETag"))
+        with io.BufferedReader(raw, READER_BUFFER_BYTES) as stream:
+            yield stream
 
     def release(self, location: str | Path) -> int:
         head = self._head(self._key(location))

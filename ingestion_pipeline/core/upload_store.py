@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import stat
 import tempfile
@@ -27,6 +28,9 @@ from typing import BinaryIO, Protocol
 
 from ingestion_pipeline.core.failures import CodedError
 from ingestion_pipeline.core.hashing import CHUNK_BYTES, SizeLimitExceeded, file_sha256
+
+# ``reader``'s buffer: a first ``peek`` gives the first MiB of a file (or all of a smaller one)
+READER_BUFFER_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class UploadStore(Protocol):
     def exists(self, location: str | Path) -> bool: ...
     def verify(self, location: str | Path, sha256: str) -> None: ...
     def local_copy(self, location: str | Path, sha256: str | None): ...  # a context manager of LocalCopy
+    def reader(self, location: str | Path): ...  # a context manager of an io.BufferedReader, bytes unchecked
     def release(self, location: str | Path) -> int: ...
     def stale(self, older_than_seconds: float) -> list[str]: ...
 
@@ -170,6 +175,16 @@ class LocalUploadStore:
         if found != sha256:
             raise StoredObjectChanged(str(location), found)
         yield LocalCopy(Path(location), 0)
+
+    @contextmanager
+    def reader(self, location: str | Path) -> Iterator[io.BufferedReader]:
+        """The stored file, open for reading, unchecked: a look at the start of a file just stored."""
+        try:
+            stream = open(location, "rb", buffering=READER_BUFFER_BYTES)  # noqa: SIM115 - closed by the with below
+        except FileNotFoundError as exc:
+            raise StoredObjectMissing(str(location)) from exc
+        with stream:
+            yield stream
 
     def release(self, location: str | Path) -> int:
         """Remove the stored file; returns the bytes freed (0 when it was already gone)."""

@@ -9,6 +9,7 @@ streams batch by batch.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -47,6 +48,7 @@ class ExportReader:
     stream: BinaryIO
     file_format: str
     platform: str | None
+    size: int | None = None  # the file's bytes, for a stream that has no file descriptor (an S3 object)
     plan: ColumnPlan | None = None
     summary_rows: int = 0
     notes: list[str] = field(default_factory=list)
@@ -63,7 +65,7 @@ class ExportReader:
             return
         first, rest = peek_json(text)
         if self.file_format == "json" and first == "{":
-            size = _size(self.stream)
+            size = self.size if self.size is not None else _size(self.stream)
             if size is not None and size > API_OBJECT_MAX_BYTES:
                 raise MalformedFileError(None, f"a JSON object of {size:,} bytes: an API response is read whole, up to "
                                                f"{API_OBJECT_MAX_BYTES:,} bytes; send its rows as JSON Lines or a "
@@ -227,11 +229,13 @@ def _conversions(actions: list, types: tuple[str, ...]) -> str | None:
     return None
 
 
-def sniff_layout(path, file_format: str, platform: str | None = None) -> ColumnPlan:
-    """The layout of a stored export, from its first rows (``metrics submit`` without ``--platform``).
-    Raises ``UnknownLayout`` (columns found, closest layout) or ``MalformedFileError``."""
-    with open(path, "rb") as stream:
-        reader = ExportReader(stream, file_format, platform)
+def sniff_layout(source, file_format: str, platform: str | None = None, *, size: int | None = None) -> ColumnPlan:
+    """The layout of a stored export (a path, or a binary stream of ``size`` bytes), from its first rows
+    (``metrics submit`` without ``--platform``). Raises ``UnknownLayout`` (columns found, closest layout) or
+    ``MalformedFileError``."""
+    with contextlib.ExitStack() as stack:
+        stream = source if hasattr(source, "read") else stack.enter_context(open(source, "rb"))
+        reader = ExportReader(stream, file_format, platform, size)
         for _ in reader.rows():
             break
     if reader.plan is None:

@@ -39,7 +39,11 @@ def refuse_binary(path) -> None:
     UTF-16/32 text: a binary file (a 1 GB file of NULs took 2.2 GB to fail as an "unbalanced quote"). A stray
     NUL in a text export is a row error, as before."""
     with open(path, "rb") as stream:
-        sample = stream.read(SAMPLE_BYTES)
+        refuse_binary_sample(stream.read(SAMPLE_BYTES))
+
+
+def refuse_binary_sample(sample: bytes) -> None:
+    """``refuse_binary`` on the file's first ``SAMPLE_BYTES`` (a stream's, read by the caller)."""
     if sample.startswith(_WIDE_BOMS):
         return
     nuls, first = sample.count(b"\x00"), sample.find(b"\x00")

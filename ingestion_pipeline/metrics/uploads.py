@@ -6,6 +6,7 @@ failed) runs through the shared ledger mechanism, ``core.ledger`` with ``METRIC_
 
 from __future__ import annotations
 
+import io
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import BinaryIO
@@ -21,7 +22,7 @@ from ingestion_pipeline.core.upload_store import StoredFile, UploadStore
 from ingestion_pipeline.metrics.exports import sniff_layout
 from ingestion_pipeline.metrics.formats import METRIC_FORMATS, PLATFORMS
 from ingestion_pipeline.metrics.layouts import UnknownLayout
-from ingestion_pipeline.metrics.readers import MalformedFileError, refuse_binary
+from ingestion_pipeline.metrics.readers import SAMPLE_BYTES, MalformedFileError, refuse_binary_sample
 
 
 @dataclass(frozen=True)
@@ -135,9 +136,9 @@ def submit_stored_metric_file(
             store.release(stored.path)
         raise
     result.sha256, result.size_bytes = stored.sha256, stored.size
-    # an S3 store's object is read back here (once) for these checks; a local file in place
-    with store.local_copy(stored.path, None) as local:
-        refusal, platform = _refused_or_platform(local.path, file_format, platform, result)
+    # these checks read the start of the stored file (an S3 object: ranged GETs of what is read, not the object)
+    with store.reader(stored.path) as stream:
+        refusal, platform = _refused_or_platform(stream, stored.size, file_format, platform, result)
     if refusal is not None:
         if stored.created:
             store.release(stored.path)
@@ -156,16 +157,16 @@ def submit_stored_metric_file(
     return result
 
 
-def _refused_or_platform(path, file_format: str, platform: str | None,
+def _refused_or_platform(stream: io.BufferedReader, size: int, file_format: str, platform: str | None,
                          result: MetricSubmitResult) -> tuple[str | None, str | None]:
     """Why the stored export is refused (binary, no known layout), or its platform (detected when not given)."""
     try:
-        refuse_binary(path)
+        refuse_binary_sample(stream.peek(SAMPLE_BYTES)[:SAMPLE_BYTES])
     except MalformedFileError as exc:
         return str(exc), platform
     if platform is None:  # detected from the columns; a file no layout fits is refused here, with why
         try:
-            plan = sniff_layout(path, file_format)
+            plan = sniff_layout(stream, file_format, size=size)
         except (UnknownLayout, MalformedFileError) as exc:
             return f"cannot tell the platform: {exc}", None
         platform, result.layout = plan.layout.platform, plan.layout.name

@@ -75,6 +75,41 @@ def test_a_metric_export_waits_in_s3_and_is_promoted(s3_store, database, db, tmp
     assert table(db, "SELECT status FROM data_uploads")[0]["status"] == "completed"
 
 
+def test_a_metric_submit_reads_the_start_of_the_object_not_all_of_it(s3_store, database, db, tmp_path,
+                                                                      monkeypatch):
+    """Without --platform, submit looks at the export's start (binary? whose columns?) through ranged GETs."""
+    from ingestion_pipeline.core.s3_ranged_reader import S3RangedReader
+    from ingestion_pipeline.core.s3_upload_store import S3UploadStore
+
+    path = write_export(tmp_path / "export.csv", "meta", daily_rows(20, 10, 10, 30))  # 6,000 rows
+    fetched: list[int] = []
+    readinto = S3RangedReader.readinto
+
+    def counted(self, buffer) -> int:
+        fetched.append(readinto(self, buffer))
+        return fetched[-1]
+
+    def no_download(*_args, **_kwargs):
+        raise AssertionError("submit downloaded the whole object")
+
+    monkeypatch.setattr(S3RangedReader, "readinto", counted)
+    monkeypatch.setattr(S3UploadStore, "local_copy", no_download)
+    store = metric_store(load_settings())
+    with path.open("rb") as stream:
+        submitted = submit_metric_file(database, store, workspace_id="acme", platform=None, filename=path.name,
+                                       stream=stream, max_bytes=50 * 2**20)
+    assert (submitted.status, submitted.platform) == ("pending", "meta"), submitted.reason
+    assert path.stat().st_size > 3 * 2**20 and fetched == [2**20]  # one ranged GET of the first MiB
+
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\x00" * (3 * 2**20))
+    with binary.open("rb") as stream:
+        refused = submit_metric_file(database, store, workspace_id="acme", platform=None, filename=binary.name,
+                                     stream=stream, max_bytes=50 * 2**20)
+    assert refused.status == "rejected" and "all NUL bytes" in refused.reason
+    assert not [k for k in keys(*s3_store) if k.endswith(refused.sha256)]  # released: nothing is left
+
+
 def test_an_unreachable_store_is_a_transient_error_at_submit(monkeypatch, isolated_storage, s3_env):
     monkeypatch.setenv("INGESTION_UPLOAD_STORE", "s3://nowhere/store")
     monkeypatch.setenv("INGESTION_UPLOAD_STORE_ENDPOINT_URL", "http://127.0.0.1:9")
