@@ -20,6 +20,10 @@ from charset_normalizer import from_bytes
 SAMPLE_BYTES = 64 * 1024
 READ_CHARS = 64 * 1024
 csv.field_size_limit(1024 * 1024)  # a 1 MiB field is already absurd in an export
+# A line of a CSV or JSON Lines file, or one record of a JSON array, is at most this many characters (a row of a
+# wide Meta export is ~2,000). A longer one fails the file at once: read whole, a 2 GiB line held ~4 GiB, and a
+# 20 MB record of a JSON array took 12 s of decoding retried as its buffer grew.
+MAX_RECORD_CHARS = 4 * 1024 * 1024
 # A count or an amount in an export has at most ~20 digits; Python's own limit (4,300) raises a bare
 # ValueError, and a longer run costs quadratic time to convert.
 MAX_INTEGER_DIGITS = 30
@@ -28,7 +32,7 @@ MAX_INTEGER_DIGITS = 30
 class MalformedFileError(Exception):
     def __init__(self, line: int | None, message: str) -> None:
         super().__init__(f"line {line}: {message}" if line else message)
-        self.line = line
+        self.line, self.reason = line, message
 
 
 _WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)
@@ -76,7 +80,7 @@ def open_text(stream: BinaryIO) -> tuple[io.TextIOBase, str]:
 
 def csv_rows(text: io.TextIOBase) -> Iterator[tuple[int, list[str]]]:
     """(line number where the row starts, cells) for every row, the header included."""
-    reader = csv.reader(text, strict=True)
+    reader = csv.reader(bounded_lines(text), strict=True)
     while True:
         start_line = reader.line_num + 1
         try:
@@ -101,7 +105,7 @@ def read_csv(text: io.TextIOBase) -> Iterator[tuple[int, dict[str, str]]]:
     except StopIteration:
         raise MalformedFileError(None, "the file is empty (no header row)") from None
     except MalformedFileError as exc:
-        raise MalformedFileError(exc.line, f"malformed CSV header: {exc}") from exc
+        raise MalformedFileError(exc.line, f"malformed CSV header: {exc.reason}") from exc
     if not any(h.strip() for h in header):
         raise MalformedFileError(1, "the header row is empty")
     for start_line, row in rows:
@@ -145,8 +149,20 @@ def _decode(text: str, pos: int = 0) -> tuple[object, int]:
         raise _DataLimit(f"values nested deeper than {sys.getrecursionlimit():,} levels") from exc
 
 
+def bounded_lines(text: io.TextIOBase) -> Iterator[str]:
+    """The text's lines (line breaks kept), none longer than ``MAX_RECORD_CHARS``: a longer one raises
+    ``MalformedFileError`` before more than that is read."""
+    number = 0
+    while line := text.readline(MAX_RECORD_CHARS + 1):
+        number += 1
+        if len(line) > MAX_RECORD_CHARS and not line.endswith(("\n", "\r")):
+            raise MalformedFileError(number, f"a line longer than {MAX_RECORD_CHARS:,} characters: not a metric "
+                                             "export (a row is a few thousand at most)")
+        yield line
+
+
 def read_json_lines(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
-    for number, line in enumerate(text, start=1):
+    for number, line in enumerate(bounded_lines(text), start=1):
         if not line.strip():
             continue
         try:
@@ -170,11 +186,11 @@ def read_json_array(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
     def line_at(index: int) -> int:
         return lines_before + buffer.count("\n", 0, index) + 1
 
-    def fill() -> bool:
+    def fill(at_least: int = READ_CHARS) -> bool:
         nonlocal buffer, pos, lines_before, eof
         if eof:
             return False
-        chunk = text.read(READ_CHARS)
+        chunk = text.read(at_least)
         if not chunk:
             eof = True
             return False
@@ -210,21 +226,24 @@ def read_json_array(text: io.TextIOBase) -> Iterator[tuple[int, object]]:
             pos += 1
             expect_value = True
             continue
-        start = pos
-        while True:
+        while True:  # pos is where the record starts: a fill moves the buffer's start there
             try:
                 value, end = _decode(buffer, pos)
                 break
             except json.JSONDecodeError as exc:
-                if fill():
+                held = len(buffer) - pos  # the record so far: read as much again, so decoding stays linear
+                if held > MAX_RECORD_CHARS:
+                    raise MalformedFileError(line_at(pos), f"the record starting here is longer than "
+                                                           f"{MAX_RECORD_CHARS:,} characters") from exc
+                if fill(min(max(READ_CHARS, held), MAX_RECORD_CHARS)):
                     continue
                 where = line_at(min(exc.pos, len(buffer)))
                 raise MalformedFileError(
-                    line_at(start), f"truncated or invalid JSON in the record starting here: {exc.msg} (line {where})"
+                    line_at(pos), f"truncated or invalid JSON in the record starting here: {exc.msg} (line {where})"
                 ) from exc
             except _DataLimit as exc:
-                raise MalformedFileError(line_at(start), f"the record starting here has {exc}") from exc
-        yield line_at(start), value
+                raise MalformedFileError(line_at(pos), f"the record starting here has {exc}") from exc
+        yield line_at(pos), value
         pos = end
         expect_value = False
         first = False
@@ -264,9 +283,8 @@ class _Prefixed(io.TextIOBase):
             return head + self._text.read()
         return head + self._text.read(max(0, size - len(head)))
 
-    def __iter__(self):
-        data = self._prefix + (self._text.readline() if self._prefix else "")
-        self._prefix = ""
-        if data:
-            yield data
-        yield from self._text
+    def readline(self, size: int | None = -1) -> str:
+        head, self._prefix = self._prefix, ""
+        if size is None or size < 0:
+            return head + self._text.readline()
+        return head + self._text.readline(max(0, size - len(head)))

@@ -120,6 +120,11 @@ def test_fifteen_percent_invalid_with_force_partial_promotes_the_valid_rows(inst
          "malformed file: line 2: malformed CSV: a quoted field is never closed (unbalanced quote)"),
         ("bad.json", b'[\n{"ad_id": "1", "date": "2024-01-01"},\n{"ad_id": "2", "da',
          "malformed file: line 3: truncated or invalid JSON in the record starting here"),
+        # a line past the bound (MAX_RECORD_CHARS) is not read whole: the file fails, naming the line
+        ("long.csv", b"campaign_id,ad_id,date\n1,2,2024-01-01\n3," + b"4" * (5 * 2**20) + b",2024-01-02\n",
+         "malformed file: line 3: a line longer than 4,194,304 characters"),
+        ("long.jsonl", b'{"ad_id": "1", "date": "2024-01-01"}\n{"ad_id": "' + b"x" * (5 * 2**20) + b'"}\n',
+         "malformed file: line 2: a line longer than 4,194,304 characters"),
     ],
 )
 def test_malformed_files_fail_with_the_line(instance, database, db, tmp_path, name, content, reason):

@@ -40,6 +40,43 @@ def test_json_array_larger_than_the_read_buffer():
     assert len(parsed) == 5000 and parsed[-1][1]["i"] == 4999
 
 
+def test_json_array_lines_hold_across_buffer_refills():
+    """Records on their own lines, many of them spanning a refill of the 64 KiB read buffer."""
+    body = ",\n".join(json.dumps({"i": i, "pad": "x" * 1000}) for i in range(200))
+    parsed = rows(f"[\n{body}\n]".encode(), "json")
+    assert [line for line, _ in parsed] == [record["i"] + 2 for _, record in parsed]
+
+
+class _Counted(io.RawIOBase):
+    """Bytes of ``data`` handed out so far: how much of a file a reader read."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self.read_bytes = io.BytesIO(data), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = self._data.readinto(buffer)
+        self.read_bytes += n
+        return n
+
+
+@pytest.mark.parametrize(("fmt", "head", "line"), [
+    ("csv", b"campaign_id,name\n1,", 2),
+    ("jsonl", b'{"campaign_id": "1"}\n{"name": "', 2),
+    ("json", b'[\n{"campaign_id": "1"},\n{"name": "', 3),
+])
+def test_a_line_or_record_past_the_bound_fails_without_being_read_whole(fmt, head, line):
+    from ingestion_pipeline.metrics.readers import MAX_RECORD_CHARS
+
+    stream = _Counted(head + b"a" * (40 * 2**20) + b'"}\n')
+    kind = "record starting here is" if fmt == "json" else "line"
+    with pytest.raises(MalformedFileError, match=f"line {line}: .*{kind} longer than {MAX_RECORD_CHARS:,} characters"):
+        list(read_rows(stream, fmt))
+    assert stream.read_bytes < 2 * MAX_RECORD_CHARS  # 40 MiB in the file; the reader stopped past the bound
+
+
 def test_json_lines_and_json_lines_named_json():
     data = b'{"a": 1}\n\n{"a": 2}\n'
     assert rows(data, "jsonl") == [(1, {"a": 1}), (3, {"a": 2})]
