@@ -183,9 +183,9 @@ def test_versions_without_stored_elements_are_reported_not_queued(instance, data
 
     # an extractor change cannot be re-done from stored elements: the file is needed too
     ingest(instance, database, "beta", corpus_dir / "documents" / "simple.docx")
-    monkeypatch.setattr(reindex, "EXTRACTOR_VERSION", "direct-2")
+    monkeypatch.setattr(reindex, "EXTRACTOR_VERSION", "direct-3")
     plan = _plan(database, tenant_id="beta")
-    assert len(plan.needs_file) == 1 and "extracted by direct-1 (now direct-2)" in plan.needs_file[0].reason
+    assert len(plan.needs_file) == 1 and "extracted by direct-2 (now direct-3)" in plan.needs_file[0].reason
 
 
 def test_a_model_of_another_dimension_reindexes_and_searches(instance, database, db, corpus_dir, tmp_path):

@@ -20,7 +20,7 @@ from ingestion_pipeline.documents.extraction.pdf import extract_pdf
 from ingestion_pipeline.documents.extraction.text import extract_text
 
 # Part of the pipeline fingerprint: bump when extraction output changes, so backfills re-index.
-EXTRACTOR_VERSION = "direct-1"
+EXTRACTOR_VERSION = "direct-2"  # 2: words hyphenated at a PDF line end are whole
 
 _EXTRACTORS = {
     ".pdf": extract_pdf,

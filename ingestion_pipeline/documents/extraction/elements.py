@@ -57,7 +57,9 @@ def assign_section_paths(elements: Iterable[Element]) -> Iterator[Element]:
 
 
 def clean_text(text: str) -> str:
-    """Collapse runs of spaces and strip control characters that break tokenisation and tsvector."""
-    text = text.replace("\x00", "").replace("\u00ad", "").replace("\ufeff", "")
+    """Collapse runs of spaces and strip control characters that break tokenisation and tsvector. PDFium marks a
+    word hyphenated at a line end with U+0002 (``distribu\x02tion``): dropped, the word is whole again, so it is
+    found by search and embedded as the word it is."""
+    text = text.replace("\x00", "").replace("\x02", "").replace("\u00ad", "").replace("\ufeff", "")
     lines = [" ".join(line.split()) for line in text.splitlines()]
     return "\n".join(line for line in lines if line)
