@@ -23,7 +23,13 @@ from dataclasses import dataclass, field, replace
 from ingestion_pipeline.documents.extraction.elements import LIST_ITEM, OCR_TEXT, TABLE, TITLE, Element
 from ingestion_pipeline.documents.tokens import TokenCounter
 
-CHUNKER_VERSION = "structure-3"  # 2: a table split by rows repeats its header row; 3: long runs broken
+# 2: a table split by rows repeats its header row; 3: long runs broken; 4: the title and headings embedded with
+# the text (CONTEXT_TOKENS kept for them), each chunk indexed in its language
+CHUNKER_VERSION = "structure-4"
+# Of a chunk's token budget, what its context line (document title > nearest headings) may take in what is
+# embedded: MiniLM sees which document and section a passage is from, and the text stays whole under the cap.
+CONTEXT_TOKENS = 32
+CONTEXT_HEADINGS = 2
 _WHOLE_TYPES = (TABLE, LIST_ITEM)
 # WordPiece reads a "word" of more than 100 characters as one [UNK] token (max_input_chars_per_word).
 MAX_RUN_CHARS = 100
@@ -55,10 +61,40 @@ class Chunk:
     section_path: list[str]
     element_types: list[str]
     content_hash: str = field(default="")
+    context: str = ""  # embedded before the text (``embedding_input``); not shown
+    text_search_config: str = "english"  # the configuration its words are indexed with (documents/languages.py)
 
     def __post_init__(self) -> None:
         if not self.content_hash:
-            self.content_hash = text_hash(self.text)
+            self.content_hash = text_hash(embedding_input(self.context, self.text))
+
+    def with_context(self, context: str) -> None:
+        """Embed ``context`` with the text; the hash (which stored vectors are reused by) follows it."""
+        self.context = context
+        self.content_hash = text_hash(embedding_input(context, self.text))
+
+
+def embedding_input(context: str, text: str) -> str:
+    """What the model reads for a chunk: its context line, then its text."""
+    return f"{context}\n{text}" if context else text
+
+
+def document_label(title: str | None, filename: str | None) -> str:
+    """The document's name as a reader would say it: its title, or its file name without the extension."""
+    if title and title != filename:
+        return " ".join(title.split())
+    stem = (filename or title or "").rsplit("/", 1)[-1]
+    stem = stem.rsplit(".", 1)[0] if "." in stem else stem
+    return " ".join(re.sub(r"[-_]+", " ", stem).split())
+
+
+def context_line(label: str, section_path: list[str], counter: TokenCounter) -> str:
+    """``label > heading > heading`` (the nearest ``CONTEXT_HEADINGS``), cut to ``CONTEXT_TOKENS`` tokens."""
+    parts = [p for p in [label, *section_path[-CONTEXT_HEADINGS:]] if p and p.strip()]
+    line = " > ".join(" ".join(p.split()) for p in parts)
+    if not line or counter.count(line) <= CONTEXT_TOKENS:
+        return line
+    return counter.split(line, CONTEXT_TOKENS)[0]
 
 
 def text_hash(text: str) -> str:

@@ -17,9 +17,6 @@ from ingestion_pipeline.core.failures import CodedError
 from ingestion_pipeline.documents import file_ledger
 from ingestion_pipeline.documents.staging import discard
 
-# Text search configuration of chunk_fts; search.py must use the same one.
-FTS_CONFIG = "english"
-
 
 class PromotionError(CodedError):
     """The staged work cannot become a version (the message says why)."""
@@ -122,9 +119,9 @@ def promote_document_version(
     )
     conn.execute(
         """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, page_start, page_end, section_path,
-                               element_types, token_count, content_hash)
+                               element_types, token_count, content_hash, text_search_config)
            SELECT %s, %s, %s, ordinal, text, page_start, page_end, section_path, element_types, token_count,
-                  content_hash
+                  content_hash, text_search_config
              FROM staging_chunks WHERE run_id = %s ORDER BY ordinal""",
         (tenant_id, version_id, doc_id, run_id),
     )
@@ -135,13 +132,22 @@ def promote_document_version(
             WHERE c.version_id = %s""",
         (tenant_id, model, model_digest, run_id, version_id),
     )
+    # each chunk's words in its own language's configuration (documents/languages.py); the version records
+    # the set, which search parses a query in
     conn.execute(
         """INSERT INTO chunk_fts (chunk_id, tenant_id, tsv)
             SELECT chunk_id, tenant_id,
-                   setweight(to_tsvector(%(cfg)s::regconfig, array_to_string(section_path, ' ')), 'B')
-                   || setweight(to_tsvector(%(cfg)s::regconfig, text), 'A')
+                   setweight(to_tsvector(text_search_config::regconfig, array_to_string(section_path, ' ')), 'B')
+                   || setweight(to_tsvector(text_search_config::regconfig, text), 'A')
               FROM chunks WHERE version_id = %(version)s""",
-        {"cfg": FTS_CONFIG, "version": version_id},
+        {"version": version_id},
+    )
+    conn.execute(
+        """UPDATE document_versions SET text_search_configs = coalesce(
+                  (SELECT array_agg(DISTINCT text_search_config ORDER BY text_search_config)
+                     FROM chunks WHERE version_id = %(version)s), '{english}')
+            WHERE version_id = %(version)s""",
+        {"version": version_id},
     )
     if run.get("source_id") is not None:
         conn.execute(

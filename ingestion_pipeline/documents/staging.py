@@ -83,12 +83,12 @@ def write_chunks(conn: psycopg.Connection, chunks_by_file: dict[int, tuple[list[
     conn.execute("DELETE FROM staging_chunks WHERE run_id = ANY(%s)", (run_ids,))
     with conn.cursor().copy(
         """COPY staging_chunks (run_id, ordinal, text, page_start, page_end, section_path, element_types,
-                                token_count, content_hash) FROM STDIN"""
+                                token_count, content_hash, embedding_context, text_search_config) FROM STDIN"""
     ) as copy:
         for run_id, (chunks, _) in chunks_by_file.items():
             for c in chunks:
                 copy.write_row((run_id, c.ordinal, c.text, c.page_start, c.page_end, c.section_path,
-                                c.element_types, c.token_count, c.content_hash))
+                                c.element_types, c.token_count, c.content_hash, c.context, c.text_search_config))
     conn.execute(
         """UPDATE staging_documents d SET chunks_done = true, stats = d.stats || f.stats, updated_at = now()
              FROM unnest(%s::bigint[], %s::jsonb[]) AS f(run_id, stats)
@@ -136,9 +136,12 @@ def reuse_stored_embeddings(conn: psycopg.Connection, run_ids: list[int], model:
 
 def pending_embeddings(conn: psycopg.Connection, run_ids: list[int], limit: int) -> list[dict]:
     """Up to ``limit`` chunks of these files still without a vector, shortest first: the model pads a
-    batch to its longest text, so texts of one length are encoded together."""
+    batch to its longest text, so texts of one length are encoded together. ``text`` is what the model reads:
+    the chunk's context line and its text (``chunking.embedding_input``)."""
     return conn.execute(
-        """SELECT run_id, ordinal, text FROM staging_chunks WHERE run_id = ANY(%s) AND embedding IS NULL
+        """SELECT run_id, ordinal,
+                  CASE WHEN embedding_context = '' THEN text ELSE embedding_context || E'\\n' || text END AS text
+             FROM staging_chunks WHERE run_id = ANY(%s) AND embedding IS NULL
             ORDER BY token_count, run_id, ordinal LIMIT %s""",
         (run_ids, limit),
     ).fetchall()

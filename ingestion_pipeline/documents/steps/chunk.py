@@ -8,9 +8,18 @@ import time
 from ingestion_pipeline.core.failures import classify
 from ingestion_pipeline.core.progress import Progress
 from ingestion_pipeline.documents import file_ledger, staging
-from ingestion_pipeline.documents.chunking import Chunk, TooManyTokens, chunk_elements, effective_budgets
+from ingestion_pipeline.documents.chunking import (
+    CONTEXT_TOKENS,
+    Chunk,
+    TooManyTokens,
+    chunk_elements,
+    context_line,
+    document_label,
+    effective_budgets,
+)
 from ingestion_pipeline.documents.extraction.elements import Element
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
+from ingestion_pipeline.documents.languages import text_search_configs
 from ingestion_pipeline.documents.steps.runner import (
     STEP_DONE,
     STEP_ERRORS,
@@ -82,7 +91,7 @@ class ChunkStep(StepRunner):
                 outcomes[run_id] = FileOutcome.of(row, STEP_DONE, "chunks already staged")
                 continue
             try:
-                chunked[run_id] = (row, *self._chunk_file(state, elements.get(run_id, [])))
+                chunked[run_id] = (row, *self._chunk_file(row, state, elements.get(run_id, [])))
             except Exception as exc:
                 failure = classify(exc)
                 if failure.code in STEP_ERRORS:
@@ -100,14 +109,17 @@ class ChunkStep(StepRunner):
                         row, lambda r: self._write_chunks({r["run_id"]: chunked[r["run_id"]]})[r["run_id"]])
         return [outcomes[run_id] for run_id in run_ids]
 
-    def _chunk_file(self, state: dict | None, elements: list[Element]) -> tuple[list[Chunk], dict, int]:
-        """One file's chunks, their figures, and the milliseconds chunking took."""
+    def _chunk_file(self, row: dict, state: dict | None, elements: list[Element]) -> tuple[list[Chunk], dict, int]:
+        """One file's chunks (each with its context line and language), their figures, and the milliseconds
+        chunking took."""
         if state is None or not state["elements_done"]:
             raise ExtractionError("extraction did not complete for this file", code="step_out_of_order")
         start = time.perf_counter()
         counter = self.embedder.token_counter
         target, hard_max = effective_budgets(self.settings.chunk.target_tokens, self.settings.chunk.max_tokens,
                                              counter)
+        hard_max -= CONTEXT_TOKENS  # the context line is embedded with the text, under the model's cap
+        target = min(target, hard_max)
         limits = self.settings.limits
         try:
             chunks = chunk_elements(elements, counter, target=target, hard_max=hard_max, max_tokens=limits.max_tokens)
@@ -116,6 +128,11 @@ class ChunkStep(StepRunner):
                                   "(INGESTION_MAX_TOKENS_PER_FILE raises it)", code="file_too_much_text") from exc
         if not chunks:
             raise ExtractionError("the file produced no text chunks", code="no_chunks")
+        config = row.get("config") or {}
+        label = document_label(config.get("title"), config.get("filename"))
+        for chunk, language in zip(chunks, text_search_configs([c.text for c in chunks]), strict=True):
+            chunk.with_context(context_line(label, chunk.section_path, counter))
+            chunk.text_search_config = language
         stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
                  "max_chunk_tokens": max(c.token_count for c in chunks)}
         if stats["chunks"] > limits.max_chunks or stats["tokens"] > limits.max_tokens:

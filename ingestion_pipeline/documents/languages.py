@@ -1,0 +1,57 @@
+"""Each chunk's language, as the Postgres text-search configuration its words are indexed with.
+
+py3langid (an offline model of 97 languages shipped in the package) reads each chunk of at least
+``MIN_DETECT_CHARS`` letters; a shorter one (a heading, a table cell) takes the language of most of its file's
+text. A language Postgres has no stemmer for is indexed with ``simple`` (words as they are, lower-cased).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Sequence
+
+MIN_DETECT_CHARS = 60
+DEFAULT_CONFIG = "english"
+FALLBACK_CONFIG = "simple"
+# ISO 639-1 -> the configuration Postgres ships for it (every one of these exists since PostgreSQL 12)
+CONFIGS = {
+    "ar": "arabic", "da": "danish", "de": "german", "el": "greek", "en": "english", "es": "spanish",
+    "fi": "finnish", "fr": "french", "ga": "irish", "hu": "hungarian", "id": "indonesian", "it": "italian",
+    "lt": "lithuanian", "nb": "norwegian", "ne": "nepali", "nl": "dutch", "nn": "norwegian", "no": "norwegian",
+    "pt": "portuguese", "ro": "romanian", "ru": "russian", "sv": "swedish", "ta": "tamil", "tr": "turkish",
+}
+TEXT_SEARCH_CONFIGS = frozenset(CONFIGS.values()) | {FALLBACK_CONFIG}
+
+
+@functools.cache
+def _identifier():
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+
+def detect_language(text: str) -> tuple[str, float]:
+    """ISO 639-1 code and probability of ``text``'s language."""
+    code, probability = _identifier().classify(text)
+    return code, float(probability)
+
+
+def config_for(code: str) -> str:
+    return CONFIGS.get(code, FALLBACK_CONFIG)
+
+
+def text_search_configs(texts: Sequence[str]) -> list[str]:
+    """The configuration of each text: its own language when it is long enough to tell, else the file's."""
+    detected: list[str | None] = []
+    weight: Counter[str] = Counter()
+    for text in texts:
+        letters = sum(ch.isalpha() for ch in text[:2000])
+        if letters < MIN_DETECT_CHARS:
+            detected.append(None)
+            continue
+        config = config_for(detect_language(text[:2000])[0])
+        detected.append(config)
+        weight[config] += letters
+    main = weight.most_common(1)[0][0] if weight else DEFAULT_CONFIG
+    return [config or main for config in detected]
