@@ -16,7 +16,19 @@ from collections.abc import Sequence
 import psycopg
 from psycopg_pool import PoolTimeout
 
-from ingestion_pipeline.cli import api, dagster_services, db, dev, documents, ledger, metrics, queues, sources, worker
+from ingestion_pipeline.cli import (
+    api,
+    dagster_services,
+    db,
+    dev,
+    documents,
+    ledger,
+    metrics,
+    queues,
+    search_quality,
+    sources,
+    worker,
+)
 from ingestion_pipeline.cli.output import EscapingWriter
 from ingestion_pipeline.core.migrations import SchemaOutOfDate
 
@@ -24,7 +36,7 @@ from ingestion_pipeline.core.migrations import SchemaOutOfDate
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ingestion-pipeline", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (documents, ledger, sources, metrics, queues, api, dev, dagster_services, db, worker):
+    for group in (documents, search_quality, ledger, sources, metrics, queues, api, dev, dagster_services, db, worker):
         group.register(sub)
     return parser
 

@@ -21,6 +21,10 @@ BROKEN_REASONS = {
     "fake-text-all-whitespace.txt": "file contains only whitespace (3 bytes, no text)",
     "fake-incomplete-json.txt": "text file holds JSON that is truncated or invalid at line 11, column 1",
 }
+QUESTIONS = Path(__file__).resolve().parents[2] / "benchmarks" / "retrieval" / "questions.jsonl"
+# hit@3 floors (measured on the benchmark's knowledge base, less a margin for this larger one)
+QUALITY_FLOORS = {"all": 0.75, "paraphrased": 0.65, "keyword": 0.85, "held-out": 0.78}
+MRR_FLOOR = 0.68
 RECOVERED_PDFS = {"copy-protected.pdf", "failure-after-repair.pdf", "invalid-pdf-structure-pdfminer-one-page.pdf",
                   "pdf-bad-color-space.pdf"}
 
@@ -91,6 +95,14 @@ def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, co
     hits = json_lines(run_cli("search", "Universal Declaration of Human Rights", "--tenant", "acme", "--json").stdout)
     assert hits and all(h["citation"] for h in hits)
     assert json_lines(run_cli("search", "anything", "--tenant", "other", "--json").stdout) == []
+
+    # Retrieval quality on the project's question set, over the whole corpus: a floor under what
+    # benchmarks/retrieval_quality.py measured (docs/benchmarks.md), so a change that loses answers fails here.
+    quality = {r["group"]: r for r in json_lines(
+        run_cli("search-eval", str(QUESTIONS), "--tenant", "acme", "--json").stdout)}
+    for group, floor in QUALITY_FLOORS.items():
+        assert quality[group]["hit@3"] >= floor, (group, quality[group], quality["missed at 3"])
+    assert quality["all"]["mrr@10"] >= MRR_FLOOR, quality["all"]
 
     # Second, unchanged run: every file is skipped at submit, nothing is embedded or promoted again.
     versions_before = table(db, "SELECT count(*) AS n FROM document_versions")[0]["n"]

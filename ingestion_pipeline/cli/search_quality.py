@@ -1,0 +1,43 @@
+"""`search-eval`: a question set asked of a tenant's knowledge base, and how often the answer comes back."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ingestion_pipeline.cli.bootstrap import bootstrap
+from ingestion_pipeline.cli.output import add_json_flag, print_rows
+
+
+def cmd_search_eval(args: argparse.Namespace) -> int:
+    from ingestion_pipeline.documents.search import hybrid_search
+    from ingestion_pipeline.documents.search_eval import answer_rank, load_questions, report
+
+    questions = load_questions(Path(args.questions))
+    if not questions:
+        raise ValueError(f"{args.questions} holds no questions")
+    ranks: dict[str, int | None] = {}
+    with bootstrap() as ctx:
+        vectors = ctx.embedder.embed([q.question for q in questions])
+        with ctx.db.connection() as conn:
+            for q, vector in zip(questions, vectors, strict=True):
+                hits = hybrid_search(conn, tenant_id=args.tenant, query=q.question, query_vector=vector, k=args.k,
+                                     model=ctx.embedder.info.name)
+                ranks[q.id] = answer_rank([h.text for h in hits], q.answer)
+    groups = report(questions, ranks)
+    groups["held-out"] = report([q for q in questions if q.held_out], ranks)["all"]
+    rows = [{"group": name, **figures.as_dict()} for name, figures in groups.items()]
+    missed = sorted(q.id for q in questions if ranks[q.id] is None or ranks[q.id] > 3)
+    rows.append({"group": "missed at 3", "questions": len(missed), "ids": missed})
+    print_rows(args, rows, ["group", "questions", "hit@1", "hit@3", "mrr@10", "ndcg@10"])
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("search-eval", help="ask a question set (JSON Lines: id, document, kind, language, question, "
+                                           "answer) of a tenant's documents: hit@1, hit@3, MRR@10, nDCG@10")
+    p.add_argument("questions", metavar="QUESTIONS", help="e.g. benchmarks/retrieval/questions.jsonl")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("-k", type=int, default=10, help="passages read per question (default 10)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_search_eval)
