@@ -192,6 +192,12 @@ class SearchHitOut(BaseModel):
     score: float
     citation: str
     source: Citation
+    vector_rank: int | None = Field(None, description="its rank by vector similarity (none: not among the candidates)")
+    text_rank: int | None = Field(None, description="its rank by its words (none: not among the candidates)")
+    navigational: bool = Field(False, description="a table of contents or index: ranked after every passage")
+    also_in: list[str] = Field(default_factory=list, description="citations of the same passage elsewhere")
+    context_before: list[str] = Field(default_factory=list, description="the chunks just before it (context=N)")
+    context_after: list[str] = Field(default_factory=list, description="the chunks just after it (context=N)")
 
 
 class SearchOut(BaseModel):

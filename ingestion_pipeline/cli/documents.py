@@ -274,13 +274,16 @@ def cmd_search(args: argparse.Namespace) -> int:
         vector = ctx.embedder.embed([args.query])[0]
         with ctx.db.connection() as conn:
             hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k,
-                                 model=ctx.embedder.info.name)
+                                 model=ctx.embedder.info.name, neighbours=args.context)
+
     def render(records: list[dict]) -> None:
         if not records:
             print("no results")
         for rank, h in enumerate(hits, start=1):
-            snippet = " ".join(h.text.split())[:300]
-            print(f"{rank}. [{h.score:.4f}] {h.citation()}\n   {snippet}\n")
+            text = "\n".join([*h.context_before, h.text, *h.context_after]) if args.context else h.text
+            snippet = " ".join(text.split())[:300 * (1 + 2 * args.context)]
+            also = f"\n   also in: {'; '.join(h.also_in)}" if h.also_in else ""
+            print(f"{rank}. [{h.score:.4f}] {h.citation()}\n   {snippet}{also}\n")
 
     emit(args, [h.as_dict() for h in hits], render)
     return 0
@@ -339,5 +342,7 @@ def register(sub) -> None:
     p.add_argument("query")
     p.add_argument("--tenant", required=True)
     p.add_argument("-k", type=int, default=5)
+    p.add_argument("--context", type=int, default=0, choices=range(4), metavar="N",
+                   help="also show the N chunks before and after each hit (0-3; default 0)")
     add_json_flag(p)
     p.set_defaults(func=cmd_search)

@@ -1,8 +1,9 @@
 """Each chunk's language, as the Postgres text-search configuration its words are indexed with.
 
 py3langid (an offline model of 97 languages shipped in the package) reads each chunk of at least
-``MIN_DETECT_CHARS`` letters; a shorter one (a heading, a table cell) takes the language of most of its file's
-text. A language Postgres has no stemmer for is indexed with ``simple`` (words as they are, lower-cased).
+``MIN_DETECT_CHARS`` letters; a shorter one (a heading, a table cell), or one it is not sure of
+(``MIN_CHUNK_CONFIDENCE``: a table of figures, a list of names), takes the language of most of its file's text.
+A language Postgres has no stemmer for is indexed with ``simple`` (words as they are, lower-cased).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 MIN_DETECT_CHARS = 60
+MIN_QUERY_WEIGHT = 0.2
+MIN_CHUNK_CONFIDENCE = 0.9
 DEFAULT_CONFIG = "english"
 FALLBACK_CONFIG = "simple"
 # ISO 639-1 -> the configuration Postgres ships for it (every one of these exists since PostgreSQL 12)
@@ -50,8 +53,33 @@ def text_search_configs(texts: Sequence[str]) -> list[str]:
         if letters < MIN_DETECT_CHARS:
             detected.append(None)
             continue
-        config = config_for(detect_language(text[:2000])[0])
+        code, probability = detect_language(text[:2000])
+        if probability < MIN_CHUNK_CONFIDENCE:
+            detected.append(None)
+            continue
+        config = config_for(code)
         detected.append(config)
         weight[config] += letters
     main = weight.most_common(1)[0][0] if weight else DEFAULT_CONFIG
     return [config or main for config in detected]
+
+
+def query_language_weights(query: str, configs: Sequence[str]) -> dict[str, float]:
+    """How much each of ``configs`` (the tenant's) should count in parsing ``query``: the query's probability
+    of being in its language, relative to the likeliest (1.0), those under ``MIN_QUERY_WEIGHT`` left out.
+    ``simple`` counts only when the query is most likely in a language without a stemmer: parsed that way,
+    an English question's "how" and "of" (stop words English drops) would look like rare words."""
+    ranked = _identifier().rank(query)
+    weights: dict[str, float] = {}
+    for code, probability in ranked:
+        config = CONFIGS.get(code)
+        if config in configs:
+            weights[config] = weights.get(config, 0.0) + float(probability)
+    top_code, top_probability = ranked[0]
+    if FALLBACK_CONFIG in configs and top_code not in CONFIGS and top_probability >= 0.5:
+        weights[FALLBACK_CONFIG] = float(top_probability)
+    best = max(weights.values(), default=0.0)
+    if best <= 0:
+        fallback = [DEFAULT_CONFIG] if DEFAULT_CONFIG in configs else list(configs)
+        return dict.fromkeys(fallback, 1.0)
+    return {config: w / best for config, w in sorted(weights.items()) if w / best >= MIN_QUERY_WEIGHT}

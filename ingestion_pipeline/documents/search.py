@@ -14,7 +14,6 @@ The settings (``SearchSettings``) were chosen on the project's question set: ben
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 
@@ -23,14 +22,12 @@ import psycopg
 
 from ingestion_pipeline.core.tenants import validate_tenant_id
 from ingestion_pipeline.documents.extraction.elements import OCR_TEXT
-from ingestion_pipeline.documents.languages import DEFAULT_CONFIG, FALLBACK_CONFIG, config_for, detect_language
 from ingestion_pipeline.documents.search_results import shape_results
+from ingestion_pipeline.documents.text_ranking import text_candidates
 from ingestion_pipeline.documents.vector_index import of_dimension
 
 EXACT_SEARCH_MAX_CHUNKS = 5_000  # a tenant this small is ranked exactly (see _vector_candidates)
-MIN_SEEDING_IDF = 2.0  # a word in more than ~1 chunk in 8 scores the candidates but does not bring them
-QUERY_LANGUAGE_CONFIDENCE = 0.9  # below this, a query is parsed in every language of the tenant
-_PHRASE = re.compile(r'"([^"]+)"')
+MAX_NEIGHBOURS = 3  # chunks before and after a hit that a search may add to widen it
 
 
 @dataclass(frozen=True)
@@ -40,9 +37,11 @@ class SearchSettings:
     rrf_k: int = 60
     vector_weight: float = 1.0
     text_weight: float = 1.0
-    candidates: int = 50  # from each arm
+    candidates: int = 10  # from each arm: deeper lists let weak ranks of both arms outvote a strong one
     any_word: bool = True  # False: every word must match (websearch_to_tsquery), as a baseline to measure
     normalization: int = 0  # ts_rank's length normalisation flags
+    adjacency_weight: float = 0.5  # two neighbouring query words found together: this share of their weights more
+    union_ranks: bool = False  # True: each arm ranks every candidate of both (measured worse: docs/benchmarks.md)
     collapse_duplicates: bool = True
     demote_navigational: bool = True
 
@@ -68,6 +67,8 @@ class SearchHit:
     ocr: bool = False  # read by OCR from a scanned page (the text may hold recognition errors)
     navigational: bool = False  # a table of contents, an index or dot-leader lines: ranked after passages
     also_in: list[str] = field(default_factory=list)  # citations of the same passage elsewhere, collapsed here
+    context_before: list[str] = field(default_factory=list)  # the chunks just before it (``neighbours``), in order
+    context_after: list[str] = field(default_factory=list)
 
     def citation(self) -> str:
         where = []
@@ -89,17 +90,21 @@ class SearchHit:
 def sweep_settings() -> Iterator[tuple[str, SearchSettings]]:
     """The settings benchmarks/retrieval_quality.py --sweep measures beside the default."""
     base = DEFAULT_SETTINGS
-    yield "all words, RRF 60 (before)", replace(base, any_word=False, collapse_duplicates=False,
-                                                demote_navigational=False, rrf_k=60, text_weight=1.0)
+    yield "all words, RRF 60, 50 candidates (before)", replace(
+        base, any_word=False, collapse_duplicates=False, demote_navigational=False, rrf_k=60, text_weight=1.0,
+        candidates=50)
     yield "vector only", replace(base, text_weight=0.0)
     yield "text only", replace(base, vector_weight=0.0)
     for rrf_k in (10, 30, 100):
         yield f"rrf_k {rrf_k}", replace(base, rrf_k=rrf_k)
     for weight in (0.5, 0.75, 1.5, 2.0):
         yield f"text weight {weight}", replace(base, text_weight=weight)
-    for candidates in (20, 100):
+    for candidates in (5, 15, 20, 50):
         yield f"candidates {candidates}", replace(base, candidates=candidates)
+    for adjacency in (0.0, 0.25, 1.0):
+        yield f"adjacency weight {adjacency}", replace(base, adjacency_weight=adjacency)
     yield "length normalisation 1", replace(base, normalization=1)
+    yield "each arm ranks the other's candidates too", replace(base, union_ranks=True)
     yield "no collapsing", replace(base, collapse_duplicates=False)
     yield "no demotion", replace(base, demote_navigational=False)
 
@@ -132,80 +137,31 @@ SELECT count(*) AS n FROM (
      LIMIT %(candidates)s) x
 """
 
-# The tenant's languages (the configurations its active versions were indexed in) and its active chunks.
-_TENANT_TEXT_SQL = """
-SELECT (SELECT array_agg(DISTINCT cfg ORDER BY cfg) FROM document_versions v, unnest(v.text_search_configs) cfg
-         WHERE v.tenant_id = %(tenant)s AND v.is_active) AS configs,
-       (SELECT coalesce(sum(chunk_count), 0) FROM document_versions
-         WHERE tenant_id = %(tenant)s AND is_active) AS chunks
+# The chunks around each hit, in their version's order (chunks' UNIQUE (version_id, ordinal)).
+_NEIGHBOURS_SQL = """
+SELECT h.chunk_id AS hit, c.ordinal - hc.ordinal AS offset, c.text
+  FROM unnest(%(ids)s::bigint[]) AS h(chunk_id)
+  JOIN chunks hc ON hc.chunk_id = h.chunk_id AND hc.tenant_id = %(tenant)s
+  JOIN chunks c ON c.version_id = hc.version_id AND c.tenant_id = %(tenant)s
+   AND c.ordinal BETWEEN hc.ordinal - %(n)s AND hc.ordinal + %(n)s AND c.ordinal <> hc.ordinal
+ ORDER BY h.chunk_id, c.ordinal
 """
 
-# The full-text arm ranks rather than filters: any of the query's words matches, each weighted by how rare it
-# is in the tenant's active chunks (BM25's idf), times Postgres's saturating term-frequency rank (ts_rank of
-# that word alone). The query is parsed in its own language and English (query_configs). A document
-# frequency counts the tenant's chunks of every version (a statistic: no join to tell active ones), up to
-# %(df_cap)s: a word that common cannot bring candidates (MIN_SEEDING_IDF)
-# and weighs little either way. A quoted phrase weighs the sum of its words' weights, once more.
-_TEXT_TERMS_SQL = """
-WITH configs AS (
-    SELECT unnest(%(configs)s::regconfig[]) AS cfg
-),
-lexemes AS (
-    SELECT DISTINCT t.lexeme FROM configs, unnest(to_tsvector(configs.cfg, %(query)s)) t
-),
-population AS (
-    SELECT greatest(coalesce(sum(chunk_count), 0), 1)::float8 AS n
-      FROM document_versions WHERE tenant_id = %(tenant)s AND is_active
-),
-counted AS (
-    SELECT l.lexeme, quote_literal(l.lexeme)::tsquery AS tq,
-           (SELECT count(*) FROM (
-                SELECT 1 FROM chunk_fts f
-                 WHERE f.tenant_id = %(tenant)s AND f.tsv @@ quote_literal(l.lexeme)::tsquery
-                 LIMIT %(df_cap)s) x) AS df
-      FROM lexemes l
-),
-terms AS (
-    SELECT c.lexeme, c.tq, ln(1 + (p.n - c.df + 0.5) / (c.df + 0.5)) AS idf
-      FROM counted c, population p WHERE c.df > 0
-),
-phrases AS (
-    SELECT phraseto_tsquery(configs.cfg, ph) AS tq,
-           (SELECT coalesce(sum(t.idf), 0) FROM terms t
-             WHERE t.lexeme IN (SELECT u.lexeme FROM unnest(to_tsvector(configs.cfg, ph)) u)) AS idf
-      FROM configs, unnest(%(phrases)s::text[]) ph
-)
-SELECT tq::text AS tq, idf FROM terms
-UNION ALL
-SELECT tq::text, idf FROM phrases WHERE idf > 0 AND numnode(tq) > 1
+# The candidates of both arms by their distance to the query, and by their words' score (see _TEXT_HITS_SQL).
+_UNION_DISTANCES_SQL = """
+SELECT e.chunk_id FROM chunk_embeddings e
+ WHERE e.chunk_id = ANY(%(ids)s) AND e.tenant_id = %(tenant)s AND e.model = %(model)s
+   AND vector_dims(e.embedding) = {dim}
+ ORDER BY {vector} <=> %(vector)s, e.chunk_id
 """
-
-# Candidates are the chunks holding one of the rarer words (``seeds``); each is scored by all the words.
-_TEXT_HITS_SQL = """
-WITH seeded AS (
-    SELECT DISTINCT f.chunk_id, f.tsv
-      FROM unnest(%(seeds)s::tsquery[]) AS s(tq)
-      JOIN chunk_fts f ON f.tsv @@ s.tq AND f.tenant_id = %(tenant)s
-      JOIN chunks c ON c.chunk_id = f.chunk_id AND c.tenant_id = %(tenant)s
-      JOIN document_versions v ON v.version_id = c.version_id AND v.is_active AND v.tenant_id = %(tenant)s
-)
-SELECT s.chunk_id, sum(w.idf * ts_rank(s.tsv, w.tq, %(normalization)s)) AS score
-  FROM seeded s JOIN unnest(%(tqs)s::tsquery[], %(idfs)s::float8[]) AS w(tq, idf) ON s.tsv @@ w.tq
- GROUP BY s.chunk_id
- ORDER BY score DESC, s.chunk_id
- LIMIT %(candidates)s
-"""
-
-# Every word must match (websearch_to_tsquery), ranked by ts_rank_cd: kept as a setting to measure against.
-_TEXT_ALL_WORDS_SQL = """
-SELECT f.chunk_id, ts_rank_cd(f.tsv, q.query) AS score
+_UNION_TEXT_SCORES_SQL = """
+SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
   FROM chunk_fts f
-  JOIN chunks c ON c.chunk_id = f.chunk_id
-  JOIN document_versions v ON v.version_id = c.version_id AND v.is_active,
-       websearch_to_tsquery('english', %(query)s) AS q(query)
- WHERE f.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s AND f.tsv @@ q.query
+  JOIN unnest(%(cfgs)s::text[], %(tqs)s::tsquery[], %(idfs)s::float8[]) AS w(cfg, tq, idf)
+    ON f.text_search_config = w.cfg AND f.tsv @@ w.tq
+ WHERE f.chunk_id = ANY(%(ids)s) AND f.tenant_id = %(tenant)s
+ GROUP BY f.chunk_id
  ORDER BY score DESC, f.chunk_id
- LIMIT %(candidates)s
 """
 
 # Weighted reciprocal rank fusion of the two arms' ranks, then the chunks with their citations.
@@ -243,67 +199,70 @@ def _supports_iterative_scan(conn: psycopg.Connection) -> bool:
 
 def hybrid_search(
     conn: psycopg.Connection, *, tenant_id: str, query: str, query_vector: np.ndarray, model: str, k: int = 5,
-    candidates: int | None = None, settings: SearchSettings | None = None,
+    candidates: int | None = None, settings: SearchSettings | None = None, neighbours: int = 0,
 ) -> list[SearchHit]:
     """The ``k`` best chunks of the tenant's active versions; ``model`` (the one that embedded
     ``query_vector``) picks the vectors compared with it. Versions not yet re-indexed under it are found
-    by text only."""
+    by text only. ``neighbours``: each hit also carries up to that many chunks before and after it."""
     validate_tenant_id(tenant_id)
     if not query.strip():
         raise ValueError("search query is empty")
     if k < 1:
         raise ValueError("k must be at least 1")
+    if not 0 <= neighbours <= MAX_NEIGHBOURS:
+        raise ValueError(f"neighbours must be between 0 and {MAX_NEIGHBOURS}")
     settings = settings or DEFAULT_SETTINGS
     candidates = max(candidates or settings.candidates, k)
+    hits = _search_once(conn, tenant_id, query, query_vector, model, k, candidates, settings, neighbours)
+    if 0 < len(hits) < k:  # duplicates folded (or a small tenant): look deeper once
+        hits = _search_once(conn, tenant_id, query, query_vector, model, k, 4 * candidates, settings, neighbours)
+    return hits
+
+
+def _search_once(conn: psycopg.Connection, tenant_id: str, query: str, query_vector: np.ndarray, model: str,
+                 k: int, candidates: int, settings: SearchSettings, neighbours: int) -> list[SearchHit]:
     with conn.transaction():
         vector_ids = (_vector_candidates(conn, tenant_id, query_vector, model, candidates, k)
                       if settings.vector_weight > 0 else [])
-        text_ids = _text_candidates(conn, tenant_id, query, candidates, settings) if settings.text_weight > 0 else []
+        text_ids, scoring = (text_candidates(
+                                 conn, tenant_id, query, candidates, any_word=settings.any_word,
+                                 normalization=settings.normalization, adjacency_weight=settings.adjacency_weight)
+                             if settings.text_weight > 0 else ([], None))
+        if settings.union_ranks and vector_ids and text_ids:
+            vector_ids, text_ids = _union_ranks(conn, tenant_id, query_vector, model, vector_ids, text_ids, scoring)
         rows = conn.execute(
             _FUSED_SQL,
             {"tenant": tenant_id, "vector_ids": vector_ids, "text_ids": text_ids, "rrf_k": settings.rrf_k,
              "vector_weight": settings.vector_weight, "text_weight": settings.text_weight,
              "pool": max(4 * k, 40), "ocr_type": OCR_TEXT},
         ).fetchall()
-    hits = [SearchHit(**{**{name: r[name] for name in r if name != "content_hash"},
-                         "section_path": list(r["section_path"] or [])}) for r in rows]
-    return shape_results(hits, k, collapse=settings.collapse_duplicates, demote=settings.demote_navigational)
+        hits = [SearchHit(**{**{name: r[name] for name in r if name != "content_hash"},
+                             "section_path": list(r["section_path"] or [])}) for r in rows]
+        hits = shape_results(hits, k, collapse=settings.collapse_duplicates, demote=settings.demote_navigational)
+        if neighbours and hits:
+            _add_neighbours(conn, tenant_id, hits, neighbours)
+    return hits
 
 
-def _text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candidates: int,
-                     settings: SearchSettings) -> list[int]:
-    """The tenant's best chunks by their words, best first (see ``_TEXT_TERMS_SQL``)."""
-    params = {"tenant": tenant_id, "query": query, "candidates": candidates}
-    if not settings.any_word:
-        return [r["chunk_id"] for r in conn.execute(_TEXT_ALL_WORDS_SQL, params).fetchall()]
-    tenant = conn.execute(_TENANT_TEXT_SQL, params).fetchone()
-    if not tenant["chunks"]:
-        return []
-    # counted this far, a word's idf is below MIN_SEEDING_IDF: more would not change what it does
-    df_cap = max(100, int(tenant["chunks"]) // 7)
-    terms = conn.execute(_TEXT_TERMS_SQL, {**params, "df_cap": df_cap, "phrases": _PHRASE.findall(query),
-                                           "configs": query_configs(query, tenant["configs"] or [])}).fetchall()
-    if not terms:
-        return []
-    seeds = [t["tq"] for t in terms if t["idf"] >= MIN_SEEDING_IDF] or [t["tq"] for t in terms]
-    return [r["chunk_id"] for r in conn.execute(
-        _TEXT_HITS_SQL, {**params, "seeds": seeds, "tqs": [t["tq"] for t in terms],
-                         "idfs": [t["idf"] for t in terms], "normalization": settings.normalization}).fetchall()]
+def _add_neighbours(conn: psycopg.Connection, tenant_id: str, hits: list[SearchHit], n: int) -> None:
+    """Each hit's ``n`` chunks before and after it in its version (one statement)."""
+    by_id = {h.chunk_id: h for h in hits}
+    for r in conn.execute(_NEIGHBOURS_SQL, {"tenant": tenant_id, "ids": list(by_id), "n": n}):
+        hit = by_id[r["hit"]]
+        (hit.context_before if r["offset"] < 0 else hit.context_after).append(r["text"])
 
 
-def query_configs(query: str, tenant_configs: list[str]) -> list[str]:
-    """The configurations a query is parsed in, among the tenant's: its own language when that is clear, and
-    English (questions in other languages still name things in English); every one of the tenant's when the
-    language is not clear. ``simple`` (no stop words) only for a language without a stemmer or a tenant
-    with nothing else: parsed that way, an English question's "how" and "do" would be rare words."""
-    configs = set(tenant_configs) or {DEFAULT_CONFIG}
-    code, probability = detect_language(query)
-    if probability >= QUERY_LANGUAGE_CONFIDENCE and config_for(code) in configs:
-        chosen = {config_for(code)}
-    else:
-        chosen = configs - {FALLBACK_CONFIG}
-    chosen |= {DEFAULT_CONFIG} & configs
-    return sorted(chosen or configs)
+def _union_ranks(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,
+                 vector_ids: list[int], text_ids: list[int], scoring: dict | None) -> tuple[list[int], list[int]]:
+    """Both arms' rankings of every candidate either arm found: by its cosine distance, and by its words' score
+    (a chunk none of whose words is in the query has no text rank)."""
+    union = list(dict.fromkeys(vector_ids + text_ids))
+    params = {"tenant": tenant_id, "ids": union, "vector": query_vector, "model": model}
+    by_distance = [r["chunk_id"] for r in conn.execute(
+        of_dimension(_UNION_DISTANCES_SQL, len(query_vector)), params).fetchall()]
+    by_words = text_ids if scoring is None else [r["chunk_id"] for r in conn.execute(
+        _UNION_TEXT_SCORES_SQL, {**params, **scoring}).fetchall()]
+    return by_distance, by_words
 
 
 def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,

@@ -35,10 +35,11 @@ _PAGE_REFERENCE = re.compile(r"(?:\d{1,4}|\d{1,3}\s?[-–]\s?\d{1,3}|\b[ivxlc]{1
 
 def is_navigational(text: str) -> bool:
     """A table of contents, an index, or dot leaders: three leaders or more, or most of at least four short
-    lines ending in a page reference."""
+    lines (table rows aside) ending in a page reference."""
     if len(_DOT_LEADER.findall(text)) >= 3:
         return True
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    # a table row ("Lighthouse lamp | 340") ends in a figure too, but it is the data, not a pointer to it
+    lines = [line.strip() for line in text.split("\n") if line.strip() and " | " not in line]
     if len(lines) < 4 or sum(len(line) for line in lines) / len(lines) > 90:
         return False
     return sum(bool(_PAGE_REFERENCE.search(line)) for line in lines) >= 0.6 * len(lines)
@@ -50,13 +51,18 @@ def _trigrams(text: str) -> set[tuple[str, ...]]:
 
 
 def _similar(a: set, b: set) -> bool:
-    return bool(a) and bool(b) and len(a & b) >= NEAR_DUPLICATE * len(a | b)
+    # Jaccard >= NEAR_DUPLICATE needs the smaller set to be at least that share of the larger: most pairs end here
+    if not a or not b or min(len(a), len(b)) < NEAR_DUPLICATE * max(len(a), len(b)):
+        return False
+    return len(a & b) >= NEAR_DUPLICATE * len(a | b)
 
 
 def shape_results(hits: Sequence[Hit], k: int, *, collapse: bool = True, demote: bool = True) -> list[Hit]:
-    """The first ``k`` of ``hits`` (best first) once duplicates are folded and navigational hits demoted."""
+    """The first ``k`` of ``hits`` (best first) once duplicates are folded and navigational hits demoted.
+    Hits are read only until ``k`` passages are kept: the rest could not be shown."""
     kept: list[Hit] = []
     shingles: list[set] = []
+    passages = 0
     for hit in hits:
         hit.navigational = is_navigational(hit.text)
         if collapse:
@@ -67,6 +73,9 @@ def shape_results(hits: Sequence[Hit], k: int, *, collapse: bool = True, demote:
                 continue
             shingles.append(grams)
         kept.append(hit)
+        passages += not (demote and hit.navigational)
+        if passages == k:
+            break
     if demote:
         kept = [h for h in kept if not h.navigational] + [h for h in kept if h.navigational]
     return kept[:k]

@@ -5,6 +5,7 @@ import pytest
 
 from ingestion_pipeline.core.ledger import Worker
 from ingestion_pipeline.definitions import defs
+from ingestion_pipeline.documents.chunking import embedding_input
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline_tests.helpers import batch_queued, ingest, pipeline_for, shared_embedder, submit, table
 
@@ -48,10 +49,10 @@ def test_small_files_share_encode_calls_sorted_by_length(database, db, notes, mo
 
     assert [o.status for o in outcomes] == ["running"] * 12
     assert len(calls) == 1  # twelve files, one encode call (a unit holds up to batch_size * 16 texts)
-    tokens = [r["token_count"] for r in table(
-        db, "SELECT token_count FROM staging_chunks ORDER BY token_count, run_id, ordinal")]
-    counter = embedder.token_counter
-    assert [counter.count(t) for t in calls[0]] == pytest.approx(tokens, abs=2)  # shortest first
+    # shortest first, each as the model reads it: its context line (title > headings), then its text
+    staged = table(db, "SELECT embedding_context, text FROM staging_chunks ORDER BY token_count, run_id, ordinal")
+    assert calls[0] == [embedding_input(r["embedding_context"], r["text"]) for r in staged]
+    assert all(r["embedding_context"] for r in staged)
     stats = {r["config"]["filename"]: r["stats"] for r in table(db, "SELECT * FROM ingestion_runs")}
     assert all(s["embedded"] == s["chunks"] and s["embeddings_reused"] == 0 for s in stats.values())
     assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE embedding IS NULL")[0]["n"] == 0

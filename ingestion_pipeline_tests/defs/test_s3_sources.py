@@ -252,7 +252,7 @@ def test_an_extractor_change_reextracts_from_the_unchanged_object(kb, database, 
         assert len(before) == 3
         # the extractor changed since these versions were made
         for module in (reindex, pipeline_module):
-            monkeypatch.setattr(module, "EXTRACTOR_VERSION", "direct-2")
+            monkeypatch.setattr(module, "EXTRACTOR_VERSION", "direct-3")
         with database.transaction() as conn:
             plan = reindex.queue(conn, reindex.find_versions(conn, pipeline_for(database).fingerprint_for))
         assert len(plan.reindexable) == 3 and all(v.from_s3 for v in plan.reindexable)
@@ -264,14 +264,14 @@ def test_an_extractor_change_reextracts_from_the_unchanged_object(kb, database, 
         assert {r["status"] for r in runs} == {"succeeded"}, [r["error"] for r in runs]
         assert all(r["stats"]["timings_ms"].get("extract") is not None for r in runs)  # extracted again
         after = table(db, "SELECT * FROM document_versions WHERE is_active")
-        assert {v["extractor_version"] for v in after} == {"direct-2"} and len(after) == 3
+        assert {v["extractor_version"] for v in after} == {"direct-3"} and len(after) == 3
         assert {v["content_hash"] for v in after} == {v["content_hash"] for v in before.values()}
         assert all(table(db, "SELECT count(*) AS n FROM version_elements WHERE version_id = %s",
                          v["version_id"])[0]["n"] > 0 for v in after)
 
         # an object that changed after its version was made is not fetched: the next sync makes its version
-        monkeypatch.setattr(reindex, "EXTRACTOR_VERSION", "direct-3")
-        monkeypatch.setattr(pipeline_module, "EXTRACTOR_VERSION", "direct-3")
+        monkeypatch.setattr(reindex, "EXTRACTOR_VERSION", "direct-4")
+        monkeypatch.setattr(pipeline_module, "EXTRACTOR_VERSION", "direct-4")
         changed = sorted(DOCS)[0]
         put(client, bucket, changed, DOCS[changed] + "\n\nEdited.\n")
         sync_sources(database, load_settings(), S3Clients(S3Resource()), UploadStoreResource().metrics(),

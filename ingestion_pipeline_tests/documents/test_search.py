@@ -112,3 +112,59 @@ def test_a_tenant_whose_neighbourhood_belongs_to_another_tenant_still_gets_its_c
                           {"tenant": "loner", "vector": query.astype(np.float32), "model": "m", "candidates": 50}
                           ).fetchall()
     assert "chunk_embeddings_hnsw_384" in " ".join(r["QUERY PLAN"] for r in plan)
+
+
+def test_a_question_whose_words_are_not_all_in_the_passage_still_ranks_it_by_text(db, database, two_tenants):
+    # "days", "until" and "Portugal" are in no chunk: every-word matching found nothing for such a question
+    hits = _search(db, database, "acme", "How many days until the Nightingale launch in Portugal?")
+    assert "Lisbon" in hits[0].text and hits[0].text_rank == 1
+
+
+def test_each_chunk_is_indexed_in_its_language_and_a_query_in_it_matches_inflections(db, database, tmp_path):
+    french = tmp_path / "olap.md"
+    french.write_text("# Résumés de requêtes\n\nNous proposons un langage algébrique qui résume les requêtes "
+                      "OLAP lancées sur un entrepôt de données, et une mesure de la qualité de ces résumés.\n")
+    english = tmp_path / "notes.md"
+    english.write_text("# Notes\n\nThe warehouse team summarised every analytical query it ran last quarter.\n")
+    with dg.instance_for_test() as instance:
+        ingest(instance, database, "acme", french, english)
+    configs = {r["title"]: r["text_search_configs"] for r in
+               db.execute("SELECT title, text_search_configs FROM document_versions").fetchall()}
+    assert configs == {"olap": ["french"], "notes": ["english"]}
+    # "résumer" and "requête" are inflections of the chunk's "résume" and "requêtes" only to a French stemmer
+    hits = _search(db, database, "acme", "résumer une requête")
+    assert hits[0].title == "olap" and hits[0].text_rank == 1
+
+
+def test_neighbouring_chunks_widen_a_hit_within_its_version(db, database, tmp_path):
+    from ingestion_pipeline.documents.search import hybrid_search
+
+    doc = tmp_path / "manual.md"
+    doc.write_text("\n\n".join(f"# Part {i}\n\nPart {i} covers topic number {i} of the manual and nothing else."
+                               for i in range(1, 6)) + "\n\n# Part 6\n\nThe boiler pressure valve is in part six.\n")
+    with dg.instance_for_test() as instance:
+        ingest(instance, database, "acme", doc)
+    chunks = [r["text"] for r in db.execute("SELECT text FROM chunks ORDER BY ordinal").fetchall()]
+    embedder = pipeline_for(database).embedder
+    query = "boiler pressure valve"
+    [hit] = [h for h in hybrid_search(db, tenant_id="acme", query=query, query_vector=embedder.embed([query])[0],
+                                      model=embedder.info.name, k=1, neighbours=2)]
+    position = chunks.index(hit.text)
+    assert hit.context_before == chunks[max(0, position - 2):position]
+    assert hit.context_after == chunks[position + 1:position + 3]
+    with pytest.raises(ValueError, match="neighbours"):
+        hybrid_search(db, tenant_id="acme", query=query, query_vector=embedder.embed([query])[0],
+                      model=embedder.info.name, neighbours=9)
+
+
+def test_the_same_passage_in_two_documents_is_one_hit_listing_the_other(db, database, tmp_path):
+    passage = "Expense reports above five hundred euros need the approval of a second director before payment."
+    first, second = tmp_path / "policy-2024.md", tmp_path / "policy-2025.md"
+    first.write_text(f"# Expenses\n\n{passage}\n")
+    second.write_text(f"# Expenses\n\n{passage}\n\n# Travel\n\nTravel is booked through the portal.\n")
+    with dg.instance_for_test() as instance:
+        ingest(instance, database, "acme", first, second)
+    hits = _search(db, database, "acme", "who approves large expense reports?")
+    assert sum(passage in h.text for h in hits) == 1
+    holder = next(h for h in hits if passage in h.text)
+    assert len(holder.also_in) == 1 and "policy-202" in holder.also_in[0]

@@ -79,7 +79,9 @@ def test_tables_of_contents_are_navigational(text):
     assert is_navigational(text)
 
 
-def test_prose_with_numbers_is_not_navigational():
+def test_prose_with_numbers_and_tables_of_figures_are_not_navigational():
+    assert not is_navigational("Budget 2026\nItem | Amount\nLighthouse lamp | 340\nMooring rope | 120\n"
+                               "Fog bell | 75\nPaint | 60")
     assert not is_navigational("We have 36 full-time employees. Revenue grew 12 percent in 2021 to $ 21.3 million, "
                                "and the tax rate was 2.25 percent.\nSee Note 10.")
 

@@ -68,14 +68,17 @@ def search(
     who: Caller, services: Services,
     q: Annotated[str, Query(min_length=1, max_length=1000, pattern=r"\S")],
     k: Annotated[int, Query(ge=1, le=50)] = 5,
+    context: Annotated[int, Query(ge=0, le=3, description="chunks before and after each hit to include")] = 0,
 ) -> dict:
     """Hybrid search (vectors + full text) over the tenant's active versions; each hit with its citation."""
     vector = services.embedder.embed([q])[0]
     with services.db.connection() as conn:
         hits = hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k,
-                             model=services.embedder.info.name)
+                             model=services.embedder.info.name, neighbours=context)
     return {"query": q, "hits": [
-        {"chunk_id": h.chunk_id, "score": h.score, "citation": h.citation(),
+        {"chunk_id": h.chunk_id, "score": h.score, "citation": h.citation(), "vector_rank": h.vector_rank,
+         "text_rank": h.text_rank, "navigational": h.navigational, "also_in": h.also_in,
+         "context_before": h.context_before, "context_after": h.context_after,
          "source": {"doc_id": h.doc_id, "title": h.title, "filename": h.filename, "source_uri": h.source_uri,
                     "version_number": h.version_number, "page_start": h.page_start, "page_end": h.page_end,
                     "section_path": h.section_path, "text": h.text, "ocr": h.ocr}}

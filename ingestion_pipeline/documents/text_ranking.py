@@ -1,0 +1,141 @@
+"""The full-text arm of search: a query's words ranked by their rarity in the tenant, in its languages.
+
+Any word of the query matches (a question's words are not all in the passage that answers it); see
+``_TEXT_TERMS_SQL`` for the weights and ``_TEXT_HITS_SQL`` for how candidates are found and scored.
+"""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+
+from ingestion_pipeline.documents.languages import DEFAULT_CONFIG, query_language_weights
+
+MIN_SEEDING_IDF = 2.0  # a word in more than ~1 chunk in 8 scores the candidates but does not bring them
+SEED_WORDS = 4  # the rarest words of a query bring its candidates (a phrase always does)
+SEEDED_POOL = 400  # candidates scored by all the words
+_PHRASE = re.compile(r'"([^"]+)"')
+_WORDS = re.compile(r"[^\W_]+")
+
+
+# The tenant's languages (the configurations its active versions were indexed in) and its active chunks.
+_TENANT_TEXT_SQL = """
+SELECT (SELECT array_agg(DISTINCT cfg ORDER BY cfg) FROM document_versions v, unnest(v.text_search_configs) cfg
+         WHERE v.tenant_id = %(tenant)s AND v.is_active) AS configs,
+       (SELECT coalesce(sum(chunk_count), 0) FROM document_versions
+         WHERE tenant_id = %(tenant)s AND is_active) AS chunks
+"""
+
+# The full-text arm ranks rather than filters: any of the query's words matches, each weighted by how rare it
+# is among the tenant's chunks (BM25's idf) times Postgres's saturating term-frequency rank (ts_rank of that
+# word alone). The query is parsed in each of the tenant's languages it is likely to be in, a word's weight
+# scaled by that likelihood (languages.query_language_weights); a word parsed in one language matches, and
+# is counted among, the chunks indexed in that language. A document frequency counts the tenant's chunks of
+# every version (a statistic, read without a join) up to %(df_cap)s, past which a word could not seed
+# candidates anyway. A quoted phrase weighs the sum of its words' weights once more (and brings candidates); two
+# neighbouring words of the query found side by side weigh ``adjacency_weight`` of theirs more: the proximity
+# that ranking each word alone would lose ("lighthouse lamp" is the cell "Lighthouse lamp | 340").
+_TEXT_TERMS_SQL = """
+WITH configs AS (
+    SELECT c.cfg, c.weight FROM unnest(%(configs)s::text[], %(weights)s::float8[]) AS c(cfg, weight)
+),
+lexemes AS (
+    SELECT DISTINCT configs.cfg, configs.weight, t.lexeme
+      FROM configs, unnest(to_tsvector(configs.cfg::regconfig, %(query)s)) t
+),
+counted AS (
+    SELECT l.cfg, l.weight, l.lexeme, quote_literal(l.lexeme)::tsquery AS tq,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM chunk_fts f
+                 WHERE f.tenant_id = %(tenant)s AND f.text_search_config = l.cfg
+                   AND f.tsv @@ quote_literal(l.lexeme)::tsquery
+                 LIMIT %(df_cap)s) x) AS df
+      FROM lexemes l
+),
+terms AS (
+    SELECT cfg, lexeme, tq, weight * ln(1 + (%(population)s - df + 0.5) / (df + 0.5)) AS idf
+      FROM counted WHERE df > 0
+),
+phrases AS (
+    SELECT configs.cfg, phraseto_tsquery(configs.cfg::regconfig, ph.text) AS tq, ph.share,
+           (SELECT coalesce(sum(t.idf), 0) FROM terms t
+             WHERE t.cfg = configs.cfg
+               AND t.lexeme IN (SELECT u.lexeme FROM unnest(to_tsvector(configs.cfg::regconfig, ph.text)) u)) AS idf
+      FROM configs, unnest(%(phrases)s::text[], %(shares)s::float8[]) AS ph(text, share)
+)
+SELECT cfg, tq::text AS tq, idf, false AS phrase FROM terms
+UNION ALL
+SELECT DISTINCT cfg, tq::text, share * idf, share >= 1 FROM phrases WHERE idf > 0 AND numnode(tq) > 1
+"""
+
+# Candidates hold one of the rarest words (``seeds``); the best SEEDED_POOL of them by those words are then
+# scored by all the words.
+_TEXT_HITS_SQL = """
+WITH seeded AS (
+    SELECT f.chunk_id, sum(s.idf * ts_rank(f.tsv, s.tq, %(normalization)s)) AS seed_score
+      FROM unnest(%(seed_cfgs)s::text[], %(seed_tqs)s::tsquery[], %(seed_idfs)s::float8[]) AS s(cfg, tq, idf)
+      JOIN chunk_fts f ON f.tsv @@ s.tq AND f.tenant_id = %(tenant)s AND f.text_search_config = s.cfg
+      JOIN chunks c ON c.chunk_id = f.chunk_id AND c.tenant_id = %(tenant)s
+      JOIN document_versions v ON v.version_id = c.version_id AND v.is_active AND v.tenant_id = %(tenant)s
+     GROUP BY f.chunk_id
+     ORDER BY seed_score DESC, f.chunk_id
+     LIMIT %(pool)s
+)
+SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
+  FROM seeded s
+  JOIN chunk_fts f ON f.chunk_id = s.chunk_id
+  JOIN unnest(%(cfgs)s::text[], %(tqs)s::tsquery[], %(idfs)s::float8[]) AS w(cfg, tq, idf)
+    ON f.text_search_config = w.cfg AND f.tsv @@ w.tq
+ GROUP BY f.chunk_id
+ ORDER BY score DESC, f.chunk_id
+ LIMIT %(candidates)s
+"""
+
+
+# Every word must match (websearch_to_tsquery), ranked by ts_rank_cd: kept as a setting to measure against.
+_TEXT_ALL_WORDS_SQL = """
+SELECT f.chunk_id, ts_rank_cd(f.tsv, q.query) AS score
+  FROM chunk_fts f
+  JOIN chunks c ON c.chunk_id = f.chunk_id
+  JOIN document_versions v ON v.version_id = c.version_id AND v.is_active,
+       websearch_to_tsquery('english', %(query)s) AS q(query)
+ WHERE f.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s AND f.tsv @@ q.query
+ ORDER BY score DESC, f.chunk_id
+ LIMIT %(candidates)s
+"""
+
+
+def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candidates: int, *, any_word: bool = True,
+                    normalization: int = 0, adjacency_weight: float = 0.5) -> tuple[list[int], dict | None]:
+    """The tenant's best chunks by their words, best first (see ``_TEXT_TERMS_SQL``), and the weighted words
+    that scored them (None: no word of the query is in the tenant's chunks)."""
+    params = {"tenant": tenant_id, "query": query, "candidates": candidates}
+    if not any_word:
+        return [r["chunk_id"] for r in conn.execute(_TEXT_ALL_WORDS_SQL, params).fetchall()], None
+    tenant = conn.execute(_TENANT_TEXT_SQL, params).fetchone()
+    if not tenant["chunks"]:
+        return [], None
+    weights = query_language_weights(query, tenant["configs"] or [DEFAULT_CONFIG])
+    population = int(tenant["chunks"])
+    terms = conn.execute(_TEXT_TERMS_SQL, {
+        **params, "configs": list(weights), "weights": list(weights.values()), "population": population,
+        "df_cap": max(100, population // 7), **_phrases(query, adjacency_weight)}).fetchall()
+    if not terms:
+        return [], None
+    words = sorted((t for t in terms if not t["phrase"]), key=lambda t: -t["idf"])
+    seeds = [t for t in words if t["idf"] >= MIN_SEEDING_IDF][:SEED_WORDS] or words[:SEED_WORDS]
+    seeds += [t for t in terms if t["phrase"]]
+    scoring = {"cfgs": [t["cfg"] for t in terms], "tqs": [t["tq"] for t in terms],
+               "idfs": [t["idf"] for t in terms], "normalization": normalization}
+    return [r["chunk_id"] for r in conn.execute(_TEXT_HITS_SQL, {
+        **params, **scoring, "pool": SEEDED_POOL, "seed_cfgs": [t["cfg"] for t in seeds],
+        "seed_tqs": [t["tq"] for t in seeds], "seed_idfs": [t["idf"] for t in seeds]}).fetchall()], scoring
+
+
+def _phrases(query: str, adjacency_weight: float) -> dict[str, list]:
+    """The query's quoted phrases (share 1) and its pairs of neighbouring words (share ``adjacency_weight``)."""
+    quoted = _PHRASE.findall(query)
+    words = _WORDS.findall(_PHRASE.sub(" ", query))
+    pairs = [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)] if adjacency_weight > 0 else []
+    return {"phrases": quoted + pairs, "shares": [1.0] * len(quoted) + [adjacency_weight] * len(pairs)}
