@@ -41,7 +41,6 @@ class SearchSettings:
     any_word: bool = True  # False: every word must match (websearch_to_tsquery), as a baseline to measure
     normalization: int = 0  # ts_rank's length normalisation flags
     adjacency_weight: float = 0.5  # two neighbouring query words found together: this share of their weights more
-    union_ranks: bool = False  # True: each arm ranks every candidate of both (measured worse: docs/benchmarks.md)
     collapse_duplicates: bool = True
     demote_navigational: bool = True
 
@@ -104,7 +103,6 @@ def sweep_settings() -> Iterator[tuple[str, SearchSettings]]:
     for adjacency in (0.0, 0.25, 1.0):
         yield f"adjacency weight {adjacency}", replace(base, adjacency_weight=adjacency)
     yield "length normalisation 1", replace(base, normalization=1)
-    yield "each arm ranks the other's candidates too", replace(base, union_ranks=True)
     yield "no collapsing", replace(base, collapse_duplicates=False)
     yield "no demotion", replace(base, demote_navigational=False)
 
@@ -147,23 +145,6 @@ SELECT h.chunk_id AS hit, c.ordinal - hc.ordinal AS offset, c.text
  ORDER BY h.chunk_id, c.ordinal
 """
 
-# The candidates of both arms by their distance to the query, and by their words' score (see _TEXT_HITS_SQL).
-_UNION_DISTANCES_SQL = """
-SELECT e.chunk_id FROM chunk_embeddings e
- WHERE e.chunk_id = ANY(%(ids)s) AND e.tenant_id = %(tenant)s AND e.model = %(model)s
-   AND vector_dims(e.embedding) = {dim}
- ORDER BY {vector} <=> %(vector)s, e.chunk_id
-"""
-_UNION_TEXT_SCORES_SQL = """
-SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
-  FROM chunk_fts f
-  JOIN unnest(%(cfgs)s::text[], %(tqs)s::tsquery[], %(idfs)s::float8[]) AS w(cfg, tq, idf)
-    ON f.text_search_config = w.cfg AND f.tsv @@ w.tq
- WHERE f.chunk_id = ANY(%(ids)s) AND f.tenant_id = %(tenant)s
- GROUP BY f.chunk_id
- ORDER BY score DESC, f.chunk_id
-"""
-
 # Weighted reciprocal rank fusion of the two arms' ranks, then the chunks with their citations.
 _FUSED_SQL = """
 WITH vector_hits AS (
@@ -180,7 +161,7 @@ fused AS (
       FROM vector_hits vh FULL OUTER JOIN text_hits th ON th.chunk_id = vh.chunk_id
 )
 SELECT f.chunk_id, f.score::float8 AS score, f.vector_rank, f.text_rank, c.doc_id, v.title, v.filename,
-       d.source_uri, v.version_number, c.page_start, c.page_end, c.section_path, c.text, c.content_hash,
+       d.source_uri, v.version_number, c.page_start, c.page_end, c.section_path, c.text,
        %(ocr_type)s = ANY(c.element_types) AS ocr
   FROM fused f
   JOIN chunks c ON c.chunk_id = f.chunk_id AND c.tenant_id = %(tenant)s
@@ -213,35 +194,32 @@ def hybrid_search(
         raise ValueError(f"neighbours must be between 0 and {MAX_NEIGHBOURS}")
     settings = settings or DEFAULT_SETTINGS
     candidates = max(candidates or settings.candidates, k)
-    hits = _search_once(conn, tenant_id, query, query_vector, model, k, candidates, settings, neighbours)
-    if 0 < len(hits) < k:  # duplicates folded (or a small tenant): look deeper once
-        hits = _search_once(conn, tenant_id, query, query_vector, model, k, 4 * candidates, settings, neighbours)
+    hits, deeper = _search_once(conn, tenant_id, query, query_vector, model, k, candidates, settings, neighbours)
+    if 0 < len(hits) < k and deeper:  # duplicates folded below k while an arm had more: look deeper once
+        hits, _ = _search_once(conn, tenant_id, query, query_vector, model, k, 4 * candidates, settings, neighbours)
     return hits
 
 
 def _search_once(conn: psycopg.Connection, tenant_id: str, query: str, query_vector: np.ndarray, model: str,
-                 k: int, candidates: int, settings: SearchSettings, neighbours: int) -> list[SearchHit]:
+                 k: int, candidates: int, settings: SearchSettings, neighbours: int) -> tuple[list[SearchHit], bool]:
+    """The hits, and whether an arm returned as many candidates as asked (a deeper search could find more)."""
     with conn.transaction():
         vector_ids = (_vector_candidates(conn, tenant_id, query_vector, model, candidates, k)
                       if settings.vector_weight > 0 else [])
-        text_ids, scoring = (text_candidates(
-                                 conn, tenant_id, query, candidates, any_word=settings.any_word,
-                                 normalization=settings.normalization, adjacency_weight=settings.adjacency_weight)
-                             if settings.text_weight > 0 else ([], None))
-        if settings.union_ranks and vector_ids and text_ids:
-            vector_ids, text_ids = _union_ranks(conn, tenant_id, query_vector, model, vector_ids, text_ids, scoring)
+        text_ids = (text_candidates(conn, tenant_id, query, candidates, any_word=settings.any_word,
+                                    normalization=settings.normalization, adjacency_weight=settings.adjacency_weight)
+                    if settings.text_weight > 0 else [])
         rows = conn.execute(
             _FUSED_SQL,
             {"tenant": tenant_id, "vector_ids": vector_ids, "text_ids": text_ids, "rrf_k": settings.rrf_k,
              "vector_weight": settings.vector_weight, "text_weight": settings.text_weight,
              "pool": max(4 * k, 40), "ocr_type": OCR_TEXT},
         ).fetchall()
-        hits = [SearchHit(**{**{name: r[name] for name in r if name != "content_hash"},
-                             "section_path": list(r["section_path"] or [])}) for r in rows]
+        hits = [SearchHit(**{**r, "section_path": list(r["section_path"] or [])}) for r in rows]
         hits = shape_results(hits, k, collapse=settings.collapse_duplicates, demote=settings.demote_navigational)
         if neighbours and hits:
             _add_neighbours(conn, tenant_id, hits, neighbours)
-    return hits
+    return hits, max(len(vector_ids), len(text_ids)) >= candidates
 
 
 def _add_neighbours(conn: psycopg.Connection, tenant_id: str, hits: list[SearchHit], n: int) -> None:
@@ -250,19 +228,6 @@ def _add_neighbours(conn: psycopg.Connection, tenant_id: str, hits: list[SearchH
     for r in conn.execute(_NEIGHBOURS_SQL, {"tenant": tenant_id, "ids": list(by_id), "n": n}):
         hit = by_id[r["hit"]]
         (hit.context_before if r["offset"] < 0 else hit.context_after).append(r["text"])
-
-
-def _union_ranks(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,
-                 vector_ids: list[int], text_ids: list[int], scoring: dict | None) -> tuple[list[int], list[int]]:
-    """Both arms' rankings of every candidate either arm found: by its cosine distance, and by its words' score
-    (a chunk none of whose words is in the query has no text rank)."""
-    union = list(dict.fromkeys(vector_ids + text_ids))
-    params = {"tenant": tenant_id, "ids": union, "vector": query_vector, "model": model}
-    by_distance = [r["chunk_id"] for r in conn.execute(
-        of_dimension(_UNION_DISTANCES_SQL, len(query_vector)), params).fetchall()]
-    by_words = text_ids if scoring is None else [r["chunk_id"] for r in conn.execute(
-        _UNION_TEXT_SCORES_SQL, {**params, **scoring}).fetchall()]
-    return by_distance, by_words
 
 
 def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,

@@ -107,30 +107,29 @@ SELECT f.chunk_id, ts_rank_cd(f.tsv, q.query) AS score
 
 
 def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candidates: int, *, any_word: bool = True,
-                    normalization: int = 0, adjacency_weight: float = 0.5) -> tuple[list[int], dict | None]:
-    """The tenant's best chunks by their words, best first (see ``_TEXT_TERMS_SQL``), and the weighted words
-    that scored them (None: no word of the query is in the tenant's chunks)."""
+                    normalization: int = 0, adjacency_weight: float = 0.5) -> list[int]:
+    """The tenant's best chunks by their words, best first (see ``_TEXT_TERMS_SQL``)."""
     params = {"tenant": tenant_id, "query": query, "candidates": candidates}
     if not any_word:
-        return [r["chunk_id"] for r in conn.execute(_TEXT_ALL_WORDS_SQL, params).fetchall()], None
+        return [r["chunk_id"] for r in conn.execute(_TEXT_ALL_WORDS_SQL, params).fetchall()]
     tenant = conn.execute(_TENANT_TEXT_SQL, params).fetchone()
     if not tenant["chunks"]:
-        return [], None
+        return []
     weights = query_language_weights(query, tenant["configs"] or [DEFAULT_CONFIG])
     population = int(tenant["chunks"])
     terms = conn.execute(_TEXT_TERMS_SQL, {
         **params, "configs": list(weights), "weights": list(weights.values()), "population": population,
         "df_cap": max(100, population // 7), **_phrases(query, adjacency_weight)}).fetchall()
     if not terms:
-        return [], None
+        return []
     words = sorted((t for t in terms if not t["phrase"]), key=lambda t: -t["idf"])
     seeds = [t for t in words if t["idf"] >= MIN_SEEDING_IDF][:SEED_WORDS] or words[:SEED_WORDS]
     seeds += [t for t in terms if t["phrase"]]
-    scoring = {"cfgs": [t["cfg"] for t in terms], "tqs": [t["tq"] for t in terms],
-               "idfs": [t["idf"] for t in terms], "normalization": normalization}
     return [r["chunk_id"] for r in conn.execute(_TEXT_HITS_SQL, {
-        **params, **scoring, "pool": SEEDED_POOL, "seed_cfgs": [t["cfg"] for t in seeds],
-        "seed_tqs": [t["tq"] for t in seeds], "seed_idfs": [t["idf"] for t in seeds]}).fetchall()], scoring
+        **params, "pool": SEEDED_POOL, "normalization": normalization,
+        "cfgs": [t["cfg"] for t in terms], "tqs": [t["tq"] for t in terms], "idfs": [t["idf"] for t in terms],
+        "seed_cfgs": [t["cfg"] for t in seeds], "seed_tqs": [t["tq"] for t in seeds],
+        "seed_idfs": [t["idf"] for t in seeds]}).fetchall()]
 
 
 def _phrases(query: str, adjacency_weight: float) -> dict[str, list]:
