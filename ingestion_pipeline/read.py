@@ -123,7 +123,7 @@ def search(tenant: str, query: str, *, k: int = 5, embedder=None, database_url: 
     """
     from ingestion_pipeline.documents.search import hybrid_search
 
-    embedder = embedder or _default_embedder()
+    embedder = embedder or _default_embedder(database_url or resolve_database_url(allow_embedded=True))
     vector = embedder.embed([query])[0]
     with engine(database_url).connect() as conn:
         driver = conn.connection.driver_connection  # the psycopg connection the domain query runs on
@@ -143,13 +143,16 @@ def search(tenant: str, query: str, *, k: int = 5, embedder=None, database_url: 
 _EMBEDDER = None
 
 
-def _default_embedder():
+def _default_embedder(database_url: str):
+    """The configured model, run as the deployment's recorded decision says (the query's vector must be made
+    as the chunks' were)."""
     global _EMBEDDER
     with _ENGINES_LOCK:  # the model loads once, however many threads search at first
         if _EMBEDDER is None:
-            from ingestion_pipeline.documents.embedding import build_embedder
+            from ingestion_pipeline import services
+            from ingestion_pipeline.core.settings import load_settings
 
-            _EMBEDDER = build_embedder(None, None)
+            _EMBEDDER = services.embedder(load_settings(), database_url=database_url)
     return _EMBEDDER
 
 

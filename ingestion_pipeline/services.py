@@ -14,12 +14,14 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
+from ingestion_pipeline.core.db import embedded_allowed, resolve_database_url
 from ingestion_pipeline.core.s3_clients import ClientsByEndpoint, S3ClientSettings, build_client
 from ingestion_pipeline.core.s3_upload_store import S3UploadStore, parse_s3_uri
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore, UploadStore
 from ingestion_pipeline.documents.embedding import Embedder, build_embedder
 from ingestion_pipeline.documents.fingerprint import fingerprint_for, pipeline_fingerprint
+from ingestion_pipeline.documents.model_decision import RecordedDecisions
 
 
 def _s3_store(settings: Settings, part: str) -> S3UploadStore:
@@ -44,9 +46,23 @@ def metric_store(settings: Settings) -> UploadStore:
     return LocalUploadStore(settings.metrics.upload_dir)
 
 
-def embedder(settings: Settings, model_path: str | None = None, batch_size: int | None = None) -> Embedder:
-    """The embedding model of the settings (or of ``model_path`` / ``batch_size``); weights load on first use."""
-    return build_embedder(model_path, batch_size, settings=settings.embedding)
+def embedder(settings: Settings, model_path: str | None = None, batch_size: int | None = None,
+             database_url: str | None = None) -> Embedder:
+    """The embedding model of the settings (or of ``model_path`` / ``batch_size``), run as the deployment's
+    recorded decision says (read from ``database_url``, else DATABASE_URL or the embedded server, when first
+    needed); weights load on first use."""
+    return build_embedder(model_path, batch_size, settings=settings.embedding,
+                          decisions=recorded_decisions(database_url))
+
+
+def recorded_decisions(database_url: str | None = None) -> RecordedDecisions:
+    """The deployment's model decision in ``database_url`` (else DATABASE_URL or the embedded server, resolved
+    when first read)."""
+    return RecordedDecisions(database_url or _database_url)
+
+
+def _database_url() -> str:
+    return resolve_database_url(allow_embedded=embedded_allowed())
 
 
 def fingerprint(settings: Settings, model: Embedder) -> str:
@@ -68,8 +84,9 @@ class Services:
     """One process's services, each built on first use and then kept (thread-safe: the API's handlers share it)."""
 
     def __init__(self, settings: Settings, *, embedder: Embedder | None = None,
-                 s3_client_factory: Callable[[str | None], Any] | None = None) -> None:
+                 s3_client_factory: Callable[[str | None], Any] | None = None, database_url: str | None = None) -> None:
         self.settings = settings
+        self.database_url = database_url
         self._embedder = embedder
         self._embedder_lock = threading.Lock()
         self._s3_clients = ClientsByEndpoint(s3_client_factory or s3_client)
@@ -78,7 +95,7 @@ class Services:
     def embedder(self) -> Embedder:
         with self._embedder_lock:
             if self._embedder is None:
-                self._embedder = embedder(self.settings)
+                self._embedder = embedder(self.settings, database_url=self.database_url)
             return self._embedder
 
     @property

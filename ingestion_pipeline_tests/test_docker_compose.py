@@ -91,3 +91,17 @@ def test_compose_migrates_once_before_the_services_start():
     build_parser().parse_args(command[1:])
     for name in ("code-server", "api"):
         assert services[name]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}, name
+
+
+def test_compose_records_the_model_decision_once_and_the_image_holds_the_export():
+    """`model prepare` runs once, after migrating; everything that embeds waits for it. The image exports the
+    model at build time, so no container exports or judges when it starts."""
+    compose = _compose()
+    services = compose["services"]
+    assert services["prepare-model"]["command"] == ["ingestion-pipeline", "model", "prepare"]
+    assert services["prepare-model"]["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
+    for name in ("code-server", "api", "worker"):
+        assert services[name]["depends_on"]["prepare-model"] == {"condition": "service_completed_successfully"}
+    build = compose["x-pipeline-image"]["build"]["dockerfile_inline"]
+    assert "RUN ingestion-pipeline model export" in build and "INGESTION_MODEL_CACHE_DIR" in build
+    build_parser().parse_args(["model", "export"])

@@ -12,10 +12,12 @@ from ingestion_pipeline.core.settings import project_root
 def test_the_code_location_checks_the_databases_before_dagster_starts():
     values = yaml.safe_load((project_root() / "deploy" / "helm" / "values.yaml").read_text())
     [deployment] = values["dagster-user-deployments"]["deployments"]
-    [init] = deployment["initContainers"]
-    assert init["command"] == ["ingestion-pipeline", "db", "check"]
-    build_parser().parse_args(init["command"][1:])
+    check, prepare = deployment["initContainers"]  # in order: the schema first, then the model decision
+    assert check["command"] == ["ingestion-pipeline", "db", "check"]
+    assert prepare["command"] == ["ingestion-pipeline", "model", "prepare"]
     image = deployment["image"]
-    assert init["image"] == f"{image['repository']}:{image['tag']}"  # the same release as the code location
-    assert init["envFrom"] == [{"secretRef": s} for s in deployment["envSecrets"]]
+    for init in (check, prepare):
+        build_parser().parse_args(init["command"][1:])
+        assert init["image"] == f"{image['repository']}:{image['tag']}"  # the same release as the code location
+        assert init["envFrom"] == [{"secretRef": s} for s in deployment["envSecrets"]]
     assert {e["name"] for e in deployment["env"]} <= environment.names()

@@ -6,7 +6,6 @@ import ipaddress
 import json
 import logging
 import sys
-import threading
 
 from ingestion_pipeline.core.access_tokens import check_secret
 from ingestion_pipeline.core.settings import ApiSettings
@@ -55,10 +54,6 @@ def serve(host: str, port: int, *, url: str, settings, api: ApiSettings) -> None
     # A request waits at most 5 s for a connection: with the database down it gets a 503, not a hang.
     database = Database(url, max_size=8, name="api", timeout=5.0)
     services = ApiServices(database, settings, api)
-    # The model's precision is settled now, beside serving: judged once per model and CPU (minutes the first
-    # time, documents/precision.py), it would otherwise happen inside the first upload's request. Not a daemon:
-    # an interpreter that exits while OpenVINO compiles under it aborts (documents/embedding.py, warm_up).
-    threading.Thread(target=lambda: services.embedder.choice, name="embedding-precision").start()
     app = create_app(services, close_on_shutdown=True)
     print(f"API on http://{host}:{port} (docs at /docs){'' if api.auth_enabled else ' - AUTH DISABLED'}",
           file=sys.stderr, flush=True)

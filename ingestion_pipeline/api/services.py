@@ -26,7 +26,8 @@ class ApiServices(Services):
 
     def __init__(self, db: Database, settings: Settings, api: ApiSettings, *, embedder: Embedder | None = None,
                  s3_client_factory: Any = None) -> None:
-        super().__init__(settings, embedder=embedder, s3_client_factory=s3_client_factory)
+        super().__init__(settings, embedder=embedder, s3_client_factory=s3_client_factory,
+                         database_url=getattr(db, "url", None))
         self.db = db
         self.api = api
         # "Sync now" listings run after the response: one per source at a time, at most SYNC_SLOTS at once.

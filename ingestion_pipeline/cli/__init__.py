@@ -24,6 +24,7 @@ from ingestion_pipeline.cli import (
     documents,
     ledger,
     metrics,
+    model,
     queues,
     search_quality,
     sources,
@@ -31,12 +32,15 @@ from ingestion_pipeline.cli import (
 )
 from ingestion_pipeline.cli.output import EscapingWriter
 from ingestion_pipeline.core.migrations import SchemaOutOfDate
+from ingestion_pipeline.documents.model_decision import EXIT_CODE as HOST_CANNOT_EMBED_EXIT
+from ingestion_pipeline.documents.model_decision import HostCannotEmbed
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ingestion-pipeline", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (documents, search_quality, ledger, sources, metrics, queues, api, dev, dagster_services, db, worker):
+    for group in (documents, search_quality, ledger, sources, metrics, queues, api, dev, dagster_services, db, worker,
+                  model):
         group.register(sub)
     return parser
 
@@ -61,6 +65,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except ValueError as exc:  # bad input: say what is wrong, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except HostCannotEmbed as exc:  # this host cannot embed as the deployment decided: say what to run
+        print(f"error: {exc}\n{exc.suggestion}", file=sys.stderr)
+        return HOST_CANNOT_EMBED_EXIT
     except SchemaOutOfDate as exc:  # the database needs `db migrate` first: say so, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 4

@@ -17,7 +17,7 @@ class Context(Services):
     """One command's view of the system: the services, and a database pool it closes when the command ends."""
 
     def __init__(self, url: str, settings: Settings) -> None:
-        super().__init__(settings)
+        super().__init__(settings, database_url=url)
         self.url = url
         self.db = Database(url)
 

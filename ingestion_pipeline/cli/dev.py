@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, emit
-from ingestion_pipeline.core.settings import load_settings, project_root
+from ingestion_pipeline.core.settings import project_root
 
 
 def _start_api(port: int) -> dict:
@@ -40,14 +40,15 @@ def _start_redis() -> dict:
 
 
 def _embedding_precision() -> dict:
-    """The model's precision, settled before the services start: the first time on a machine the reduced
-    precisions are judged (documents/precision.py, ~2 minutes here), which would otherwise happen in the first
-    run or upload."""
-    from ingestion_pipeline.services import embedder
+    """The deployment's model decision, made before the services start (`model prepare`: the export, and the
+    precisions this CPU could run faster judged, the first time on a data folder only), so that no run or upload
+    waits for it."""
+    from ingestion_pipeline.documents.model_prepare import prepare
 
-    print("Embedding precision: INGESTION_EMBEDDING_PRECISION=" + load_settings().embedding.precision
-          + " (judged once per model and CPU)", file=sys.stderr, flush=True)
-    candidate = embedder(load_settings()).choice.candidate
+    print("Embedding model: `ingestion-pipeline model prepare` (the deployment's precision, decided once)",
+          file=sys.stderr, flush=True)
+    with bootstrap() as ctx:
+        candidate = prepare(ctx.db, ctx.settings).decision.candidate
     return {"embedding_precision": candidate.precision, "embedding_runtime": candidate.runtime}
 
 

@@ -47,8 +47,10 @@ AREAS: dict[str, tuple[Variable, ...]] = {
                  "folder."),
         Variable("INGESTION_EMBEDDING_BATCH_SIZE", "16", "Chunks per model call (at most 256)."),
         Variable("INGESTION_EMBEDDING_BACKEND", "auto", "`auto`, `openvino`, `onnx` or `torch`."),
-        Variable("INGESTION_EMBEDDING_PRECISION", "auto", "`auto`, `int8`, `bf16` or `f32`: a reduced precision "
-                 "is used only if it passes the quality gate on this CPU; `auto` takes the fastest that does "
+        Variable("INGESTION_EMBEDDING_PRECISION", "auto", "`auto`, `int8`, `bf16` or `f32`: what `ingestion-pipeline "
+                 "model prepare` asks for when it makes the deployment's model decision (a reduced precision only "
+                 "if it passes the quality gate and this CPU can run it faster; `auto` takes the fastest that "
+                 "does). Every process then embeds as recorded, whatever this says on its host "
                  "(docs/pipeline.md)."),
         Variable("INGESTION_EXTRACTION_TIMEOUT_SECONDS", "300", "A file's extraction is killed after this."),
         Variable("INGESTION_EXTRACTION_MEMORY_MB", "3072", "Address space of the extraction worker process."),

@@ -59,7 +59,7 @@ class SettingsResource(dg.ConfigurableResource):
         return self._api
 
     def settings(self) -> Settings:
-        """The name of ``get`` while this resource was ``DocumentPipelineResource`` (stop 32)."""
+        """The name of ``get`` while this resource was ``DocumentPipelineResource`` (kept for callers of it)."""
         return self.get()
 
     def _read(self) -> Settings:
@@ -81,7 +81,8 @@ class SettingsResource(dg.ConfigurableResource):
 
 
 DocumentPipelineResource = SettingsResource
-"""The name of ``SettingsResource`` until stop 32, when it held only the pipeline's settings."""
+"""The former name of ``SettingsResource``, from when it held only the pipeline's settings (kept for code that
+imports it)."""
 
 
 def _settings_of(resource: SettingsResource | None) -> Settings:
@@ -172,13 +173,15 @@ class EmbedderResource(dg.ConfigurableResource):
 
     model_path: str | None = None
     batch_size: int | None = Field(default=None, le=256, ge=1)
+    database_url: str | None = Field(default=None, description="Where the deployment's model decision is "
+                                     "read: defaults to DATABASE_URL or the embedded server")
     settings: SettingsResource | None = None
 
     def create_resource(self, context: dg.InitResourceContext) -> Embedder:
-        embedding = _settings_of(self.settings).embedding
+        settings = _settings_of(self.settings)
         if _keep_across_steps:
-            return _process_embedder(embedding, self.model_path, self.batch_size)
-        return build_embedder(self.model_path, self.batch_size, settings=embedding)
+            return _process_embedder(settings.embedding, self.model_path, self.batch_size, self.database_url)
+        return services.embedder(settings, self.model_path, self.batch_size, database_url=self.database_url)
 
 
 _keep_across_steps = False
@@ -193,12 +196,14 @@ def keep_embedders_across_steps() -> None:
 
 
 @functools.lru_cache(maxsize=2)
-def _process_embedder(embedding: EmbeddingSettings, model_path: str | None, batch_size: int | None) -> Embedder:
-    return build_embedder(model_path, batch_size, settings=embedding)
+def _process_embedder(embedding: EmbeddingSettings, model_path: str | None, batch_size: int | None,
+                      database_url: str | None) -> Embedder:
+    return build_embedder(model_path, batch_size, settings=embedding,
+                          decisions=services.recorded_decisions(database_url))
 
 
 LazyS3Resource = S3Resource
-"""The name this resource had at stop 23 (kept for code that imports it)."""
+"""The former name of this resource (kept for code that imports it)."""
 
 
 class S3Clients(ClientsByEndpoint):

@@ -6,7 +6,6 @@ is downloaded at run time; any local sentence-transformers folder can be configu
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -17,14 +16,17 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.settings import EmbeddingSettings, data_dir, load_settings
-from ingestion_pipeline.documents.precision import PRECISIONS, Choice
+from ingestion_pipeline.documents.precision import Candidate, Choice, reference
 from ingestion_pipeline.documents.tokens import TokenCounter, load_token_counter
+
+if TYPE_CHECKING:
+    from ingestion_pipeline.documents.model_decision import ModelDecision
 
 # No hub traffic, no telemetry (invariant 8). Set before transformers is imported anywhere.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -114,13 +116,24 @@ def _digest(stamp: tuple[tuple[str, int, int], ...]) -> str:
 
 
 def build_embedder(model_path: str | None = None, batch_size: int | None = None, *,
-                   settings: EmbeddingSettings | None = None) -> Embedder:
+                   settings: EmbeddingSettings | None = None, decisions: DecisionSource | None = None) -> Embedder:
     """The model of the settings (``INGESTION_EMBEDDING_*`` unless given), or of the arguments; weights load on
-    first use. Here rather than beside the Dagster resource: a command that only needs the fingerprint
+    first use; it runs as ``decisions`` (the deployment's recorded decision, ``model_decision.py``) says, float32
+    without one. Here rather than beside the Dagster resource: a command that only needs the fingerprint
     (``submit``) does not import Dagster (1.2 s) for it."""
     settings = settings or load_settings().embedding
     return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size,
-                    backend=settings.backend, cache_dir=settings.cache_dir, precision=settings.precision)
+                    backend=settings.backend, cache_dir=settings.cache_dir, decisions=decisions)
+
+
+class DecisionSource(Protocol):
+    """Where an Embedder reads how it runs: ``model_decision.RecordedDecisions`` in a deployed process."""
+
+    def decision(self, model_digest: str, model_name: str, default: Candidate) -> ModelDecision:
+        """The current decision for the model (``default``, float32, recorded if there is none)."""
+
+    def record_probes(self, decision: ModelDecision, probes: np.ndarray) -> None:
+        """Keep this host's probe vectors with a decision recorded without them."""
 
 
 class Embedder:
@@ -131,24 +144,24 @@ class Embedder:
     """
 
     def __init__(self, model_path: str, batch_size: int = 16, *, backend: str = "auto",
-                 cache_dir: Path | None = None, precision: str = "f32") -> None:
+                 cache_dir: Path | None = None, decisions: DecisionSource | None = None) -> None:
         """``backend``: auto (OpenVINO, else ONNX Runtime, whichever first runs this model with torch's
         vectors, else torch), openvino, onnx or torch; ``cache_dir``: where exported ONNX models are kept
-        (default ``<data dir>/models``); ``precision``: auto, int8, bf16 or f32 (``precision.py``; the
-        settings' default is auto, this class's f32: judging the others costs a minute once per model)."""
+        (default ``<data dir>/models``); ``decisions``: the deployment's decision of the precision to run in
+        (``model_decision.py``), read once and checked against this host's vectors when the model loads; None
+        (a test, a script): float32, checked against nothing."""
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"embedding batch size must be between 1 and {MAX_BATCH_SIZE}")
         if backend not in BACKENDS:
             raise ValueError(f"embedding backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
-        if precision not in PRECISIONS:
-            raise ValueError(f"embedding precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
         self.model_path = model_path
         self.batch_size = batch_size
         self.backend = backend
         self.backend_in_use: str | None = None  # known once the model is loaded
         self.cache_dir = cache_dir or data_dir() / "models"
-        self.precision = precision
         self.file_info = model_info(model_path)
+        self._decisions = decisions
+        self._decision: ModelDecision | None = None
         self._choice: Choice | None = None
         self._choice_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -157,6 +170,7 @@ class Embedder:
         self.load_seconds: float | None = None  # how long loading the model took, once it is loaded
         self._token_counter: TokenCounter | None = None
         self._warming: threading.Thread | None = None
+        self.load_error: Exception | None = None  # why loading on the warm-up thread failed, if it did
 
     @property
     def info(self) -> ModelInfo:
@@ -164,34 +178,26 @@ class Embedder:
         return dataclasses.replace(self.file_info, precision=self.choice.candidate.precision)
 
     @property
+    def decision(self) -> ModelDecision | None:
+        """The deployment's recorded decision this Embedder runs by (None: it has no source to read)."""
+        self.choice  # noqa: B018 - reads it
+        return self._decision
+
+    @property
     def choice(self) -> Choice:
-        """The precision and runtime to embed with: float32 unless another passed the quality gate on this
-        CPU and is chosen (the first call for a model may build and judge the candidates: about a minute,
-        once; later ones read the judgement)."""
+        """The precision and runtime to embed with: the deployment's recorded decision (read once, a query);
+        float32 without one. A float32 decision runs on this host's backend (their vectors agree); a reduced
+        precision on the runtime and model file it was judged with."""
         with self._choice_lock:
             if self._choice is None:
-                self._choice = self._choose()
-                if self._choice.warning:
-                    _log.warning("%s", self._choice.warning)
+                default = reference(self.backend)
+                if self._decisions is None:
+                    self._choice = Choice(default)
+                else:
+                    self._decision = self._decisions.decision(self.file_info.digest, self.file_info.name, default)
+                    recorded = self._decision.candidate
+                    self._choice = Choice(default if recorded.precision == "f32" else recorded)
             return self._choice
-
-    def _choose(self) -> Choice:
-        from ingestion_pipeline.documents.precision import choose, judged, reference
-
-        if self.precision == "f32":
-            return Choice(reference(self.backend))
-        if self.backend == "torch":
-            return Choice(reference(self.backend), None if self.precision == "auto" else
-                          f"INGESTION_EMBEDDING_PRECISION={self.precision} is not used, float32 is (the torch "
-                          "backend runs float32 only)")
-        from ingestion_pipeline.documents.onnx_encoder import UnsupportedModel, exported_model
-
-        try:
-            onnx_file = exported_model(self.model_path, self.file_info.digest, self.cache_dir)
-        except (ImportError, UnsupportedModel) as exc:  # torch embeds it, in float32
-            return Choice(reference(self.backend), None if self.precision == "auto" else
-                          f"INGESTION_EMBEDDING_PRECISION={self.precision} is not used, float32 is ({exc})")
-        return choose(self.precision, judged(self.model_path, onnx_file, self.backend), self.backend)
 
     @property
     def model(self) -> Encoder:
@@ -212,16 +218,38 @@ class Embedder:
     def _load(self) -> Encoder:
         """The exported model on OpenVINO (``auto``, the default, or ``openvino``), else on ONNX Runtime
         (``auto`` or ``onnx``), each only if its vectors match torch's; else torch. A reduced precision
-        chosen by the quality gate runs on the runtime it was judged on."""
+        recorded as the deployment's decision runs on the runtime it was judged on. Under a recorded decision
+        the probe texts' vectors are then compared with the deciding host's."""
+        encoder = self._load_encoder()
+        decision = self._decision
+        if decision is not None:  # this host computes the vectors the deciding host did, or refuses
+            from ingestion_pipeline.documents.model_decision import check_host
+            from ingestion_pipeline.documents.onnx_encoder import PROBE_TEXTS
+
+            probes = encoder.encode(PROBE_TEXTS, len(PROBE_TEXTS))
+            if decision.probe_vectors is None:
+                self._decisions.record_probes(decision, probes)
+            check_host(decision, probes)
+        return encoder
+
+    def _load_encoder(self) -> Encoder:
         candidate = self.choice.candidate
         if candidate.precision != "f32":
-            from ingestion_pipeline.documents.onnx_encoder import exported_model
+            from ingestion_pipeline.documents.model_decision import HostCannotEmbed
+            from ingestion_pipeline.documents.onnx_encoder import UnsupportedModel, exported_model
             from ingestion_pipeline.documents.precision import build_encoder
 
-            encoder = build_encoder(candidate, self.model_path,
-                                    exported_model(self.model_path, self.file_info.digest, self.cache_dir))
+            if self.backend == "torch":
+                raise HostCannotEmbed(self._decision, "INGESTION_EMBEDDING_BACKEND=torch runs float32 only")
+            try:
+                encoder = build_encoder(candidate, self.model_path,
+                                        exported_model(self.model_path, self.file_info.digest, self.cache_dir))
+            except (ImportError, UnsupportedModel, RuntimeError) as exc:  # no runtime, or no bfloat16 unit
+                raise HostCannotEmbed(self._decision, f"this host cannot run it ({type(exc).__name__}: {exc})"[:600]) \
+                    from exc
             self.backend_in_use = candidate.runtime
-            _log.info("embedding with %s in %s (it passed the quality gate)", candidate.runtime, candidate.precision)
+            _log.info("embedding with %s in %s (the deployment's recorded decision)", candidate.runtime,
+                      candidate.precision)
             return encoder
         if self.backend != "torch":
             from ingestion_pipeline.documents.onnx_encoder import (
@@ -268,8 +296,10 @@ class Embedder:
             self._warming.start()
 
     def _load_quietly(self) -> None:
-        with contextlib.suppress(Exception):  # the embed step loads it again and reports why it cannot
+        try:
             self.model  # noqa: B018 - loading is the point
+        except Exception as exc:  # the embed step loads it again and reports why it cannot
+            self.load_error = exc
 
     @property
     def token_counter(self) -> TokenCounter:

@@ -1,13 +1,14 @@
-"""Which precision the embedding model runs in: ``INGESTION_EMBEDDING_PRECISION=auto|int8|bf16|f32``.
+"""The precisions the embedding model could run in, and how ``ingestion-pipeline model prepare`` picks one.
 
 f32 is the exported model as the pipeline has always run it. The reduced precisions are candidates:
 bfloat16 (OpenVINO, only on a CPU that computes in it) and int8 (NNCF's model on OpenVINO, ONNX Runtime's
-dynamic quantization; ``quantization.py``). Each is built once per model and judged once per CPU by the
-quality gate against f32 (``quality_gate.py``); one that fails is never used. ``auto`` takes the fastest
-candidate that passes, if it encodes the gate's chunks at least ``MIN_SPEEDUP`` times as fast as f32
-(below that, a timing's noise would decide); ``int8`` or ``bf16`` take the fastest of theirs that passes,
-else f32 with a warning saying why. The judgement is kept beside the export
-(``precision-<cpu>-<backend>.json``): per CPU model, because speed and bfloat16 are the CPU's.
+dynamic quantization; ``quantization.py``). A candidate that cannot be faster on this CPU is skipped unjudged,
+with the reason (int8 without VNNI or AMX, bfloat16 without a bfloat16 unit). The others are built and judged
+by the quality gate against f32 (``quality_gate.py``); one that fails is never used. ``auto`` takes the fastest
+candidate that passes, if it encodes the gate's chunks at least ``MIN_SPEEDUP`` times as fast as f32 (below
+that, a timing's noise would decide); ``int8`` or ``bf16`` take the fastest of theirs that passes, else f32
+with a warning saying why. The judgement is kept beside the export (``precision-<cpu>-<backend>.json``), and
+the choice is the deployment's, recorded in the database (``model_decision.py``): no other process judges.
 """
 
 from __future__ import annotations
@@ -64,6 +65,32 @@ class Choice:
 def reference(backend: str) -> Candidate:
     """Float32 on the runtime the backend setting prefers."""
     return Candidate("f32", "onnx" if backend == "onnx" else "openvino", "model.onnx")
+
+
+# CPU flags (/proc/cpuinfo) without which a reduced precision cannot beat float32: int8 matrix products
+# need VNNI or AMX (plain AVX2/AVX-512 int8 is emulated and slower), bfloat16 a unit that computes in it
+INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp")
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("flags", "Features"):
+                return set(value.split())
+    except OSError:
+        pass
+    return set()
+
+
+def cannot_be_faster(candidate: Candidate, flags: set[str]) -> str | None:
+    """Why ``candidate`` cannot encode faster than float32 on a CPU with ``flags`` (None: it may)."""
+    if candidate.precision == "int8" and not flags.intersection(INT8_FLAGS):
+        return "skipped: this CPU has no VNNI or AMX, so int8 cannot be faster than float32 here"
+    if candidate.precision == "bf16" and not flags.intersection(BF16_FLAGS):
+        return "skipped: this CPU has no bfloat16 unit"
+    return None
 
 
 def candidates(backend: str, bf16_capable: bool) -> list[Candidate]:
@@ -132,8 +159,11 @@ def evaluate(model_path: str, onnx_file: Path, backend: str, texts: GateTexts | 
     """Build every candidate of ``backend`` and judge it against float32 on the gate's texts."""
     from ingestion_pipeline.documents.onnx_encoder import PROBE_TEXTS, OnnxEncoder, OpenVinoEncoder
 
-    texts = texts or load_gate_texts()
     first = reference(backend)
+    flags = cpu_flags()
+    if flags and all(cannot_be_faster(c, flags) for c in candidates(backend, True)):
+        return [Evaluation(c, None, cannot_be_faster(c, flags)) for c in candidates(backend, True)]
+    texts = texts or load_gate_texts()
     _log.info("judging the embedding model's reduced precisions against float32 on %d chunks and %d queries "
               "(once per model and CPU)", len(texts.chunks), len(texts.queries))
     reference_encoder = (OnnxEncoder(model_path, onnx_file) if first.runtime == "onnx"
@@ -141,6 +171,11 @@ def evaluate(model_path: str, onnx_file: Path, backend: str, texts: GateTexts | 
     baseline = measure(reference_encoder, texts, PROBE_TEXTS)
     out = []
     for candidate in candidates(backend, _bf16_capable() if backend != "onnx" else False):
+        skipped = cannot_be_faster(candidate, flags) if flags else None  # no flags known: judge it
+        if skipped:
+            _log.info("%s: %s", candidate.label, skipped)
+            out.append(Evaluation(candidate, None, skipped))
+            continue
         try:
             encoder = build_encoder(candidate, model_path, onnx_file, texts, reference_encoder)
             verdict = judge(baseline, measure(encoder, texts, PROBE_TEXTS))

@@ -15,7 +15,7 @@ import pytest
 
 from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.documents import precision, quality_gate
-from ingestion_pipeline.documents.embedding import Embedder, default_model_path, model_info
+from ingestion_pipeline.documents.embedding import default_model_path, model_info
 from ingestion_pipeline.documents.fingerprint import pipeline_fingerprint
 from ingestion_pipeline.documents.onnx_encoder import PROBE_TEXTS, OpenVinoEncoder, exported_model
 from ingestion_pipeline.documents.precision import Candidate, Evaluation, choose
@@ -88,30 +88,43 @@ def test_the_precision_is_in_the_fingerprint_and_in_which_stored_vectors_are_reu
     assert int8.vectors_digest == f"{info.digest}+int8"
 
 
-def test_a_torch_backend_or_an_unknown_precision(monkeypatch, caplog):
-    with caplog.at_level(logging.WARNING, logger="ingestion_pipeline.embedding"):
-        torch = Embedder(default_model_path(), backend="torch", precision="int8")
-        assert torch.info.precision == "f32"
-    assert "the torch backend runs float32 only" in caplog.text
-    with pytest.raises(ValueError, match="embedding precision must be one of"):
-        Embedder(default_model_path(), precision="fp8")
+def test_an_unknown_precision_is_refused_by_name(monkeypatch):
     monkeypatch.setenv("INGESTION_EMBEDDING_PRECISION", "half")
     with pytest.raises(ValueError, match="INGESTION_EMBEDDING_PRECISION must be auto, int8, bf16 or f32"):
         load_settings()
+    with pytest.raises(ValueError, match="embedding precision must be one of"):
+        choose("fp8", [], "auto")
+
+
+def test_candidates_this_cpu_cannot_speed_up_are_skipped_unjudged_and_say_why(monkeypatch):
+    """int8 without VNNI or AMX, bfloat16 without a bfloat16 unit: judging them would cost minutes and could
+    never pick them (they are not faster)."""
+    int8, bf16 = Candidate("int8", "onnx", "x"), Candidate("bf16", "openvino", "model.onnx")
+    avx2 = {"avx2", "fma", "avx512f"}
+    assert "no VNNI or AMX" in precision.cannot_be_faster(int8, avx2)
+    assert "no bfloat16 unit" in precision.cannot_be_faster(bf16, avx2)
+    assert precision.cannot_be_faster(int8, avx2 | {"avx512_vnni"}) is None
+    assert precision.cannot_be_faster(bf16, avx2 | {"amx_bf16"}) is None
+    monkeypatch.setattr(precision, "cpu_flags", lambda: avx2)
+    evaluations = precision.evaluate("unused", Path("unused.onnx"), "auto")  # nothing is built or loaded
+    assert {e.candidate.label for e in evaluations} == {"bf16/openvino", "int8/openvino", "int8/onnx"}
+    assert all(e.verdict is None and e.why_not.startswith("skipped:") for e in evaluations)
+    chosen = choose("int8", evaluations, "auto")
+    assert chosen.candidate.precision == "f32" and "no VNNI or AMX" in chosen.warning
 
 
 def judge_int8(cache: str) -> dict:
-    """In a child process (see below): the embedder asked for int8, and NNCF's probe cosine computed here."""
+    """In a child process (see below): the choice for int8, and NNCF's probe cosine computed here."""
     model_path = default_model_path()
-    asked = Embedder(model_path, precision="int8", cache_dir=Path(cache))
-    chosen = asked.choice
-    onnx_file = exported_model(model_path, asked.file_info.digest, Path(cache))
+    onnx_file = exported_model(model_path, model_info(model_path).digest, Path(cache))
+    chosen = choose("int8", precision.judged(model_path, onnx_file, "auto"), "auto")
     nncf = Candidate("int8", "openvino", INT8_OPENVINO)
-    reference = OpenVinoEncoder(model_path, onnx_file, "f32")
-    int8 = precision.build_encoder(nncf, model_path, onnx_file)
-    cosine = (reference.encode(PROBE_TEXTS, 8) * int8.encode(PROBE_TEXTS, 8)).sum(axis=1).min()
-    return {"precision": chosen.candidate.precision, "warning": chosen.warning, "info": asked.info.precision,
-            "nncf_probe_cosine": float(cosine)}
+    cosine = None
+    if precision.cannot_be_faster(nncf, precision.cpu_flags()) is None:
+        reference = OpenVinoEncoder(model_path, onnx_file, "f32")
+        int8 = precision.build_encoder(nncf, model_path, onnx_file)
+        cosine = float((reference.encode(PROBE_TEXTS, 8) * int8.encode(PROBE_TEXTS, 8)).sum(axis=1).min())
+    return {"precision": chosen.candidate.precision, "warning": chosen.warning, "nncf_probe_cosine": cosine}
 
 
 @pytest.mark.slow
@@ -131,14 +144,17 @@ def test_real_int8_models_are_judged_once_and_used_only_if_they_pass(model_cache
         evaluations = precision.judged(model_path, onnx_file, "auto")  # read back: judged once, by the child
     assert "judging the embedding model's reduced precisions" not in caplog.text
     assert {e.candidate.label for e in evaluations} >= {"int8/openvino", "int8/onnx"}
-    assert all(e.verdict is not None for e in evaluations), [e.error for e in evaluations]
+    skipped = [e for e in evaluations if e.verdict is None]
+    assert all(e.error.startswith("skipped: this CPU") for e in skipped), [e.error for e in skipped]
     if any(e.usable and e.candidate.precision == "int8" for e in evaluations):
-        assert chosen["precision"] == "int8" and chosen["info"] == "int8"
+        assert chosen["precision"] == "int8"
     else:
         assert chosen["precision"] == "f32" and "is not used, float32 is" in chosen["warning"]
-        assert chosen["info"] == "f32"  # the fingerprint float32 always had
+    if chosen["nncf_probe_cosine"] is None:  # a CPU that cannot speed int8 up: nothing was judged
+        assert all(e.candidate.precision != "int8" or e.verdict is None for e in evaluations)
+        return
     # each verdict by the issue's rules, from its own figures; and NNCF's probe cosine, computed by the child
-    for e in evaluations:
+    for e in (e for e in evaluations if e.verdict is not None):
         v = e.verdict
         by_the_rules = (v.min_cosine >= 0.98 and v.recall_at_5 >= v.reference_recall_at_5 - 0.005
                         and v.recall_at_10 >= v.reference_recall_at_10 - 0.005 and v.top10_overlap >= 0.95)

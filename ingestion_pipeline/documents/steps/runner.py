@@ -39,8 +39,9 @@ S3ClientFor = Callable[[str | None], Any]
 # (path, extension) -> ExtractedDocument; runs use a bounded worker process (extraction/isolation.py)
 Extractor = Callable[[Path, str], Any]
 
-# Errors of the database itself: not a file's fault, so the step (not the file) is retried.
-STEP_ERRORS = ("db_unavailable", "db_conflict")
+# The step's trouble, not a file's: the step fails and its files stay held (a host that cannot embed as the
+# deployment decided leaves them for one that can: documents/model_decision.py)
+STEP_ERRORS = ("db_unavailable", "db_conflict", "model_decision_unmet")
 
 T = TypeVar("T")
 
