@@ -43,7 +43,7 @@ def test_the_code_location_holds_every_module_of_defs_through_dagsters_own_loade
                  "metric_upload_job", "partition_pruning_job", "queue_check_job", "raw_file_retention_job",
                  "staging_cleanup_job"],
         "sensors": ["fingerprint_sensor", "ledger_janitor_sensor", "ledger_on_run_canceled", "ledger_on_run_failure",
-                    "metric_upload_sensor", "redis_queue_sensor", "s3_sensor", "upload_sensor"],
+                    "metric_upload_sensor", "redis_queue_sensor", "s3_sensor", "sqs_sensor", "upload_sensor"],
         "schedules": ["partition_pruning_job_schedule", "raw_file_retention_job_schedule",
                       "staging_cleanup_job_schedule"],
         "resources": ["embedder", "heartbeat", "postgres", "s3", "settings", "upload_store"],
@@ -51,11 +51,15 @@ def test_the_code_location_holds_every_module_of_defs_through_dagsters_own_loade
     assert isinstance(code_location.defs().executor, dg.ExecutorDefinition)
 
 
-def test_each_configured_sqs_queue_gets_its_own_sensor(monkeypatch):
+def test_the_definitions_are_the_same_whatever_the_environment(monkeypatch):
+    """Every host defines the same code location: queues, the executor's workers and the model are read when a
+    run or tick needs them."""
+    plain = _contents(code_location.defs())
     monkeypatch.setenv("INGESTION_SQS_QUEUE_URLS", "https://sqs.us-east-1.amazonaws.com/123456789012/ingest-events, "
                        "http://127.0.0.1:9324/000000000000/Jobs.fifo")
-    sensors = _contents(code_location.defs())["sensors"]
-    assert {"sqs_ingest_events_sensor", "sqs_jobs_fifo_sensor"} <= set(sensors)
+    monkeypatch.setenv("INGESTION_EMBEDDING_PRECISION", "int8")
+    assert _contents(code_location.defs()) == plain
+    assert "sqs_sensor" in plain["sensors"]
 
 
 def test_the_code_location_uses_no_dagster_internal():
@@ -87,22 +91,28 @@ def test_loading_the_code_location_builds_no_s3_session_or_client():
     assert done.stdout.strip() == "True 0"
 
 
-def test_a_deployed_code_location_without_a_database_url_fails_at_load_and_says_why():
-    """No silent embedded Postgres inside a code server or daemon: with no DATABASE_URL and outside the CLI,
-    loading fails with what to set; the CLI's processes and Dagster's validation commands load."""
+def test_the_code_location_loads_in_a_plain_shell_and_a_run_without_a_database_says_what_to_set(tmp_path):
+    """Loading defines only: no DATABASE_URL, no embedded server, nothing written under the data folder. A
+    deployed process without DATABASE_URL then fails where it needs the database, with what to set, rather than
+    starting an embedded Postgres in its container."""
     import os
 
-    code = "import ingestion_pipeline.definitions as d; d.defs(); print('loaded')"
+    data = tmp_path / "data"
+    code = ("import dagster as dg, ingestion_pipeline.definitions as d; r = d.defs().get_repository_def(); "
+            "print(len(r.asset_graph.get_all_asset_keys()));"
+            "from ingestion_pipeline.defs.resources import PostgresResource\n"
+            "try:\n with dg.build_resources({'postgres': PostgresResource()}): pass\n"
+            "except Exception as exc: print(repr(exc.__cause__ or exc).replace(chr(10), ' '))")
     base = {k: v for k, v in os.environ.items()
             if k not in ("DATABASE_URL", "DAGSTER_PG_URL", "INGESTION_EMBEDDED_POSTGRES",
                          "DAGSTER_IS_DEFS_VALIDATION_CLI")}
-    deployed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=base)
-    assert deployed.returncode != 0
-    assert "DATABASE_URL is not set" in deployed.stderr and "DAGSTER_PG_URL" in deployed.stderr
-    for allowed in ({"INGESTION_EMBEDDED_POSTGRES": "1"}, {"DAGSTER_IS_DEFS_VALIDATION_CLI": "1"},
-                    {"DATABASE_URL": "postgresql://nobody@127.0.0.1:9/none"}):
-        loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**base, **allowed})
-        assert loaded.stdout.strip() == "loaded", (allowed, loaded.stderr[-2000:])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**base, "INGESTION_DATA_DIR": str(data)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assets, refused = done.stdout.strip().splitlines()[:2]
+    assert int(assets) == 8
+    assert "DATABASE_URL is not set" in refused and "DAGSTER_PG_URL" in refused
+    assert not data.exists() or not any(data.rglob("*"))
 
 
 @pytest.mark.parametrize("unsigned", [False, True])
@@ -139,15 +149,16 @@ def test_clients_share_one_boto3_session_per_aws_environment(monkeypatch):
 
 def test_s3_is_dagster_aws_resource_and_every_client_retries_alike(monkeypatch):
     """One factory, one retry policy: the code location's resource (sensor, sync, fetch threads) is
-    dagster-aws's S3Resource, and the API's presigning clients retry as its clients do."""
-    from dagster_aws.s3 import S3Resource as DagsterS3Resource
+    dagster-aws's S3 configuration, and the API's presigning clients retry as its clients do."""
+    from dagster_aws.s3.resources import ResourceWithS3Configuration
 
     from ingestion_pipeline.api.services import ApiServices
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     resource = S3Resource(endpoint_url="http://127.0.0.1:9", region_name="eu-west-3")
-    assert isinstance(resource, DagsterS3Resource)
+    assert isinstance(resource, ResourceWithS3Configuration)
+    assert not hasattr(resource, "get_object_to_set_on_execution_context")  # a step gets the resource itself
     from_resource = resource.get_client()
     from_api = ApiServices(None, None, None).s3_client("http://127.0.0.1:9")
     for client in (from_resource, from_api):
@@ -190,3 +201,22 @@ def test_a_source_naming_the_resources_own_endpoint_shares_its_client(monkeypatc
     clients = S3Clients(S3Resource(endpoint_url="http://127.0.0.1:9", region_name="eu-west-3"))
     assert clients(None) is clients("http://127.0.0.1:9") is clients("")
     assert clients("http://127.0.0.1:10") is not clients(None)
+
+
+def test_embedding_steps_share_a_pool_and_the_instance_limits_runs_with_dagsters_concurrency_settings():
+    """The model's CPU is the scarce thing: `document_embeddings` declares the `embedding` pool (the UI's
+    concurrency page shows it); the instance configures runs and pools under `concurrency:`, not the legacy
+    run-coordinator module path."""
+    import yaml
+
+    from ingestion_pipeline.core.settings import instance_home
+
+    graph = code_location.defs().get_repository_def().asset_graph
+    pools = {key.to_user_string(): graph.get(key).pools for key in graph.get_all_asset_keys()}
+    assert pools["document_embeddings"] == {"embedding"}
+    assert all(not p for name, p in pools.items() if name != "document_embeddings")
+    config = yaml.safe_load((instance_home() / "dagster.yaml").read_text())
+    assert "run_coordinator" not in config
+    assert config["concurrency"]["runs"]["max_concurrent_runs"] >= 1
+    assert config["concurrency"]["pools"]["default_limit"] >= 1
+    assert config["run_queue"]["dequeue_interval_seconds"] == 1

@@ -1,10 +1,12 @@
-"""Staleness before any batch runs: code versions from the fingerprint, and `fingerprints_current` on its own."""
+"""Staleness before any batch runs: static code versions, and `fingerprints_current` on its own."""
 
 import dagster as dg
 import pytest
 
 from ingestion_pipeline.defs.documents.fingerprints import code_versions, fingerprint_sensor
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
+from ingestion_pipeline.documents.chunking import CHUNKER_VERSION
+from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION
 from ingestion_pipeline_tests.helpers import code_location, ingest, shared_embedder
 
 
@@ -20,13 +22,17 @@ def _tick(instance) -> dg.RunRequest:
         return fingerprint_sensor(context)
 
 
-def test_a_settings_change_changes_the_code_versions(monkeypatch):
+def test_code_versions_are_the_codes_own_and_no_host_or_setting_changes_them(monkeypatch):
+    """Every host defines the same assets: the deployment's settings and model decision are the fingerprint's
+    (the sensor below), read at run time, never the code location's."""
     before = code_versions()
     monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "60")
-    after = code_versions()
-    assert after["document_elements"] == before["document_elements"]  # extraction does not depend on it
+    monkeypatch.setenv("INGESTION_EMBEDDING_PRECISION", "int8")
+    monkeypatch.setenv("INGESTION_EMBEDDING_MODEL", "/nowhere")
+    assert code_versions() == before
+    assert before["document_elements"] == f"extractor-{EXTRACTOR_VERSION}"
     for name in ("document_chunks", "document_embeddings", "promoted_documents"):
-        assert after[name] != before[name] and after[name].startswith("fp2-")
+        assert before[name] == f"extractor-{EXTRACTOR_VERSION}.chunker-{CHUNKER_VERSION}"
 
 
 def test_the_sensor_runs_the_check_alone_when_the_fingerprint_changes(instance, database, corpus_dir, monkeypatch):

@@ -36,8 +36,11 @@ from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report
 
 GROUP = "documents"
+# The model's CPU or accelerator is what embedding steps share: its limit is the instance's (dagster.yaml's
+# `concurrency: pools`, or the UI's concurrency page)
+EMBEDDING_POOL = "embedding"
 INTEGRITY_CHECKS = ("one_active_version_per_document", "embeddings_match_chunks", "no_version_without_chunks")
-CODE_VERSIONS = code_versions()  # read once, as the code location loads (fingerprints.py)
+CODE_VERSIONS = code_versions()  # static: the code's versions (fingerprints.py)
 
 
 def _files_table(outcomes: list[FileOutcome]) -> dg.TableMetadataValue:
@@ -126,7 +129,8 @@ def _with_catch_up(name: str, pipeline: DocumentPipeline, context: dg.AssetExecu
 
 
 def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
-               totals: tuple[str, ...] = (), fetches_from_s3: bool = False) -> dg.AssetsDefinition:
+               totals: tuple[str, ...] = (), fetches_from_s3: bool = False, pool: str | None = None
+               ) -> dg.AssetsDefinition:
     """A step that works the batch file by file: it does ``STEPS[name]`` and reports every file's outcome.
 
     Only the step that fetches objects asks for the ``s3`` resource: Dagster builds a boto3 client for
@@ -154,7 +158,7 @@ def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
 
     asset = dg.asset(name=name, description=description, partitions_def=document_batches, group_name=GROUP,
                      deps=deps, kinds=kinds, code_version=CODE_VERSIONS.get(name), owners=OWNERS,
-                     metadata=table_metadata(name))
+                     metadata=table_metadata(name), pool=pool)
     if fetches_from_s3:
         @asset
         def fetch_step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
@@ -192,6 +196,7 @@ document_embeddings = _file_step(
     "document_embeddings", "One vector per chunk; unchanged chunk text under the same model reuses its stored vector.",
     deps=[document_chunks], kinds={"pgvector"},
     totals=("embedded", "embeddings_reused", "model_ms"),
+    pool=EMBEDDING_POOL,
 )
 
 
