@@ -1,6 +1,6 @@
 """Where the CPU of a cold 300-file document load goes, and what that allows on this machine's cores.
 
-Issue 10 asks the 300-file cold run to take at most 1.15× the pure encode time of its chunks, and at most
+The target: the 300-file cold run takes at most 1.15× the pure encode time of its chunks, and at most
 15 ms per file beyond it. Wall time can never be less than the CPU the run needs divided by the cores, and
 the model alone keeps every core busy while it encodes. This benchmark measures, for the same run that
 ``compare_peers.py`` times (submit, then ``process`` through the Dagster job, in one fresh process):

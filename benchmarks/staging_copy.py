@@ -1,7 +1,7 @@
 """Staging's write path alone: COPY's text format (psycopg, what staging sends), COPY's CSV format and ADBC's
 Postgres driver (binary COPY), same rows.
 
-Issue 11 names ADBC as an option to measure. This stages a 1M-row Meta Ads Manager export through the
+ADBC is the alternative to measure. This stages a 1M-row Meta Ads Manager export through the
 Arrow path's validation (``BatchNormalizer``, no database), gives the typed columns their Arrow types
 (ADBC's binary COPY needs them; the text and CSV COPYs let the server parse text), then writes every
 batch in its own transaction into identical tables of an embedded Postgres — with ``COPY … FROM STDIN``

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ingestion_pipeline"
-MAX_MODULE_LINES = 400
+# A module is as long as its one concept needs; past this, it is likely holding two
+MAX_MODULE_LINES = 600
 # Dagster objects and commands hand work to the domain packages; they write no SQL of their own.
 NO_SQL_PACKAGES = ("defs", "cli")
 # Only a liveness probe of a pooled connection may run a statement in defs/ (pooled_instance.py).
@@ -115,3 +116,23 @@ def test_no_sql_outside_the_domain_packages(package: str) -> None:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.search(node.value):
                 offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert offenders == []
+
+
+# Work history (a numbered stop or issue) means nothing to a reader of the product: it speaks of itself only.
+WORK_HISTORY = re.compile(r"\b(stop|issue)\s+#?\d+\b", re.IGNORECASE)
+PRODUCT_TEXT = ("ingestion_pipeline", "ingestion_pipeline_tests", "benchmarks", "scripts", "docs", "sql", "deploy",
+                "dagster_home", "README.md", "ARCHITECTURE.md", "Makefile", "docker-compose.yml", "pyproject.toml")
+
+
+def test_no_work_history_in_code_or_docs() -> None:
+    root = PACKAGE.parent
+    found = []
+    for top in PRODUCT_TEXT:
+        paths = [root / top] if (root / top).is_file() else sorted((root / top).rglob("*"))
+        for path in paths:
+            if path.suffix not in (".py", ".md", ".sql", ".yaml", ".yml", ".toml", "") or not path.is_file():
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if WORK_HISTORY.search(line):
+                    found.append(f"{path.relative_to(root)}:{number}: {line.strip()[:100]}")
+    assert found == []
