@@ -41,16 +41,19 @@ system-deps:
 
 demo: $(STAMP) system-deps
 	$(BIN)/ingestion-pipeline db migrate
+	$(BIN)/ingestion-pipeline model prepare
 	$(BIN)/python scripts/demo.py --corpus "$(CORPUS)"
 
 test: $(STAMP) system-deps check-defs
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
 	INGESTION_CORPUS_DIR="$(CORPUS)" $(PYTEST) --durations=15 ingestion_pipeline_tests
 
-# The suite without the minutes-long end-to-end tests (fault injection, whole corpus, daemon); CI runs all.
+# Before every commit (under 5 minutes on 2 cores): every package's unit-level tests, without the end-to-end ones
+# (`slow`: fault injection, the whole corpus, the daemon; `integration`: whole runs through the CLI, real
+# servers). `make test` and CI run everything.
 test-fast: $(STAMP) system-deps check-defs
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
-	INGESTION_CORPUS_DIR="$(CORPUS)" $(PYTEST) -m "not slow" ingestion_pipeline_tests
+	INGESTION_CORPUS_DIR="$(CORPUS)" $(PYTEST) -m "not slow and not integration" ingestion_pipeline_tests
 
 # Dagster's own validation, as a newcomer types it: a plain shell at the project root, no DAGSTER_HOME and no
 # database (the project's instance lives in dagster_home/, so these use a throwaway one).
@@ -60,6 +63,7 @@ check-defs: $(STAMP)
 
 dev: $(STAMP) system-deps
 	$(BIN)/ingestion-pipeline db migrate
+	$(BIN)/ingestion-pipeline model prepare
 	$(BIN)/ingestion-pipeline dev
 
 lint: $(STAMP)

@@ -32,6 +32,7 @@ def _left_behind(upload_dir: Path) -> list[str]:
         if upload_dir.exists() else []
 
 
+@pytest.mark.integration
 def test_end_to_end_token_upload_process_poll_search(api, database, instance):
     token = api.client.post("/v1/auth/token", json={"email": "user@acme.example",
                                                     "password": "correct horse battery"}).json()["access_token"]
@@ -116,6 +117,7 @@ def test_bad_uploads_are_refused_and_leave_nothing(case, database, db, isolated_
     assert _left_behind(isolated_storage) == []
 
 
+@pytest.mark.integration
 def test_a_stable_key_makes_versions_and_deactivation_stops_serving(api, database, instance, db, tmp_path):
     v1 = _ingest(api, "acme-user", "handbook.md", FACT, key="handbook").json()
     process_in_process(instance, database)

@@ -143,6 +143,7 @@ def test_cli_reports_bad_input_clearly(database_url, project_dagster_home, tmp_p
     assert missing.returncode == 1 and "no file 999999 in the ledger" in missing.stderr
 
 
+@pytest.mark.integration
 def test_definitions_validate_with_the_project_workspace(database_url, project_dagster_home):
     """`dagster definitions validate` with the project's workspace.yaml and instance (dagster.yaml)."""
     from ingestion_pipeline.core.settings import project_root
@@ -155,6 +156,7 @@ def test_definitions_validate_with_the_project_workspace(database_url, project_d
     assert "Validation successful for code location ingestion_pipeline" in result.stderr + result.stdout
 
 
+@pytest.mark.integration
 def test_dg_check_defs_and_definitions_validate_pass_in_a_plain_shell(tmp_path):
     """At the project root with no environment set (no DAGSTER_HOME, no database URL), both of Dagster's own
     validation commands load the code location against a throwaway instance and pass."""

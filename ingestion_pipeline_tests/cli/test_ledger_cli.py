@@ -5,10 +5,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ingestion_pipeline_tests.cli.test_corpus_cli import CLI, json_lines, run_cli
 from ingestion_pipeline_tests.helpers import table
 
 
+@pytest.mark.integration
 def test_retry_cancel_pause_resume(database, project_dagster_home, db, corpus_dir, tmp_path):
     note = tmp_path / "note.md"
     note.write_text("# Note\n\nThe meeting moved to Thursday.\n")

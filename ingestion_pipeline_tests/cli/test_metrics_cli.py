@@ -1,10 +1,13 @@
 """The metrics commands end to end, through the project's Dagster instance; and a metrics S3 source."""
 
+import pytest
+
 from ingestion_pipeline.samples.metric_exports import daily_rows, with_invalid_share, write_export
 from ingestion_pipeline_tests.cli.test_corpus_cli import json_lines, run_cli
 from ingestion_pipeline_tests.helpers import table
 
 
+@pytest.mark.integration
 def test_metrics_submit_process_uploads_errors_events(database_url, project_dagster_home, db, tmp_path):
     good = write_export(tmp_path / "meta.csv", "meta", with_invalid_share(daily_rows(2, 2, 5, 5), 0.05))
     bad = tmp_path / "google.json"
@@ -38,6 +41,7 @@ def test_metrics_submit_process_uploads_errors_events(database_url, project_dags
     assert event["payload"]["client_id"] == "c-1"
 
 
+@pytest.mark.integration
 def test_metrics_s3_source(database_url, project_dagster_home, db, tmp_path, bucket, s3_env):
     client, name = bucket
     export = write_export(tmp_path / "day1.jsonl", "tiktok", daily_rows(1, 2, 2, 3))

@@ -46,6 +46,7 @@ def test_no_warm_up_when_no_document_is_due(database_url, project_dagster_home, 
     assert table(db, "SELECT status FROM ingestion_runs") == [{"status": "queued"}]
 
 
+@pytest.mark.integration
 def test_with_nothing_queued_or_claimed_process_does_not_import_dagster(database_url, project_dagster_home, db,
                                                                         tmp_path):
     """An unchanged re-ingest spent ~4 s importing Dagster and building its instance to find nothing to do."""

@@ -1,9 +1,12 @@
 """The `source` and `sync` commands against a moto S3 server, through the project's Dagster instance."""
 
+import pytest
+
 from ingestion_pipeline_tests.cli.test_corpus_cli import json_lines, run_cli
 from ingestion_pipeline_tests.helpers import table
 
 
+@pytest.mark.integration
 def test_source_commands_and_sync_wait(database_url, project_dagster_home, db, bucket, s3_env):
     client, name = bucket
     client.put_object(Bucket=name, Key="docs/a.md", Body=b"# Alpha\n\nAlpha team owns the billing service.\n")

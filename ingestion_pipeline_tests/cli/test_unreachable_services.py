@@ -27,6 +27,7 @@ def _run(*args: str, **env: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("command", [["db", "migrate"], ["process"], ["serve", "--port", "0"], ["worker"],
                                      ["code-server", "--port", "0"], ["daemon"], ["webserver", "--port", "0"]],
                          ids=" ".join)
+@pytest.mark.integration
 def test_a_database_that_is_not_there_is_exit_code_3(command, where, isolated_storage):
     url = UNREACHABLE[where]
     result = _run(*command, DATABASE_URL=url, DAGSTER_PG_URL=url.replace("postgresql://", "postgresql+psycopg2://"),

@@ -152,6 +152,7 @@ def test_failed_promotion_leaves_previous_version_served(instance, database, db,
     assert len(active) == 1 and active[0]["version_number"] == 2
 
 
+@pytest.mark.integration
 def test_two_versions_of_a_document_in_one_batch_end_with_the_later_one_active(instance, database, db, tmp_path):
     """The steps work on two files at once; a batch holding two versions of one document still ends with
     the later one active (the lanes' order itself is tested in documents/test_file_lanes.py)."""

@@ -83,6 +83,7 @@ def test_a_text_the_model_refuses_fails_its_file_alone(database, db, notes, monk
     assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 11
 
 
+@pytest.mark.integration
 def test_the_model_loads_in_the_background_once_files_go_on_to_be_embedded(database, db, notes):
     submit(database, "acme", *notes[:2])
     [key] = batch_queued(database)

@@ -33,6 +33,7 @@ def test_every_format_is_allowed_for_uploads_and_s3():
     assert set(FORMATS) <= set(DOCUMENT_TYPES)
 
 
+@pytest.mark.integration
 def test_each_format_is_found_by_search_with_its_citation(instance, database, db, tmp_path):
     samples = write_office_samples(tmp_path / "office", large_sheet_rows=400)
     ingest(instance, database, "acme", *(s.path for s in samples.values()))
@@ -62,6 +63,7 @@ def test_each_format_is_found_by_search_with_its_citation(instance, database, db
     assert days == [f"Day {d}" for d in range(1, 401)]
 
 
+@pytest.mark.integration
 def test_a_damaged_file_of_each_format_fails_alone_with_its_reason(instance, database, db, tmp_path):
     good = write_office_samples(tmp_path / "good")[".eml"].path
     damaged = []

@@ -2,6 +2,7 @@
 partition back."""
 
 import dagster as dg
+import pytest
 
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES
@@ -18,6 +19,7 @@ def _age(db, partition_key: str, days: int) -> None:
                "updated_at = now() - make_interval(days => %s) WHERE partition_key = %s", (days, days, partition_key))
 
 
+@pytest.mark.integration
 def test_only_finished_batches_past_retention_are_pruned_and_a_replay_brings_one_back(database, db, tmp_path):
     for name in ("old", "recent", "waiting"):
         (tmp_path / f"{name}.md").write_text(f"# {name}\n\nThe {name} note.")

@@ -90,6 +90,7 @@ def test_reexecution_from_failure_redrives_the_files_handed_back_to_the_queue(in
     assert promoted[0].step_materialization_data.materialization.metadata["promoted_now"].value == 2
 
 
+@pytest.mark.integration
 def test_reexecution_of_a_batch_another_run_finished_fails_and_says_why(instance, database, db, notes,
                                                                         monkeypatch):
     key, first = _first_run_fails_at_embedding(instance, database, notes, monkeypatch)
@@ -109,6 +110,7 @@ def test_reexecution_of_a_batch_another_run_finished_fails_and_says_why(instance
         relaunched.run_id}
 
 
+@pytest.mark.integration
 def test_a_persons_run_replays_dead_letters_but_failed_files_only_when_asked(instance, database, db, notes,
                                                                              monkeypatch, tmp_path):
     monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "")  # one attempt: a failed run dead-letters its files

@@ -100,6 +100,7 @@ def test_chunker_change_reindexes_every_version_from_stored_elements(instance, d
     assert (lambda p: (p.current, p.reindexable))(_plan(database, tenant_id="acme")) == (3, [])
 
 
+@pytest.mark.integration
 def test_backfill_of_a_batch_reindexes_its_stale_versions_and_then_reports_them_current(
         instance, database, db, corpus_dir, monkeypatch):
     docs = corpus_dir / "documents"
@@ -228,6 +229,7 @@ def test_a_model_of_another_dimension_reindexes_and_searches(instance, database,
     assert all(h.vector_rank is None for h in old)
 
 
+@pytest.mark.integration
 def test_new_weights_under_the_same_model_name_reuse_no_vector(instance, database, db, corpus_dir, tmp_path):
     """Vectors are reused for unchanged chunk text only under the same model *digest*: a model retrained in
     place (same folder name, new weights) re-embeds every chunk when re-indexed."""

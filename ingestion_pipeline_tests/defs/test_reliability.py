@@ -120,6 +120,7 @@ def test_failure_without_retry_hands_files_back(instance, database, db, three_no
     assert all("ZeroDivisionError" in r["error"] for r in rows)
 
 
+@pytest.mark.integration
 def test_transient_error_is_retried_with_backoff_and_succeeds(instance, database, db, three_notes, monkeypatch):
     monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0.5,0.5,0.5")
     monkeypatch.setenv("INGESTION_BATCH_LANES", "1")  # files in the batch's order: the second call is note-1's
@@ -153,6 +154,7 @@ def test_permanent_error_fails_once(instance, database, db, corpus_dir):
     assert history(db, row["run_id"]) == ["claimed", "failed"]
 
 
+@pytest.mark.integration
 def test_dead_letter_after_the_last_attempt_then_replay(instance, database, db, three_notes, monkeypatch):
     monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0,0")
     submit(database, "acme", three_notes[0])
@@ -197,6 +199,7 @@ def _batch_held_in_its_first_encode(instance, database, monkeypatch) -> tuple[th
     return release, worker
 
 
+@pytest.mark.integration
 def test_cancel_mid_embedding_promotes_nothing_and_the_old_version_keeps_serving(
         instance, database, db, corpus_dir, monkeypatch):
     note = corpus_dir / "documents" / "norwich-city.txt"  # long enough that a new budget makes new chunks
@@ -217,6 +220,7 @@ def test_cancel_mid_embedding_promotes_nothing_and_the_old_version_keeps_serving
     assert len(table(db, "SELECT * FROM document_versions")) == 1
 
 
+@pytest.mark.integration
 def test_a_file_canceled_mid_embedding_leaves_its_unit_to_the_other_files(instance, database, db, three_notes,
                                                                           monkeypatch):
     """The three notes' chunks are encoded in one unit; one note is canceled while it is encoded. Its
@@ -236,6 +240,7 @@ def test_a_file_canceled_mid_embedding_leaves_its_unit_to_the_other_files(instan
     assert table(db, "SELECT * FROM staging_chunks") == []
 
 
+@pytest.mark.integration
 def test_pause_parks_in_flight_files_and_resume_continues_them(instance, database, db, three_notes, monkeypatch):
     submit(database, "acme", *three_notes)
     [key] = batch_queued(database)
@@ -349,6 +354,7 @@ def test_extraction_time_and_memory_limits(tmp_path, monkeypatch, corpus_dir):
         assert extractor(corpus_dir / "documents" / "fake-memo.pdf", ".pdf").elements
 
 
+@pytest.mark.integration
 def test_a_spare_extraction_worker_serves_the_first_file_under_its_own_limits_only(tmp_path, monkeypatch,
                                                                                       corpus_dir):
     """`process` starts a worker while Dagster sets up; the first extractor takes it. A spare started

@@ -4,6 +4,7 @@ import threading
 import time
 
 import dagster as dg
+import pytest
 
 from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.core.settings import load_settings
@@ -104,6 +105,7 @@ def test_initial_sync_modify_delete_and_unchanged(kb, database, db):
         assert payroll == [{"version_number": 1, "is_active": False}, {"version_number": 2, "is_active": True}]
 
 
+@pytest.mark.integration
 def test_new_etag_same_bytes_makes_no_new_version(kb, db):
     client, bucket, _ = kb
     with dg.instance_for_test() as instance:
@@ -238,6 +240,7 @@ def test_s3_throttling_is_retried_with_backoff(kb, db, monkeypatch):
     assert table(db, "SELECT status FROM source_objects WHERE key = 'kb/travel.txt'")[0]["status"] == "active"
 
 
+@pytest.mark.integration
 def test_an_extractor_change_reextracts_from_the_unchanged_object(kb, database, db, monkeypatch):
     """The stored elements came from an older extractor and the raw file is gone: a version from an S3 source
     whose object is still the same is fetched and extracted again; one whose object changed is not."""

@@ -47,6 +47,7 @@ def torch_vectors(corpus_chunks, model_cache) -> tuple[list[str], np.ndarray]:
     return texts, vectors
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("backend", ["onnx", "openvino"])
 def test_exported_vectors_match_torch_on_the_corpus(backend, torch_vectors, model_cache):
     texts, reference = torch_vectors
@@ -147,6 +148,7 @@ def _exported_without_blob(tmp_path: Path) -> tuple[Path, Path, Path]:
     return model, cache, export.parent
 
 
+@pytest.mark.integration
 def test_openvino_runs_without_its_cache_where_the_cache_cannot_be_written(tmp_path, caplog):
     model, cache, folder = _exported_without_blob(tmp_path)
     (folder / onnx_encoder.OPENVINO_CACHE).write_text("not a folder")  # as a read-only mount would refuse
@@ -236,6 +238,7 @@ def test_an_export_that_does_not_match_torch_is_refused_and_remembered(tmp_path,
     assert later.backend_in_use == "torch"
 
 
+@pytest.mark.integration
 def test_a_process_embedding_an_export_imports_neither_torch_nor_transformers(model_cache):
     Embedder(default_model_path(), cache_dir=model_cache).embed(["export it first, if no test did"])
     code = ("import sys; from ingestion_pipeline.documents.embedding import build_embedder; e = build_embedder(); "
@@ -246,6 +249,7 @@ def test_a_process_embedding_an_export_imports_neither_torch_nor_transformers(mo
     assert out.stdout.split() == ["openvino", "384", "2", "False", "False"]
 
 
+@pytest.mark.integration
 def test_a_process_that_ends_while_the_model_warms_up_exits_cleanly(model_cache):
     """`process` starts loading the model as soon as files go on; a run with nothing left to embed ends
     while it loads. Ending under the runtime's compiler aborted the process (exit -6) before."""

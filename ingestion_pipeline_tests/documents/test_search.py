@@ -55,6 +55,7 @@ def test_bad_queries_are_refused(db, database):
         _search(db, database, "acme", "   ")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("exact_max", [0, 5_000], ids=["through-hnsw", "small-tenant-exact"])
 def test_a_tenant_whose_neighbourhood_belongs_to_another_tenant_still_gets_its_chunks(db, database, exact_max,
                                                                                      monkeypatch):

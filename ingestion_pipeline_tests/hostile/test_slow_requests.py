@@ -39,6 +39,7 @@ def _closed_within(sock: socket.socket, seconds: float) -> bool:
         return False
 
 
+@pytest.mark.integration
 def test_slow_or_silent_headers_get_408_and_a_closed_connection(database_url, tmp_path):
     with start_server(database_url, tmp_path, INGESTION_API_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT)) as server:
         started = time.monotonic()
@@ -70,6 +71,7 @@ def test_slow_or_silent_headers_get_408_and_a_closed_connection(database_url, tm
             sock.close()
 
 
+@pytest.mark.integration
 def test_the_next_request_on_a_kept_alive_connection_has_the_same_deadline(database_url, tmp_path):
     with start_server(database_url, tmp_path, INGESTION_API_HEADER_TIMEOUT_SECONDS=str(HEADER_TIMEOUT)) as server:
         sock = _connect(server.url)
@@ -96,6 +98,7 @@ def test_headers_over_64_kib_get_431(database_url, tmp_path):
         sock.close()
 
 
+@pytest.mark.integration
 def test_a_json_body_is_bounded_in_bytes_and_in_time(database_url, tmp_path):
     with start_server(database_url, tmp_path, INGESTION_API_UPLOAD_IDLE_SECONDS=str(IDLE_SECONDS)) as server:
         rss_before = server.status("VmHWM")

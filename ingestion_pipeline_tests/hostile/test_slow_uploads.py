@@ -14,6 +14,7 @@ import time
 from urllib.parse import urlparse
 
 import httpx
+import pytest
 
 from ingestion_pipeline_tests.api.conftest import start_server, user_token
 
@@ -57,6 +58,7 @@ def read_answer(sock: socket.socket, within: float) -> tuple[int, bytes, bool]:
     return status, data, closed
 
 
+@pytest.mark.integration
 def test_stalled_uploads_get_408_and_do_not_starve_another_tenant(database_url, tmp_path):
     with start_server(database_url, tmp_path, INGESTION_API_UPLOAD_IDLE_SECONDS=str(IDLE_SECONDS)) as server:
         attackers = [user_token(database_url, "acme", f"attacker{i}@acme.example") for i in range(4)]
@@ -90,6 +92,7 @@ def test_stalled_uploads_get_408_and_do_not_starve_another_tenant(database_url, 
         assert not list(server.upload_dir.rglob(".incoming-*"))  # the dropped uploads left nothing behind
 
 
+@pytest.mark.integration
 def test_a_trickle_under_the_minimum_rate_is_dropped(database_url, tmp_path):
     """One byte a second never idles, but averages far under the minimum rate: 408 after the idle time."""
     with start_server(database_url, tmp_path, INGESTION_API_UPLOAD_IDLE_SECONDS="2") as server:

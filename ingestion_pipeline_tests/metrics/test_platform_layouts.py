@@ -90,6 +90,7 @@ def _file(tmp_path, name, text):
     return path
 
 
+@pytest.mark.integration
 def test_six_layouts_submitted_without_a_platform_are_promoted(database, db, project_dagster_home, tmp_path, capsys):
     from ingestion_pipeline.cli import main
 

@@ -88,6 +88,7 @@ def test_consumer_killed_after_taking_and_after_committing(redis_queue, database
     assert not redis_queue.keys("rag:ingest:processing:*") and redis_queue.llen(redis_keys.QUEUE) == 0
 
 
+@pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_redis_killed_mid_stream_restarts_from_its_aof(database, db, tmp_path, monkeypatch):
     server = RedisServer(tmp_path / "redis", fsync="always").start()

@@ -3,6 +3,8 @@
 
 import json
 
+import pytest
+
 from ingestion_pipeline.queues import redis_keys
 from ingestion_pipeline_tests.cli.test_corpus_cli import json_lines, run_cli
 from ingestion_pipeline_tests.helpers import table
@@ -12,6 +14,7 @@ def _status(redis, job_id: str) -> dict:
     return {k.decode(): v.decode() for k, v in redis.hgetall(redis_keys.status(job_id)).items()}
 
 
+@pytest.mark.integration
 def test_push_process_statuses_files_and_dead_letters(redis_queue, database, project_dagster_home, db, corpus_dir,
                                                       tmp_path):
     root = tmp_path / "kb"

@@ -4,6 +4,8 @@ back with retry_count + 1 after the backoff; past max_retries it fails, dead-let
 import json
 import time
 
+import pytest
+
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.redis_server import free_port
 from ingestion_pipeline.core.upload_store import LocalUploadStore
@@ -15,6 +17,7 @@ from ingestion_pipeline.queues.redis_consumer import RedisJobConsumer
 from ingestion_pipeline_tests.helpers import table
 
 
+@pytest.mark.integration
 def test_database_down_retries_with_backoff_then_fails(redis_queue, database, db, tmp_path):
     root = tmp_path / "kb"
     root.mkdir()

@@ -56,6 +56,7 @@ def _event(bucket: str, key: str, name: str, sequencer: str) -> str:
     return json.dumps({"Records": [record]})
 
 
+@pytest.mark.integration
 def test_events_jobs_duplicates_order_deletes_and_dead_letters(notified_bucket, database, db, s3_env, tmp_path):
     client, bucket, sqs, url = notified_bucket
     with database.connection() as conn:

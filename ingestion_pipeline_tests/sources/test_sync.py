@@ -11,6 +11,7 @@ from ingestion_pipeline.sources.sync import sync_source
 from ingestion_pipeline_tests.helpers import put, table
 
 
+@pytest.mark.integration
 def test_five_thousand_keys_are_listed_across_ticks_within_budget(bucket, database, db, s3_env):
     client, name = bucket
     from concurrent.futures import ThreadPoolExecutor
