@@ -84,8 +84,8 @@ AREAS: dict[str, tuple[Variable, ...]] = {
                  "takes."),
         Variable("INGESTION_QUEUE_HEARTBEAT_SECONDS", "30", "A Redis consumer silent this long is dead: the next "
                  "consumer hands the jobs it held back to their queues."),
-        Variable("INGESTION_SQS_QUEUE_URLS", "none", "Comma-separated SQS queue URLs: one sensor each (read when "
-                 "the code location loads). Endpoint and credentials: boto3's `AWS_*` variables "
+        Variable("INGESTION_SQS_QUEUE_URLS", "none", "Comma-separated SQS queue URLs, polled in turn by `sqs_sensor` "
+                 "(read at each tick). Endpoint and credentials: boto3's `AWS_*` variables "
                  "(`AWS_ENDPOINT_URL_SQS`)."),
         Variable("INGESTION_SQS_MESSAGES_PER_TICK", "100", "SQS messages one tick takes per queue."),
         Variable("INGESTION_SQS_WAIT_SECONDS", "1", "Long polling per receive, 0-20 s."),

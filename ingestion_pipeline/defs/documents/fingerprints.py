@@ -1,9 +1,11 @@
-"""Staleness shown before any batch runs: code versions from the pipeline fingerprint, and
-``fingerprints_current`` as a check that runs on its own.
+"""Staleness shown before any batch runs: code versions of the code, and ``fingerprints_current`` as a check
+that runs on its own.
 
-Each document asset's ``code_version`` is what decides its output now (the extractor's version; the pipeline
-fingerprint: chunker, budgets, model), read when the code location loads. After a deploy that changes it,
-Dagster marks every partition materialised under the old version stale, with its own badges.
+Each document asset's ``code_version`` is static: the extractor's and the chunker's versions, which change only
+with the code. After a deploy that changes one, Dagster marks every partition materialised under the old version
+stale, with its own badges. What a deployment decides at run time (the chunk budgets, the model and the precision
+it runs in: ``documents/model_decision.py``) is the pipeline fingerprint, read when a run or a sensor needs it,
+never when the code location loads: loading defines, it reads no model and no database.
 
 ``fingerprints_current`` (warn) counts the active versions, across tenants, not made by the current
 fingerprint. Every batch run evaluates it after promoting; the UI's Execute button runs it alone; and
