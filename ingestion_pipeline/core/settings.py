@@ -1,17 +1,25 @@
-"""Runtime settings, read from the environment once per call site.
+"""Runtime settings: one typed model per area (pydantic-settings), each field's default written once, its
+environment variable named beside it (``env=``), read once per call site (``load_settings()``).
 
 Every knob has a default that works on a fresh clone: the embedded Postgres and the upload store live
-under the git-ignored ``.data/`` folder of the project (or ``INGESTION_HOME``).
+under the git-ignored ``.data/`` folder of the project (or ``INGESTION_HOME``). A model built directly
+(``BatchSettings(max_files=3)``) is its defaults and arguments only; ``Area.from_environment()`` (what
+``load_settings`` calls) reads the environment too. A bad value is a ``ValueError`` naming the variable.
+``core/environment.py`` renders the fields' variables, defaults and descriptions as docs/configuration.md.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticUseDefault
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def project_root() -> Path:
@@ -31,22 +39,8 @@ def data_dir() -> Path:
     return Path(os.environ.get("INGESTION_DATA_DIR", project_root() / ".data")).resolve()
 
 
-T = TypeVar("T")
 
 
-def _env(name: str, default: T, parse: Callable[[str], T], expected: str, *, empty_is_default: bool = True) -> T:
-    """``parse(os.environ[name])``, or ``default`` when unset; a bad value names the variable."""
-    raw = os.environ.get(name)
-    if raw is None or (raw == "" and empty_is_default):
-        return default
-    try:
-        return parse(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be {expected}, got {raw!r}") from exc
-
-
-def _int_env(name: str, default: int) -> int:
-    return _env(name, default, int, "an integer")
 
 
 def _at_least_one(raw: str) -> int:
@@ -73,8 +67,6 @@ def _finite(raw: str) -> float:
     return value
 
 
-def _float_env(name: str, default: float) -> float:
-    return _env(name, default, _finite, "a finite number")
 
 
 def _positive(raw: str) -> float:
@@ -101,156 +93,6 @@ def _token_hours(raw: str) -> float:
     return value
 
 
-def _floats_env(name: str, default: tuple[float, ...]) -> tuple[float, ...]:
-    """A comma-separated list of seconds, e.g. INGESTION_RETRY_BACKOFF=5,10,30 (empty: no retries)."""
-    return _env(name, default, lambda raw: tuple(float(part) for part in raw.split(",") if part.strip()),
-                "comma-separated seconds like 5,10,30", empty_is_default=False)
-
-
-@dataclass(frozen=True)
-class UploadSettings:
-    upload_dir: Path
-    max_bytes: int
-    store_uri: str | None = None  # s3://bucket/prefix: both upload stores live there (core/s3_upload_store)
-    store_endpoint_url: str | None = None  # the store's S3 endpoint (None: the AWS environment's)
-
-
-@dataclass(frozen=True)
-class BatchSettings:
-    """Bounds of one `document_batches` partition (and so of one run)."""
-
-    max_files: int = 200  # measured: 300 small files in 6 runs of 50 took 50.6 s, in one run 44.6 s
-    max_bytes: int = 200 * 1024 * 1024
-    lanes: int = 2  # files a step works on at once (documents/pipeline.py); at most the pool's connections
-
-
-@dataclass(frozen=True)
-class ChunkSettings:
-    """Token budgets; the hard cap is further clamped to the model's own max sequence length."""
-
-    target_tokens: int = 200
-    max_tokens: int = 256
-
-
-@dataclass(frozen=True)
-class EmbeddingSettings:
-    model_path: str | None = None  # None: the packaged all-MiniLM-L6-v2
-    batch_size: int = 16  # measured: benchmarks/embedding_backends.py
-    backend: str = "auto"  # auto | onnx | torch (documents/embedding.py)
-    precision: str = "auto"  # auto | int8 | bf16 | f32 (documents/precision.py)
-    cache_dir: Path | None = None  # exported ONNX models; None: <data dir>/models
-
-
-@dataclass(frozen=True)
-class S3SyncSettings:
-    """Bounded listing work: a tick lists at most pages_per_tick pages of page_size keys per source."""
-
-    page_size: int = 1000
-    pages_per_tick: int = 5
-
-
-@dataclass(frozen=True)
-class MetricsSettings:
-    upload_dir: Path = Path(".data/metric_uploads")
-    max_bytes: int = 2 * 1024**3  # exports stream (Arrow batches / row by row); memory does not grow with size
-    valid_threshold: float = 0.9
-    staging_retention_days: int = 7
-
-
-@dataclass(frozen=True)
-class ReliabilitySettings:
-    """Leases, retries and retention (README: Failure and recovery)."""
-
-    lease_seconds: float = 900.0  # a claim expires without a heartbeat for this long
-    retry_backoff_seconds: tuple[float, ...] = (5.0, 10.0, 30.0)  # waits before attempts 2, 3, 4
-    relaunch_queued_after_seconds: float = 3600.0  # a queued row with no live run is relaunched
-    failed_ttl_days: float = 7.0  # raw bytes of failed / dead-lettered / canceled work are kept this long
-    orphan_ttl_hours: float = 24.0  # stored files no ledger row refers to
-    partition_retention_days: float = 30.0  # a finished batch's Dagster partition is deleted after this
-
-    @property
-    def max_attempts(self) -> int:
-        return len(self.retry_backoff_seconds) + 1
-
-    def backoff_after(self, attempts_used: int) -> float | None:
-        """Seconds to wait before the next attempt, or None when the attempts are spent."""
-        if attempts_used < 1 or attempts_used > len(self.retry_backoff_seconds):
-            return None
-        return self.retry_backoff_seconds[attempts_used - 1]
-
-
-@dataclass(frozen=True)
-class QueueSettings:
-    """The queue intakes (queues/): the Redis job queue and SQS queues."""
-
-    redis_url: str | None = "redis://127.0.0.1:6379/0"  # None (REDIS_URL=none): no Redis queue
-    redis_configured: bool = False  # REDIS_URL set: a server that does not answer is an error, not "no queue"
-    jobs_per_tick: int = 100  # Redis jobs one sensor tick (or one `process` round) takes
-    consumer_heartbeat_seconds: float = 30.0  # a consumer silent this long is dead: its jobs go back
-    sqs_queue_urls: tuple[str, ...] = ()
-    sqs_messages_per_tick: int = 100  # SQS messages one sensor tick takes per queue (10 per receive)
-    sqs_wait_seconds: int = 1  # long polling per receive (at most 20)
-
-
-@dataclass(frozen=True)
-class ExtractionLimits:
-    """Per-file bounds: a file over one fails with the reason; the rest of its batch goes on."""
-
-    timeout_seconds: float = 300.0
-    memory_mb: int = 3072  # address space of the extraction worker process
-    max_text_chars: int = 20_000_000  # characters of text a file may hold, every format
-    max_chunks: int = 50_000  # chunks of one file (20M characters make ~25,000)
-    max_tokens: int = 10_000_000  # the model's tokens in one file's chunks
-    max_member_bytes: int = 200 * 1024 * 1024  # one uncompressed part of a DOCX (zip)
-    max_compression_ratio: float = 100.0  # uncompressed / compressed, for parts over 1 MiB
-
-
-@dataclass(frozen=True)
-class ExecutorSettings:
-    """Where a run's steps execute (defs/executor.py): in the run's process, or on Celery workers."""
-
-    executor: str = "in_process"  # in_process | celery
-    broker_url: str = "redis://127.0.0.1:6379/0"  # CELERY_BROKER_URL, else REDIS_URL
-    # a step taken by a worker that then vanished (its host died) is handed to another worker after this long;
-    # it must exceed the longest step, or a slow step is run twice
-    redeliver_seconds: int = 600
-    concurrency: int = 1  # steps one `ingestion-pipeline worker` runs at once (processes; each loads the model)
-
-
-@dataclass(frozen=True)
-class Settings:
-    upload: UploadSettings
-    batch: BatchSettings = field(default_factory=BatchSettings)
-    chunk: ChunkSettings = field(default_factory=ChunkSettings)
-    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
-    s3: S3SyncSettings = field(default_factory=S3SyncSettings)
-    metrics: MetricsSettings = field(default_factory=MetricsSettings)
-    reliability: ReliabilitySettings = field(default_factory=ReliabilitySettings)
-    limits: ExtractionLimits = field(default_factory=ExtractionLimits)
-    queues: QueueSettings = field(default_factory=QueueSettings)
-    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
-
-
-@dataclass(frozen=True)
-class ApiSettings:
-    """The HTTP API (README: HTTP API). ``jwt_secret`` is checked when the server starts."""
-
-    auth_enabled: bool = True
-    jwt_secret: str | None = None
-    jwt_expiry_hours: float = 24.0
-    max_inflight_uploads: int = 8
-    upload_idle_seconds: float = 10.0  # a request body (an upload's or a JSON one) silent this long ends with 408
-    upload_min_bytes_per_second: float = 16 * 1024  # and one slower than this on average, after the idle time
-    header_timeout_seconds: float = 10.0  # a request's headers not complete this long after the connection: 408
-    upload_bucket: str | None = None  # presigned uploads land here
-    upload_s3_endpoint: str | None = None  # None: the AWS environment
-    upload_prefix: str = "api-uploads/"
-    presign_seconds: int = 900
-    allowed_s3_endpoints: tuple[str, ...] = ()  # endpoints a tenant may give a source; empty: none
-
-    @property
-    def jwt_expiry_seconds(self) -> int:
-        return int(self.jwt_expiry_hours * 3600)
 
 
 def _one_of(*choices: str) -> Callable[[str], str]:
@@ -272,100 +114,371 @@ def _bool(raw: str) -> bool:
     raise ValueError(raw)
 
 
+_READING_ENVIRONMENT = contextvars.ContextVar("reading_environment", default=False)
+
+
+class _Parse:
+    """How one environment variable's text becomes its field's value."""
+
+    def __init__(self, parse: Callable[[str], Any] | None, expected: str, empty_is_default: bool) -> None:
+        self.parse, self.expected, self.empty_is_default = parse, expected, empty_is_default
+
+
+def env(name: str, *more: str, default: Any = None, description: str = "", shown: str | None = None,
+        parse: Callable[[str], Any] | None = None, expected: str = "", empty_is_default: bool = True,
+        default_factory: Callable[[], Any] | None = None) -> Any:
+    """A field read from the environment variable ``name`` (else from the first of ``more`` that is set).
+
+    ``parse`` turns the variable's text into the value, and a ``ValueError`` from it becomes "NAME must be
+    EXPECTED, got 'raw'"; ``shown``: the default as docs/configuration.md shows it; ``empty_is_default``: an
+    empty variable is the default (else it is parsed: an empty INGESTION_RETRY_BACKOFF means no retries)."""
+    extra = {"env": name, "shown": shown, "parse": _Parse(parse, expected, empty_is_default)}
+    kwargs: dict[str, Any] = {"validation_alias": AliasChoices(name, *more), "description": description,
+                              "json_schema_extra": extra}
+    if default_factory is not None:
+        return Field(default_factory=default_factory, **kwargs)
+    return Field(default, **kwargs)
+
+
+class _Area(BaseSettings):
+    """One area's settings. Built directly: defaults and arguments; ``from_environment()``: the environment too."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True, env_ignore_empty=False,
+                                      case_sensitive=True)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        if _READING_ENVIRONMENT.get():
+            return init_settings, env_settings
+        return (init_settings,)
+
+    @classmethod
+    def from_environment(cls, **overrides: Any):
+        token = _READING_ENVIRONMENT.set(True)
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:  # the first problem, as the variable's own message
+            error = exc.errors()[0]
+            cause = error.get("ctx", {}).get("error")
+            raise ValueError(str(cause) if cause else f"{error['loc']}: {error['msg']}") from None
+        finally:
+            _READING_ENVIRONMENT.reset(token)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _from_text(cls, value: Any, info) -> Any:
+        """A variable's text through its field's parser (values given as arguments are taken as they are)."""
+        field = cls.model_fields[info.field_name]
+        extra = field.json_schema_extra or {}
+        rule: _Parse | None = extra.get("parse") if isinstance(extra, dict) else None
+        if not isinstance(value, str) or rule is None or not _READING_ENVIRONMENT.get():
+            return value
+        if value == "" and rule.empty_is_default:
+            raise PydanticUseDefault()
+        if rule.parse is None:
+            return value
+        try:
+            return rule.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"{extra['env']} must be {rule.expected}, got {value!r}") from exc
+
+
+def _int(raw: str) -> int:
+    return int(raw)
+
+
+def _float(raw: str) -> float:
+    return float(raw)
+
+
+def _path(raw: str) -> Path:
+    return Path(raw).resolve()
+
+
+def _comma_list(raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _seconds_list(raw: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in raw.split(",") if part.strip())
+
+
+def _redis_url(raw: str) -> str | None:
+    return None if raw.strip().lower() == "none" else raw
+
+
+WHOLE_AT_LEAST_ONE = "a whole number of at least 1"
+
+
+class UploadSettings(_Area):
+    upload_dir: Path = env("INGESTION_UPLOAD_DIR", default_factory=lambda: (data_dir() / "uploads").resolve(),
+                           parse=_path, shown="`<data>/uploads`",
+                           description="Where uploaded documents wait (content-addressed).")
+    max_bytes: int = env("INGESTION_MAX_UPLOAD_BYTES", default=50 * 1024 * 1024, parse=_int, expected="an integer",
+                         shown="52428800 (50 MB)", description="Largest document accepted.")
+    # s3://bucket/prefix: both upload stores live there (core/s3_upload_store)
+    store_uri: str | None = env("INGESTION_UPLOAD_STORE", parse=_s3_store_uri,
+                                expected="s3://bucket or s3://bucket/prefix", shown="local (the two folders above)",
+                                description="`s3://bucket/prefix`: both upload stores in S3 (`<prefix>/documents/`, "
+                                            "`<prefix>/metrics/`), so hosts share no disk (docs/deployment.md).")
+    store_endpoint_url: str | None = env("INGESTION_UPLOAD_STORE_ENDPOINT_URL", shown="the AWS environment's",
+                                         description="The S3 endpoint of `INGESTION_UPLOAD_STORE` (MinIO, moto).")
+
+
+class BatchSettings(_Area):
+    """Bounds of one `document_batches` partition (and so of one run)."""
+
+    # measured: 300 small files in 6 runs of 50 took 50.6 s, in one run 44.6 s
+    max_files: int = env("INGESTION_BATCH_MAX_FILES", default=200, parse=_int, expected="an integer",
+                         description="Files in one batch (one partition, one run).")
+    max_bytes: int = env("INGESTION_BATCH_MAX_BYTES", default=200 * 1024 * 1024, parse=_int, expected="an integer",
+                         shown="209715200 (200 MB)", description="Bytes in one batch.")
+    # files a step works on at once (documents/steps/runner.py); at most the pool's connections
+    lanes: int = env("INGESTION_BATCH_LANES", default=2, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
+                     description="Files a step works on at once (at most the run's 4 connections).")
+
+
+class ChunkSettings(_Area):
+    """Token budgets; the hard cap is further clamped to the model's own max sequence length."""
+
+    target_tokens: int = env("INGESTION_CHUNK_TARGET_TOKENS", default=200, parse=_int, expected="an integer",
+                             description="A chunk's target size, in the model's tokens.")
+    max_tokens: int = env("INGESTION_CHUNK_MAX_TOKENS", default=256, parse=_int, expected="an integer",
+                          description="A chunk's hard cap (further capped by the model's own).")
+
+
+class EmbeddingSettings(_Area):
+    model_path: str | None = env("INGESTION_EMBEDDING_MODEL", shown="the packaged all-MiniLM-L6-v2",
+                                 description="A sentence-transformers model folder.")
+    # measured: benchmarks/embedding_backends.py
+    batch_size: int = env("INGESTION_EMBEDDING_BATCH_SIZE", default=16, parse=lambda raw: min(256, int(raw)),
+                          expected="an integer", description="Chunks per model call (at most 256).")
+    backend: str = env("INGESTION_EMBEDDING_BACKEND", default="auto",
+                       parse=_one_of("auto", "openvino", "onnx", "torch"), expected="auto, openvino, onnx or torch",
+                       description="`auto`, `openvino`, `onnx` or `torch`.")
+    precision: str = env("INGESTION_EMBEDDING_PRECISION", default="auto", parse=_one_of("auto", "int8", "bf16", "f32"),
+                         expected="auto, int8, bf16 or f32",
+                         description="`auto`, `int8`, `bf16` or `f32`: what `ingestion-pipeline model prepare` asks "
+                                     "for when it makes the deployment's model decision (a reduced precision only if "
+                                     "it passes the quality gate and this CPU can run it faster; `auto` takes the "
+                                     "fastest that does). Every process then embeds as recorded, whatever this says "
+                                     "on its host (docs/pipeline.md).")
+    cache_dir: Path | None = env("INGESTION_MODEL_CACHE_DIR", default_factory=lambda: (data_dir() / "models").resolve(),
+                                 parse=_path, shown="`<data>/models`",
+                                 description="The exported ONNX / OpenVINO models.")
+
+
+class S3SyncSettings(_Area):
+    """Bounded listing work: a tick lists at most pages_per_tick pages of page_size keys per source."""
+
+    page_size: int = env("INGESTION_S3_PAGE_SIZE", default=1000, parse=lambda raw: min(1000, int(raw)),
+                         expected="an integer", description="Keys per listing page (at most 1000).")
+    pages_per_tick: int = env("INGESTION_S3_PAGES_PER_TICK", default=5, parse=_int, expected="an integer",
+                              description="Listing pages per source per sensor tick.")
+
+
+class MetricsSettings(_Area):
+    upload_dir: Path = env("INGESTION_METRICS_UPLOAD_DIR", default_factory=lambda: (data_dir() / "metric_uploads")
+                           .resolve(), parse=_path, shown="`<data>/metric_uploads`",
+                           description="Where metric exports wait.")
+    # exports stream (Arrow batches / row by row); memory does not grow with size
+    max_bytes: int = env("INGESTION_METRICS_MAX_UPLOAD_BYTES", default=2 * 1024**3, parse=_int,
+                         expected="an integer", shown="2147483648 (2 GiB)", description="Largest export accepted.")
+    valid_threshold: float = env("INGESTION_METRICS_VALID_THRESHOLD", default=0.9, parse=_float,
+                                 expected="a number", description="Share of valid rows an upload needs to be promoted.")
+    staging_retention_days: int = env("INGESTION_STAGING_RETENTION_DAYS", default=7, parse=_int,
+                                      expected="an integer", description="Staged rows are deleted after this.")
+
+
+class ReliabilitySettings(_Area):
+    """Leases, retries and retention (README: Failure and recovery)."""
+
+    lease_seconds: float = env("INGESTION_LEASE_SECONDS", default=900.0, parse=_finite, expected="a finite number",
+                               shown="900", description="A claim expires without a heartbeat for this long.")
+    # waits before attempts 2, 3, 4
+    retry_backoff_seconds: Annotated[tuple[float, ...], NoDecode] = env(
+        "INGESTION_RETRY_BACKOFF", default=(5.0, 10.0, 30.0), parse=_seconds_list,
+        expected="comma-separated seconds like 5,10,30", empty_is_default=False, shown="5,10,30",
+        description="Seconds before attempts 2, 3, 4 of a transient failure.")
+    relaunch_queued_after_seconds: float = env("INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS", default=3600.0,
+                                               parse=_finite, expected="a finite number", shown="3600",
+                                               description="Queued work no run picked up is relaunched.")
+    failed_ttl_days: float = env("INGESTION_FAILED_TTL_DAYS", default=7.0, parse=_finite, expected="a finite number",
+                                 shown="7", description="Raw bytes of failed, dead-lettered, canceled work are kept.")
+    orphan_ttl_hours: float = env("INGESTION_ORPHAN_TTL_HOURS", default=24.0, parse=_finite,
+                                  expected="a finite number", shown="24",
+                                  description="Stored files no ledger row refers to are kept.")
+    partition_retention_days: float = env(
+        "INGESTION_PARTITION_RETENTION_DAYS", default=30.0, parse=_finite, expected="a finite number", shown="30",
+        description="A finished batch's (or upload's) Dagster partition is deleted after this; its runs stay. "
+                    "Re-index older batches with `ingestion-pipeline reindex`.")
+
+    @property
+    def max_attempts(self) -> int:
+        return len(self.retry_backoff_seconds) + 1
+
+    def backoff_after(self, attempts_used: int) -> float | None:
+        """Seconds to wait before the next attempt, or None when the attempts are spent."""
+        if attempts_used < 1 or attempts_used > len(self.retry_backoff_seconds):
+            return None
+        return self.retry_backoff_seconds[attempts_used - 1]
+
+
+class QueueSettings(_Area):
+    """The queue intakes (queues/): the Redis job queue and SQS queues."""
+
+    redis_url: str | None = env("REDIS_URL", default="redis://127.0.0.1:6379/0", parse=_redis_url,
+                                description="The Redis server of the job queue (`rag:ingest:*`). Unset and nothing "
+                                            "listening there, or `none`: no Redis queue; set and not answering: an "
+                                            "error.")
+    # REDIS_URL set: a server that does not answer is an error, not "no queue" (the same variable, read as "is it set")
+    redis_configured: bool = Field(False, validation_alias=AliasChoices("REDIS_URL"),
+                                   json_schema_extra={"env": None, "parse": _Parse(lambda raw: bool(raw), "", True)})
+    jobs_per_tick: int = env("INGESTION_QUEUE_JOBS_PER_TICK", default=100, parse=_at_least_one,
+                             expected=WHOLE_AT_LEAST_ONE,
+                             description="Redis jobs one sensor tick (or one `process` round) takes.")
+    consumer_heartbeat_seconds: float = env(
+        "INGESTION_QUEUE_HEARTBEAT_SECONDS", default=30.0, parse=_positive, expected="a number of seconds above 0",
+        shown="30", description="A Redis consumer silent this long is dead: the next consumer hands the jobs it held "
+                                "back to their queues.")
+    sqs_queue_urls: Annotated[tuple[str, ...], NoDecode] = env(
+        "INGESTION_SQS_QUEUE_URLS", default=(), parse=_comma_list, shown="none",
+        description="Comma-separated SQS queue URLs, polled in turn by `sqs_sensor` (read at each tick). Endpoint "
+                    "and credentials: boto3's `AWS_*` variables (`AWS_ENDPOINT_URL_SQS`).")
+    sqs_messages_per_tick: int = env("INGESTION_SQS_MESSAGES_PER_TICK", default=100, parse=_at_least_one,
+                                     expected=WHOLE_AT_LEAST_ONE,
+                                     description="SQS messages one tick takes per queue.")
+    sqs_wait_seconds: int = env("INGESTION_SQS_WAIT_SECONDS", default=1, parse=lambda raw: min(20, max(0, int(raw))),
+                                expected="a whole number of seconds, 0-20",
+                                description="Long polling per receive, 0-20 s.")
+
+
+class ExtractionLimits(_Area):
+    """Per-file bounds: a file over one fails with the reason; the rest of its batch goes on."""
+
+    timeout_seconds: float = env("INGESTION_EXTRACTION_TIMEOUT_SECONDS", default=300.0, parse=_finite,
+                                 expected="a finite number", shown="300",
+                                 description="A file's extraction is killed after this.")
+    memory_mb: int = env("INGESTION_EXTRACTION_MEMORY_MB", default=3072, parse=_int, expected="an integer",
+                         description="Address space of the extraction worker process.")
+    max_text_chars: int = env("INGESTION_MAX_TEXT_CHARS", default=20_000_000, parse=_at_least_one,
+                              expected=WHOLE_AT_LEAST_ONE, shown="20000000",
+                              description="Characters of text one file may hold, every format (beyond: "
+                                          "`file_too_much_text`; HTML, Markdown and text are refused before "
+                                          "decoding: `text_too_large`).")
+    # 20M characters make ~25,000
+    max_chunks: int = env("INGESTION_MAX_CHUNKS_PER_FILE", default=50_000, parse=_at_least_one,
+                          expected=WHOLE_AT_LEAST_ONE, shown="50000",
+                          description="Chunks one file may make (beyond: `file_too_much_text`).")
+    max_tokens: int = env("INGESTION_MAX_TOKENS_PER_FILE", default=10_000_000, parse=_at_least_one,
+                          expected=WHOLE_AT_LEAST_ONE, shown="10000000",
+                          description="Tokens of one file's chunks (beyond: `file_too_much_text`).")
+    max_member_bytes: int = env("INGESTION_MAX_ZIP_MEMBER_BYTES", default=200 * 1024 * 1024, parse=_int,
+                                expected="an integer", shown="209715200 (200 MB)",
+                                description="One uncompressed part of an office file.")
+    max_compression_ratio: float = env("INGESTION_MAX_COMPRESSION_RATIO", default=100.0, parse=_finite,
+                                       expected="a finite number", shown="100",
+                                       description="Uncompressed / compressed, for parts over 1 MiB.")
+
+
+class ExecutorSettings(_Area):
+    """Where a run's steps execute (defs/executor.py): in the run's process, or on Celery workers."""
+
+    executor: str = env("INGESTION_EXECUTOR", default="in_process", parse=_one_of("in_process", "celery"),
+                        expected="in_process or celery",
+                        description="`celery`: the jobs' steps run on Celery workers (`ingestion-pipeline worker`, "
+                                    "any host) through dagster-celery; `in_process`: in the run's process.")
+    broker_url: str = env("CELERY_BROKER_URL", "REDIS_URL", default="redis://127.0.0.1:6379/0", shown="REDIS_URL",
+                          description="The Celery broker (and result backend) of the workers.")
+    # a step taken by a worker that then vanished (its host died) is handed to another worker after this long;
+    # it must exceed the longest step, or a slow step is run twice
+    redeliver_seconds: int = env("INGESTION_WORKER_REDELIVER_SECONDS", default=600, parse=_at_least_one,
+                                 expected="a whole number of seconds of at least 1",
+                                 description="A step taken by a worker that vanished (its host died) goes to another "
+                                             "worker after this long; keep it above the longest step and below "
+                                             "INGESTION_LEASE_SECONDS.")
+    concurrency: int = env("INGESTION_WORKER_CONCURRENCY", default=1, parse=_at_least_one,
+                           expected=WHOLE_AT_LEAST_ONE,
+                           description="Steps one `ingestion-pipeline worker` runs at once (processes; each keeps its "
+                                       "own model).")
+
+
+class Settings(BaseModel):
+    """Every area of the pipeline's settings (``load_settings()``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    upload: UploadSettings = Field(default_factory=UploadSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
+    chunk: ChunkSettings = Field(default_factory=ChunkSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    s3: S3SyncSettings = Field(default_factory=S3SyncSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    reliability: ReliabilitySettings = Field(default_factory=ReliabilitySettings)
+    limits: ExtractionLimits = Field(default_factory=ExtractionLimits)
+    queues: QueueSettings = Field(default_factory=QueueSettings)
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+
+    AREAS: ClassVar[tuple[str, ...]] = ("upload", "batch", "chunk", "embedding", "s3", "metrics", "reliability",
+                                        "limits", "queues", "executor")
+
+
+class ApiSettings(_Area):
+    """The HTTP API (README: HTTP API). ``jwt_secret`` is checked when the server starts."""
+
+    # fields of no variable are not read from the environment (their "variable" is one nobody sets)
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True, case_sensitive=True,
+                                      env_prefix="not_from_the_environment__")
+
+    auth_enabled: bool = env("AUTH_ENABLED", default=True, parse=_bool, expected="true or false", shown="true",
+                             description="`false`: development mode, tenant from `?tenant_id=`, loopback only.")
+    jwt_secret: str | None = env("JWT_SECRET", shown="none (required)",
+                                 description="HS256 key, at least 32 bytes; the server refuses to start without it.")
+    jwt_expiry_hours: float = env("JWT_EXPIRY_HOURS", default=24.0, parse=_token_hours,
+                                  expected=f"a number of hours above 0 and at most {MAX_TOKEN_HOURS} (a year)",
+                                  shown="24", description="Token lifetime, in hours: above 0, at most 8760; `serve` "
+                                                          "refuses others.")
+    max_inflight_uploads: int = env("INGESTION_API_MAX_INFLIGHT_UPLOADS", default=8, parse=_at_least_one,
+                                    expected=WHOLE_AT_LEAST_ONE,
+                                    description="Concurrent streaming uploads; beyond: 503. A tenant holds at most "
+                                                "half, a user half of that; beyond: 429.")
+    # a request body (an upload's or a JSON one) silent this long ends with 408
+    upload_idle_seconds: float = env("INGESTION_API_UPLOAD_IDLE_SECONDS", default=10.0, parse=_positive,
+                                     expected="a number of seconds above 0", shown="10",
+                                     description="A request body (a streaming upload or a JSON body) that sends "
+                                                 "nothing this long ends with 408 and its connection closed.")
+    # and one slower than this on average, after the idle time
+    upload_min_bytes_per_second: float = env(
+        "INGESTION_API_UPLOAD_MIN_BYTES_PER_SECOND", default=16 * 1024.0, parse=_not_negative,
+        expected="a number of bytes per second, 0 or more", shown="16384",
+        description="After the idle time, an upload slower than this on average ends with 408 (0: no minimum).")
+    # a request's headers not complete this long after the connection: 408
+    header_timeout_seconds: float = env(
+        "INGESTION_API_HEADER_TIMEOUT_SECONDS", default=10.0, parse=_positive, expected="a number of seconds above 0",
+        shown="10", description="A connection whose request line and headers are not complete this long after it "
+                                "opened (or after its previous response) gets 408 and is closed; headers over 64 KiB "
+                                "get 431.")
+    upload_bucket: str | None = env("INGESTION_UPLOAD_BUCKET", shown="none",
+                                    description="Where presigned uploads land.")
+    upload_s3_endpoint: str | None = env("INGESTION_UPLOAD_S3_ENDPOINT", shown="AWS",
+                                         description="The presigned-upload bucket's endpoint, if not AWS.")
+    upload_prefix: str = "api-uploads/"
+    presign_seconds: int = 900
+    # endpoints a tenant may give a source; empty: none
+    allowed_s3_endpoints: Annotated[tuple[str, ...], NoDecode] = env(
+        "INGESTION_ALLOWED_S3_ENDPOINTS", default=(), parse=lambda raw: tuple(e.rstrip("/") for e in _comma_list(raw)),
+        shown="none (AWS only)", description="Comma-separated endpoints a tenant may give a source.")
+
+    @property
+    def jwt_expiry_seconds(self) -> int:
+        return int(self.jwt_expiry_hours * 3600)
+
+
 def load_api_settings() -> ApiSettings:
-    return ApiSettings(
-        auth_enabled=_env("AUTH_ENABLED", True, _bool, "true or false"),
-        jwt_secret=os.environ.get("JWT_SECRET") or None,
-        jwt_expiry_hours=_env("JWT_EXPIRY_HOURS", 24.0, _token_hours,
-                              f"a number of hours above 0 and at most {MAX_TOKEN_HOURS} (a year)"),
-        max_inflight_uploads=_env("INGESTION_API_MAX_INFLIGHT_UPLOADS", 8, _at_least_one,
-                                  "a whole number of at least 1"),
-        upload_idle_seconds=_env("INGESTION_API_UPLOAD_IDLE_SECONDS", 10.0, _positive, "a number of seconds above 0"),
-        upload_min_bytes_per_second=_env("INGESTION_API_UPLOAD_MIN_BYTES_PER_SECOND", 16384.0, _not_negative,
-                                         "a number of bytes per second, 0 or more"),
-        header_timeout_seconds=_env("INGESTION_API_HEADER_TIMEOUT_SECONDS", 10.0, _positive,
-                                    "a number of seconds above 0"),
-        upload_bucket=os.environ.get("INGESTION_UPLOAD_BUCKET") or None,
-        upload_s3_endpoint=os.environ.get("INGESTION_UPLOAD_S3_ENDPOINT") or None,
-        allowed_s3_endpoints=tuple(
-            e.strip().rstrip("/") for e in os.environ.get("INGESTION_ALLOWED_S3_ENDPOINTS", "").split(",") if e.strip()
-        ),
-    )
+    return ApiSettings.from_environment()
 
 
 def load_settings() -> Settings:
-    return Settings(
-        upload=UploadSettings(
-            upload_dir=Path(os.environ.get("INGESTION_UPLOAD_DIR", data_dir() / "uploads")).resolve(),
-            max_bytes=_int_env("INGESTION_MAX_UPLOAD_BYTES", 50 * 1024 * 1024),
-            store_uri=_env("INGESTION_UPLOAD_STORE", None, _s3_store_uri, "s3://bucket or s3://bucket/prefix"),
-            store_endpoint_url=os.environ.get("INGESTION_UPLOAD_STORE_ENDPOINT_URL") or None,
-        ),
-        batch=BatchSettings(
-            max_files=_int_env("INGESTION_BATCH_MAX_FILES", 200),
-            max_bytes=_int_env("INGESTION_BATCH_MAX_BYTES", 200 * 1024 * 1024),
-            lanes=_env("INGESTION_BATCH_LANES", 2, _at_least_one, "a whole number of at least 1"),
-        ),
-        chunk=ChunkSettings(
-            target_tokens=_int_env("INGESTION_CHUNK_TARGET_TOKENS", 200),
-            max_tokens=_int_env("INGESTION_CHUNK_MAX_TOKENS", 256),
-        ),
-        embedding=EmbeddingSettings(
-            model_path=os.environ.get("INGESTION_EMBEDDING_MODEL") or None,
-            batch_size=min(256, _int_env("INGESTION_EMBEDDING_BATCH_SIZE", 16)),
-            backend=_env("INGESTION_EMBEDDING_BACKEND", "auto", _one_of("auto", "openvino", "onnx", "torch"),
-                         "auto, openvino, onnx or torch"),
-            precision=_env("INGESTION_EMBEDDING_PRECISION", "auto", _one_of("auto", "int8", "bf16", "f32"),
-                           "auto, int8, bf16 or f32"),
-            cache_dir=Path(os.environ.get("INGESTION_MODEL_CACHE_DIR") or data_dir() / "models").resolve(),
-        ),
-        metrics=MetricsSettings(
-            upload_dir=Path(os.environ.get("INGESTION_METRICS_UPLOAD_DIR", data_dir() / "metric_uploads")).resolve(),
-            max_bytes=_int_env("INGESTION_METRICS_MAX_UPLOAD_BYTES", 2 * 1024**3),
-            valid_threshold=float(os.environ.get("INGESTION_METRICS_VALID_THRESHOLD") or 0.9),
-            staging_retention_days=_int_env("INGESTION_STAGING_RETENTION_DAYS", 7),
-        ),
-        s3=S3SyncSettings(
-            page_size=min(1000, _int_env("INGESTION_S3_PAGE_SIZE", 1000)),
-            pages_per_tick=_int_env("INGESTION_S3_PAGES_PER_TICK", 5),
-        ),
-        reliability=ReliabilitySettings(
-            lease_seconds=_float_env("INGESTION_LEASE_SECONDS", 900.0),
-            retry_backoff_seconds=_floats_env("INGESTION_RETRY_BACKOFF", (5.0, 10.0, 30.0)),
-            relaunch_queued_after_seconds=_float_env("INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS", 3600.0),
-            failed_ttl_days=_float_env("INGESTION_FAILED_TTL_DAYS", 7.0),
-            orphan_ttl_hours=_float_env("INGESTION_ORPHAN_TTL_HOURS", 24.0),
-            partition_retention_days=_float_env("INGESTION_PARTITION_RETENTION_DAYS", 30.0),
-        ),
-        queues=QueueSettings(
-            redis_url=None if os.environ.get("REDIS_URL", "").strip().lower() == "none"
-            else os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
-            redis_configured=bool(os.environ.get("REDIS_URL")),
-            jobs_per_tick=_env("INGESTION_QUEUE_JOBS_PER_TICK", 100, _at_least_one, "a whole number of at least 1"),
-            consumer_heartbeat_seconds=_env("INGESTION_QUEUE_HEARTBEAT_SECONDS", 30.0, _positive,
-                                            "a number of seconds above 0"),
-            sqs_queue_urls=tuple(u.strip() for u in os.environ.get("INGESTION_SQS_QUEUE_URLS", "").split(",")
-                                 if u.strip()),
-            sqs_messages_per_tick=_env("INGESTION_SQS_MESSAGES_PER_TICK", 100, _at_least_one,
-                                       "a whole number of at least 1"),
-            sqs_wait_seconds=_env("INGESTION_SQS_WAIT_SECONDS", 1, lambda raw: min(20, max(0, int(raw))),
-                                  "a whole number of seconds, 0-20"),
-        ),
-        executor=ExecutorSettings(
-            executor=_env("INGESTION_EXECUTOR", "in_process", _one_of("in_process", "celery"), "in_process or celery"),
-            broker_url=(os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL")
-                        or "redis://127.0.0.1:6379/0"),
-            redeliver_seconds=_env("INGESTION_WORKER_REDELIVER_SECONDS", 600, _at_least_one,
-                                   "a whole number of seconds of at least 1"),
-            concurrency=_env("INGESTION_WORKER_CONCURRENCY", 1, _at_least_one, "a whole number of at least 1"),
-        ),
-        limits=ExtractionLimits(
-            timeout_seconds=_float_env("INGESTION_EXTRACTION_TIMEOUT_SECONDS", 300.0),
-            memory_mb=_int_env("INGESTION_EXTRACTION_MEMORY_MB", 3072),
-            max_text_chars=_env("INGESTION_MAX_TEXT_CHARS", 20_000_000, _at_least_one, "a whole number of at least 1"),
-            max_chunks=_env("INGESTION_MAX_CHUNKS_PER_FILE", 50_000, _at_least_one, "a whole number of at least 1"),
-            max_tokens=_env("INGESTION_MAX_TOKENS_PER_FILE", 10_000_000, _at_least_one, "a whole number of at least 1"),
-            max_member_bytes=_int_env("INGESTION_MAX_ZIP_MEMBER_BYTES", 200 * 1024 * 1024),
-            max_compression_ratio=_float_env("INGESTION_MAX_COMPRESSION_RATIO", 100.0),
-        ),
-    )
+    """Every area from the environment (a bad value: ``ValueError`` naming the variable)."""
+    return Settings(**{area: Settings.model_fields[area].annotation.from_environment() for area in Settings.AREAS})

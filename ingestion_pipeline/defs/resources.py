@@ -9,7 +9,6 @@ in ``core/s3_clients``: they hold no connection, only botocore's loaded service 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -64,20 +63,15 @@ class SettingsResource(dg.ConfigurableResource):
 
     def _read(self) -> Settings:
         base = load_settings()
-        return dataclasses.replace(
-            base,
-            chunk=dataclasses.replace(
-                base.chunk,
-                target_tokens=self.chunk_target_tokens or base.chunk.target_tokens,
-                max_tokens=self.chunk_max_tokens or base.chunk.max_tokens,
-            ),
-            batch=dataclasses.replace(
-                base.batch,
-                max_files=self.batch_max_files or base.batch.max_files,
-                max_bytes=self.batch_max_bytes or base.batch.max_bytes,
-                lanes=self.batch_lanes or base.batch.lanes,
-            ),
-        )
+        return base.model_copy(update={
+            "chunk": base.chunk.model_copy(update={
+                "target_tokens": self.chunk_target_tokens or base.chunk.target_tokens,
+                "max_tokens": self.chunk_max_tokens or base.chunk.max_tokens}),
+            "batch": base.batch.model_copy(update={
+                "max_files": self.batch_max_files or base.batch.max_files,
+                "max_bytes": self.batch_max_bytes or base.batch.max_bytes,
+                "lanes": self.batch_lanes or base.batch.lanes}),
+        })
 
 
 DocumentPipelineResource = SettingsResource
