@@ -1,21 +1,35 @@
 """The document pipeline over one batch (partition): its five steps, as methods the assets call.
 
-Each step lives in its own module under ``documents/steps/`` (claim/fetch, extract, chunk, embed, promote),
-around one shared runner (``steps/runner.py``: held rows, lanes, a file's failure kept its own, progress).
+Each step is a plain function in its own module under ``documents/steps/`` (claim/fetch, extract, chunk, embed,
+promote) that takes the batch's ``StepRunner`` (``steps/runner.py``: what the steps share — database, store,
+model, the worker they claim for — and how each works its files: lanes, a file's failure kept its own,
+progress). ``DocumentPipeline`` is that runner with the five steps as methods.
 """
 
 from __future__ import annotations
 
-from ingestion_pipeline.documents.steps.chunk import ChunkStep
-from ingestion_pipeline.documents.steps.claim import ClaimStep
-from ingestion_pipeline.documents.steps.embed import EmbedStep
-from ingestion_pipeline.documents.steps.extract import ExtractStep
-from ingestion_pipeline.documents.steps.promote import PromoteStep
-from ingestion_pipeline.documents.steps.runner import FileOutcome, batch_report
+from ingestion_pipeline.documents.steps import chunk, claim, embed, extract, promote
+from ingestion_pipeline.documents.steps.runner import FileOutcome, StepRunner, batch_report
 
 __all__ = ["DocumentPipeline", "FileOutcome", "batch_report"]
 
 
-class DocumentPipeline(ClaimStep, ExtractStep, ChunkStep, EmbedStep, PromoteStep):
+class DocumentPipeline(StepRunner):
     """The steps of one batch, with what they need handed in: database, raw store, embedder, S3, and
     the worker (owner, Dagster run, lease) on whose behalf it claims and writes."""
+
+    def claim_batch(self, partition_key: str, *, replay_finished: bool = False,
+                    replay_failed: bool = False) -> list[FileOutcome]:
+        return claim.claim_batch(self, partition_key, replay_finished=replay_finished, replay_failed=replay_failed)
+
+    def extract_batch(self, partition_key: str) -> list[FileOutcome]:
+        return extract.extract_batch(self, partition_key)
+
+    def chunk_batch(self, partition_key: str) -> list[FileOutcome]:
+        return chunk.chunk_batch(self, partition_key)
+
+    def embed_batch(self, partition_key: str) -> list[FileOutcome]:
+        return embed.embed_batch(self, partition_key)
+
+    def promote_batch(self, partition_key: str) -> list[FileOutcome]:
+        return promote.promote_batch(self, partition_key)

@@ -196,8 +196,8 @@ def test_a_file_another_run_took_over_mid_step_is_lost_and_not_marked_embedded(d
 
         monkeypatch.setattr(pipeline_module.file_ledger, "hold_many", hold_many)
     else:
-        finish = type(pipeline)._finish_embedding
-        monkeypatch.setattr(type(pipeline), "_finish_embedding", lambda self, work: take_it() or finish(self, work))
+        finish = pipeline_module._finish_embedding
+        monkeypatch.setattr(pipeline_module, "_finish_embedding", lambda run, work: take_it() or finish(run, work))
 
     outcomes = {o.filename: o for o in pipeline.embed_batch(key)}
 

@@ -17,7 +17,7 @@ ROWS = [{"run_id": 1, "doc_id": 10}, {"run_id": 2, "doc_id": 20}, {"run_id": 3, 
 
 def test_a_documents_files_run_in_order_in_one_lane_while_other_documents_run_beside_them(database):
     pipeline = pipeline_for(database)
-    pipeline._progress = Progress("test", len(ROWS))
+    pipeline.progress = Progress("test", len(ROWS))
     spans: dict[int, tuple[float, float, str]] = {}
 
     def work(row: dict) -> FileOutcome:
@@ -26,26 +26,26 @@ def test_a_documents_files_run_in_order_in_one_lane_while_other_documents_run_be
         spans[row["run_id"]] = (start, time.monotonic(), threading.current_thread().name)
         return FileOutcome(row["run_id"], f"file-{row['run_id']}", "running")
 
-    outcomes = pipeline._in_lanes(ROWS, work, 2)
+    outcomes = pipeline.in_lanes(ROWS, work, 2)
 
     assert [o.file_id for o in outcomes] == [1, 2, 3, 4, 5]  # the batch's order, whatever finished first
     assert spans[3][0] >= spans[1][1] and spans[3][2] == spans[1][2]  # document 10: version 1, then 2
     assert spans[2][0] < spans[1][1]  # another document ran while the slow file did
     assert len({name for _, _, name in spans.values()}) == 2
-    assert pipeline._progress.files_done == len(ROWS)
+    assert pipeline.progress.files_done == len(ROWS)
 
 
 def _run_ids_and_threads(database: Database, lanes: int) -> tuple[list[int], set[str]]:
     """ROWS through ``_in_lanes``: the outcomes' run ids, and the names of the threads that did the work."""
     pipeline = pipeline_for(database)
-    pipeline._progress = Progress("test", len(ROWS))
+    pipeline.progress = Progress("test", len(ROWS))
     threads = set()
 
     def work(row: dict) -> FileOutcome:
         threads.add(threading.current_thread().name)
         return FileOutcome(row["run_id"], "f", "running")
 
-    return [o.file_id for o in pipeline._in_lanes(ROWS, work, lanes)], threads
+    return [o.file_id for o in pipeline.in_lanes(ROWS, work, lanes)], threads
 
 
 def test_one_lane_works_on_the_steps_own_thread(database):
@@ -64,7 +64,7 @@ def test_a_pool_of_one_connection_gets_one_lane(database_url):
 
 def test_an_error_of_the_database_stops_the_lanes_and_reaches_the_step(database):
     pipeline = pipeline_for(database)
-    pipeline._progress = Progress("test", len(ROWS))
+    pipeline.progress = Progress("test", len(ROWS))
     worked = []
 
     def work(row: dict) -> FileOutcome:
@@ -75,7 +75,7 @@ def test_an_error_of_the_database_stops_the_lanes_and_reaches_the_step(database)
         return FileOutcome(row["run_id"], "f", "running")
 
     with pytest.raises(psycopg.OperationalError):  # the step is retried; the files stay held
-        pipeline._in_lanes(ROWS, work, 2)
+        pipeline.in_lanes(ROWS, work, 2)
     assert 5 not in worked  # files not begun when the error came are left for the retry
 
 
@@ -84,9 +84,9 @@ def test_the_number_of_lanes_is_a_setting(database, monkeypatch):
     from ingestion_pipeline.defs.resources import SettingsResource
 
     monkeypatch.delenv("INGESTION_BATCH_LANES", raising=False)
-    assert pipeline_for(database)._lanes == 2
+    assert pipeline_for(database).lanes == 2
     monkeypatch.setenv("INGESTION_BATCH_LANES", "3")
-    assert pipeline_for(database)._lanes == 3
+    assert pipeline_for(database).lanes == 3
     assert SettingsResource(batch_lanes=1).get().batch.lanes == 1
     for bad in ("0", "two"):
         monkeypatch.setenv("INGESTION_BATCH_LANES", bad)

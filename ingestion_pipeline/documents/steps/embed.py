@@ -28,131 +28,134 @@ class _Embedding:
     stats: dict
 
 
-class EmbedStep(StepRunner):
-    def embed_batch(self, partition_key: str) -> list[FileOutcome]:
-        """Vectors for every staged chunk of the batch's files, encoded *across* files.
+def embed_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
+    """Vectors for every staged chunk of the batch's files, encoded *across* files.
 
-        Each file first reuses the stored vectors of its unchanged chunk texts. The chunks still without
-        a vector, of all the files together, are then encoded in committed units sorted by token count
-        (a small file no longer pays its own ``encode`` call, and similar lengths pad little). If a unit
-        fails to encode, its files are encoded one by one so that only the file at fault fails.
-        """
-        outcomes = self._release_paused(partition_key)
-        with self.db.connection() as conn:
-            rows = file_ledger.held_rows(conn, partition_key, self.owner)
-            ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else None
-        self._progress = Progress("embed", len(rows), total_chunks=ahead, sinks=self._progress_sinks)
-        start = time.perf_counter()
-        work: dict[int, _Embedding] = {}
-        if rows:
-            outcomes += self._reuse_embeddings(rows, work)
-        unit = self.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
-        while work:
-            with self.db.connection() as conn:
-                pending = staging.pending_embeddings(conn, list(work), unit)
-            if not pending:
-                break
-            outcomes += self._embed_unit(pending, work)
-            failpoint("embed.unit")  # one unit committed, the next not yet
-        for item in work.values():
-            item.stats["timings_ms"] = timings(item.row, embed=ms(start))
-        outcomes += self._finish_embedding(work)
-        if rows:
-            self._progress.finish()
-        return outcomes
+    Each file first reuses the stored vectors of its unchanged chunk texts. The chunks still without
+    a vector, of all the files together, are then encoded in committed units sorted by token count
+    (a small file no longer pays its own ``encode`` call, and similar lengths pad little). If a unit
+    fails to encode, its files are encoded one by one so that only the file at fault fails.
+    """
+    outcomes = run.release_paused(partition_key)
+    with run.db.connection() as conn:
+        rows = file_ledger.held_rows(conn, partition_key, run.owner)
+        ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else None
+    run.progress = Progress("embed", len(rows), total_chunks=ahead, sinks=run.progress_sinks)
+    start = time.perf_counter()
+    work: dict[int, _Embedding] = {}
+    if rows:
+        outcomes += _reuse_embeddings(run, rows, work)
+    unit = run.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
+    while work:
+        with run.db.connection() as conn:
+            pending = staging.pending_embeddings(conn, list(work), unit)
+        if not pending:
+            break
+        outcomes += _embed_unit(run, pending, work)
+        failpoint("embed.unit")  # one unit committed, the next not yet
+    for item in work.values():
+        item.stats["timings_ms"] = timings(item.row, embed=ms(start))
+    outcomes += _finish_embedding(run, work)
+    if rows:
+        run.progress.finish()
+    return outcomes
 
-    def _reuse_embeddings(self, rows: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
-        """The batch's files take the stored vectors of their unchanged chunk texts, in one transaction of
-        three statements; each file held (and chunked) joins ``work``, the others leave with their outcome."""
-        run_ids = [r["run_id"] for r in rows]
-        with self.db.transaction() as conn:
-            lost = file_ledger.hold_many(conn, run_ids, self.owner)
-            chunked = staging.files_with_chunks(conn, [r for r in run_ids if r not in lost])
-            reused = staging.reuse_stored_embeddings(conn, sorted(chunked), self.model.name, self.model.vectors_digest)
-        outcomes = []
-        for row in rows:
-            run_id = row["run_id"]
-            if run_id in lost:
-                outcomes.append(FileOutcome.lost(row, lost[run_id]))
-            elif run_id not in chunked:
-                outcomes.append(self._fail(row, classify(ExtractionError(
-                    "chunking did not complete for this file", code="step_out_of_order"))))
-            else:
-                work[run_id] = _Embedding(row, {"embedded": 0, "embeddings_reused": reused.get(run_id, 0),
-                                                "model_ms": 0})
-        # vectors of identical chunk text, not encoded again
-        self._progress.advance(chunks=sum(reused.values()), files=len(outcomes))
-        return outcomes
 
-    def _embed_unit(self, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
-        """Encode one unit (chunks of one or more files) and commit its vectors; files that lost their
-        claim, or whose text cannot be encoded, leave the work with their outcome."""
-        model_start = time.perf_counter()
+def _reuse_embeddings(run: StepRunner, rows: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+    """The batch's files take the stored vectors of their unchanged chunk texts, in one transaction of
+    three statements; each file held (and chunked) joins ``work``, the others leave with their outcome."""
+    run_ids = [r["run_id"] for r in rows]
+    with run.db.transaction() as conn:
+        lost = file_ledger.hold_many(conn, run_ids, run.owner)
+        chunked = staging.files_with_chunks(conn, [r for r in run_ids if r not in lost])
+        reused = staging.reuse_stored_embeddings(conn, sorted(chunked), run.model.name, run.model.vectors_digest)
+    outcomes = []
+    for row in rows:
+        run_id = row["run_id"]
+        if run_id in lost:
+            outcomes.append(FileOutcome.lost(row, lost[run_id]))
+        elif run_id not in chunked:
+            outcomes.append(run.fail(row, classify(ExtractionError(
+                "chunking did not complete for this file", code="step_out_of_order"))))
+        else:
+            work[run_id] = _Embedding(row, {"embedded": 0, "embeddings_reused": reused.get(run_id, 0),
+                                            "model_ms": 0})
+    # vectors of identical chunk text, not encoded again
+    run.progress.advance(chunks=sum(reused.values()), files=len(outcomes))
+    return outcomes
+
+
+def _embed_unit(run: StepRunner, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+    """Encode one unit (chunks of one or more files) and commit its vectors; files that lost their
+    claim, or whose text cannot be encoded, leave the work with their outcome."""
+    model_start = time.perf_counter()
+    try:
+        vectors = run.embedder.embed([p["text"] for p in pending])  # outside any transaction
+    except Exception as exc:
+        if classify(exc).code in STEP_ERRORS:
+            raise
+        return _embed_files_alone(run, pending, work)
+    model_ms = ms(model_start)
+    by_file: dict[int, list[int]] = {}
+    for i, p in enumerate(pending):
+        by_file.setdefault(p["run_id"], []).append(i)
+    outcomes = []
+    with run.db.transaction() as conn:  # the unit's files: one statement holds them, one executemany writes
+        lost = file_ledger.hold_many(conn, list(by_file), run.owner)
+        for run_id, reason in lost.items():  # a file that lost its claim leaves the others' vectors
+            item = work.pop(run_id)
+            outcomes.append(FileOutcome.lost(item.row, reason))
+        kept = [i for i, p in enumerate(pending) if p["run_id"] not in lost]
+        if kept:
+            staging.write_embeddings(conn, [pending[i]["run_id"] for i in kept],
+                                     [pending[i]["ordinal"] for i in kept], vectors[kept])
+    for run_id, indexes in by_file.items():
+        if run_id not in lost:
+            stats = work[run_id].stats
+            stats["embedded"] += len(indexes)
+            stats["model_ms"] += model_ms * len(indexes) // len(pending)
+    run.progress.advance(chunks=len(pending), files=len(outcomes))
+    return outcomes
+
+
+def _embed_files_alone(run: StepRunner, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+    """A unit failed to encode: encode each of its files' texts alone, failing only the one at fault."""
+    outcomes = []
+    for run_id in dict.fromkeys(p["run_id"] for p in pending):
+        texts = [p["text"] for p in pending if p["run_id"] == run_id]
         try:
-            vectors = self.embedder.embed([p["text"] for p in pending])  # outside any transaction
+            run.embedder.embed(texts)
         except Exception as exc:
-            if classify(exc).code in STEP_ERRORS:
+            failure = classify(exc)
+            if failure.code in STEP_ERRORS:
                 raise
-            return self._embed_files_alone(pending, work)
-        model_ms = ms(model_start)
-        by_file: dict[int, list[int]] = {}
-        for i, p in enumerate(pending):
-            by_file.setdefault(p["run_id"], []).append(i)
-        outcomes = []
-        with self.db.transaction() as conn:  # the unit's files: one statement holds them, one executemany writes
-            lost = file_ledger.hold_many(conn, list(by_file), self.owner)
-            for run_id, reason in lost.items():  # a file that lost its claim leaves the others' vectors
-                item = work.pop(run_id)
-                outcomes.append(FileOutcome.lost(item.row, reason))
-            kept = [i for i, p in enumerate(pending) if p["run_id"] not in lost]
-            if kept:
-                staging.write_embeddings(conn, [pending[i]["run_id"] for i in kept],
-                                         [pending[i]["ordinal"] for i in kept], vectors[kept])
-        for run_id, indexes in by_file.items():
-            if run_id not in lost:
-                stats = work[run_id].stats
-                stats["embedded"] += len(indexes)
-                stats["model_ms"] += model_ms * len(indexes) // len(pending)
-        self._progress.advance(chunks=len(pending), files=len(outcomes))
-        return outcomes
+            outcomes.append(run.fail(work.pop(run_id).row, failure))
+            run.progress.advance(files=1)
+    if not outcomes:  # it failed together but not alone: the model's trouble, not a file's
+        raise RuntimeError("a unit of chunks failed to encode, yet each of its files encodes alone")
+    return outcomes
 
-    def _embed_files_alone(self, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
-        """A unit failed to encode: encode each of its files' texts alone, failing only the one at fault."""
-        outcomes = []
-        for run_id in dict.fromkeys(p["run_id"] for p in pending):
-            texts = [p["text"] for p in pending if p["run_id"] == run_id]
-            try:
-                self.embedder.embed(texts)
-            except Exception as exc:
-                failure = classify(exc)
-                if failure.code in STEP_ERRORS:
-                    raise
-                outcomes.append(self._fail(work.pop(run_id).row, failure))
-                self._progress.advance(files=1)
-        if not outcomes:  # it failed together but not alone: the model's trouble, not a file's
-            raise RuntimeError("a unit of chunks failed to encode, yet each of its files encodes alone")
-        return outcomes
 
-    def _finish_embedding(self, work: dict[int, _Embedding]) -> list[FileOutcome]:
-        """Every file left in ``work`` has all its vectors: mark them done, with their figures, in one
-        transaction of three statements."""
-        stats = {run_id: work[run_id].stats for run_id in sorted(work)}
-        if not stats:
-            return []
-        with self.db.transaction() as conn:
-            lost = file_ledger.hold_many(conn, list(stats), self.owner)
-            done = {run_id: figures for run_id, figures in stats.items() if run_id not in lost}
-            if done:
-                staging.mark_embeddings_done(conn, done)
-                file_ledger.heartbeat_many(conn, done, self.owner)  # held by the statement above: none is lost here
-        outcomes = []
-        for run_id, figures in stats.items():
-            row = work[run_id].row
-            if run_id in lost:
-                outcomes.append(FileOutcome.lost(row, lost[run_id]))
-            else:
-                outcomes.append(FileOutcome.of(row, STEP_DONE,
-                                            f"{figures['embedded']} embedded, {figures['embeddings_reused']} reused",
-                                            figures))
-        self._progress.advance(files=len(outcomes))
-        return outcomes
+def _finish_embedding(run: StepRunner, work: dict[int, _Embedding]) -> list[FileOutcome]:
+    """Every file left in ``work`` has all its vectors: mark them done, with their figures, in one
+    transaction of three statements."""
+    stats = {run_id: work[run_id].stats for run_id in sorted(work)}
+    if not stats:
+        return []
+    with run.db.transaction() as conn:
+        lost = file_ledger.hold_many(conn, list(stats), run.owner)
+        done = {run_id: figures for run_id, figures in stats.items() if run_id not in lost}
+        if done:
+            staging.mark_embeddings_done(conn, done)
+            file_ledger.heartbeat_many(conn, done, run.owner)  # held by the statement above: none is lost here
+    outcomes = []
+    for run_id, figures in stats.items():
+        row = work[run_id].row
+        if run_id in lost:
+            outcomes.append(FileOutcome.lost(row, lost[run_id]))
+        else:
+            outcomes.append(FileOutcome.of(row, STEP_DONE,
+                                        f"{figures['embedded']} embedded, {figures['embeddings_reused']} reused",
+                                        figures))
+    run.progress.advance(files=len(outcomes))
+    return outcomes

@@ -2,39 +2,41 @@
 
 from __future__ import annotations
 
+import functools
+
 from ingestion_pipeline.documents import file_ledger, staging
 from ingestion_pipeline.documents.promotion import PromotionError, Superseded, promote_document_version
 from ingestion_pipeline.documents.steps.runner import SKIPPED, FileOutcome, StepRunner
 from ingestion_pipeline.documents.vector_index import ensure_vector_index
 
 
-class PromoteStep(StepRunner):
-    def promote_batch(self, partition_key: str) -> list[FileOutcome]:
-        with self.db.connection() as conn:  # the first vectors of a new model dimension get their index
-            ensure_vector_index(conn, self.model.dimension)
-        return self._for_each(partition_key, self._promote_one, "promote", lanes=self._lanes)
+def promote_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
+    with run.db.connection() as conn:  # the first vectors of a new model dimension get their index
+        ensure_vector_index(conn, run.model.dimension)
+    return run.for_each(partition_key, functools.partial(_promote_one, run), "promote", lanes=run.lanes)
 
-    def _promote_one(self, row: dict) -> FileOutcome:
-        # a re-index keeps the extractor that made the stored elements
-        extractor = (row["config"] or {}).get("extractor_version") if row["reindex_of_version_id"] else None
-        extractor = extractor or self.extractor_version
-        try:
-            with self.db.transaction() as conn:
-                state = staging.staging_state(conn, row["run_id"])
-                if state is None or not state["embeddings_done"]:
-                    raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
-                version = promote_document_version(
-                    conn, row, owner=self.owner, fingerprint=self.fingerprint_for(extractor), model=self.model.name,
-                    model_digest=self.model.vectors_digest,
-                    extractor_version=extractor, timings_ms=dict((row["stats"] or {}).get("timings_ms") or {}),
-                )
-        except Superseded as exc:  # a newer version (or a deletion) came first: nothing to promote
-            with self.db.transaction() as conn:
-                file_ledger.mark_succeeded(conn, row["run_id"], self.owner, {"skipped": str(exc)})
-                staging.discard(conn, row["run_id"])
-            return FileOutcome.of(row, SKIPPED, str(exc))
-        self._release_raw(row)
-        return FileOutcome.of(
-            row, file_ledger.SUCCEEDED, f"version {version.version_number}: {version.chunk_count} chunks",
-            {"version_id": version.version_id, "chunks": version.chunk_count, "tokens": version.token_count},
-        )
+
+def _promote_one(run: StepRunner, row: dict) -> FileOutcome:
+    # a re-index keeps the extractor that made the stored elements
+    extractor = (row["config"] or {}).get("extractor_version") if row["reindex_of_version_id"] else None
+    extractor = extractor or run.extractor_version
+    try:
+        with run.db.transaction() as conn:
+            state = staging.staging_state(conn, row["run_id"])
+            if state is None or not state["embeddings_done"]:
+                raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
+            version = promote_document_version(
+                conn, row, owner=run.owner, fingerprint=run.fingerprint_for(extractor), model=run.model.name,
+                model_digest=run.model.vectors_digest,
+                extractor_version=extractor, timings_ms=dict((row["stats"] or {}).get("timings_ms") or {}),
+            )
+    except Superseded as exc:  # a newer version (or a deletion) came first: nothing to promote
+        with run.db.transaction() as conn:
+            file_ledger.mark_succeeded(conn, row["run_id"], run.owner, {"skipped": str(exc)})
+            staging.discard(conn, row["run_id"])
+        return FileOutcome.of(row, SKIPPED, str(exc))
+    run.release_raw(row)
+    return FileOutcome.of(
+        row, file_ledger.SUCCEEDED, f"version {version.version_number}: {version.chunk_count} chunks",
+        {"version_id": version.version_id, "chunks": version.chunk_count, "tokens": version.token_count},
+    )

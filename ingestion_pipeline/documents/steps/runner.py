@@ -117,27 +117,27 @@ class StepRunner:
         progress_log: Sink | None = None,
     ) -> None:
         self.db = db
-        self._progress_sinks = [progress_log] if progress_log is not None else []
-        self._progress = Progress("idle", 0)
+        self.progress_sinks = [progress_log] if progress_log is not None else []
+        self.progress = Progress("idle", 0)
         self.store = store
         self.embedder = embedder
         self.settings = settings
         self.model = embedder.info
         self.worker = worker
-        self._s3_client_for = s3_client_for
-        self._downloads: dict[int, Future[StoredFile]] = {}  # run_id -> S3 download started ahead
-        self._extract = extractor or (lambda path, extension: extract(path, extension, settings.limits))
-        self._extract_lock = threading.Lock()
+        self.s3_client_for = s3_client_for
+        self.downloads: dict[int, Future[StoredFile]] = {}  # run_id -> S3 download started ahead
+        self.extract_file = extractor or (lambda path, extension: extract(path, extension, settings.limits))
+        self.extract_lock = threading.Lock()
 
     def close(self) -> None:
         """Stop the extraction worker, if this pipeline started one."""
-        close = getattr(self._extract, "close", None)
+        close = getattr(self.extract_file, "close", None)
         if close is not None:
             close()
 
     # -- shared ---------------------------------------------------------------------------------
     @property
-    def _lanes(self) -> int:
+    def lanes(self) -> int:
         """Files a step works on at once (``INGESTION_BATCH_LANES``, 2): much of a file's time is the
         server's (a promotion's HNSW and text-index inserts) or the extraction worker's, so a second lane
         keeps the second core busy (compare_peers.py)."""
@@ -169,7 +169,7 @@ class StepRunner:
         with self.db.connection() as conn:
             return bool(file_ledger.held_rows(conn, partition_key, self.owner))
 
-    def _for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str, *,
+    def for_each(self, partition_key: str, work: Callable[[dict], FileOutcome], step: str, *,
                   lanes: int = 1) -> list[FileOutcome]:
         """Run ``work`` on every file of the partition this worker holds; one file's failure is its own.
         Progress (files, chunks, rate, ETA) is reported as it goes.
@@ -178,18 +178,18 @@ class StepRunner:
         connection (for work whose time is the server's: one lane leaves a core idle). The files of one
         document stay in one lane, in their order, so its later version is still promoted last.
         """
-        outcomes = self._release_paused(partition_key)
+        outcomes = self.release_paused(partition_key)
         with self.db.connection() as conn:
             rows = file_ledger.held_rows(conn, partition_key, self.owner)
-        self._progress = Progress(step, len(rows), sinks=self._progress_sinks)
-        outcomes += self._in_lanes(rows, work, lanes)
+        self.progress = Progress(step, len(rows), sinks=self.progress_sinks)
+        outcomes += self.in_lanes(rows, work, lanes)
         if rows:
-            self._progress.finish()
+            self.progress.finish()
         return outcomes
 
-    def _in_lanes(self, rows: list[dict], work: Callable[[dict], FileOutcome | None],
+    def in_lanes(self, rows: list[dict], work: Callable[[dict], FileOutcome | None],
                   lanes: int) -> list[FileOutcome | None]:
-        """``_guarded(row, work)`` for every row, ``lanes`` documents at a time; outcomes in the rows' order.
+        """``guarded(row, work)`` for every row, ``lanes`` documents at a time; outcomes in the rows' order.
 
         Progress is advanced here, on the step's thread. An error of the step (the database) stops the
         lanes: files not begun stay held for the step's retry, as in one lane. There are never more lanes
@@ -199,22 +199,22 @@ class StepRunner:
         if lanes <= 1 or len(rows) <= 1:
             outcomes = []
             for row in rows:
-                outcomes.append(self._guarded(row, work))
-                self._progress.advance(files=1)
+                outcomes.append(self.guarded(row, work))
+                self.progress.advance(files=1)
             return outcomes
         by_document: dict[Any, list[dict]] = {}
         for row in rows:
             by_document.setdefault(row.get("doc_id", row["run_id"]), []).append(row)
 
         def document_files(files: list[dict]) -> list[tuple[int, FileOutcome | None]]:
-            return [(row["run_id"], self._guarded(row, work)) for row in files]
+            return [(row["run_id"], self.guarded(row, work)) for row in files]
 
         finished = in_pool([functools.partial(document_files, files) for files in by_document.values()], lanes,
-                            on_done=lambda done: self._progress.advance(files=len(done)))
+                            on_done=lambda done: self.progress.advance(files=len(done)))
         by_run = dict(pair for document in finished for pair in document)
         return [by_run[row["run_id"]] for row in rows]
 
-    def _guarded(self, row: dict, work: Callable[[dict], FileOutcome | None]) -> FileOutcome | None:
+    def guarded(self, row: dict, work: Callable[[dict], FileOutcome | None]) -> FileOutcome | None:
         """``work(row)``, with a file's failure (or lost claim) turned into that file's outcome."""
         try:
             return work(row)
@@ -225,9 +225,9 @@ class StepRunner:
             failure = classify(exc)
             if failure.code in STEP_ERRORS:
                 raise  # the database, not the file: the step is retried, the file stays held
-            return self._fail(row, failure)
+            return self.fail(row, failure)
 
-    def _fail(self, row: dict, failure: FailureInfo) -> FileOutcome:
+    def fail(self, row: dict, failure: FailureInfo) -> FileOutcome:
         log.warning("file %s (file_id %s) failed: %s: %s", filename(row), row["run_id"], failure.code, failure.message)
         try:
             with self.db.transaction() as conn:
@@ -239,7 +239,7 @@ class StepRunner:
             return FileOutcome.of(row, RETRY, detail)
         return FileOutcome.of(row, failed["status"], failure.message)
 
-    def _release_paused(self, partition_key: str) -> list[FileOutcome]:
+    def release_paused(self, partition_key: str) -> list[FileOutcome]:
         """At a step boundary, files of a paused tenant or source go back to the queue (staging kept)."""
         with self.db.transaction() as conn:
             paused = conn.execute(
@@ -256,7 +256,7 @@ class StepRunner:
                                       event="paused", item_ids=[r["run_id"] for r in paused])
         return [FileOutcome.of(r, RELEASED, "paused: back in the queue") for r in released]
 
-    def _release_raw(self, row: dict) -> None:
+    def release_raw(self, row: dict) -> None:
         """Drop the stored upload once no unfinished ledger row needs it."""
         if not row.get("raw_path"):
             return
