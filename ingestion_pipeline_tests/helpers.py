@@ -188,3 +188,20 @@ def stop_process_group(proc: subprocess.Popen, first: int = signal.SIGINT) -> No
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(10)
+
+
+# A command's own peak memory, measured by a small parent: a child of the test process would start with the test
+# process's peak (Linux carries the memory high-water mark of a process across exec), which depends on what
+# earlier tests in this worker loaded, not on the command.
+_PEAK_OF_A_CHILD = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+                    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+                    "sys.exit(done.returncode)")
+
+
+def run_measuring_peak(command: list[str], env: dict) -> tuple[subprocess.CompletedProcess, float]:
+    """Run ``command``; its result and its peak resident memory in MB (with the processes it waited for)."""
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _PEAK_OF_A_CHILD, *command], capture_output=True, text=True,
+                          env=env)
+    return done, int(done.stderr.strip().splitlines()[-1]) / 1024

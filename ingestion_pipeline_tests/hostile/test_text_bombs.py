@@ -9,7 +9,6 @@ holds the default of 20,000,000."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import zipfile
 
@@ -17,7 +16,7 @@ import pytest
 
 from ingestion_pipeline.samples.text_bombs import docx_with_text, paragraphs, xlsx_with_text
 from ingestion_pipeline_tests.cli.test_corpus_cli import CLI
-from ingestion_pipeline_tests.helpers import table
+from ingestion_pipeline_tests.helpers import run_measuring_peak, table
 
 
 @pytest.mark.slow
@@ -26,11 +25,9 @@ def test_office_text_bombs_fail_in_the_worker_and_the_batch_goes_on(database, pr
     (tmp_path / "fine.md").write_text("# Fine\n\nThe ferry leaves at seven.\n")
     env = {**os.environ, "INGESTION_MAX_TEXT_CHARS": "1000000"}
     started = time.monotonic()
-    proc = subprocess.Popen(CLI + ["ingest", *map(str, files), str(tmp_path / "fine.md"), "--tenant", "acme"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
+    _, peak_mb = run_measuring_peak(CLI + ["ingest", *map(str, files), str(tmp_path / "fine.md"), "--tenant", "acme"],
+                                    env)  # the command and the processes it waited for (the extraction workers)
     seconds = time.monotonic() - started
-    peak_mb = usage.ru_maxrss / 1024  # the command and the processes it waited for (the extraction workers)
     rows = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
     for name in ("words.docx", "cells.xlsx"):
         row = rows[name]
