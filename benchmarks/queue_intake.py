@@ -2,10 +2,11 @@
 
 1. Intake: N jobs for small files pushed to a real redis-server (the project starts one in a temporary folder),
    then taken into a throwaway database by one consumer, and again (a fresh set) by two consumers at once.
-   Prints the push rate and push -> ledger row (jobs per second), exactly as the sensor and `process` take them.
-2. ``--dev``: ``ingestion-pipeline dev`` (webserver + daemon, sensors on) on a fresh data folder with the
-   project's Redis; jobs pushed one at a time, each timed from its push until its status hash says ``done``
-   (its version is active: what search serves). Prints p50 / p95.
+   Prints the push rate and push -> ledger row (jobs per second), exactly as the intake service and `process`
+   take them.
+2. ``--dev``: ``ingestion-pipeline dev`` (webserver + daemon, sensors on, the intake service) on a fresh data
+   folder with the project's Redis; jobs pushed one at a time, each timed from its push until its status hash
+   says ``done`` (its version is active: what search serves). Prints p50 / p95.
 
     .venv/bin/python benchmarks/queue_intake.py [--jobs 2000] [--dev --dev-jobs 20]
 """
@@ -150,10 +151,10 @@ def dev_latency(n: int) -> None:
                 times.append(searchable)
                 statuses.append(done)
                 print(f"note-{i}.md searchable after {searchable:.1f} s, status done after {done:.1f} s", flush=True)
-            print(f"\nunder `make dev` ({n} jobs, one at a time; redis_queue_sensor, upload_sensor, a run):\n"
+            print(f"\nunder `make dev` ({n} jobs, one at a time; the intake service, upload_sensor, a run):\n"
                   f"  push -> searchable:  p50 {statistics.median(times):.1f} s, p95 {_p95(times):.1f} s\n"
                   f"  push -> status done: p50 {statistics.median(statuses):.1f} s, p95 {_p95(statuses):.1f} s "
-                  "(written at the sensor's next tick)")
+                  "(written at the intake service's next round)")
         finally:
             client.close()
 

@@ -19,9 +19,13 @@ def _compose() -> dict:
 
 def test_compose_is_the_distributed_topology():
     services = _compose()["services"]
-    assert {"postgres", "minio", "redis", "code-server", "webserver", "daemon", "api", "worker"} <= set(services)
+    assert {"postgres", "minio", "redis", "code-server", "webserver", "daemon", "intake", "api", "worker"} <= set(
+        services)
     assert "--appendonly" in services["redis"]["command"]
-    for name in ("code-server", "daemon", "api", "worker"):
+    # the sensors only plan: without the intake service no queue job or source change would arrive
+    assert services["intake"]["command"] == ["ingestion-pipeline", "intake"]
+    assert services["intake"]["environment"]["DAGSTER_HOME"]  # the janitor marks dead runs failed in Dagster
+    for name in ("code-server", "daemon", "intake", "api", "worker"):
         env = services[name]["environment"]
         assert env["REDIS_URL"] == "redis://redis:6379/0", name
         assert env["INGESTION_UPLOAD_STORE"].startswith("s3://") and env["INGESTION_EXECUTOR"] == "celery", name

@@ -22,6 +22,7 @@ from ingestion_pipeline.cli import (
     db,
     dev,
     documents,
+    intake,
     ledger,
     metrics,
     model,
@@ -39,8 +40,8 @@ from ingestion_pipeline.documents.model_decision import HostCannotEmbed
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ingestion-pipeline", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (documents, search_quality, ledger, sources, metrics, queues, api, dev, dagster_services, db, worker,
-                  model):
+    for group in (documents, search_quality, ledger, sources, metrics, queues, intake, api, dev, dagster_services,
+                  db, worker, model):
         group.register(sub)
     return parser
 

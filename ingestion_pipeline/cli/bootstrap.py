@@ -4,6 +4,7 @@ hand the command one ``Context`` (database pool, settings, and the services of `
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import psycopg
 
@@ -16,8 +17,8 @@ from ingestion_pipeline.services import Services
 class Context(Services):
     """One command's view of the system: the services, and a database pool it closes when the command ends."""
 
-    def __init__(self, url: str, settings: Settings) -> None:
-        super().__init__(settings, database_url=url)
+    def __init__(self, url: str, settings: Settings, **services: Any) -> None:
+        super().__init__(settings, database_url=url, **services)
         self.url = url
         self.db = Database(url)
 

@@ -1,4 +1,5 @@
-"""`dev`: the Dagster UI and daemon, and the HTTP API, on 127.0.0.1 with the project's instance."""
+"""`dev`: the Dagster UI and daemon, the intake service and the HTTP API, on 127.0.0.1 with the project's
+instance."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ def _start_api(port: int) -> dict:
     proc = subprocess.Popen([str(cli), "serve", "--host", "127.0.0.1", "--port", str(port)], env=env)
     auth = "off: pass ?tenant_id=" if env.get("AUTH_ENABLED", "").lower() == "false" else "bearer tokens"
     return {"api": f"http://127.0.0.1:{port}", "api_pid": proc.pid, "api_auth": auth}
+
+
+def _start_intake() -> dict:
+    """The intake service (Redis and SQS queues, S3 sources, the janitor) in this process group: the sensors
+    only plan, so without it nothing arrives from a queue or a source."""
+    cli = Path(sys.executable).parent / "ingestion-pipeline"
+    proc = subprocess.Popen([str(cli), "intake"], env=dict(os.environ))
+    return {"intake_pid": proc.pid}
 
 
 def _start_redis() -> dict:
@@ -61,6 +70,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                "workspace": str(root / "workspace.yaml")}
     started.update(_start_redis())
     started.update(_embedding_precision())
+    started.update(_start_intake())
     if args.api_port:
         started.update(_start_api(args.api_port))
 
@@ -69,6 +79,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(f"Dagster UI and daemon: {row['ui']} (DAGSTER_HOME={row['dagster_home']})")
         print(f"Redis job queue: {row['redis']}" + (" (started: .data/redis)" if row.get("redis_started") else ""))
         print(f"Embedding: {row['embedding_precision']} on {row['embedding_runtime']}")
+        print(f"Intake service (queues, sources, janitor): pid {row['intake_pid']}")
         if "api" in row:
             print(f"HTTP API: {row['api']} (docs at {row['api']}/docs; auth {row['api_auth']})")
         print("Ctrl-C stops them all")
@@ -82,7 +93,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add `dev` to the top-level subparsers."""
-    p = sub.add_parser("dev", help="Dagster UI + daemon with sensors on, and the HTTP API (127.0.0.1)")
+    p = sub.add_parser("dev", help="Dagster UI + daemon with sensors on, the intake service and the HTTP API "
+                                   "(127.0.0.1)")
     p.add_argument("--port", type=int, default=3000)
     p.add_argument("--api-port", type=int, default=8000, help="the HTTP API's port; 0: do not start it")
     add_json_flag(p)

@@ -71,7 +71,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add `source` and `sync` to the top-level subparsers."""
-    p = sub.add_parser("source", help="S3 sources kept in sync by s3_sensor")
+    p = sub.add_parser("source", help="S3 sources kept in sync by the intake service")
     source_sub = p.add_subparsers(dest="source_command", required=True)
     add = source_sub.add_parser("add", help="add s3://bucket/prefix/ for a tenant")
     add.add_argument("uri")

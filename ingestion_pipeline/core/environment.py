@@ -83,6 +83,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
     "S3 sources": (
         _setting("INGESTION_S3_PAGE_SIZE"),
         _setting("INGESTION_S3_PAGES_PER_TICK"),
+        _setting("INGESTION_SOURCE_SYNC_INTERVAL_SECONDS"),
     ),
     "Workers (several hosts)": (
         _setting("INGESTION_EXECUTOR"),
@@ -92,6 +93,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
     ),
     "Queues": (
         _setting("REDIS_URL"),
+        _setting("INGESTION_INTAKE_INTERVAL_SECONDS"),
         _setting("INGESTION_QUEUE_JOBS_PER_TICK"),
         _setting("INGESTION_QUEUE_HEARTBEAT_SECONDS"),
         _setting("INGESTION_SQS_QUEUE_URLS"),
@@ -106,6 +108,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
     "Reliability and retention": (
         _setting("INGESTION_LEASE_SECONDS"),
         _setting("INGESTION_RETRY_BACKOFF"),
+        _setting("INGESTION_JANITOR_INTERVAL_SECONDS"),
         _setting("INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS"),
         _setting("INGESTION_FAILED_TTL_DAYS"),
         _setting("INGESTION_ORPHAN_TTL_HOURS"),

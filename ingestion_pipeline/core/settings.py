@@ -270,12 +270,17 @@ class EmbeddingSettings(_Area):
 
 
 class S3SyncSettings(_Area):
-    """Bounded listing work: a tick lists at most pages_per_tick pages of page_size keys per source."""
+    """Bounded listing work: a round of the intake service lists at most pages_per_tick pages of page_size keys
+    per source, every sync_interval_seconds."""
 
     page_size: int = env("INGESTION_S3_PAGE_SIZE", default=1000, parse=lambda raw: min(1000, int(raw)),
                          expected="an integer", description="Keys per listing page (at most 1000).")
     pages_per_tick: int = env("INGESTION_S3_PAGES_PER_TICK", default=5, parse=_int, expected="an integer",
-                              description="Listing pages per source per sensor tick.")
+                              description="Listing pages per source per round of `ingestion-pipeline intake`.")
+    sync_interval_seconds: float = env("INGESTION_SOURCE_SYNC_INTERVAL_SECONDS", default=30.0, parse=_positive,
+                                       expected="a number of seconds above 0", shown="30",
+                                       description="Seconds between the intake service's listings of the S3 "
+                                                   "sources.")
 
 
 class MetricsSettings(_Area):
@@ -301,6 +306,10 @@ class ReliabilitySettings(_Area):
         "INGESTION_RETRY_BACKOFF", default=(5.0, 10.0, 30.0), parse=_seconds_list,
         expected="comma-separated seconds like 5,10,30", empty_is_default=False, shown="5,10,30",
         description="Seconds before attempts 2, 3, 4 of a transient failure.")
+    janitor_interval_seconds: float = env("INGESTION_JANITOR_INTERVAL_SECONDS", default=60.0, parse=_positive,
+                                          expected="a number of seconds above 0", shown="60",
+                                          description="Seconds between the janitor's rounds in "
+                                                      "`ingestion-pipeline intake` (dead runs, expired claims).")
     relaunch_queued_after_seconds: float = env("INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS", default=3600.0,
                                                parse=_finite, expected="a finite number", shown="3600",
                                                description="Queued work no run picked up is relaunched.")
@@ -337,18 +346,23 @@ class QueueSettings(_Area):
                                    json_schema_extra={"env": None, "parse": _Parse(lambda raw: bool(raw), "", True)})
     jobs_per_tick: int = env("INGESTION_QUEUE_JOBS_PER_TICK", default=100, parse=_at_least_one,
                              expected=WHOLE_AT_LEAST_ONE,
-                             description="Redis jobs one sensor tick (or one `process` round) takes.")
+                             description="Redis jobs one round of `ingestion-pipeline intake` (or of `process`) "
+                                         "takes.")
+    intake_interval_seconds: float = env(
+        "INGESTION_INTAKE_INTERVAL_SECONDS", default=1.0, parse=_positive, expected="a number of seconds above 0",
+        shown="1", description="Seconds between the intake service's rounds on the Redis queue and on each SQS "
+                               "queue.")
     consumer_heartbeat_seconds: float = env(
         "INGESTION_QUEUE_HEARTBEAT_SECONDS", default=30.0, parse=_positive, expected="a number of seconds above 0",
         shown="30", description="A Redis consumer silent this long is dead: the next consumer hands the jobs it held "
                                 "back to their queues.")
     sqs_queue_urls: Annotated[tuple[str, ...], NoDecode] = env(
         "INGESTION_SQS_QUEUE_URLS", default=(), parse=_comma_list, shown="none",
-        description="Comma-separated SQS queue URLs, polled in turn by `sqs_sensor` (read at each tick). Endpoint "
+        description="Comma-separated SQS queue URLs, polled in turn by `ingestion-pipeline intake`. Endpoint "
                     "and credentials: boto3's `AWS_*` variables (`AWS_ENDPOINT_URL_SQS`).")
     sqs_messages_per_tick: int = env("INGESTION_SQS_MESSAGES_PER_TICK", default=100, parse=_at_least_one,
                                      expected=WHOLE_AT_LEAST_ONE,
-                                     description="SQS messages one tick takes per queue.")
+                                     description="SQS messages one intake round takes per queue.")
     sqs_wait_seconds: int = env("INGESTION_SQS_WAIT_SECONDS", default=1, parse=lambda raw: min(20, max(0, int(raw))),
                                 expected="a whole number of seconds, 0-20",
                                 description="Long polling per receive, 0-20 s.")

@@ -1,4 +1,5 @@
-"""One bounded sync of several sources: what the S3 sensor runs each tick and `sync` / the API run on demand."""
+"""One bounded sync of several sources: what the intake service runs each round and `sync` / the API run on
+demand."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def sync_sources(
     db: Database, settings: Settings, s3_client_for: S3ClientFor, metric_store: UploadStore,
     *, names: list[str] | None = None, max_pages: int | None = -1,
 ) -> list[SyncReport]:
-    """One bounded listing step for each active source (``max_pages=-1``: the per-tick budget; None: a
+    """One bounded listing step for each active source (``max_pages=-1``: the per-round budget; None: a
     whole pass). Documents sources queue batch work; metrics sources turn changed objects into uploads."""
     with db.connection() as conn:
         sources = [s for s in list_sources(conn, active_only=True) if not names or s.name in names]

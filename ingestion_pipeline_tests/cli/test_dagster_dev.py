@@ -81,7 +81,7 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
         database, project_dagster_home, db, corpus_dir, tmp_path):
     """`make dev` for real, when things go wrong:
 
-    1. the run worker is SIGKILLed mid-embedding (a failpoint marks the moment); the janitor schedule sees
+    1. the run worker is SIGKILLed mid-embedding (a failpoint marks the moment); the intake service's janitor sees
        its heartbeat stop and fails the run; the daemon's run retry re-executes it from failure, as the
        same owner, and the retry finishes the files from the staging tables;
     2. two `ingestion-pipeline process` and the daemon's sensors work the same queue at once: every file is

@@ -42,7 +42,7 @@ def test_the_code_location_holds_every_module_of_defs_through_dagsters_own_loade
         "jobs": ["__ASSET_JOB", "document_batch_job", "fingerprint_check_job", "ledger_janitor_job",
                  "metric_upload_job", "partition_pruning_job", "queue_check_job", "raw_file_retention_job",
                  "staging_cleanup_job"],
-        "sensors": ["fingerprint_sensor", "ledger_janitor_sensor", "ledger_on_run_canceled", "ledger_on_run_failure",
+        "sensors": ["fingerprint_sensor", "ledger_on_run_canceled", "ledger_on_run_failure",
                     "metric_upload_sensor", "redis_queue_sensor", "s3_sensor", "sqs_sensor", "upload_sensor"],
         "schedules": ["partition_pruning_job_schedule", "raw_file_retention_job_schedule",
                       "staging_cleanup_job_schedule"],

@@ -1,11 +1,15 @@
-"""S3 sources against a real S3 API (moto server on 127.0.0.1), through s3_sensor and the document assets."""
+"""S3 sources against a real S3 API (moto server on 127.0.0.1), through the intake service's listing, s3_sensor
+and the document assets."""
 
+import os
 import threading
 import time
 
 import dagster as dg
 import pytest
 
+from ingestion_pipeline.cli.bootstrap import Context
+from ingestion_pipeline.cli.intake import intake_duties
 from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.defs.resources import (
@@ -19,7 +23,7 @@ from ingestion_pipeline.defs.sources.s3_sensor import s3_sensor
 from ingestion_pipeline.documents.search import hybrid_search
 from ingestion_pipeline.sources.registry import add_source, set_paused
 from ingestion_pipeline.sources.sync_pass import sync_sources
-from ingestion_pipeline_tests.helpers import DOCS, materialize_batch, pipeline_for, put, table
+from ingestion_pipeline_tests.helpers import DOCS, materialize_batch, pipeline_for, put, shared_embedder, table
 
 
 def resources(**pipeline):
@@ -28,7 +32,13 @@ def resources(**pipeline):
 
 
 def tick(instance, **pipeline) -> dg.SensorResult:
-    with dg.build_sensor_context(instance=instance, resources=resources(**pipeline)) as context:
+    """A round of the intake service's listing (its ``sources`` duty), then s3_sensor's tick planning the batches."""
+    settings = SettingsResource(**pipeline)
+    with Context(os.environ["DATABASE_URL"], settings.get(), embedder=shared_embedder()) as ctx:
+        [listing] = intake_duties(ctx, ("sources",))
+        listing.round()
+    with dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource(),
+                                                               "settings": settings}) as context:
         return s3_sensor(context)
 
 

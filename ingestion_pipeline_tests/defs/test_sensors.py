@@ -81,31 +81,3 @@ def test_failed_runs_retry_their_files_with_backoff_then_dead_letter(database, d
 
 def test_job_is_defined_on_the_document_batches():
     assert document_batch_job.name == "document_batch_job"
-
-
-def test_the_janitor_sensor_hands_back_an_expired_claim_and_says_so_in_its_tick(database, db, tmp_path):
-    """The janitor is a sensor: its tick does the recovery and its message (shown in the UI) says what it did."""
-    from ingestion_pipeline.core import ledger
-    from ingestion_pipeline.core.ledger import DOCUMENT_FILES, Worker
-    from ingestion_pipeline.defs.ledger.janitor import ledger_janitor_sensor
-    from ingestion_pipeline_tests.helpers import batch_queued
-
-    note = tmp_path / "note.md"
-    note.write_text("# Note\n\nA body.")
-    submit(database, "acme", note)
-    [key] = batch_queued(database)
-    with database.transaction() as conn:
-        [claimed] = ledger.claim(conn, DOCUMENT_FILES, Worker("dead-run", "dead-run", 60), partition_key=key)
-        conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
-                     (claimed["run_id"],))
-    with dg.instance_for_test() as instance:
-        with dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource(),
-                                                                            "settings": SettingsResource()}) as context:
-            tick = ledger_janitor_sensor(context)
-        assert isinstance(tick, dg.SkipReason)
-        assert tick.skip_message == "janitor: 1 expired claim(s) handed back (0 dead-lettered)"
-        [row] = table(db, "SELECT status, error_code FROM ingestion_runs")
-        assert (row["status"], row["error_code"]) == ("queued", "lease_expired")
-        with dg.build_sensor_context(instance=instance, resources={"postgres": PostgresResource(),
-                                                                            "settings": SettingsResource()}) as context:
-            assert ledger_janitor_sensor(context).skip_message == "janitor: nothing to recover"

@@ -1,8 +1,10 @@
 """The janitor: re-surfaces work that a dead worker or a lost launch left behind.
 
-Runs every minute as ``ledger_janitor_sensor`` (each tick's message in the UI says what it recovered;
-its work is a few statements, so it runs in the tick rather than as a run of its own), on demand as
-``ledger_janitor_job``, and at the start of every `ingestion-pipeline process`:
+A duty of the intake service (`ingestion-pipeline intake`, every INGESTION_JANITOR_INTERVAL_SECONDS: each
+round that recovered something is a line of its log), on demand as ``ledger_janitor_job`` (a run in the UI),
+and at the start of every `ingestion-pipeline process`. Not a sensor: a sensor plans, and marking runs
+failed is work; and not a run launched by a sensor either, because the runs it must fail may be the ones
+holding every slot of the run queue (``max_concurrent_runs``), where its own run would wait behind them.
 
 1. a Dagster run still STARTED whose worker stopped beating (SIGKILL, out of memory) is marked failed,
    so Dagster's run retries continue it (daemon runs) or its work is handed back (`process` runs);
@@ -38,8 +40,12 @@ class JanitorReport:
     expired: list[dict] = field(default_factory=list)  # ledger rows handed back (or dead-lettered)
     relaunched: list[str] = field(default_factory=list)  # partitions whose launch generation went up
 
+    @property
+    def is_empty(self) -> bool:
+        return not (self.dead_runs or self.expired or self.relaunched)
+
     def describe(self) -> str:
-        if not (self.dead_runs or self.expired or self.relaunched):
+        if self.is_empty:
             return "nothing to recover"
         parts = []
         if self.dead_runs:
@@ -114,26 +120,13 @@ def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilityS
     return report
 
 
-@dg.op(description="Recover work left behind by dead workers and lost launches (see ledger_janitor_sensor).")
+@dg.op(description="Recover work left behind by dead workers and lost launches (the janitor).")
 def recover_stalled_work(context: dg.OpExecutionContext, postgres: PostgresResource,
                          settings: SettingsResource) -> None:
     context.log.info(run_janitor(context.instance, postgres.db, settings.get().reliability).describe())
 
 
-@dg.job(description="The janitor, on demand: what ledger_janitor_sensor does every minute.")
+@dg.job(description="The janitor, on demand: what the intake service (`ingestion-pipeline intake`) does "
+                    "every minute.")
 def ledger_janitor_job():
     recover_stalled_work()
-
-
-@dg.sensor(
-    minimum_interval_seconds=60,
-    default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Every minute: fail runs whose worker died, hand back expired claims, relaunch forgotten "
-    "batches. Works in the tick (a few statements) and launches no run; the tick's message says what it did. "
-    "ledger_janitor_job does the same on demand.",
-)
-def ledger_janitor_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
-                          settings: SettingsResource) -> dg.SkipReason:
-    report = run_janitor(context.instance, postgres.db, settings.get().reliability)
-    return dg.SkipReason(f"janitor: {report.describe()}")
-

@@ -1,45 +1,35 @@
-"""redis_queue_sensor: the Redis job queue's jobs become ledger rows (upload_sensor batches them), and their
-status hashes follow the ledger; the tick says how deep the queues are."""
+"""redis_queue_sensor: says how deep the Redis job queue is, and runs the dead-letter check when the count of
+dead letters changes. It reads only: the intake service (`ingestion-pipeline intake`) takes the jobs."""
 
 import dagster as dg
 
-from ingestion_pipeline import services
 from ingestion_pipeline.defs.queues.dead_letter_check import queue_check_job
-from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource, UploadStoreResource
-from ingestion_pipeline.documents.embedding import Embedder
-from ingestion_pipeline.queues.redis_intake import RedisUnavailable, open_queue, take_jobs
+from ingestion_pipeline.defs.resources import SettingsResource
+from ingestion_pipeline.queues import queue_depths
+from ingestion_pipeline.queues.redis_intake import RedisUnavailable, open_queue
 
 
 @dg.sensor(
     job=queue_check_job,
-    minimum_interval_seconds=5,
+    minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Takes jobs off the Redis queue (rag:ingest:queue, :high, :low) into the ledger, at most "
-    "INGESTION_QUEUE_JOBS_PER_TICK a tick, acknowledging each after its ledger row commits; writes job statuses "
-    "as the ledger moves; runs queue_dead_letters_empty when the dead-letter count changes.",
+    description="Reads the Redis queue's depths (rag:ingest:queue, :high, :low, retrying, held, dead letters; "
+    "the tick's message) and runs queue_dead_letters_empty when the dead-letter count changes. The intake "
+    "service (`ingestion-pipeline intake`) takes the jobs into the ledger.",
 )
-def redis_queue_sensor(
-    context: dg.SensorEvaluationContext,
-    postgres: PostgresResource,
-    settings: SettingsResource,
-    upload_store: UploadStoreResource,
-    embedder: dg.ResourceParam[Embedder],
-) -> dg.SensorResult:
-    current = settings.get()
+def redis_queue_sensor(context: dg.SensorEvaluationContext, settings: SettingsResource) -> dg.SensorResult:
     try:
-        client = open_queue(current)
+        client = open_queue(settings.get())
     except RedisUnavailable as exc:
         return dg.SensorResult(skip_reason=str(exc))
     if client is None:
         return dg.SensorResult(skip_reason="no Redis queue (REDIS_URL unset and nothing at 127.0.0.1:6379, or none)")
     try:
-        taken = take_jobs(client, postgres.db, upload_store.documents(), current,
-                          fingerprint=services.fingerprint(current, embedder))
+        depths = queue_depths.depths(client)
     finally:
         client.close()
-    context.log.info(f"redis queue: {taken.summary()}")
-    dead = str(taken.depths["dead_letter"])
+    dead = str(depths["dead_letter"])
     if dead != (context.cursor or "0"):  # the check tells the UI; once per change
         return dg.SensorResult(run_requests=[dg.RunRequest(run_key=f"redis-dead-letters-{dead}-{context.cursor}")],
                                cursor=dead)
-    return dg.SensorResult(skip_reason=taken.summary(), cursor=dead)
+    return dg.SensorResult(skip_reason=queue_depths.summary(depths), cursor=dead)
