@@ -30,12 +30,11 @@ from throwaway_database import throwaway_database  # noqa: E402
 from ingestion_pipeline.core.db import Database  # noqa: E402
 from ingestion_pipeline.core.redis_server import RedisServer  # noqa: E402
 from ingestion_pipeline.core.upload_store import LocalUploadStore  # noqa: E402
-from ingestion_pipeline.queues import redis_keys  # noqa: E402
-from ingestion_pipeline.queues.job_messages import new_job  # noqa: E402
-from ingestion_pipeline.queues.producer import push  # noqa: E402
-from ingestion_pipeline.queues.rag_registry import add_rag  # noqa: E402
-from ingestion_pipeline.queues.redis_client import connect  # noqa: E402
-from ingestion_pipeline.queues.redis_consumer import RedisJobConsumer  # noqa: E402
+from ingestion_pipeline.queues import redis_contract
+from ingestion_pipeline.queues.jobs import new_job
+from ingestion_pipeline.queues.rag_registry import add_rag
+from ingestion_pipeline.queues.redis_consumer import RedisJobConsumer
+from ingestion_pipeline.queues.redis_contract import connect, push
 
 
 def _files(folder: Path, n: int) -> list[Path]:
@@ -87,7 +86,7 @@ def intake(jobs: int) -> None:
                 seconds = time.perf_counter() - start
                 with db.connection() as conn:
                     rows = conn.execute("SELECT count(*) AS n FROM queue_jobs WHERE rag_id = %s", (rag,)).fetchone()
-                assert rows["n"] == jobs and client.llen(redis_keys.QUEUE) == 0
+                assert rows["n"] == jobs and client.llen(redis_contract.QUEUE) == 0
                 print(f"push -> ledger row, {consumers} consumer(s) at once {taken}: {jobs} jobs in {seconds:.2f} s = "
                       f"{jobs / seconds:,.0f} jobs/s ({seconds / jobs * 1000:.2f} ms a job: read + SHA-256 + store "
                       "+ one transaction + status)", flush=True)
@@ -133,9 +132,9 @@ def dev_latency(n: int) -> None:
                 dev.check_alive()
                 if searchable is None and _active(dev.url, job.job_id):
                     searchable = time.perf_counter() - start
-                status = client.hget(redis_keys.status(job.job_id), "status")
+                status = client.hget(redis_contract.status(job.job_id), "status")
                 if status == b"failed":
-                    raise SystemExit(f"{name} failed: {client.hgetall(redis_keys.status(job.job_id))}")
+                    raise SystemExit(f"{name} failed: {client.hgetall(redis_contract.status(job.job_id))}")
                 if status == b"done":
                     done = time.perf_counter() - start
                     return (searchable if searchable is not None else done), done

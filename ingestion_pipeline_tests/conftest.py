@@ -112,7 +112,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 @pytest.fixture
 def redis_queue(redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch):
     """An empty job queue: the session's server flushed, REDIS_URL pointing at it; a client to it."""
-    from ingestion_pipeline.queues.redis_client import connect
+    from ingestion_pipeline.queues.redis_contract import connect
 
     monkeypatch.setenv("REDIS_URL", redis_server.url)
     client = connect(redis_server.url)

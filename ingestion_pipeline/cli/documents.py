@@ -132,7 +132,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
 def _redis_jobs_first(ctx: Context, args: argparse.Namespace):
     """The Redis queue's jobs into the ledger before anything runs (the client, or None: no queue)."""
     from ingestion_pipeline.cli.queues import take_queued_jobs
-    from ingestion_pipeline.queues.redis_intake import RedisUnavailable
+    from ingestion_pipeline.queues.redis_consumer import RedisUnavailable
 
     try:
         return take_queued_jobs(ctx, args)
@@ -146,7 +146,7 @@ def _following_job_statuses(ctx: Context, redis) -> Iterator[None]:
     if redis is None:
         yield
         return
-    from ingestion_pipeline.queues.redis_intake import following_statuses
+    from ingestion_pipeline.queues.redis_consumer import following_statuses
 
     with following_statuses(redis, ctx.db):
         yield

@@ -41,7 +41,7 @@ class RedisDuty:
         self.ctx, self.client, self.said_none = ctx, None, False
 
     def __call__(self) -> str | None:
-        from ingestion_pipeline.queues.redis_intake import open_queue, take_jobs
+        from ingestion_pipeline.queues.redis_consumer import open_queue, take_jobs
 
         if self.client is None:
             self.client = open_queue(self.ctx.settings)  # RedisUnavailable: logged, tried again
@@ -66,8 +66,7 @@ class RedisDuty:
 
 
 def _sqs_round(ctx: Context) -> Callable[[], str | None]:
-    from ingestion_pipeline.queues.sqs_intake import SqsIntake
-    from ingestion_pipeline.queues.sqs_queues import sqs_client
+    from ingestion_pipeline.queues.sqs import SqsIntake, sqs_client
 
     intake = None
 

@@ -11,11 +11,11 @@ from pathlib import Path
 from ingestion_pipeline.cli.bootstrap import Context, bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, emit, print_rows, wants_json
 from ingestion_pipeline.core.settings import load_settings
-from ingestion_pipeline.queues import dead_letters, job_status, queue_depths, rag_registry
-from ingestion_pipeline.queues.job_messages import new_job
-from ingestion_pipeline.queues.producer import push
-from ingestion_pipeline.queues.redis_intake import open_queue, take_jobs
-from ingestion_pipeline.queues.sqs_queues import sqs_client
+from ingestion_pipeline.queues import rag_registry, redis_contract
+from ingestion_pipeline.queues.jobs import new_job
+from ingestion_pipeline.queues.redis_consumer import open_queue, take_jobs
+from ingestion_pipeline.queues.redis_contract import push
+from ingestion_pipeline.queues.sqs import sqs_client
 
 
 def take_queued_jobs(ctx: Context, args: argparse.Namespace):
@@ -36,7 +36,7 @@ def take_queued_jobs(ctx: Context, args: argparse.Namespace):
 
 
 def _receive_sqs(ctx: Context) -> None:
-    from ingestion_pipeline.queues.sqs_intake import SqsIntake
+    from ingestion_pipeline.queues.sqs import SqsIntake
 
     intake = SqsIntake(sqs_client(), ctx.db, ctx.settings, document_store=ctx.document_store,
                        metric_store=ctx.metric_store, s3_client_for=ctx.s3_client, fingerprint=ctx.fingerprint)
@@ -72,13 +72,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     client = _client()
     while True:
         if args.job:
-            record = job_status.read(client, args.job)
+            record = redis_contract.read_status(client, args.job)
             if not record:
                 raise ValueError(f"no status for job {args.job} (unknown, or expired 7 days after it finished)")
             emit(args, [record], lambda rows: [print(f"{k:<21} {v}") for k, v in rows[0].items() if v])
         else:
-            depths = queue_depths.depths(client)
-            emit(args, [depths], lambda rows: print(queue_depths.summary(rows[0]) + "".join(
+            depths = redis_contract.depths(client)
+            emit(args, [depths], lambda rows: print(redis_contract.depths_summary(rows[0]) + "".join(
                 f"\n  consumer {c['consumer']}: {'alive' if c['alive'] else 'gone'}, holding {c['holding']}"
                 for c in rows[0]["consumers"])))
         if not args.watch:
@@ -92,18 +92,18 @@ def cmd_dead_letter(args: argparse.Namespace) -> int:
         return _sqs_dead_letters(args)
     client = _client()
     if args.dead_letter_command == "replay":
-        moved = dead_letters.replay(client, job_ids=set(args.job) if args.job else None)
+        moved = redis_contract.replay_dead_letters(client, job_ids=set(args.job) if args.job else None)
         emit(args, moved, lambda rows: print(f"{len(rows)} message(s) back on their queue"))
         return 0
-    entries = dead_letters.list_entries(client, args.limit)
+    entries = redis_contract.list_dead_letters(client, args.limit)
     print_rows(args, entries, ["dead_lettered_at", "job_id", "error_code", "reason"])
     if not wants_json(args):
-        print(f"{dead_letters.depth(client)} dead letter(s)")
+        print(f"{redis_contract.dead_letter_count(client)} dead letter(s)")
     return 0
 
 
 def _sqs_dead_letters(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.queues.sqs_queues import list_dead_letters, replay_dead_letters
+    from ingestion_pipeline.queues.sqs import list_dead_letters, replay_dead_letters
 
     sqs = sqs_client()
     if args.dead_letter_command == "replay":
@@ -116,7 +116,7 @@ def _sqs_dead_letters(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from ingestion_pipeline.queues.job_records import follow_ledger, list_jobs
+    from ingestion_pipeline.queues.jobs import follow_ledger, list_jobs
 
     with bootstrap() as ctx:
         with ctx.db.transaction() as conn:

@@ -4,17 +4,26 @@ Kept in the database so every consumer on every host reads one answer. An unknow
 (``ERR_UNKNOWN_RAG``), never made into a tenant; a ``source_path`` whose real path (symlinks resolved) is
 not under the root is refused (``ERR_PATH_REFUSED``).
 """
-
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
-from ingestion_pipeline.queues.job_messages import validate_rag_id
+
+RAG_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_]{0,63}"  # no '-': the job id is split on it (sql/024 checks it too)
+_RAG_ID = re.compile(RAG_ID_PATTERN)
+
+
+def validate_rag_id(rag_id: str) -> str:
+    if not isinstance(rag_id, str) or not _RAG_ID.fullmatch(rag_id):
+        raise ValueError(f"invalid rag_id {rag_id!r}: 1-64 of letters, digits and '_', starting with a letter "
+                         "or digit (no '-': job ids are split on it)")
+    return rag_id
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,16 @@
   with ``retry_count`` + 1, due after the backoff (5 s, 10 s, 30 s); after ``max_retries`` it fails and is
   dead-lettered. A malformed message, an unknown rag or a path outside the rag's root is dead-lettered with
   the reason; the consumer goes on.
-"""
 
+**One round** (``take_jobs``), the same for the intake service and `process`: connect, take up to a bound of
+jobs into the ledger, write statuses, and say how deep the queues are. With ``REDIS_URL`` unset and nothing
+listening on the default address, or ``REDIS_URL=none``, there is no Redis queue (``open_queue`` returns
+None); with ``REDIS_URL`` set, a server that does not answer is ``RedisUnavailable``.
+
+**Dead letters of every configured queue** (``dead_letter_depths``), by name: the Redis list, and each SQS
+queue's dead-letter queue (from its redrive policy): what the ``queue_dead_letters_empty`` check and
+`queue status` report.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -24,6 +32,8 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
@@ -31,13 +41,25 @@ from redis.exceptions import RedisError
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import is_transient
+from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import UploadStore
-from ingestion_pipeline.queues import dead_letters, job_status, redis_keys
-from ingestion_pipeline.queues.dead_letters import MOVE_IF_HELD
-from ingestion_pipeline.queues.job_errors import JobError, from_exception, job_error
-from ingestion_pipeline.queues.job_intake import ACCEPTED, ALREADY, REFUSED, accept_job
-from ingestion_pipeline.queues.job_messages import JobMessage, MalformedJob, parse_job, utc_timestamp
+from ingestion_pipeline.queues import redis_contract
+from ingestion_pipeline.queues.jobs import (
+    ACCEPTED,
+    ALREADY,
+    REFUSED,
+    JobError,
+    JobMessage,
+    MalformedJob,
+    accept_job,
+    from_exception,
+    job_error,
+    parse_job,
+    utc_timestamp,
+)
+from ingestion_pipeline.queues.redis_contract import MOVE_IF_HELD
 
+# -- the consumer ------------------------------------------------------------------------------------------------------
 _log = logging.getLogger("ingestion_pipeline.queues")
 HEARTBEAT_SECONDS = 30.0  # a consumer silent this long is dead; its jobs go back to the queues
 # Remove ARGV[1] from KEYS[1] and, only if it was there, add ARGV[3] to the sorted set KEYS[2] at score ARGV[2].
@@ -90,7 +112,7 @@ class RedisJobConsumer:
         report = ConsumeReport()
         stop = threading.Event()
         self._beat()
-        self.redis.sadd(redis_keys.CONSUMERS, self.consumer_id)
+        self.redis.sadd(redis_contract.CONSUMERS, self.consumer_id)
         beating = threading.Thread(target=self._keep_beating, args=(stop,), daemon=True, name="redis-heartbeat")
         beating.start()
         try:
@@ -103,7 +125,7 @@ class RedisJobConsumer:
                 report.taken += 1
                 report.outcomes[self.handle(*taken)] += 1
             try:
-                job_status.sync_statuses(self.db, self.redis)
+                redis_contract.sync_statuses(self.db, self.redis)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -115,7 +137,7 @@ class RedisJobConsumer:
         return report
 
     def _beat(self) -> None:
-        self.redis.set(redis_keys.heartbeat(self.consumer_id), utc_timestamp(),
+        self.redis.set(redis_contract.heartbeat(self.consumer_id), utc_timestamp(),
                        px=max(1, int(self.heartbeat_seconds * 1000)))
 
     def _keep_beating(self, stop: threading.Event) -> None:
@@ -129,25 +151,26 @@ class RedisJobConsumer:
         Runs in ``consume``'s ``finally``: a Redis that fails here too is left to the heartbeat's expiry, so
         the error that ended the round is the one raised, not this one."""
         try:
-            held = sum(self.redis.llen(redis_keys.processing(self.consumer_id, p)) for p in redis_keys.PRIORITIES)
+            held = sum(self.redis.llen(redis_contract.processing(self.consumer_id, p))
+                       for p in redis_contract.PRIORITIES)
             if not held:
-                self.redis.srem(redis_keys.CONSUMERS, self.consumer_id)
-                self.redis.delete(redis_keys.heartbeat(self.consumer_id))
+                self.redis.srem(redis_contract.CONSUMERS, self.consumer_id)
+                self.redis.delete(redis_contract.heartbeat(self.consumer_id))
         except RedisError as exc:
             _log.warning("consumer %s could not leave (%s): its heartbeat expires instead", self.consumer_id, exc)
 
     # -- taking and acknowledging ---------------------------------------------------------------------------------
     def take(self) -> tuple[str, bytes] | None:
-        for priority in redis_keys.PRIORITIES:
-            raw = self.redis.lmove(redis_keys.queue(priority), redis_keys.processing(self.consumer_id, priority),
-                                   "RIGHT", "LEFT")
+        for priority in redis_contract.PRIORITIES:
+            raw = self.redis.lmove(redis_contract.queue(priority),
+                                   redis_contract.processing(self.consumer_id, priority), "RIGHT", "LEFT")
             if raw is not None:
                 failpoint("queue.taken")  # taken, nothing committed: the janitor must hand it back
                 return priority, raw
         return None
 
     def ack(self, priority: str, raw: bytes) -> None:
-        self.redis.lrem(redis_keys.processing(self.consumer_id, priority), 1, raw)
+        self.redis.lrem(redis_contract.processing(self.consumer_id, priority), 1, raw)
 
     def handle(self, priority: str, raw: bytes) -> str:
         """Turn one taken message into a ledger row (or a retry, a failure, a dead letter); the outcome."""
@@ -161,17 +184,18 @@ class RedisJobConsumer:
         except Exception as exc:  # noqa: BLE001 - every error is classified: retried, or failed and dead-lettered
             return self._after_error(priority, raw, job, from_exception(exc))
         if intake.outcome == REFUSED:
-            job_status.write(self.redis, job.job_id, {**job_status.initial(job, "failed"), **_error_fields(
-                intake.error)}, final=True)
+            redis_contract.write_status(self.redis, job.job_id, {**redis_contract.initial_status(job, "failed"),
+                                                              **_error_fields(intake.error)}, final=True)
             self.dead_letter(priority, raw, intake.error, job)
         else:
             failpoint("queue.accepted")  # the ledger row committed, the message not yet acknowledged
             if intake.outcome == ACCEPTED and intake.job_status == "queued":
-                job_status.write(self.redis, job.job_id, {**job_status.initial(job, "queued"),
+                redis_contract.write_status(self.redis, job.job_id, {**redis_contract.initial_status(job, "queued"),
                                                           "file_id": intake.file_id})
             elif intake.outcome == ALREADY and intake.job_status in ("queued", "processing"):
                 # accepted before, and its status write may have died with the consumer (or with Redis)
-                job_status.write(self.redis, job.job_id, {"status": intake.job_status, "file_id": intake.file_id})
+                redis_contract.write_status(self.redis, job.job_id,
+                                         {"status": intake.job_status, "file_id": intake.file_id})
             self.ack(priority, raw)  # the row is committed (or was already): the message may go
         return intake.outcome
 
@@ -179,45 +203,45 @@ class RedisJobConsumer:
         if error.recoverable and job.retry_count < job.max_retries:
             again = job.retried()
             delay = self.backoff[min(job.retry_count, len(self.backoff) - 1)]
-            member = json.dumps({"queue": redis_keys.queue(priority), "message": again.to_json()})
-            self.redis.eval(_DELAY_IF_HELD, 2, redis_keys.processing(self.consumer_id, priority), redis_keys.DELAYED,
-                            raw, time.time() + delay, member)
-            job_status.write(self.redis, job.job_id, {**job_status.initial(again, "submitted"),
+            member = json.dumps({"queue": redis_contract.queue(priority), "message": again.to_json()})
+            self.redis.eval(_DELAY_IF_HELD, 2, redis_contract.processing(self.consumer_id, priority),
+                            redis_contract.DELAYED, raw, time.time() + delay, member)
+            redis_contract.write_status(self.redis, job.job_id, {**redis_contract.initial_status(again, "submitted"),
                                                       **_error_fields(error)})
             return "retrying"
         if error.recoverable:
             error = JobError(error.code, f"{error.message} (after {job.retry_count} retries)", False,
                              error.suggestions)
-        job_status.write(self.redis, job.job_id, {**job_status.initial(job, "failed"), **_error_fields(error)},
-                         final=True)
+        redis_contract.write_status(self.redis, job.job_id,
+                                 {**redis_contract.initial_status(job, "failed"), **_error_fields(error)}, final=True)
         self.dead_letter(priority, raw, error, job)
         return "failed"
 
     def dead_letter(self, priority: str, raw: bytes, error: JobError, job: JobMessage | None = None) -> None:
-        item = dead_letters.entry(raw, reason=error.message, error_code=error.code, priority=priority,
+        item = redis_contract.dead_letter_entry(raw, reason=error.message, error_code=error.code, priority=priority,
                                   job_id=job.job_id if job else None)
-        self.redis.eval(MOVE_IF_HELD, 2, redis_keys.processing(self.consumer_id, priority), redis_keys.DEAD_LETTER,
-                        raw, item, "LPUSH")
+        self.redis.eval(MOVE_IF_HELD, 2, redis_contract.processing(self.consumer_id, priority),
+                        redis_contract.DEAD_LETTER, raw, item, "LPUSH")
 
     # -- the janitor's part ---------------------------------------------------------------------------------------
     def return_abandoned(self) -> int:
         """Hand the jobs of consumers whose heartbeat expired back to their queues; how many."""
         returned = 0
-        for member in self.redis.smembers(redis_keys.CONSUMERS):
+        for member in self.redis.smembers(redis_contract.CONSUMERS):
             consumer = member.decode() if isinstance(member, bytes) else member
-            if consumer == self.consumer_id or self.redis.exists(redis_keys.heartbeat(consumer)):
+            if consumer == self.consumer_id or self.redis.exists(redis_contract.heartbeat(consumer)):
                 continue
-            for priority in redis_keys.PRIORITIES:
+            for priority in redis_contract.PRIORITIES:
                 # newest first from the left, each to the right end: the oldest ends where it is taken next
-                while self.redis.lmove(redis_keys.processing(consumer, priority), redis_keys.queue(priority),
+                while self.redis.lmove(redis_contract.processing(consumer, priority), redis_contract.queue(priority),
                                        "LEFT", "RIGHT") is not None:
                     returned += 1
-            self.redis.srem(redis_keys.CONSUMERS, consumer)
+            self.redis.srem(redis_contract.CONSUMERS, consumer)
         return returned
 
     def return_due(self) -> int:
         """Retries whose backoff has ended go back to the right end of their queue."""
-        return int(self.redis.eval(_RETURN_DUE, 1, redis_keys.DELAYED, time.time()))
+        return int(self.redis.eval(_RETURN_DUE, 1, redis_contract.DELAYED, time.time()))
 
 
 def _error_fields(error: JobError | None) -> dict:
@@ -226,3 +250,85 @@ def _error_fields(error: JobError | None) -> dict:
     return {"error": error.message, "error_code": error.code, "error_type": error.error_type,
             "suggestions": list(error.suggestions), "failed_at" if not error.recoverable else "last_error_at":
             utc_timestamp()}
+
+
+# -- one round ---------------------------------------------------------------------------------------------------------
+class RedisUnavailable(RuntimeError):
+    """REDIS_URL names a server that does not answer."""
+
+
+@dataclass
+class RedisRound:
+    report: ConsumeReport
+    depths: dict
+
+    def summary(self) -> str:
+        taken = ", ".join(f"{n} {what}" for what, n in sorted(self.report.outcomes.items()))
+        return (f"took {self.report.taken} job(s){': ' + taken if taken else ''}; "
+                f"{redis_contract.depths_summary(self.depths)}")
+
+
+def open_queue(settings: Settings):
+    """The Redis client of the job queue, or None when there is none (see the module's note)."""
+    if settings.queues.redis_url is None:
+        return None
+    if redis_contract.reachable(settings.queues.redis_url):
+        return redis_contract.connect(settings.queues.redis_url)
+    if settings.queues.redis_configured:
+        raise RedisUnavailable(f"Redis at {redis_contract.describe(settings.queues.redis_url)} does not answer "
+                               "(REDIS_URL); jobs stay on the queue until it does")
+    return None
+
+
+def take_jobs(client, db: Database, store: UploadStore, settings: Settings, *, fingerprint: str,
+              max_jobs: int | None = None) -> RedisRound:
+    consumer = RedisJobConsumer(client, db, store, fingerprint=fingerprint, max_bytes=settings.upload.max_bytes,
+                                backoff=settings.reliability.retry_backoff_seconds or (5.0,),
+                                heartbeat_seconds=settings.queues.consumer_heartbeat_seconds)
+    report = consumer.consume(max_jobs or settings.queues.jobs_per_tick)
+    return RedisRound(report, redis_contract.depths(client))
+
+
+@contextmanager
+def following_statuses(client, db: Database, interval: float = 2.0) -> Iterator[None]:
+    """While the block runs (`process` running batches), write job statuses as the ledger moves, every
+    ``interval`` seconds; once more at the end."""
+    stop = threading.Event()
+
+    def follow() -> None:
+        while not stop.wait(interval):
+            # a missed sync is repeated at the next interval and at the end
+            with contextlib.suppress(Exception):
+                redis_contract.sync_statuses(db, client)
+
+    thread = threading.Thread(target=follow, daemon=True, name="redis-job-status")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        redis_contract.sync_statuses(db, client)
+
+
+# -- dead letters of every queue ---------------------------------------------------------------------------------------
+def dead_letter_depths(settings: Settings) -> dict[str, int]:
+    depths: dict[str, int] = {}
+    try:
+        client = open_queue(settings)
+    except RedisUnavailable:
+        client = None
+    if client is not None:
+        try:
+            depths[redis_contract.DEAD_LETTER] = redis_contract.dead_letter_count(client)
+        finally:
+            client.close()
+    if settings.queues.sqs_queue_urls:
+        from ingestion_pipeline.queues.sqs import dead_letter_depth, sqs_client
+
+        sqs = sqs_client()
+        for url in settings.queues.sqs_queue_urls:
+            name, depth = dead_letter_depth(sqs, url)
+            if name is not None:
+                depths[name] = depth
+    return depths

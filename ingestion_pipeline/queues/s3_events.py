@@ -7,7 +7,6 @@ redelivered event, or one overtaken by a later change, records what is true now.
 ``sequencer`` (real S3 does), an event whose sequencer is not greater than the last one applied to the key is
 ignored without a HEAD (``stale``). The periodic listing stays as reconciliation for lost notifications.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable

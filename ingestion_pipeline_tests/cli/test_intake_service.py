@@ -19,10 +19,10 @@ from ingestion_pipeline.core.duties import Duties, Duty
 from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.defs.queues.redis_sensor import redis_queue_sensor
 from ingestion_pipeline.defs.resources import SettingsResource
-from ingestion_pipeline.queues import redis_keys
-from ingestion_pipeline.queues.job_messages import new_job
-from ingestion_pipeline.queues.producer import push
+from ingestion_pipeline.queues import redis_contract
+from ingestion_pipeline.queues.jobs import new_job
 from ingestion_pipeline.queues.rag_registry import add_rag
+from ingestion_pipeline.queues.redis_contract import push
 from ingestion_pipeline_tests.helpers import code_location, shared_embedder, submit, table
 
 
@@ -42,7 +42,7 @@ def _two_jobs_and_a_malformed_one(redis_queue, database, tmp_path: Path) -> None
     for name in ("a.md", "b.md"):
         (root / name).write_text(f"# {name}\n\nText of {name}.\n")
         push(redis_queue, new_job("kb1", str(root / name)))
-    redis_queue.lpush(redis_keys.QUEUE, b"[1, 2]")
+    redis_queue.lpush(redis_contract.QUEUE, b"[1, 2]")
     with database.transaction() as conn:
         add_rag(conn, "kb1", tenant_id="acme", root=root.parent)
 
@@ -59,7 +59,7 @@ def test_the_sensor_only_reads_and_the_service_takes_the_jobs(redis_queue, datab
         before = _tick(instance)
         assert before.run_requests in (None, []) and before.skip_reason.skip_message.startswith(
             "queue high 0 / normal 3 / low 0")
-        assert table(db, "SELECT * FROM ingestion_runs") == [] and redis_queue.llen(redis_keys.QUEUE) == 3
+        assert table(db, "SELECT * FROM ingestion_runs") == [] and redis_queue.llen(redis_contract.QUEUE) == 3
 
         lines: list[str] = []
         with _context(database_url) as ctx:
@@ -79,7 +79,7 @@ def test_the_sensor_only_reads_and_the_service_takes_the_jobs(redis_queue, datab
         [evaluation] = check_job.execute_in_process(instance=instance).get_asset_check_evaluations()
         assert not evaluation.passed
         assert evaluation.description == "dead letters wait: 1 on rag:ingest:queue:dead-letter"
-        redis_queue.delete(redis_keys.DEAD_LETTER)
+        redis_queue.delete(redis_contract.DEAD_LETTER)
         [evaluation] = check_job.execute_in_process(instance=instance).get_asset_check_evaluations()
         assert evaluation.passed and evaluation.metadata["rag:ingest:queue:dead-letter"].value == 0
 

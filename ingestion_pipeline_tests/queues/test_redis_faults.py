@@ -12,12 +12,11 @@ import pytest
 
 from ingestion_pipeline.core.redis_server import RedisServer
 from ingestion_pipeline.core.settings import load_settings
-from ingestion_pipeline.queues import redis_keys
-from ingestion_pipeline.queues.job_messages import new_job
-from ingestion_pipeline.queues.producer import push
+from ingestion_pipeline.queues import redis_contract
+from ingestion_pipeline.queues.jobs import new_job
 from ingestion_pipeline.queues.rag_registry import add_rag
-from ingestion_pipeline.queues.redis_client import connect
 from ingestion_pipeline.queues.redis_consumer import RedisJobConsumer
+from ingestion_pipeline.queues.redis_contract import connect, push
 from ingestion_pipeline.services import Services
 from ingestion_pipeline_tests.cli.test_corpus_cli import CLI, run_cli
 from ingestion_pipeline_tests.helpers import table
@@ -84,8 +83,8 @@ def test_consumer_killed_after_taking_and_after_committing(redis_queue, database
     assert len(table(db, "SELECT * FROM ingestion_runs")) == 8  # none submitted twice
     assert {j["status"] for j in jobs} == {"done"}
     for job_id in job_ids:
-        assert redis_queue.hget(redis_keys.status(job_id), "status") == b"done"
-    assert not redis_queue.keys("rag:ingest:processing:*") and redis_queue.llen(redis_keys.QUEUE) == 0
+        assert redis_queue.hget(redis_contract.status(job_id), "status") == b"done"
+    assert not redis_queue.keys("rag:ingest:processing:*") and redis_queue.llen(redis_contract.QUEUE) == 0
 
 
 @pytest.mark.integration
@@ -128,7 +127,7 @@ def test_redis_killed_mid_stream_restarts_from_its_aof(database, db, tmp_path, m
 
         server.start()  # same port, same folder: the AOF is replayed
         check = connect(server.url)
-        waiting = check.llen(redis_keys.QUEUE)
+        waiting = check.llen(redis_contract.QUEUE)
         held = sum(check.llen(k) for k in check.keys("rag:ingest:processing:*"))
         # every job is on the queue, held by the dead consumer, or acknowledged after its row committed
         assert waiting + held + accepted_before >= 200 and held <= 1
@@ -138,8 +137,8 @@ def test_redis_killed_mid_stream_restarts_from_its_aof(database, db, tmp_path, m
         jobs = table(db, "SELECT job_id FROM queue_jobs")
         assert sorted(j["job_id"] for j in jobs) == sorted(job_ids)  # nothing lost
         assert len(table(db, "SELECT * FROM ingestion_runs")) == 200  # nothing accepted twice
-        assert check.llen(redis_keys.QUEUE) == 0 and not check.keys("rag:ingest:processing:*")
-        assert {check.hget(redis_keys.status(j), "status") for j in job_ids} == {b"queued"}
+        assert check.llen(redis_contract.QUEUE) == 0 and not check.keys("rag:ingest:processing:*")
+        assert {check.hget(redis_contract.status(j), "status") for j in job_ids} == {b"queued"}
         check.close()
     finally:
         server.stop()
@@ -174,7 +173,7 @@ def test_a_thousand_jobs_two_consumers_at_once(redis_queue, database, project_da
     assert 0 < sum(took) < 1000, "one consumer took every job: they did not run at once"
     statuses = {}
     for job_id in job_ids:
-        status = {k.decode(): v.decode() for k, v in redis_queue.hgetall(redis_keys.status(job_id)).items()}
+        status = {k.decode(): v.decode() for k, v in redis_queue.hgetall(redis_contract.status(job_id)).items()}
         statuses[status["status"]] = statuses.get(status["status"], 0) + 1
         if status["status"] == "failed":
             assert status["error_code"] == "ERR_NO_TEXT" and status["error"], status

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from ingestion_pipeline.queues import redis_keys
+from ingestion_pipeline.queues import redis_contract
 from ingestion_pipeline_tests.cli.test_corpus_cli import json_lines, run_cli
 from ingestion_pipeline_tests.helpers import table
 
 
 def _status(redis, job_id: str) -> dict:
-    return {k.decode(): v.decode() for k, v in redis.hgetall(redis_keys.status(job_id)).items()}
+    return {k.decode(): v.decode() for k, v in redis.hgetall(redis_contract.status(job_id)).items()}
 
 
 @pytest.mark.integration
@@ -48,7 +48,7 @@ def test_push_process_statuses_files_and_dead_letters(redis_queue, database, pro
         b"\xff\xfe not utf-8": "not JSON",
     }
     for raw in malformed:
-        redis_queue.lpush(redis_keys.QUEUE, raw)
+        redis_queue.lpush(redis_contract.QUEUE, raw)
 
     result = run_cli("process")
     assert "redis queue: took 10 job(s)" in result.stderr
@@ -56,7 +56,7 @@ def test_push_process_statuses_files_and_dead_letters(redis_queue, database, pro
     done = _status(redis_queue, note_job)
     assert done["status"] == "done" and int(done["chunks_created"]) >= 1 and int(done["tokens_used"]) > 0
     assert done["completed_at"].endswith("Z") and float(done["duration_seconds"]) >= 0 and done["started_at"]
-    assert 0 < redis_queue.ttl(redis_keys.status(note_job)) <= 7 * 24 * 3600
+    assert 0 < redis_queue.ttl(redis_contract.status(note_job)) <= 7 * 24 * 3600
     assert (root / "processed" / "note.md").is_file() and not (incoming / "note.md").exists()
 
     failed = _status(redis_queue, locked_job)
@@ -101,5 +101,5 @@ def test_push_process_statuses_files_and_dead_letters(redis_queue, database, pro
     assert "nothing queued" in run_cli("process").stdout
     again = _status(redis_queue, unknown["job_id"])
     assert (again["status"], again["chunks_created"]) == ("done", "0")
-    assert redis_queue.ttl(redis_keys.status(unknown["job_id"])) > 0
+    assert redis_queue.ttl(redis_contract.status(unknown["job_id"])) > 0
     assert (root / "processed" / f"note.{unknown['job_id']}.md").is_file()

@@ -9,11 +9,11 @@ import pytest
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.redis_server import free_port
 from ingestion_pipeline.core.upload_store import LocalUploadStore
-from ingestion_pipeline.queues import dead_letters, job_status, redis_keys
-from ingestion_pipeline.queues.job_messages import new_job
-from ingestion_pipeline.queues.producer import push
+from ingestion_pipeline.queues import redis_contract
+from ingestion_pipeline.queues.jobs import new_job
 from ingestion_pipeline.queues.rag_registry import add_rag
 from ingestion_pipeline.queues.redis_consumer import RedisJobConsumer
+from ingestion_pipeline.queues.redis_contract import push
 from ingestion_pipeline_tests.helpers import table
 
 
@@ -35,23 +35,23 @@ def test_database_down_retries_with_backoff_then_fails(redis_queue, database, db
 
     with Database(f"postgresql://nobody@127.0.0.1:{free_port()}/none?connect_timeout=1", timeout=1) as down:
         assert consumer(down).consume(10).outcomes == {"retrying": 2}
-        assert redis_queue.zcard(redis_keys.DELAYED) == 2 and redis_queue.llen(redis_keys.QUEUE) == 0
-        waiting = job_status.read(redis_queue, patient.job_id)
+        assert redis_queue.zcard(redis_contract.DELAYED) == 2 and redis_queue.llen(redis_contract.QUEUE) == 0
+        waiting = redis_contract.read_status(redis_queue, patient.job_id)
         assert (waiting["status"], waiting["retry_count"], waiting["error_code"], waiting["error_type"]) == (
             "submitted", "1", "ERR_DATABASE", "recoverable")
         assert consumer(down).consume(10).outcomes == {}  # the backoff has not ended: nothing taken
         time.sleep(4.2)
         assert consumer(down).consume(10).outcomes == {"retrying": 1, "failed": 1}
 
-    failed = job_status.read(redis_queue, impatient.job_id)
+    failed = redis_contract.read_status(redis_queue, impatient.job_id)
     assert (failed["status"], failed["error_code"], failed["error_type"]) == (
         "failed", "ERR_DATABASE", "non_recoverable")
-    assert "(after 1 retries)" in failed["error"] and redis_queue.ttl(redis_keys.status(impatient.job_id)) > 0
-    [letter] = dead_letters.list_entries(redis_queue)
+    assert "(after 1 retries)" in failed["error"] and redis_queue.ttl(redis_contract.status(impatient.job_id)) > 0
+    [letter] = redis_contract.list_dead_letters(redis_queue)
     assert letter["job_id"] == impatient.job_id and json.loads(letter["message"])["retry_count"] == 1
 
     time.sleep(4.2)  # the database is back, the backoff over
     assert consumer(database).consume(10).outcomes == {"accepted": 1}
     [row] = table(db, "SELECT job_id, status FROM queue_jobs")
     assert row == {"job_id": patient.job_id, "status": "queued"}
-    assert job_status.read(redis_queue, patient.job_id)["retry_count"] == "2"
+    assert redis_contract.read_status(redis_queue, patient.job_id)["retry_count"] == "2"

@@ -11,8 +11,7 @@ import boto3
 import pytest
 
 from ingestion_pipeline.core.settings import load_settings
-from ingestion_pipeline.queues.sqs_intake import SqsIntake
-from ingestion_pipeline.queues.sqs_queues import depth, list_dead_letters, replay_dead_letters, sqs_client
+from ingestion_pipeline.queues.sqs import SqsIntake, depth, list_dead_letters, replay_dead_letters, sqs_client
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
 from ingestion_pipeline.services import Services
 from ingestion_pipeline.sources.registry import add_source

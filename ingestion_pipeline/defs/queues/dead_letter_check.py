@@ -5,7 +5,7 @@ by the queue sensors when a depth changes."""
 import dagster as dg
 
 from ingestion_pipeline.defs.resources import SettingsResource
-from ingestion_pipeline.queues.queue_health import dead_letter_depths
+from ingestion_pipeline.queues.redis_consumer import dead_letter_depths
 
 CHECK_NAME = "queue_dead_letters_empty"
 

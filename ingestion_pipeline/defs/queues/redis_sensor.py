@@ -5,8 +5,8 @@ import dagster as dg
 
 from ingestion_pipeline.defs.queues.dead_letter_check import queue_check_job
 from ingestion_pipeline.defs.resources import SettingsResource
-from ingestion_pipeline.queues import queue_depths
-from ingestion_pipeline.queues.redis_intake import RedisUnavailable, open_queue
+from ingestion_pipeline.queues import redis_contract
+from ingestion_pipeline.queues.redis_consumer import RedisUnavailable, open_queue
 
 
 @dg.sensor(
@@ -25,11 +25,11 @@ def redis_queue_sensor(context: dg.SensorEvaluationContext, settings: SettingsRe
     if client is None:
         return dg.SensorResult(skip_reason="no Redis queue (REDIS_URL unset and nothing at 127.0.0.1:6379, or none)")
     try:
-        depths = queue_depths.depths(client)
+        depths = redis_contract.depths(client)
     finally:
         client.close()
     dead = str(depths["dead_letter"])
     if dead != (context.cursor or "0"):  # the check tells the UI; once per change
         return dg.SensorResult(run_requests=[dg.RunRequest(run_key=f"redis-dead-letters-{dead}-{context.cursor}")],
                                cursor=dead)
-    return dg.SensorResult(skip_reason=queue_depths.summary(depths), cursor=dead)
+    return dg.SensorResult(skip_reason=redis_contract.depths_summary(depths), cursor=dead)

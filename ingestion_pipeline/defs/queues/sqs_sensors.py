@@ -9,7 +9,7 @@ import dagster as dg
 from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.defs.queues.dead_letter_check import queue_check_job
 from ingestion_pipeline.defs.resources import SettingsResource
-from ingestion_pipeline.queues.sqs_queues import dead_letter_depth, depth, queue_name, sqs_client
+from ingestion_pipeline.queues.sqs import dead_letter_depth, depth, queue_name, sqs_client
 
 
 @dg.sensor(

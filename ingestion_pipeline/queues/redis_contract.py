@@ -1,0 +1,285 @@
+"""The Redis job queue's contract, as producers and consumers in any service see it.
+
+**Keys** (the names are the contract: producers in other services use them): the queues per priority, the
+dead-letter list, the delayed set, each job's status hash, each consumer's processing lists and heartbeat.
+
+**Connection**: redis-py with its own retry policy (exponential backoff on a lost connection), bytes in and
+out (a message that is not UTF-8 must still be acknowledged byte for byte).
+
+**Statuses**: the hash ``rag:ingest:job:<job_id>`` is written by the producer (``submitted``), the consumer
+(``queued`` or ``failed`` at intake) and ``sync_statuses``, which follows each job's file through the ledger
+(``processing`` while a run holds it, then ``done`` or ``failed``) - read from the ledger, never guessed. A
+finished job's hash expires 7 days after completion; its file is moved (``jobs.settle``) before the job is
+marked reported, so a crash in between only repeats the move's check.
+
+**Producing** (``queue push``, and how another service does the same): the job's status hash
+(``submitted``) and the ``LPUSH`` of its message in one Redis transaction, so a job on the queue always has a
+status to read.
+
+**Depths**: how much the queues hold (per priority, waiting out a retry, held by consumers, dead-lettered)
+and which consumers are alive (``queue status``, the sensor's tick message, the dead-letter asset check).
+
+**Dead letters** (``rag:ingest:queue:dead-letter``): messages that could not become a job, with why. Each
+entry is JSON: ``reason``, ``error_code``, ``dead_lettered_at``, ``priority``, ``job_id`` (when the message had
+one) and ``message`` (the message exactly as it arrived). ``replay_dead_letters`` puts messages back on their
+queue (a job's ``retry_count`` starts again at 0), each move one Redis transaction.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.queues import jobs
+from ingestion_pipeline.queues.jobs import (
+    NON_RECOVERABLE,
+    RECOVERABLE,
+    SUGGESTIONS,
+    JobMessage,
+    MalformedJob,
+    err_code,
+    parse_job,
+    utc_timestamp,
+)
+
+# -- keys --------------------------------------------------------------------------------------------------------------
+QUEUE = "rag:ingest:queue"  # the normal priority: producers LPUSH, the consumer takes from the right
+PRIORITIES = ("high", "normal", "low")  # taken in this order
+DEAD_LETTER = "rag:ingest:queue:dead-letter"
+DELAYED = "rag:ingest:queue:delayed"  # a sorted set: jobs waiting out a retry backoff, scored by when they are due
+CONSUMERS = "rag:ingest:consumers"  # a set of consumer ids that may hold processing lists
+STATUS_TTL_SECONDS = 7 * 24 * 3600  # a finished job's status hash expires 7 days after completion
+
+
+def queue(priority: str = "normal") -> str:
+    if priority not in PRIORITIES:
+        raise ValueError(f"unknown priority {priority!r}: one of {', '.join(PRIORITIES)}")
+    return QUEUE if priority == "normal" else f"{QUEUE}:{priority}"
+
+
+def processing(consumer_id: str, priority: str) -> str:
+    """The consumer's list of jobs taken from ``priority`` and not yet acknowledged."""
+    return f"rag:ingest:processing:{consumer_id}:{priority}"
+
+
+def heartbeat(consumer_id: str) -> str:
+    """Exists (with a short expiry) while the consumer is alive."""
+    return f"rag:ingest:consumer:{consumer_id}"
+
+
+def status(job_id: str) -> str:
+    return f"rag:ingest:job:{job_id}"
+
+
+# -- connection --------------------------------------------------------------------------------------------------------
+def connect(url: str) -> redis.Redis:
+    return redis.Redis.from_url(
+        url, socket_connect_timeout=2, socket_timeout=10, health_check_interval=30,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), 3),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
+
+
+def reachable(url: str) -> bool:
+    """One PING without retries: a machine with no Redis learns it in a millisecond, not after the backoff
+    (the retrying client took 1.4 s to give up on a closed port)."""
+    probe = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5, retry=None)
+    try:
+        return bool(probe.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        probe.close()
+
+
+def describe(url: str) -> str:
+    """The URL without a password, for messages."""
+    if "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://…@{rest.split('@', 1)[1]}"
+
+
+# -- statuses ----------------------------------------------------------------------------------------------------------
+STATUS_FIELDS = ("job_id", "rag_id", "filename", "status", "submitted_at", "started_at", "completed_at", "failed_at",
+          "duration_seconds", "chunks_created", "embeddings_generated", "tokens_used", "error", "error_type",
+          "error_code", "retry_count", "max_retries", "suggestions")
+
+
+def status_field_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return utc_timestamp(value)
+    if isinstance(value, list | tuple):
+        return json.dumps(list(value))
+    return str(value)
+
+
+def write_status(redis, job_id: str, values: dict[str, Any], *, final: bool = False) -> None:
+    """Set fields of the job's hash; a final status starts its 7-day expiry."""
+    key = status(job_id)
+    pipe = redis.pipeline(transaction=True)
+    pipe.hset(key, mapping={name: status_field_text(v) for name, v in values.items()})
+    if final:
+        pipe.expire(key, STATUS_TTL_SECONDS)
+    else:  # a replayed job that had failed is alive again
+        pipe.persist(key)
+    pipe.execute()
+
+
+def initial_status(job: JobMessage, status: str) -> dict[str, Any]:
+    """Every field of a new hash (those not known yet empty)."""
+    return {**dict.fromkeys(STATUS_FIELDS), "job_id": job.job_id, "rag_id": job.rag_id, "filename": job.filename,
+            "status": status, "submitted_at": job.submitted_at, "retry_count": job.retry_count,
+            "max_retries": job.max_retries}
+
+
+def read_status(redis, job_id: str) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in redis.hgetall(status(job_id)).items()}
+
+
+def _status_values(row: dict) -> dict[str, Any]:
+    """The hash fields the job's ledger state gives."""
+    status = row["now_status"]
+    message = row["message"]
+    attempts = row["attempts"] or 0
+    # retries begun or scheduled: a queued file with attempts behind it waits out the backoff of its next one
+    retries = attempts if row["file_status"] == "queued" else max(attempts - 1, 0)
+    values: dict[str, Any] = {"status": status, "retry_count": message.get("retry_count", 0) + retries}
+    if row["file_started_at"] is not None:
+        values["started_at"] = row["file_started_at"]
+    if row["file_status"] == "queued" and attempts and row["file_error_code"]:  # the last attempt's error
+        values.update(error=f"{row['file_error_code']}: {row['file_error']}",
+                      error_code=err_code(row["file_error_code"]), error_type=RECOVERABLE)
+    if status == jobs.DONE:
+        stats = row["file_stats"] or {}
+        finished = row["file_finished_at"] or row["finished_at"]
+        values.update(error=None, error_code=None, error_type=None, suggestions=None)  # a retry's error is over
+        values.update(completed_at=finished, chunks_created=stats.get("chunks", 0),
+                      embeddings_generated=stats.get("chunks", 0), tokens_used=stats.get("tokens", 0))
+        if row["file_started_at"] is not None and finished is not None:
+            values["duration_seconds"] = round((finished - row["file_started_at"]).total_seconds(), 3)
+    elif status == jobs.FAILED:
+        outcome = row["outcome"] or {}
+        if row["file_id"] is None:  # refused at intake
+            code, error, suggestions, kind = (outcome.get("error_code"), outcome.get("error"),
+                                              outcome.get("suggestions", []), NON_RECOVERABLE)
+        else:
+            code = err_code(row["file_error_code"])
+            error = f"{row['file_error_code']}: {row['file_error']}" if row["file_error_code"] else row["file_error"]
+            suggestions = [*SUGGESTIONS.get(code, ()), *([row["file_suggestion"]] if row["file_suggestion"] else [])]
+            kind = RECOVERABLE if row["file_status"] == "dead_letter" else NON_RECOVERABLE
+        values.update(failed_at=row["file_finished_at"] or row["finished_at"], error=error, error_code=code,
+                      error_type=kind, suggestions=suggestions)
+    return values
+
+
+def sync_statuses(db: Database, redis, *, limit: int = 1000) -> dict[str, int]:
+    """Write every unreported job's status as its file's ledger state says; settle finished jobs' files.
+    Returns how many jobs moved to each status."""
+    moved: dict[str, int] = {}
+    with db.connection() as conn:
+        rows = jobs.unreported(conn, "redis", limit)
+    for row in rows:
+        status = row["now_status"]
+        final = status in (jobs.DONE, jobs.FAILED)
+        if status == row["status"] and not final:
+            continue
+        values = _status_values(row)
+        if final:
+            failure = None
+            if status == jobs.FAILED:
+                failure = {"job_id": row["job_id"], "rag_id": row["rag_id"], "filename": row["filename"],
+                           "source_path": row["source_path"], "file_id": row["file_id"],
+                           **{k: status_field_text(values.get(k))
+                              for k in ("error", "error_code", "error_type", "failed_at")},
+                           "suggestions": values.get("suggestions", []), "retry_count": values["retry_count"]}
+            moved_to = jobs.settle(row["source_path"], status, row["job_id"], failure)
+            if moved_to is not None:
+                values["moved_to"] = str(moved_to)
+        write_status(redis, row["job_id"], values, final=final)
+        with db.transaction() as conn:
+            jobs.advance(conn, row["job_id"], status, reported=final)
+        moved[status] = moved.get(status, 0) + 1
+    return moved
+
+
+# -- producing ---------------------------------------------------------------------------------------------------------
+def push(redis, job: JobMessage, priority: str = "normal") -> None:
+    values = initial_status(job, "submitted")
+    pipe = redis.pipeline(transaction=True)
+    pipe.hset(status(job.job_id), mapping={k: status_field_text(v) for k, v in values.items()})
+    pipe.lpush(queue(priority), job.to_json())
+    pipe.execute()
+
+
+# -- depths ------------------------------------------------------------------------------------------------------------
+def depths(redis) -> dict:
+    consumers = []
+    for member in sorted(redis.smembers(CONSUMERS)):
+        consumer = member.decode()
+        beat = redis.get(heartbeat(consumer))
+        holding = sum(redis.llen(processing(consumer, p)) for p in PRIORITIES)
+        consumers.append({"consumer": consumer, "alive": beat is not None,
+                          "heartbeat": beat.decode() if beat else None, "holding": holding})
+    return {**{p: redis.llen(queue(p)) for p in PRIORITIES},
+            "retrying": redis.zcard(DELAYED), "processing": sum(c["holding"] for c in consumers),
+            "dead_letter": redis.llen(DEAD_LETTER), "consumers": consumers}
+
+
+def depths_summary(d: dict) -> str:
+    alive = sum(c["alive"] for c in d["consumers"])
+    return (f"queue high {d['high']} / normal {d['normal']} / low {d['low']}, retrying {d['retrying']}, "
+            f"processing {d['processing']}, dead letters {d['dead_letter']}; consumers {alive} alive")
+
+
+# -- dead letters ------------------------------------------------------------------------------------------------------
+# Remove ARGV[1] from KEYS[1] and, only if it was there, push ARGV[2] onto KEYS[2] (ARGV[3]: LPUSH or RPUSH), in
+# one step: two processes replaying (or a consumer and the janitor) never both move one message.
+MOVE_IF_HELD = """
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
+  redis.call(ARGV[3], KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+
+def dead_letter_entry(raw: bytes, *, reason: str, error_code: str, priority: str, job_id: str | None = None) -> bytes:
+    return json.dumps({"reason": reason, "error_code": error_code, "dead_lettered_at": utc_timestamp(),
+                       "priority": priority, "job_id": job_id,
+                       "message": raw.decode("utf-8", errors="backslashreplace")}).encode()
+
+
+def list_dead_letters(redis, limit: int = 100) -> list[dict]:
+    """The newest ``limit`` entries, newest first."""
+    return [json.loads(e) for e in redis.lrange(DEAD_LETTER, 0, limit - 1)]
+
+
+def dead_letter_count(redis) -> int:
+    return redis.llen(DEAD_LETTER)
+
+
+def replay_dead_letters(redis, *, job_ids: set[str] | None = None, limit: int = 1000) -> list[dict]:
+    """Move dead letters (all, or those of ``job_ids``) back to their queue; the entries moved."""
+    moved = []
+    for raw_entry in redis.lrange(DEAD_LETTER, 0, limit - 1):
+        item = json.loads(raw_entry)
+        if job_ids is not None and item.get("job_id") not in job_ids:
+            continue
+        message = item["message"].encode()
+        try:
+            job = parse_job(message)
+            message = type(job)(**{**job.__dict__, "retry_count": 0}).to_json().encode()
+        except MalformedJob:
+            pass  # replayed as it was: a fixed consumer may read it now, or it comes back here with its reason
+        if redis.eval(MOVE_IF_HELD, 2, DEAD_LETTER, queue(item.get("priority") or "normal"),
+                      raw_entry, message, "LPUSH"):
+            moved.append(item)
+    return moved
