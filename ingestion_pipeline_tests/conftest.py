@@ -43,11 +43,24 @@ def _create_database(server_url: str, name: str) -> str:
     return _with_database(server_url, name)
 
 
+@pytest.fixture(scope="session")
+def migrated_template(pg_server_url: str) -> str:
+    """A database migrated once per session (and xdist worker), the template of every test's database: a copy
+    takes ~0.1 s where creating and migrating one took ~0.35 s, some 260 times in the fast tier."""
+    name = f"template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}_{uuid.uuid4().hex[:6]}"
+    apply_migrations(_create_database(pg_server_url, name))  # its connections are closed: a copy needs that
+    return name
+
+
 @pytest.fixture
-def database_url(pg_server_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A fresh, migrated application database; DATABASE_URL points at it for the test."""
-    url = _create_database(pg_server_url, f"t_{uuid.uuid4().hex[:12]}")
-    apply_migrations(url)
+def database_url(pg_server_url: str, migrated_template: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh, migrated application database (a copy of the migrated template); DATABASE_URL points at it."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_with_database(pg_server_url, "postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name),
+                                                                      sql.Identifier(migrated_template)))
+    url = _with_database(pg_server_url, name)
+    apply_migrations(url)  # a no-op on the copy (10 ms), and what makes a template out of date impossible
     monkeypatch.setenv("DATABASE_URL", url)
     return url
 

@@ -2,7 +2,12 @@
 
 Each defaults to the environment (``DATABASE_URL`` or the embedded Postgres; ``INGESTION_*``), so the
 same code location serves `make dev`, `ingestion-pipeline process` and production, and a test or a
-deployment swaps one by passing another (hooli-style). Nothing here is cached in module globals: a run
+deployment swaps one by passing another (hooli-style). The fields a resource uses are its configuration:
+``default_resources`` fills each from ``dg.EnvVar`` where its variable is set, so the UI's resource page
+says which variable configures what (Dagster shows the variable's name, never its value), and the run reads
+the value when it starts. An unset variable leaves the field empty and the setting's own default applies
+(an ``EnvVar`` of an unset variable would fail the run, where the embedded Postgres or a local folder is the
+documented default). Nothing here is cached in module globals: a run
 (one process with the in-process executor) builds its pool and its model once. (boto3 sessions are,
 in ``core/s3_clients``: they hold no connection, only botocore's loaded service models.)
 """
@@ -10,8 +15,10 @@ in ``core/s3_clients``: they hold no connection, only botocore's loaded service 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -23,7 +30,7 @@ from ingestion_pipeline.core.ledger import Worker
 from ingestion_pipeline.core.migrations import check_schema
 from ingestion_pipeline.core.s3_clients import ClientsByEndpoint
 from ingestion_pipeline.core.settings import ApiSettings, EmbeddingSettings, Settings, load_api_settings, load_settings
-from ingestion_pipeline.core.upload_store import LocalUploadStore, UploadStore
+from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.documents.embedding import Embedder, build_embedder
 from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
@@ -35,11 +42,14 @@ class SettingsResource(dg.ConfigurableResource):
     read once when a run or tick sets its resources up, with these fields overriding it. Ops, assets and
     sensors take it as ``settings: SettingsResource`` and read ``settings.get()``."""
 
-    chunk_target_tokens: int | None = None
-    chunk_max_tokens: int | None = None
-    batch_max_files: int | None = None
-    batch_max_bytes: int | None = None
-    batch_lanes: int | None = Field(default=None, ge=1, description="Files a step works on at once")
+    chunk_target_tokens: int | None = Field(default=None, description="Default INGESTION_CHUNK_TARGET_TOKENS")
+    chunk_max_tokens: int | None = Field(default=None, description="Default INGESTION_CHUNK_MAX_TOKENS")
+    batch_max_files: int | None = Field(default=None, description="Default INGESTION_BATCH_MAX_FILES")
+    batch_max_bytes: int | None = Field(default=None, description="Default INGESTION_BATCH_MAX_BYTES")
+    batch_lanes: int | None = Field(default=None, description="Files a step works on at once; default "
+                                    "INGESTION_BATCH_LANES")
+    # no bounds here: a dg.EnvVar.int stands for its value until the run resolves it; the settings check the
+    # variables (INGESTION_BATCH_LANES must be ...) and _read refuses a bad value given as an argument
     _settings: Settings | None = PrivateAttr(default=None)
     _api: ApiSettings | None = PrivateAttr(default=None)
 
@@ -62,6 +72,10 @@ class SettingsResource(dg.ConfigurableResource):
         return self.get()
 
     def _read(self) -> Settings:
+        for name in ("chunk_target_tokens", "chunk_max_tokens", "batch_max_files", "batch_max_bytes", "batch_lanes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"SettingsResource.{name} must be at least 1, got {value}")
         base = load_settings()
         return base.model_copy(update={
             "chunk": base.chunk.model_copy(update={
@@ -140,21 +154,32 @@ class HeartbeatResource(dg.ConfigurableResource):
 
 class UploadStoreResource(dg.ConfigurableResource):
     """Where uploaded bytes wait for processing, one store for documents and one for metric exports: S3 with
-    INGESTION_UPLOAD_STORE, else local folders (INGESTION_UPLOAD_DIR, INGESTION_METRICS_UPLOAD_DIR)."""
+    ``store_uri`` (INGESTION_UPLOAD_STORE), else local folders (INGESTION_UPLOAD_DIR, INGESTION_METRICS_UPLOAD_DIR)."""
 
-    documents_dir: str | None = None
-    metrics_dir: str | None = None
+    store_uri: str | None = Field(default=None, description="s3://bucket/prefix for both stores; default "
+                                  "INGESTION_UPLOAD_STORE, else the local folders")
+    store_endpoint_url: str | None = Field(default=None, description="The store's S3 endpoint; default "
+                                           "INGESTION_UPLOAD_STORE_ENDPOINT_URL")
+    documents_dir: str | None = Field(default=None, description="Local documents folder; default "
+                                      "INGESTION_UPLOAD_DIR")
+    metrics_dir: str | None = Field(default=None, description="Local metric exports folder; default "
+                                    "INGESTION_METRICS_UPLOAD_DIR")
     settings: SettingsResource | None = None
 
+    def _settings(self) -> Settings:
+        base = _settings_of(self.settings)
+        upload = {"store_uri": self.store_uri, "store_endpoint_url": self.store_endpoint_url,
+                  "upload_dir": Path(self.documents_dir).resolve() if self.documents_dir else None}
+        metrics = {"upload_dir": Path(self.metrics_dir).resolve() if self.metrics_dir else None}
+        return base.model_copy(update={
+            "upload": base.upload.model_copy(update={k: v for k, v in upload.items() if v is not None}),
+            "metrics": base.metrics.model_copy(update={k: v for k, v in metrics.items() if v is not None})})
+
     def documents(self) -> UploadStore:
-        if self.documents_dir:
-            return LocalUploadStore(self.documents_dir)
-        return services.document_store(_settings_of(self.settings))
+        return services.document_store(self._settings())
 
     def metrics(self) -> UploadStore:
-        if self.metrics_dir:
-            return LocalUploadStore(self.metrics_dir)
-        return services.metric_store(_settings_of(self.settings))
+        return services.metric_store(self._settings())
 
 
 class EmbedderResource(dg.ConfigurableResource):
@@ -166,12 +191,15 @@ class EmbedderResource(dg.ConfigurableResource):
     """
 
     model_path: str | None = None
-    batch_size: int | None = Field(default=None, le=256, ge=1)
+    batch_size: int | None = Field(default=None, description="Texts per forward pass; default "
+                                      "INGESTION_EMBEDDING_BATCH_SIZE")
     database_url: str | None = Field(default=None, description="Where the deployment's model decision is "
                                      "read: defaults to DATABASE_URL or the embedded server")
     settings: SettingsResource | None = None
 
     def create_resource(self, context: dg.InitResourceContext) -> Embedder:
+        if self.batch_size is not None and not 1 <= self.batch_size <= 256:
+            raise ValueError(f"EmbedderResource.batch_size must be 1-256, got {self.batch_size}")
         settings = _settings_of(self.settings)
         if _keep_across_steps:
             return _process_embedder(settings.embedding, self.model_path, self.batch_size, self.database_url)
@@ -234,17 +262,36 @@ def build_document_pipeline(
                             extractor=IsolatedExtractor(pipeline_settings.limits), progress_log=progress_log)
 
 
+def _env(name: str, *, whole: bool = False) -> dg.EnvVar | None:
+    """``dg.EnvVar(name)`` when the variable is set (see the module's note), else None: the field's default."""
+    if not os.environ.get(name):
+        return None
+    return dg.EnvVar.int(name) if whole else dg.EnvVar(name)
+
+
+def _given(**fields: object) -> dict:
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 def default_resources() -> dict:
     """The resources every job, sensor and schedule of the code location can ask for, by key; the ones that
-    need settings share the ``settings`` resource."""
-    settings = SettingsResource()
+    need settings share the ``settings`` resource. Each field a set variable configures is its ``dg.EnvVar``."""
+    settings = SettingsResource(**_given(
+        chunk_target_tokens=_env("INGESTION_CHUNK_TARGET_TOKENS", whole=True),
+        chunk_max_tokens=_env("INGESTION_CHUNK_MAX_TOKENS", whole=True),
+        batch_max_files=_env("INGESTION_BATCH_MAX_FILES", whole=True),
+        batch_max_bytes=_env("INGESTION_BATCH_MAX_BYTES", whole=True),
+        batch_lanes=_env("INGESTION_BATCH_LANES", whole=True)))
     return {
         "settings": settings,
-        "postgres": PostgresResource(),
-        "upload_store": UploadStoreResource(settings=settings),
-        "embedder": EmbedderResource(settings=settings),
+        "postgres": PostgresResource(**_given(database_url=_env("DATABASE_URL"))),
+        "upload_store": UploadStoreResource(settings=settings, **_given(
+            store_uri=_env("INGESTION_UPLOAD_STORE"), store_endpoint_url=_env("INGESTION_UPLOAD_STORE_ENDPOINT_URL"),
+            documents_dir=_env("INGESTION_UPLOAD_DIR"), metrics_dir=_env("INGESTION_METRICS_UPLOAD_DIR"))),
+        "embedder": EmbedderResource(settings=settings, **_given(
+            batch_size=_env("INGESTION_EMBEDDING_BATCH_SIZE", whole=True), database_url=_env("DATABASE_URL"))),
         "s3": S3Resource(),
-        "heartbeat": HeartbeatResource(settings=settings),
+        "heartbeat": HeartbeatResource(settings=settings, **_given(database_url=_env("DATABASE_URL"))),
     }
 
 

@@ -146,6 +146,7 @@ def test_a_stable_key_makes_versions_and_deactivation_stops_serving(api, databas
     assert table(db, "SELECT count(*) AS n FROM document_versions WHERE doc_id = %s", v1["doc_id"])[0]["n"] == 2
 
 
+@pytest.mark.integration  # whole runs through the CLI
 def test_cli_submit_key_and_documents_deactivate(database, db, project_dagster_home, tmp_path, capsys):
     note = tmp_path / "policy.txt"
     note.write_bytes(FACT)

@@ -51,6 +51,13 @@ def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, 
         assert statuses[queued.run_id]["dagster_run_id"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=10) as response:
             assert response.status == 200
+        # the UI's resource page says which variable configures the database, and never shows its value
+        postgres = _graphql(port, _RESOURCE, {"selector": {
+            "repositoryLocationName": "ingestion_pipeline", "repositoryName": "__repository__",
+            "resourceName": "postgres"}})["topLevelResourceDetailsOrError"]
+        values = {v["key"]: v for v in postgres["configuredValues"]}
+        assert values["database_url"] == {"key": "database_url", "value": "DATABASE_URL", "type": "ENV_VAR"}
+        assert os.environ["DATABASE_URL"] not in json.dumps(postgres)
         started = next(json.loads(line) for line in (tmp_path / "dev.log").read_text().splitlines()
                        if line.startswith('{"ui"'))
         assert started["ui"] == f"http://127.0.0.1:{port}"
@@ -62,6 +69,14 @@ def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, 
     finally:
         stop_process_group(proc)
         log.close()
+
+
+_RESOURCE = """
+query($selector: ResourceSelector!) {
+  topLevelResourceDetailsOrError(resourceSelector: $selector) {
+    ... on ResourceDetails { name configuredValues { key value type } }
+  }
+}"""
 
 
 def _wait(condition, timeout: float, proc: subprocess.Popen, log: Path, what: str):

@@ -222,3 +222,28 @@ def test_embedding_steps_share_a_pool_and_the_instance_limits_runs_with_dagsters
     assert "default_limit" not in config["concurrency"]["pools"]
     assert config["run_monitoring"]["free_slots_after_run_end_seconds"] > 0
     assert config["run_queue"]["dequeue_interval_seconds"] == 1
+
+
+def test_each_resource_field_a_variable_sets_is_that_variables_envvar_and_runs_read_it(monkeypatch, tmp_path):
+    """The UI shows a resource's configuration: a field a set variable configures is its ``dg.EnvVar`` (the
+    name, never the value); an unset one stays empty and the setting's own default applies."""
+    from ingestion_pipeline.defs.resources import SettingsResource, default_resources
+
+    monkeypatch.setenv("DATABASE_URL", "postgresql://ingestion:s3cret@db.example:5432/ingestion")
+    monkeypatch.setenv("INGESTION_BATCH_MAX_FILES", "7")
+    monkeypatch.setenv("INGESTION_UPLOAD_DIR", str(tmp_path / "docs"))
+    monkeypatch.delenv("INGESTION_UPLOAD_STORE", raising=False)
+    monkeypatch.delenv("INGESTION_CHUNK_MAX_TOKENS", raising=False)
+    resources = default_resources()
+    assert resources["postgres"].database_url == dg.EnvVar("DATABASE_URL")
+    assert resources["heartbeat"].database_url == dg.EnvVar("DATABASE_URL")
+    assert resources["settings"].batch_max_files == dg.EnvVar.int("INGESTION_BATCH_MAX_FILES")
+    assert resources["settings"].chunk_max_tokens is None and resources["upload_store"].store_uri is None
+    assert "s3cret" not in repr(resources["postgres"])
+
+    monkeypatch.setenv("INGESTION_BATCH_MAX_FILES", "9")  # read when the run starts, not when the code loaded
+    with dg.build_resources({"settings": resources["settings"], "upload_store": resources["upload_store"]}) as built:
+        assert built.settings.get().batch.max_files == 9
+        assert built.upload_store.documents().root == (tmp_path / "docs").resolve()
+    with pytest.raises(ValueError, match="SettingsResource.batch_lanes must be at least 1, got 0"):
+        SettingsResource(batch_lanes=0).get()

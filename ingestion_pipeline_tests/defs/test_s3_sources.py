@@ -25,6 +25,8 @@ from ingestion_pipeline.sources.registry import add_source, set_paused
 from ingestion_pipeline.sources.sync_pass import sync_sources
 from ingestion_pipeline_tests.helpers import DOCS, materialize_batch, pipeline_for, put, shared_embedder, table
 
+pytestmark = pytest.mark.integration  # whole runs against a real S3 API (moto)
+
 
 def resources(**pipeline):
     return {"postgres": PostgresResource(), "settings": SettingsResource(**pipeline),

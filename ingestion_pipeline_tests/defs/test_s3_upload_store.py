@@ -12,6 +12,8 @@ from ingestion_pipeline.services import document_store, metric_store
 from ingestion_pipeline_tests.defs.test_metric_assets import counts, run_upload
 from ingestion_pipeline_tests.helpers import batch_queued, materialize_batch, submit, table
 
+pytestmark = pytest.mark.integration  # whole runs with the store in a real S3 API (moto)
+
 
 @pytest.fixture
 def s3_store(bucket, s3_endpoint, monkeypatch, isolated_storage):
