@@ -34,6 +34,15 @@ from ingestion_pipeline.core.duties import Duties, Duty
 DUTIES = ("redis", "sqs", "sources", "janitor")
 
 
+def _current_fingerprint(ctx: Context) -> str:
+    """The pipeline fingerprint under the deployment's recorded model decision as it is now: a fresh Embedder
+    reads the decision (one query; no weights load), so a `model prepare --change` applies from the next round
+    of a service that runs for weeks, as it did from a sensor's next tick."""
+    from ingestion_pipeline import services
+
+    return services.fingerprint(ctx.settings, services.embedder(ctx.settings, database_url=ctx.url))
+
+
 class RedisDuty:
     """The Redis queue's round; the client is opened on the first round that finds a server and kept."""
 
@@ -53,7 +62,7 @@ class RedisDuty:
                        "every round"
         try:
             taken = take_jobs(self.client, self.ctx.db, self.ctx.document_store, self.ctx.settings,
-                              fingerprint=self.ctx.fingerprint)
+                              fingerprint=_current_fingerprint(self.ctx))
         except Exception:
             self.close()  # a new connection next round
             raise
@@ -75,8 +84,8 @@ def _sqs_round(ctx: Context) -> Callable[[], str | None]:
         if intake is None:
             intake = SqsIntake(sqs_client(), ctx.db, ctx.settings, document_store=ctx.document_store,
                                metric_store=ctx.metric_store, s3_client_for=ctx.s3_client,
-                               fingerprint=ctx.fingerprint)
-        intake.fingerprint = ctx.fingerprint  # a recorded model change applies from the next round
+                               fingerprint="")
+        intake.fingerprint = _current_fingerprint(ctx)
         said = [polled.summary() for polled in (intake.poll(url) for url in ctx.settings.queues.sqs_queue_urls)
                 if polled.received]
         return "; ".join(said) or None
