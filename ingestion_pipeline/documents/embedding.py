@@ -178,12 +178,6 @@ class Embedder:
         return dataclasses.replace(self.file_info, precision=self.choice.candidate.precision)
 
     @property
-    def decision(self) -> ModelDecision | None:
-        """The deployment's recorded decision this Embedder runs by (None: it has no source to read)."""
-        self.choice  # noqa: B018 - reads it
-        return self._decision
-
-    @property
     def choice(self) -> Choice:
         """The precision and runtime to embed with: the deployment's recorded decision (read once, a query);
         float32 without one. A float32 decision runs on this host's backend (their vectors agree); a reduced

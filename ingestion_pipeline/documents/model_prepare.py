@@ -79,7 +79,7 @@ def prepare(db: Database, settings: Settings, *, precision: str | None = None, c
         return Prepared(kept, "kept", warning=choice.warning, seconds=time.perf_counter() - start)
     queued = 0
     with db.transaction() as conn:
-        made = model_decision.record(conn, decision)
+        model_decision.record(conn, decision)
         if recorded is not None:  # the vectors change: every active version made before is re-indexed
             plan = reindex.find_versions(conn, fingerprint_for(precision_info, chunk.target_tokens, chunk.max_tokens))
             reindex.queue(conn, plan)
