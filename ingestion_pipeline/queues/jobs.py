@@ -1,4 +1,4 @@
-"""A job, whatever queue it came by: its message, its error codes, its file's end, its record, its intake.
+"""A job, whatever queue it came by: its message, its error codes, its record, its intake.
 
 **The Redis job message**: JSON with ``job_id`` (``rag-<rag_id>-<unix seconds>-<8 hex>``), ``rag_id``,
 ``source_path`` (absolute), ``source_type``, ``filename``, ``submitted_at`` (ISO 8601 UTC), and optionally
@@ -9,13 +9,6 @@ wrong; the consumer dead-letters it with that reason and goes on.
 **Error codes** (``ERR_*``), mapped from the pipeline's own failure codes, with suggestions. A job's status
 hash carries ``error_code`` (``ERR_PDF_INVALID`` …), ``error_type`` (``recoverable`` or ``non_recoverable``)
 and ``suggestions`` (a JSON list). The pipeline's code stays in ``error`` so nothing is lost in the mapping.
-
-**Where a Redis job's file goes** when the job ends: ``processed/`` on success, ``failed/`` with
-``<filename>.error.json`` (the failure record) on failure, beside the file's ``incoming/`` folder (or in its
-own folder when it is not in one called ``incoming``). The pipeline read the file into the upload store when
-the job was accepted, so moving it afterwards loses nothing. A name already taken in the destination gets
-the job id added; a file already moved (a second job for the same path, a sync repeated after a crash) is
-left alone.
 
 **Records** (``queue_jobs``): one row per job a queue intake accepted or refused, and the ledger state it
 follows. The row is written in the transaction that writes the job's ledger row (``record_accepted``), so
@@ -40,10 +33,8 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import re
 import secrets
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -55,6 +46,7 @@ from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failures import classify
+from ingestion_pipeline.core.file_types import MAX_NAME_BYTES, BadFileName, check_file_name
 from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 from ingestion_pipeline.documents.intake import DUPLICATE, REJECTED, SKIPPED, SubmitResult, submit_upload
@@ -73,6 +65,8 @@ SUBMITTERS = ("cli", "api", "scheduled")
 DEFAULT_OPTIONS = {"reindex": False, "skip_validation": False, "preserve_metadata": True}
 DEFAULT_MAX_RETRIES = 3
 MAX_MESSAGE_BYTES = 64 * 1024  # a job names a file; it does not carry one
+MAX_MESSAGE_DEPTH = 8  # a job is an object holding one object (its options)
+MAX_PATH_BYTES = 4096  # Linux's PATH_MAX
 
 
 class MalformedJob(ValueError):
@@ -131,14 +125,41 @@ def _field(data: dict, name: str, kind: type, *, default: Any = None, required: 
     return value
 
 
-def parse_job(raw: str | bytes) -> JobMessage:
-    """The job in ``raw``, or ``MalformedJob`` saying what is wrong with it."""
-    if len(raw) > MAX_MESSAGE_BYTES:
-        raise MalformedJob(f"message of {len(raw):,} bytes, over the {MAX_MESSAGE_BYTES:,} byte limit")
+def _depth(value: Any, limit: int) -> int:
+    """How deeply ``value`` nests lists and objects, counted up to ``limit + 1`` (iteratively: a message
+    must not be able to exhaust the stack of the code that checks it)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if deepest > limit:
+                return deepest
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def load_message(raw: str | bytes, *, max_bytes: int = MAX_MESSAGE_BYTES, max_depth: int = MAX_MESSAGE_DEPTH) -> Any:
+    """A queue message's JSON, bounded: its size, its nesting (``json`` recurses, so ``[[[…]]]`` thirty
+    thousand deep raises ``RecursionError`` inside it) and its numbers (Python refuses integers of over 4,300
+    digits). Anything else than a bounded JSON document is ``MalformedJob``, so that a hostile message is its
+    own dead letter and never the error of the round that read it."""
+    if len(raw) > max_bytes:
+        raise MalformedJob(f"message of {len(raw):,} bytes, over the {max_bytes:,} byte limit")
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise MalformedJob(f"JSON nested more than {max_depth} levels deep") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedJob(f"not JSON: {exc}") from None
+        raise MalformedJob(f"not JSON: {str(exc)[:200]}") from None
+    if _depth(data, max_depth) > max_depth:
+        raise MalformedJob(f"JSON nested more than {max_depth} levels deep")
+    return data
+
+
+def parse_job(raw: str | bytes) -> JobMessage:
+    """The job in ``raw``, or ``MalformedJob`` saying what is wrong with it."""
+    data = load_message(raw)
     if not isinstance(data, dict):
         raise MalformedJob(f"a job is a JSON object, not {type(data).__name__}")
     job_id = _field(data, "job_id", str)
@@ -150,10 +171,16 @@ def parse_job(raw: str | bytes) -> JobMessage:
         raise MalformedJob(f"job_id {job_id!r} names rag_id {match['rag_id']!r}, the message {rag_id!r}")
     source_path = _field(data, "source_path", str)
     if not source_path.startswith("/") or "\x00" in source_path:
-        raise MalformedJob(f"source_path must be an absolute path, not {source_path!r}")
+        raise MalformedJob(f"source_path must be an absolute path, not {source_path[:200]!r}")
+    if len(source_path.encode()) > MAX_PATH_BYTES or any(
+            len(part.encode()) > MAX_NAME_BYTES for part in source_path.split("/")):
+        raise MalformedJob(f"source_path {source_path[:100]!r}… is longer than a path may be ({MAX_PATH_BYTES} bytes, "
+                           f"{MAX_NAME_BYTES} a component)")
     filename = _field(data, "filename", str)
-    if not filename or "/" in filename or "\x00" in filename or filename in (".", ".."):
-        raise MalformedJob(f"filename must be a file name without '/', not {filename!r}")
+    try:
+        check_file_name(filename)
+    except BadFileName as exc:
+        raise MalformedJob(f"filename: {exc}") from None
     submitted_at = _field(data, "submitted_at", str)
     try:
         datetime.fromisoformat(submitted_at.replace("Z", "+00:00"))
@@ -263,36 +290,6 @@ def from_exception(exc: BaseException) -> JobError:
         return job_error("ERR_DISK", f"the upload store could not be written: {exc}", recoverable=True)
     info = classify(exc)
     return from_pipeline(info.code, info.message, transient=info.transient)
-
-
-# -- where a job's file goes -------------------------------------------------------------------------------------------
-def destination_folder(source: Path, status: str) -> Path:
-    folder = "processed" if status == "done" else "failed"
-    base = source.parent.parent if source.parent.name == "incoming" else source.parent
-    return base / folder
-
-
-def settle(source_path: str | None, status: str, job_id: str, failure: dict | None = None) -> Path | None:
-    """Move the job's file to its folder (and write the failure record); the new path, or None if the file
-    is no longer where the job found it."""
-    if not source_path:
-        return None
-    source = Path(source_path)
-    if not source.is_file() or source.is_symlink():
-        return None
-    folder = destination_folder(source, status)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / source.name
-    if target.exists():
-        target = folder / f"{source.stem}.{job_id}{source.suffix}"
-    try:
-        os.replace(source, target)
-    except OSError:  # another file system
-        shutil.move(source, target)
-    if failure is not None:
-        record = target.with_name(target.name + ".error.json")
-        record.write_text(json.dumps(failure, indent=2, sort_keys=True) + "\n")
-    return target
 
 
 # -- records -----------------------------------------------------------------------------------------------------------

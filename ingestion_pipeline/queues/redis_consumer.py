@@ -118,6 +118,7 @@ class RedisJobConsumer:
         try:
             report.returned = self.return_abandoned()
             report.due = self.return_due()
+            redis_contract.trim_dead_letters(self.redis)
             while report.taken < max_jobs:
                 taken = self.take()
                 if taken is None:
@@ -179,6 +180,11 @@ class RedisJobConsumer:
         except MalformedJob as exc:
             self.dead_letter(priority, raw, job_error("ERR_MALFORMED_MESSAGE", str(exc)))
             return "malformed"
+        except Exception as exc:  # noqa: BLE001 - whatever a message makes the parser do is that message's fault
+            _log.warning("a message the parser could not read is dead-lettered (%s)", type(exc).__name__)
+            self.dead_letter(priority, raw, job_error("ERR_MALFORMED_MESSAGE",
+                                                      f"unreadable message ({type(exc).__name__})"))
+            return "malformed"
         try:
             intake = accept_job(self.db, self.store, job, fingerprint=self.fingerprint, max_bytes=self.max_bytes)
         except Exception as exc:  # noqa: BLE001 - every error is classified: retried, or failed and dead-lettered
@@ -222,6 +228,7 @@ class RedisJobConsumer:
                                   job_id=job.job_id if job else None)
         self.redis.eval(MOVE_IF_HELD, 2, redis_contract.processing(self.consumer_id, priority),
                         redis_contract.DEAD_LETTER, raw, item, "LPUSH")
+        self.redis.ltrim(redis_contract.DEAD_LETTER, 0, redis_contract.DEAD_LETTER_MAX_ENTRIES - 1)
 
     # -- the janitor's part ---------------------------------------------------------------------------------------
     def return_abandoned(self) -> int:

@@ -9,7 +9,7 @@ out (a message that is not UTF-8 must still be acknowledged byte for byte).
 **Statuses**: the hash ``rag:ingest:job:<job_id>`` is written by the producer (``submitted``), the consumer
 (``queued`` or ``failed`` at intake) and ``sync_statuses``, which follows each job's file through the ledger
 (``processing`` while a run holds it, then ``done`` or ``failed``) - read from the ledger, never guessed. A
-finished job's hash expires 7 days after completion; its file is moved (``jobs.settle``) before the job is
+finished job's hash expires 7 days after completion; its file is moved (``settling.settle``) before the job is
 marked reported, so a crash in between only repeats the move's check.
 
 **Producing** (``queue push``, and how another service does the same): the job's status hash
@@ -21,13 +21,18 @@ and which consumers are alive (``queue status``, the sensor's tick message, the 
 
 **Dead letters** (``rag:ingest:queue:dead-letter``): messages that could not become a job, with why. Each
 entry is JSON: ``reason``, ``error_code``, ``dead_lettered_at``, ``priority``, ``job_id`` (when the message had
-one) and ``message`` (the message exactly as it arrived). ``replay_dead_letters`` puts messages back on their
-queue (a job's ``retry_count`` starts again at 0), each move one Redis transaction.
+one) and ``message`` (the message exactly as it arrived, when it is within the 64 KiB a job may be; a larger
+one keeps its first 2 KiB as ``message``, with ``truncated``, ``message_bytes`` and ``message_sha256``, and is
+never replayed: it would be refused again). ``replay_dead_letters`` puts messages back on their queue (a job's
+``retry_count`` starts again at 0), each move one Redis transaction. The list keeps the newest
+``DEAD_LETTER_MAX_ENTRIES`` (10,000) entries and none older than ``DEAD_LETTER_MAX_AGE_DAYS`` (30): a producer
+that sends garbage fills a bounded list, not Redis's memory.
 """
 from __future__ import annotations
 
+import hashlib
 import json
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -35,7 +40,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.queues import jobs
+from ingestion_pipeline.queues import jobs, settling
 from ingestion_pipeline.queues.jobs import (
     NON_RECOVERABLE,
     RECOVERABLE,
@@ -54,6 +59,9 @@ DEAD_LETTER = "rag:ingest:queue:dead-letter"
 DELAYED = "rag:ingest:queue:delayed"  # a sorted set: jobs waiting out a retry backoff, scored by when they are due
 CONSUMERS = "rag:ingest:consumers"  # a set of consumer ids that may hold processing lists
 STATUS_TTL_SECONDS = 7 * 24 * 3600  # a finished job's status hash expires 7 days after completion
+DEAD_LETTER_MAX_ENTRIES = 10_000
+DEAD_LETTER_MAX_AGE_DAYS = 30
+DEAD_LETTER_EXCERPT_BYTES = 2048  # what a dead letter keeps of a message over the size a job may be
 
 
 def queue(priority: str = "normal") -> str:
@@ -200,7 +208,7 @@ def sync_statuses(db: Database, redis, *, limit: int = 1000) -> dict[str, int]:
                            **{k: status_field_text(values.get(k))
                               for k in ("error", "error_code", "error_type", "failed_at")},
                            "suggestions": values.get("suggestions", []), "retry_count": values["retry_count"]}
-            moved_to = jobs.settle(row["source_path"], status, row["job_id"], failure)
+            moved_to = settling.settle(row["source_path"], status, row["job_id"], failure)
             if moved_to is not None:
                 values["moved_to"] = str(moved_to)
         write_status(redis, row["job_id"], values, final=final)
@@ -252,9 +260,32 @@ return 0
 
 
 def dead_letter_entry(raw: bytes, *, reason: str, error_code: str, priority: str, job_id: str | None = None) -> bytes:
-    return json.dumps({"reason": reason, "error_code": error_code, "dead_lettered_at": utc_timestamp(),
-                       "priority": priority, "job_id": job_id,
-                       "message": raw.decode("utf-8", errors="backslashreplace")}).encode()
+    entry: dict[str, Any] = {"reason": reason[:1000], "error_code": error_code, "dead_lettered_at": utc_timestamp(),
+                             "priority": priority, "job_id": job_id}
+    if len(raw) <= jobs.MAX_MESSAGE_BYTES:
+        entry["message"] = raw.decode("utf-8", errors="backslashreplace")
+    else:
+        entry.update(message=raw[:DEAD_LETTER_EXCERPT_BYTES].decode("utf-8", errors="backslashreplace"),
+                     truncated=True, message_bytes=len(raw), message_sha256=hashlib.sha256(raw).hexdigest())
+    return json.dumps(entry).encode()
+
+
+def trim_dead_letters(redis, *, max_entries: int = DEAD_LETTER_MAX_ENTRIES,
+                      max_age_days: float = DEAD_LETTER_MAX_AGE_DAYS) -> int:
+    """Drop the entries beyond the newest ``max_entries`` and those older than ``max_age_days`` (the list is
+    newest first, so the old ones are at its end); how many were dropped."""
+    before = redis.llen(DEAD_LETTER)
+    redis.ltrim(DEAD_LETTER, 0, max_entries - 1)
+    cutoff = datetime.now(UTC) - timedelta(days=max_age_days)
+    while (oldest := redis.lindex(DEAD_LETTER, -1)) is not None:
+        try:
+            when = datetime.fromisoformat(json.loads(oldest)["dead_lettered_at"].replace("Z", "+00:00"))
+        except (ValueError, KeyError, TypeError):
+            when = None  # not an entry this code wrote: it has no age to keep it by
+        if when is not None and when >= cutoff:
+            break
+        redis.lrem(DEAD_LETTER, -1, oldest)
+    return max(0, before - redis.llen(DEAD_LETTER))
 
 
 def list_dead_letters(redis, limit: int = 100) -> list[dict]:
@@ -271,7 +302,7 @@ def replay_dead_letters(redis, *, job_ids: set[str] | None = None, limit: int = 
     moved = []
     for raw_entry in redis.lrange(DEAD_LETTER, 0, limit - 1):
         item = json.loads(raw_entry)
-        if job_ids is not None and item.get("job_id") not in job_ids:
+        if (job_ids is not None and item.get("job_id") not in job_ids) or item.get("truncated"):
             continue
         message = item["message"].encode()
         try:

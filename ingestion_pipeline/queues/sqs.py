@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.file_types import UnsupportedFileType
+from ingestion_pipeline.core.file_types import BadFileName, UnsupportedFileType, check_file_name
 from ingestion_pipeline.core.hashing import SizeLimitExceeded
 from ingestion_pipeline.core.s3_clients import build_sqs_client
 from ingestion_pipeline.core.settings import Settings
@@ -38,7 +38,7 @@ from ingestion_pipeline.core.tenants import validate_tenant_id
 from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.documents.intake import SKIPPED, SubmitResult, check_document_name, keyed_uri, submit_stored
 from ingestion_pipeline.queues import jobs, s3_events
-from ingestion_pipeline.queues.jobs import MalformedJob
+from ingestion_pipeline.queues.jobs import MalformedJob, load_message
 from ingestion_pipeline.sources.metric_intake import s3_metric_intake
 from ingestion_pipeline.sources.registry import Source, parse_s3_uri
 
@@ -151,8 +151,10 @@ def parse_sqs_job(body: dict, message_id: str) -> SqsJob:
     if not _SHA256.fullmatch(content_hash):
         raise MalformedJob("content_hash must be 64 hex digits (SHA-256)")
     filename = text("filename")
-    if "/" in filename:
-        raise MalformedJob(f"filename must not contain '/': {filename!r}")
+    try:
+        check_file_name(filename)
+    except BadFileName as exc:
+        raise MalformedJob(f"filename: {exc}") from None
     return SqsJob(text("job_id", required=False) or f"sqs-{message_id}", tenant, bucket, key, content_hash, filename,
                   doc, text("title", required=False))
 
@@ -192,8 +194,9 @@ def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any
     if stored.sha256 != job.content_hash:
         if stored.created:
             store.release(stored.path)
-        return failed("ERR_CHECKSUM", f"s3://{job.bucket}/{job.key} has SHA-256 {stored.sha256}, the job says "
-                                      f"{job.content_hash}")
+        # the object's own hash is not said: a sender that could not compute it must not learn it from us
+        return failed("ERR_CHECKSUM", f"s3://{job.bucket}/{job.key} does not have the SHA-256 the job says "
+                                      f"({job.content_hash})")
 
     def record(conn: psycopg.Connection, result: SubmitResult) -> None:
         jobs.record_accepted(
@@ -213,6 +216,8 @@ def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any
 _log = logging.getLogger("ingestion_pipeline.queues")
 DONE = {"applied", "stale", s3_events.UNWATCHED, s3_events.TEST_EVENT, "accepted", "already accepted", "failed"}
 JOB_VISIBILITY_SECONDS = 300
+MAX_SQS_MESSAGE_BYTES = 1024 * 1024  # what SQS itself allows
+MAX_SQS_MESSAGE_DEPTH = 12  # an S3 event notification nests six levels (Records, a record, s3, bucket, owner)
 
 
 @dataclass
@@ -271,7 +276,7 @@ class SqsIntake:
 
     def handle(self, url: str, message: dict) -> str:
         try:
-            body = json.loads(message["Body"])
+            body = load_message(message["Body"], max_bytes=MAX_SQS_MESSAGE_BYTES, max_depth=MAX_SQS_MESSAGE_DEPTH)
             if not isinstance(body, dict):
                 raise MalformedJob("a message is a JSON object")
             if s3_events.is_s3_notification(body):
@@ -286,7 +291,7 @@ class SqsIntake:
                                                fingerprint=self.fingerprint, max_bytes=self.settings.upload.max_bytes,
                                                message=body)
             raise MalformedJob("neither an S3 event notification nor a job (upload_uri, content_hash, …)")
-        except (ValueError, MalformedJob, s3_events.NotAnS3Event) as exc:
+        except (ValueError, MalformedJob, s3_events.NotAnS3Event, RecursionError) as exc:
             _log.warning("sqs %s: message %s is malformed, left for the dead-letter queue: %s", queue_name(url),
                          message["MessageId"], exc)
             return "malformed"

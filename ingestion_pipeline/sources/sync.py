@@ -62,7 +62,7 @@ MetricIntake = Callable[[Source, str], tuple[str, str | None]]
 
 def skip_reason(key: str, size: int, max_bytes: int, kind: str = "documents") -> str | None:
     try:
-        check_extension(key, METRIC_FORMATS if kind == "metrics" else DOCUMENT_TYPES)
+        check_extension(PurePosixPath(key).name, METRIC_FORMATS if kind == "metrics" else DOCUMENT_TYPES)
     except UnsupportedFileType as exc:
         return str(exc)
     if size > max_bytes:

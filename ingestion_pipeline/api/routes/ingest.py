@@ -16,7 +16,7 @@ from ingestion_pipeline.api.schemas import PresignIn, PresignOut, SubmitOut
 from ingestion_pipeline.api.security import Caller, Services
 from ingestion_pipeline.api.upload_slots import UPLOAD_BOUNDS_RESPONSES, receive_upload
 from ingestion_pipeline.core.access_tokens import Principal
-from ingestion_pipeline.core.file_types import UnsupportedFileType
+from ingestion_pipeline.core.file_types import BadFileName, UnsupportedFileType
 from ingestion_pipeline.documents import presigned
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
 from ingestion_pipeline.documents.intake import KEY_PATTERN, SKIPPED, SubmitResult, check_document_name, submit_stored
@@ -65,6 +65,8 @@ async def ingest(request: Request, who: Caller, services: Services) -> JSONRespo
     def open_incoming(filename: str):
         try:
             check_document_name(filename)
+        except BadFileName as exc:
+            raise ApiError(400, "invalid_filename", str(exc)) from exc
         except UnsupportedFileType as exc:
             raise ApiError(415, "unsupported_type", str(exc)) from exc
         return store.incoming(who.tenant_id, max_bytes=max_bytes)
