@@ -9,7 +9,7 @@ CORPUS ?= $(firstword $(wildcard ../shared/corpus) $(wildcard /work/shared/corpu
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal
 
-.PHONY: demo test test-fast check-defs system-deps dev lint validate bench bench-peers soak stop clean
+.PHONY: demo test test-fast check-defs system-deps dev lint validate bench bench-st-backends bench-peers soak stop clean
 
 $(STAMP): pyproject.toml packaging/en_core_web_sm/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,12 @@ bench: $(STAMP)
 
 # LangChain and LlamaIndex in their own virtualenv (next to the pipeline they would downgrade some of its
 # dependencies), then our ingestion side by side with theirs
+# sentence-transformers' own ONNX backend beside the pipeline's export; its own venv: optimum-onnx needs transformers<4.58
+bench-st-backends: $(STAMP)
+	test -x .venv-st/bin/python || $(PYTHON) -m venv .venv-st
+	.venv-st/bin/pip install -q -r benchmarks/st-backends-requirements.txt 2>&1 | grep -v "is ignored" || true
+	$(BIN)/python benchmarks/st_backends.py --st-python .venv-st/bin/python
+
 bench-peers: $(STAMP)
 	test -x .venv-peers/bin/python || $(PYTHON) -m venv .venv-peers
 	.venv-peers/bin/pip install -q -r benchmarks/peers-requirements.txt 2>&1 | grep -v "is ignored" || true
