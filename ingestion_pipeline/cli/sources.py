@@ -1,4 +1,5 @@
-"""S3 source commands: `source add|list|pause|resume|remove` and `sync`."""
+"""S3 source commands: `source add|list|pause|resume|remove`, `sync`, and the tenants' S3 locations:
+`tenant bind|unbind|locations|audit` (sources/locations.py)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,35 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tenant(args: argparse.Namespace) -> int:
+    """The operator's binding of S3 locations to tenants: what a tenant's requests may name."""
+    import getpass
+
+    from ingestion_pipeline.sources import locations
+    from ingestion_pipeline.sources.registry import parse_s3_uri
+
+    with bootstrap() as ctx, ctx.db.connection() as conn:
+        if args.tenant_command in ("bind", "unbind"):
+            bucket, prefix = parse_s3_uri(args.uri)
+            where = locations.location(bucket, prefix, args.endpoint_url)
+            by = f"cli:{getpass.getuser()}"
+            if args.tenant_command == "bind":
+                changed = locations.bind(conn, args.tenant, where, by=by)
+                said = "bound" if changed else "already bound"
+            else:
+                changed = locations.unbind(conn, args.tenant, where, by=by)
+                said = "unbound (its sources stop syncing)" if changed else "was not bound"
+            emit(args, [{"tenant": args.tenant, "location": where.uri, "changed": changed}],
+                 lambda r: print(f"{where.uri} {said} for tenant {args.tenant}"))
+        elif args.tenant_command == "locations":
+            print_rows(args, locations.bindings(conn, args.tenant),
+                       ["tenant_id", "endpoint_url", "bucket", "prefix", "bound_by", "bound_at"])
+        else:
+            print_rows(args, locations.audit_log(conn, args.tenant, args.limit),
+                       ["at", "tenant_id", "action", "entrance", "location", "reason"])
+    return 0
+
+
 def register(sub) -> None:
     """Add `source` and `sync` to the top-level subparsers."""
     p = sub.add_parser("source", help="S3 sources kept in sync by the intake service")
@@ -88,6 +118,23 @@ def register(sub) -> None:
         action.add_argument("name")
         add_json_flag(action)
     p.set_defaults(func=cmd_source)
+
+    p = sub.add_parser("tenant", help="the S3 locations each tenant's requests may name (operator only)")
+    tenant_sub = p.add_subparsers(dest="tenant_command", required=True)
+    for verb, what in (("bind", "bind s3://bucket/prefix/ to a tenant (made if new)"),
+                       ("unbind", "remove a binding; sources inside it stop syncing")):
+        action = tenant_sub.add_parser(verb, help=what)
+        action.add_argument("tenant")
+        action.add_argument("uri")
+        action.add_argument("--endpoint-url", help="an S3-compatible endpoint (default: the AWS environment)")
+        add_json_flag(action)
+    for verb, what in (("locations", "the bindings"), ("audit", "bindings made and removed, requests refused")):
+        action = tenant_sub.add_parser(verb, help=what)
+        action.add_argument("tenant", nargs="?")
+        if verb == "audit":
+            action.add_argument("--limit", type=int, default=100)
+        add_json_flag(action)
+    p.set_defaults(func=cmd_tenant)
 
     p = sub.add_parser("sync", help="one sync of the active S3 sources now, without the daemon")
     p.add_argument("name", nargs="?")

@@ -230,6 +230,10 @@ SUGGESTIONS: dict[str, tuple[str, ...]] = {
                            "(docs/configuration.md)",),
     "ERR_PATH_REFUSED": ("put the file under the rag's root (`ingestion-pipeline queue rag list`)",
                          "symlinks are resolved: a link out of the root is refused"),
+    "ERR_UNKNOWN_TENANT": ("create the tenant first (an operator: `ingestion-pipeline tenant bind TENANT "
+                           "s3://BUCKET/PREFIX/` makes it and binds where its jobs' objects may be)",),
+    "ERR_LOCATION_NOT_BOUND": ("an operator binds the tenant's locations: `ingestion-pipeline tenant bind TENANT "
+                               "s3://BUCKET/PREFIX/`",),
     "ERR_UNKNOWN_RAG": ("register it: `ingestion-pipeline queue rag add RAG_ID --tenant TENANT --root DIR`",
                         "then `ingestion-pipeline queue dead-letter replay`"),
     "ERR_PDF_INVALID": ("open the PDF in a viewer; re-export or repair it",),

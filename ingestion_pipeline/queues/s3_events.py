@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.sources import locations
 from ingestion_pipeline.sources.registry import Source, list_sources
 from ingestion_pipeline.sources.sync import MetricIntake, record_object
 
@@ -80,7 +81,7 @@ def apply_event(db: Database, event: ObjectEvent, client_for: Callable[[Source],
     """Record what ``event``'s key is now in every active source watching it; the outcome."""
     with db.connection() as conn:
         sources = [s for s in list_sources(conn, active_only=True)
-                   if s.bucket == event.bucket and event.key.startswith(s.prefix)]
+                   if s.bucket == event.bucket and event.key.startswith(s.prefix) and _bound(conn, s)]
     if not sources:
         return UNWATCHED
     outcome = STALE
@@ -104,3 +105,14 @@ def apply_event(db: Database, event: ObjectEvent, client_for: Callable[[Source],
                           max_bytes=max_bytes_for(source), metric_intake=metric_intake_for(source, client))
             outcome = APPLIED
     return outcome
+
+
+def _bound(conn, source: Source) -> bool:
+    """An event reaches only sources whose location is still bound to their tenant (``sources/locations.py``)."""
+    try:
+        locations.require(conn, source.tenant_id, locations.location(source.bucket, source.prefix,
+                                                                     source.endpoint_url), entrance="s3 event",
+                          audit=False)
+        return True
+    except locations.LocationNotBound:
+        return False

@@ -39,6 +39,7 @@ from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.documents.intake import SKIPPED, SubmitResult, check_document_name, keyed_uri, submit_stored
 from ingestion_pipeline.queues import jobs, s3_events
 from ingestion_pipeline.queues.jobs import MalformedJob, load_message
+from ingestion_pipeline.sources import locations
 from ingestion_pipeline.sources.metric_intake import s3_metric_intake
 from ingestion_pipeline.sources.registry import Source, parse_s3_uri
 
@@ -160,7 +161,7 @@ def parse_sqs_job(body: dict, message_id: str) -> SqsJob:
 
 
 def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any, *, fingerprint: str,
-                   max_bytes: int, message: dict) -> str:
+                   max_bytes: int, message: dict, s3_endpoint: str | None = None) -> str:
     """``accepted``, ``already accepted`` or ``failed`` (recorded; the message can be deleted). Errors of S3,
     the database or the disk propagate: the message is received again later."""
     from botocore.exceptions import ClientError
@@ -179,6 +180,16 @@ def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any
         check_document_name(job.filename)
     except UnsupportedFileType as exc:
         return failed("ERR_UNSUPPORTED_TYPE", str(exc))
+    with db.connection() as conn:  # a job names a tenant and an object; neither is taken on its word
+        if conn.execute("SELECT 1 FROM tenants WHERE tenant_id = %s", (job.tenant,)).fetchone() is None:
+            _log.warning("sqs job %s names unknown tenant %r: refused", job.job_id, job.tenant)
+            return failed("ERR_UNKNOWN_TENANT", f"unknown tenant {job.tenant!r}: tenants are made by an operator, "
+                                                "never by a job")
+        try:
+            locations.require(conn, job.tenant, locations.location(job.bucket, job.key, s3_endpoint),
+                              entrance=f"sqs job {job.job_id}"[:200])
+        except locations.LocationNotBound as exc:
+            return failed("ERR_LOCATION_NOT_BOUND", str(exc))
     try:
         body = s3_client.get_object(Bucket=job.bucket, Key=job.key)["Body"]
     except ClientError as exc:

@@ -11,6 +11,7 @@ import psycopg
 from ingestion_pipeline.core.identifiers import key_part, validate_identifier
 from ingestion_pipeline.core.tenants import ensure_tenant, validate_tenant_id
 from ingestion_pipeline.metrics.formats import PLATFORMS
+from ingestion_pipeline.sources import locations
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,13 @@ def default_source_name(bucket: str, prefix: str) -> str:
 def add_source(
     conn: psycopg.Connection, uri: str, *, tenant_id: str, name: str | None = None,
     endpoint_url: str | None = None, kind: str = "documents", platform: str | None = None,
+    bound_by: str | None = "operator",
 ) -> Source:
-    """A documents source, or a metrics source (its CSV/JSON objects become metric uploads of ``platform``)."""
+    """A documents source, or a metrics source (its CSV/JSON objects become metric uploads of ``platform``).
+
+    ``bound_by``: the operator adding it binds its location to the tenant (``locations.bind``; refused for the
+    project's own buckets and for another tenant's location); None: the location must already be bound
+    (``locations.require``: a tenant's own request, which binds nothing)."""
     bucket, prefix = parse_s3_uri(uri)
     validate_tenant_id(tenant_id)
     name = name or default_source_name(bucket, prefix)
@@ -64,6 +70,11 @@ def add_source(
         raise ValueError(f"a metrics source needs --platform {' | '.join(PLATFORMS)}")
     if kind == "documents" and platform is not None:
         raise ValueError("--platform is only for metrics sources")
+    where = locations.location(bucket, prefix, endpoint_url)
+    if bound_by is None:
+        locations.require(conn, tenant_id, where, entrance="source add (request)")
+    else:
+        locations.bind(conn, tenant_id, where, by=bound_by)
     with conn.transaction():
         ensure_tenant(conn, tenant_id)
         try:

@@ -9,8 +9,9 @@ from typing import Any
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import UploadStore
+from ingestion_pipeline.sources import locations
 from ingestion_pipeline.sources.metric_intake import s3_metric_intake
-from ingestion_pipeline.sources.registry import list_sources
+from ingestion_pipeline.sources.registry import list_sources, record_sync_outcome
 from ingestion_pipeline.sources.sync import SyncReport, sync_source
 
 S3ClientFor = Callable[[str | None], Any]  # endpoint URL (None: the AWS environment) -> boto3 S3 client
@@ -26,6 +27,15 @@ def sync_sources(
         sources = [s for s in list_sources(conn, active_only=True) if not names or s.name in names]
     reports = []
     for source in sources:
+        try:  # checked at every sync: a binding removed, or a source older than the bindings, stops here
+            with db.connection() as conn:
+                locations.require(conn, source.tenant_id, locations.location(source.bucket, source.prefix,
+                                                                             source.endpoint_url), entrance="sync",
+                                  audit=False)  # the source's last_sync_error says it, every round
+        except locations.LocationNotBound as exc:
+            with db.connection() as conn:
+                record_sync_outcome(conn, source.source_id, str(exc))
+            continue
         client = s3_client_for(source.endpoint_url)
         intake = None
         max_bytes = settings.upload.max_bytes

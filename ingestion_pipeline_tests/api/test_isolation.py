@@ -7,7 +7,7 @@ from fastapi.routing import APIRoute
 
 from ingestion_pipeline.api.security import admin
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
-from ingestion_pipeline.sources import registry
+from ingestion_pipeline.sources import locations, registry
 
 TXT = b"The acme widget weighs exactly 42 grams.\n" * 5
 
@@ -96,10 +96,18 @@ def test_source_endpoints_are_checked_against_the_allow_list(api):
     assert r.status_code == 400 and r.json()["error"]["code"] == "endpoint_not_allowed"
     r = api.client.post("/v1/sources", headers=api.as_("acme-admin"), json={"uri": "http://not-s3/"})
     assert r.status_code == 400
+    # a tenant names only the locations an operator bound to it (sources/locations.py)
     r = api.client.post("/v1/sources", headers=api.as_("acme-admin"), json={"uri": "s3://kb-bucket/docs/"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "location_not_bound"
+    with api.services.db.connection() as conn:
+        locations.bind(conn, "acme", locations.location("kb-bucket", "acme/"), by="test")
+        locations.bind(conn, "globex", locations.location("kb-bucket", "globex/"), by="test")
+    r = api.client.post("/v1/sources", headers=api.as_("acme-admin"), json={"uri": "s3://kb-bucket/acme/docs/"})
     assert r.status_code == 201 and r.json()["name"].startswith("acme-")
-    # another tenant may use the same bucket and prefix; names do not collide
-    r = api.client.post("/v1/sources", headers=api.as_("globex-admin"), json={"uri": "s3://kb-bucket/docs/"})
+    # another tenant's prefix of the same bucket is refused; its own is not, and names do not collide
+    r = api.client.post("/v1/sources", headers=api.as_("globex-admin"), json={"uri": "s3://kb-bucket/acme/docs/"})
+    assert r.status_code == 403 and "not inside a location bound to the tenant" in r.json()["error"]["message"]
+    r = api.client.post("/v1/sources", headers=api.as_("globex-admin"), json={"uri": "s3://kb-bucket/globex/docs/"})
     assert r.status_code == 201 and r.json()["name"].startswith("globex-")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ingestion_pipeline.core.settings import ApiSettings
+from ingestion_pipeline.sources import locations
 from ingestion_pipeline_tests.api.conftest import SECRET, make_api
 from ingestion_pipeline_tests.helpers import table
 
@@ -13,6 +14,9 @@ def test_add_sync_pause_remove(database, db, bucket, s3_env):
     client.put_object(Bucket=name, Key="kb/b.txt", Body=b"Beta facts.\n")
     api = make_api(database, ApiSettings(jwt_secret=SECRET, allowed_s3_endpoints=(s3_env,)))
     admin = api.as_("acme-admin")
+    with database.connection() as conn:  # the operator's act: what acme's requests may name
+        locations.bind(conn, "acme", locations.location(name, "kb/", s3_env), by="test")
+        locations.bind(conn, "acme", locations.location("no-such-bucket-here", "", s3_env), by="test")
     r = api.client.post("/v1/sources", headers=admin, json={"uri": f"s3://{name}/kb/", "endpoint_url": s3_env})
     assert r.status_code == 201, r.text
     source_id = r.json()["source_id"]
@@ -51,6 +55,8 @@ def test_a_burst_of_sync_requests_lists_each_source_once_at_a_time_and_keeps_con
     _, name = bucket
     api = make_api(database, ApiSettings(jwt_secret=SECRET, allowed_s3_endpoints=(s3_env,)))
     admin = api.as_("acme-admin")
+    with database.connection() as conn:
+        locations.bind(conn, "acme", locations.location(name, "", s3_env), by="test")
     ids = [api.client.post("/v1/sources", headers=admin,
                            json={"uri": f"s3://{name}/p{i}/", "endpoint_url": s3_env}).json()["source_id"]
            for i in range(4)]

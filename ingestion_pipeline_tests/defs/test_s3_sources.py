@@ -151,13 +151,17 @@ def test_paused_source_launches_nothing_and_resumes(kb, db):
 
 def test_two_tenants_with_the_same_bucket_content_stay_isolated(kb, database, db, s3_env):
     client, bucket, _ = kb
-    add_source(db, f"s3://{bucket}/kb/", tenant_id="globex", name="globex-kb", endpoint_url=s3_env)
+    # a tenant's location is its own (sources/locations.py): the same files, under globex's own prefix
+    for item in client.list_objects_v2(Bucket=bucket, Prefix="kb/")["Contents"]:
+        client.copy_object(Bucket=bucket, Key="globex/" + item["Key"],
+                           CopySource={"Bucket": bucket, "Key": item["Key"]})
+    add_source(db, f"s3://{bucket}/globex/kb/", tenant_id="globex", name="globex-kb", endpoint_url=s3_env)
     with dg.instance_for_test() as instance:
         result = tick(instance)
         assert len(result.run_requests) == 2  # one batch per source
         assert {r.tags["ingestion/source"] for r in result.run_requests} == {"handbook", "globex-kb"}
         run_all(instance, result)
-        client.delete_object(Bucket=bucket, Key="kb/launch.md")
+        client.delete_object(Bucket=bucket, Key="globex/kb/launch.md")
     with dg.instance_for_test() as instance:
         # only globex syncs again: acme keeps serving launch.md
         sync_sources(database, load_settings(), S3Clients(S3Resource()), UploadStoreResource().metrics(),

@@ -14,6 +14,7 @@ from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.queues.sqs import SqsIntake, depth, list_dead_letters, replay_dead_letters, sqs_client
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
 from ingestion_pipeline.services import Services
+from ingestion_pipeline.sources import locations
 from ingestion_pipeline.sources.registry import add_source
 from ingestion_pipeline_tests.cli.test_corpus_cli import json_lines, run_cli
 from ingestion_pipeline_tests.helpers import put, table
@@ -99,7 +100,10 @@ def test_events_jobs_duplicates_order_deletes_and_dead_letters(notified_bucket, 
     [upload] = table(db, "SELECT workspace_id, status, total_rows FROM data_uploads")
     assert (upload["workspace_id"], upload["status"]) == ("acme", "pending")
 
-    # job messages: bytes already in S3, checked against their hash; a job delivered twice is accepted once
+    # job messages: bytes already in S3, checked against their hash; a job delivered twice is accepted once.
+    # A job's object must lie in a location bound to its tenant (read through the AWS environment's endpoint)
+    with database.connection() as conn:
+        locations.bind(conn, "acme", locations.location(bucket, "uploads/"), by="test")
     body = b"# Job\n\nsent over SQS\n"
     put(client, bucket, "uploads/job.md", body)
     job = {"tenant": "acme", "upload_uri": f"s3://{bucket}/uploads/job.md", "filename": "job.md",

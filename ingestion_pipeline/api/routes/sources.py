@@ -14,6 +14,7 @@ from ingestion_pipeline.api.schemas import MAX_ID, Page, SourceIn, SourceOut, Sy
 from ingestion_pipeline.api.security import Admin, Caller, Services
 from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.sources import registry
+from ingestion_pipeline.sources.locations import LocationNotBound
 from ingestion_pipeline.sources.sync_pass import sync_sources
 
 router = APIRouter(prefix="/v1/sources", tags=["sources"])
@@ -62,7 +63,9 @@ def add_source(body: SourceIn, who: Admin, services: Services) -> dict:
     with services.db.connection() as conn:
         try:
             source = registry.add_source(conn, body.uri, tenant_id=who.tenant_id, name=name, endpoint_url=endpoint,
-                                         kind=body.kind, platform=body.platform)
+                                         kind=body.kind, platform=body.platform, bound_by=None)
+        except LocationNotBound as exc:
+            raise ApiError(403, "location_not_bound", str(exc)) from exc
         except ValueError as exc:
             if "already exists" in str(exc):
                 raise ApiError(409, "conflict", f"the tenant already has a source {name!r} or for {body.uri}") from exc

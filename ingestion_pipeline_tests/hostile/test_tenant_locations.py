@@ -1,0 +1,111 @@
+"""An S3 location belongs to a tenant by the operator's configuration, never by a request: a tenant admin
+cannot register another tenant's bucket, a job cannot name another tenant's object or an unknown tenant, and
+the project's own buckets (presigned uploads not yet complete, the upload store) are never anyone's source.
+
+Before: ``POST /v1/sources {"uri": "s3://<B's bucket>/secret/"}`` from A's admin was 201, a sync, and A's search
+returned B's confidential text; an SQS job for A naming B's object was accepted into A; an unknown tenant was
+created; ``ERR_CHECKSUM`` printed the object's real SHA-256."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from ingestion_pipeline.core.settings import ApiSettings, load_settings
+from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.defs.resources import S3Clients
+from ingestion_pipeline.defs.s3_resource import S3Resource
+from ingestion_pipeline.queues.sqs import accept_sqs_job, parse_sqs_job
+from ingestion_pipeline.sources import locations
+from ingestion_pipeline.sources.registry import add_source, get_source
+from ingestion_pipeline.sources.sync_pass import sync_sources
+from ingestion_pipeline_tests.api.conftest import SECRET, make_api
+from ingestion_pipeline_tests.cli.test_corpus_cli import json_lines, run_cli
+from ingestion_pipeline_tests.helpers import table
+
+
+def test_a_tenant_admin_cannot_register_another_tenants_bucket(database, db, bucket, s3_env):
+    client, name = bucket
+    client.put_object(Bucket=name, Key="secret/plan.md", Body=b"# Plan\n\nglobex's confidential merger.\n")
+    with database.connection() as conn:
+        locations.bind(conn, "globex", locations.location(name, "", s3_env), by="test")
+    api = make_api(database, ApiSettings(jwt_secret=SECRET, allowed_s3_endpoints=(s3_env,)))
+    r = api.client.post("/v1/sources", headers=api.as_("acme-admin"),
+                        json={"uri": f"s3://{name}/secret/", "endpoint_url": s3_env})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "location_not_bound"
+    assert table(db, "SELECT * FROM ingestion_sources") == []
+    [refused] = table(db, "SELECT tenant_id, action, entrance, location FROM tenant_s3_location_audit "
+                          "WHERE action = 'refused'")
+    assert (refused["tenant_id"], refused["entrance"]) == ("acme", "source add (request)")
+    assert refused["location"] == f"s3://{name}/secret/ at {s3_env}"
+    # the operator cannot bind it to acme either while globex holds the bucket
+    with database.connection() as conn, pytest.raises(ValueError, match="overlaps .* bound to another tenant"):
+        locations.bind(conn, "acme", locations.location(name, "secret/", s3_env), by="test")
+
+
+def test_the_projects_own_buckets_are_nobodys(database, db, monkeypatch):
+    monkeypatch.setenv("INGESTION_UPLOAD_BUCKET", "presigned-uploads")
+    monkeypatch.setenv("INGESTION_UPLOAD_STORE", "s3://upload-store/prefix")
+    for bucket in ("presigned-uploads", "upload-store"):
+        with database.connection() as conn, pytest.raises(ValueError, match="project's own buckets"):
+            add_source(conn, f"s3://{bucket}/api-uploads/globex/", tenant_id="acme")
+        with database.connection() as conn, pytest.raises(locations.LocationNotBound, match="project's own"):
+            locations.require(conn, "acme", locations.location(bucket, "api-uploads/"), entrance="test")
+
+
+def test_an_unbound_source_stops_syncing_with_what_to_run(database, db, bucket, s3_env):
+    client, name = bucket
+    client.put_object(Bucket=name, Key="kb/a.md", Body=b"# A\n\nalpha\n")
+    with database.connection() as conn:
+        source = add_source(conn, f"s3://{name}/kb/", tenant_id="acme", endpoint_url=s3_env)  # the operator binds
+        assert locations.unbind(conn, "acme", locations.location(name, "kb/", s3_env), by="test")
+    assert sync_sources(database, load_settings(), S3Clients(S3Resource()), None) == []
+    with database.connection() as conn:
+        error = table(conn, "SELECT last_sync_error FROM ingestion_sources WHERE source_id = %s",
+                      source.source_id)[0]["last_sync_error"]
+        assert get_source(conn, source.name).tenant_id == "acme"
+    assert "not inside a location bound to the tenant" in error and "tenant bind acme" in error
+    assert table(db, "SELECT * FROM ingestion_runs") == []
+
+
+def test_an_sqs_job_names_only_its_tenants_objects(database, db, bucket, s3_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_env)
+    client, name = bucket
+    body = b"# Secret\n\nglobex only\n"
+    client.put_object(Bucket=name, Key="globex/secret.md", Body=body)
+    with database.connection() as conn:
+        locations.bind(conn, "globex", locations.location(name, "globex/"), by="test")
+        locations.bind(conn, "acme", locations.location(name, "acme/"), by="test")
+    store = LocalUploadStore(tmp_path / "store")
+    s3 = S3Clients(S3Resource())(None)
+
+    def accept(tenant: str, job_id: str, content_hash: str) -> dict:
+        job = parse_sqs_job({"tenant": tenant, "upload_uri": f"s3://{name}/globex/secret.md", "filename": "s.md",
+                             "content_hash": content_hash, "job_id": job_id}, job_id)
+        assert accept_sqs_job(database, store, job, s3, fingerprint="fp", max_bytes=10**6, message={}) == "failed"
+        [row] = table(db, "SELECT outcome FROM queue_jobs WHERE job_id = %s", job_id)
+        return row["outcome"]
+
+    sha = hashlib.sha256(body).hexdigest()
+    crossing = accept("acme", "job-cross", sha)
+    assert crossing["error_code"] == "ERR_LOCATION_NOT_BOUND"
+    unknown = accept("initech", "job-unknown", sha)
+    assert unknown["error_code"] == "ERR_UNKNOWN_TENANT"
+    assert table(db, "SELECT tenant_id FROM tenants WHERE tenant_id = 'initech'") == []
+    wrong = accept("globex", "job-wrong-hash", "0" * 64)
+    assert wrong["error_code"] == "ERR_CHECKSUM" and sha not in wrong["error"]  # the real hash is not told
+    assert table(db, "SELECT run_id FROM ingestion_runs") == []
+
+
+def test_the_operator_binds_from_the_cli(database, db):
+    bound = json_lines(run_cli("tenant", "bind", "acme", "s3://acme-docs/kb/", "--json").stdout)
+    assert bound == [{"tenant": "acme", "location": "s3://acme-docs/kb/", "changed": True}]
+    again = json_lines(run_cli("tenant", "bind", "acme", "s3://acme-docs/kb/", "--json").stdout)
+    assert again[0]["changed"] is False
+    refused = run_cli("tenant", "bind", "globex", "s3://acme-docs/", check=False)
+    assert refused.returncode != 0 and "overlaps s3://acme-docs/kb/" in refused.stderr
+    [row] = json_lines(run_cli("tenant", "locations", "acme", "--json").stdout)
+    assert (row["bucket"], row["prefix"], row["bound_by"].startswith("cli:")) == ("acme-docs", "kb/", True)
+    audit = json_lines(run_cli("tenant", "audit", "--json").stdout)
+    assert [a["action"] for a in audit] == ["bound"]
