@@ -457,6 +457,21 @@ class ApiSettings(_Area):
                                     expected=WHOLE_AT_LEAST_ONE,
                                     description="Concurrent streaming uploads; beyond: 503. A tenant holds at most "
                                                 "half, a user half of that; beyond: 429.")
+    # logins (api/login_guard.py): bcrypt is slow on purpose, so its work is bounded and failures throttled
+    max_concurrent_logins: int = env("INGESTION_API_MAX_CONCURRENT_LOGINS", default=2, parse=_at_least_one,
+                                     expected=WHOLE_AT_LEAST_ONE,
+                                     description="Password checks at once per server process (bcrypt, ~0.3 s "
+                                                 "each); over 4x that waiting: 429.")
+    login_failures_per_address: int = env(
+        "INGESTION_API_LOGIN_FAILURES_PER_ADDRESS", default=20, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
+        description="Failed logins from one client address within the window; beyond: 429 with Retry-After.")
+    login_failures_per_account: int = env(
+        "INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT", default=10, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
+        description="Failed logins for one email (existing or not) within the window; beyond: 429 with "
+                    "Retry-After.")
+    login_window_seconds: float = env("INGESTION_API_LOGIN_WINDOW_SECONDS", default=300.0, parse=_positive,
+                                      expected="a number of seconds above 0", shown="300",
+                                      description="The window the failed-login limits count in.")
     # a request body (an upload's or a JSON one) silent this long ends with 408
     upload_idle_seconds: float = env("INGESTION_API_UPLOAD_IDLE_SECONDS", default=10.0, parse=_positive,
                                      expected="a number of seconds above 0", shown="10",

@@ -124,11 +124,22 @@ def authenticate(conn: psycopg.Connection, email: str, password: str, *,
     """The user whose address and password match, enabled (of ``tenant_id`` if given); None otherwise, in
     similar time. An address may exist in several tenants: the password picks the account, and if it matches
     in more than one, ``TenantRequired`` (only someone who knows the password learns that)."""
-    rows = conn.execute(
+    return match_password(login_candidates(conn, email, tenant_id=tenant_id), password)
+
+
+def login_candidates(conn: psycopg.Connection, email: str, *, tenant_id: str | None = None) -> list[dict]:
+    """The accounts ``email`` may sign in to, with their hashes: read first, so that the slow hashing
+    (``match_password``) holds no database connection."""
+    return conn.execute(
         f"""SELECT {_COLUMNS}, password_hash FROM users
              WHERE lower(email) = lower(%s) AND (%s::text IS NULL OR tenant_id = %s) ORDER BY tenant_id""",
         (email.strip(), tenant_id, tenant_id),
     ).fetchall()
+
+
+def match_password(rows: list[dict], password: str) -> User | None:
+    """The enabled account of ``rows`` whose hash ``password`` matches (see ``authenticate``); no rows cost
+    one dummy hash, so an unknown address takes as long as a wrong password."""
     matched = []
     for row in rows or [None]:
         candidate = row["password_hash"].encode() if row else _dummy_hash()

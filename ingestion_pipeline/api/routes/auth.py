@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
 from ingestion_pipeline.api.errors import ApiError, ErrorBody, not_found
+from ingestion_pipeline.api.login_guard import LoginGuard, LoginRefused
 from ingestion_pipeline.api.schemas import TokenRequest, TokenResponse, UserIn, UserOut
 from ingestion_pipeline.api.security import Admin, Services
 from ingestion_pipeline.core import users
@@ -16,19 +17,30 @@ router = APIRouter(prefix="/v1", tags=["auth"])
 
 @router.post("/auth/token", response_model=TokenResponse, responses={
     401: {"description": "bad credentials"},
+    429: {"model": ErrorBody, "description": "too many failed logins from this address or for this account, or "
+                                             "too many at once: wait `Retry-After` seconds"},
     400: {"model": ErrorBody, "description": "the pair signs in to several tenants: give tenant_id"}})
-async def token(body: TokenRequest, services: Services) -> dict:
+async def token(body: TokenRequest, request: Request, services: Services) -> dict:
     """Exchange email and password for a bearer token. A wrong password and an unknown email get the same
-    answer in similar time."""
+    answer in similar time. Failed logins are throttled per address and per account (``api/login_guard.py``)."""
     if not services.api.auth_enabled:
         raise ApiError(400, "auth_disabled", "AUTH_ENABLED=false: no tokens are issued in development mode")
+    guard: LoginGuard = request.app.state.login_guard
+    address = request.client.host if request.client else "unknown"
 
     def check():
-        with services.db.connection() as conn:
-            return users.authenticate(conn, body.email, body.password, tenant_id=body.tenant_id)
+        guard.check(address, body.email)
+        with services.db.connection() as conn:  # read, and give the connection back before the slow hash
+            rows = users.login_candidates(conn, body.email, tenant_id=body.tenant_id)
+        with guard.hashing():
+            user = users.match_password(rows, body.password)
+        guard.record(address, body.email, succeeded=user is not None)
+        return user
 
     try:
         user = await run_in_threadpool(check)
+    except LoginRefused as exc:
+        raise ApiError(429, "too_many_logins", str(exc), {"Retry-After": str(exc.retry_after)}) from exc
     except users.TenantRequired as exc:
         raise ApiError(400, "tenant_required", str(exc)) from exc
     if user is None:
