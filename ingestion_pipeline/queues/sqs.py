@@ -160,6 +160,10 @@ def parse_sqs_job(body: dict, message_id: str) -> SqsJob:
                   doc, text("title", required=False))
 
 
+DUPLICATE_ID = "refused: job_id taken by another job"
+JOB_IDENTITY = ("tenant", "upload_uri", "content_hash", "filename", "doc")  # what makes a redelivery the same job
+
+
 def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any, *, fingerprint: str,
                    max_bytes: int, message: dict, s3_endpoint: str | None = None) -> str:
     """``accepted``, ``already accepted`` or ``failed`` (recorded; the message can be deleted). Errors of S3,
@@ -167,8 +171,15 @@ def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any
     from botocore.exceptions import ClientError
 
     with db.connection() as conn:
-        if jobs.find(conn, job.job_id) is not None:
-            return "already accepted"
+        existing = jobs.find(conn, job.job_id)
+    if existing is not None:
+        before = existing["message"] or {}
+        if existing["tenant_id"] == job.tenant and all(before.get(k) == message.get(k) for k in JOB_IDENTITY):
+            return "already accepted"  # a redelivery
+        # another job under a taken id: refused and said, never dropped as if it were the first one again
+        _log.warning("sqs job %s refused: the id is already taken by another job (%s); nothing of it is kept",
+                     job.job_id, "another tenant's" if existing["tenant_id"] != job.tenant else "other content")
+        return DUPLICATE_ID
 
     def failed(code: str, text: str) -> str:
         with db.transaction() as conn:
@@ -225,7 +236,8 @@ def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any
 
 # -- one round on one queue --------------------------------------------------------------------------------------------
 _log = logging.getLogger("ingestion_pipeline.queues")
-DONE = {"applied", "stale", s3_events.UNWATCHED, s3_events.TEST_EVENT, "accepted", "already accepted", "failed"}
+DONE = {DUPLICATE_ID, "applied", "stale", s3_events.UNWATCHED, s3_events.TEST_EVENT, "accepted", "already accepted",
+        "failed"}
 JOB_VISIBILITY_SECONDS = 300
 MAX_SQS_MESSAGE_BYTES = 1024 * 1024  # what SQS itself allows
 MAX_SQS_MESSAGE_DEPTH = 12  # an S3 event notification nests six levels (Records, a record, s3, bucket, owner)

@@ -109,3 +109,31 @@ def test_the_operator_binds_from_the_cli(database, db):
     assert (row["bucket"], row["prefix"], row["bound_by"].startswith("cli:")) == ("acme-docs", "kb/", True)
     audit = json_lines(run_cli("tenant", "audit", "--json").stdout)
     assert [a["action"] for a in audit] == ["bound"]
+
+
+def test_a_taken_sqs_job_id_with_other_content_is_refused_not_dropped(database, db, bucket, s3_env, tmp_path,
+                                                                      monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_env)
+    client, name = bucket
+    body = b"# Mine\n\nacme's text\n"
+    client.put_object(Bucket=name, Key="acme/mine.md", Body=body)
+    with database.connection() as conn:
+        locations.bind(conn, "acme", locations.location(name, "acme/"), by="test")
+        locations.bind(conn, "globex", locations.location(name, "globex/"), by="test")
+        conn.execute("INSERT INTO tenants (tenant_id) VALUES ('globex') ON CONFLICT DO NOTHING")
+    store = LocalUploadStore(tmp_path / "store")
+    s3 = S3Clients(S3Resource())(None)
+    first = {"tenant": "acme", "upload_uri": f"s3://{name}/acme/mine.md", "filename": "mine.md",
+             "content_hash": hashlib.sha256(body).hexdigest(), "job_id": "shared-id"}
+
+    def accept(message: dict) -> str:
+        return accept_sqs_job(database, store, parse_sqs_job(message, "m"), s3, fingerprint="fp", max_bytes=10**6,
+                              message=message)
+
+    assert accept(first) == "accepted"
+    assert accept(first) == "already accepted"  # a redelivery
+    squatter = {**first, "tenant": "globex", "upload_uri": f"s3://{name}/globex/other.md"}
+    assert accept(squatter) == "refused: job_id taken by another job"
+    assert accept({**first, "filename": "renamed.md"}) == "refused: job_id taken by another job"
+    [row] = table(db, "SELECT tenant_id, status FROM queue_jobs WHERE job_id = 'shared-id'")
+    assert (row["tenant_id"], row["status"]) == ("acme", "queued")
