@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from ingestion_pipeline.api import errors
 from ingestion_pipeline.api.body_bounds import BodyBounds
 from ingestion_pipeline.api.login_guard import LoginGuard
+from ingestion_pipeline.api.read_slots import TenantReadSlots
 from ingestion_pipeline.api.routes import auth, documents, files, health, ingest, metrics, sources
 from ingestion_pipeline.api.services import ApiServices
 from ingestion_pipeline.api.upload_slots import UploadSlots
@@ -34,6 +35,7 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
     app.state.services = services
     app.state.upload_slots = UploadSlots(services.api.max_inflight_uploads)
     api = services.api
+    app.state.search_slots = TenantReadSlots(services.api.searches_per_tenant)
     app.state.login_guard = LoginGuard(concurrent=api.max_concurrent_logins,
                                        per_address=api.login_failures_per_address,
                                        per_account=api.login_failures_per_account,

@@ -120,6 +120,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("JWT_EXPIRY_HOURS"),
         _setting("AUTH_ENABLED"),
         _setting("INGESTION_API_MAX_INFLIGHT_UPLOADS"),
+        _setting("INGESTION_API_SEARCHES_PER_TENANT"),
         _setting("INGESTION_API_MAX_CONCURRENT_LOGINS"),
         _setting("INGESTION_API_LOGIN_FAILURES_PER_ADDRESS"),
         _setting("INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT"),

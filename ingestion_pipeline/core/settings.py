@@ -457,6 +457,13 @@ class ApiSettings(_Area):
                                     expected=WHOLE_AT_LEAST_ONE,
                                     description="Concurrent streaming uploads; beyond: 503. A tenant holds at most "
                                                 "half, a user half of that; beyond: 429.")
+    # half the cores: on 2 cores a share of 1 kept another tenant's p95 at 50 ms under a flood, 2 at 105 ms
+    # (benchmarks/tenant_fairness.py; idle 8-12 ms), with the flood's own throughput about the same
+    searches_per_tenant: int = env("INGESTION_API_SEARCHES_PER_TENANT",
+                                   default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), parse=_at_least_one,
+                                   expected=WHOLE_AT_LEAST_ONE, shown="half the CPU cores, at least 1",
+                                   description="Searches one tenant runs at once per server process; 4x that more "
+                                               "wait, beyond: 429 after a 1 s pause (api/read_slots.py).")
     # logins (api/login_guard.py): bcrypt is slow on purpose, so its work is bounded and failures throttled
     max_concurrent_logins: int = env("INGESTION_API_MAX_CONCURRENT_LOGINS", default=2, parse=_at_least_one,
                                      expected=WHOLE_AT_LEAST_ONE,

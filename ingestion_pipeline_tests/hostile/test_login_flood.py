@@ -52,6 +52,7 @@ def test_too_many_waiting_hashes_are_refused_not_queued():
         pass
 
 
+@pytest.mark.integration
 def test_a_flood_of_wrong_passwords_leaves_other_tenants_served(database_url, tmp_path):
     with start_server(database_url, tmp_path, INGESTION_API_LOGIN_FAILURES_PER_ADDRESS="1000",
                       INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT="1000") as server:
@@ -76,6 +77,7 @@ def test_a_flood_of_wrong_passwords_leaves_other_tenants_served(database_url, tm
         assert ok.status_code == 200
 
 
+@pytest.mark.integration
 def test_repeated_failures_get_429_with_retry_after(database_url, tmp_path):
     with start_server(database_url, tmp_path, INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT="3") as server:
         user_token(database_url, "acme", "victim@acme.example")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
@@ -13,6 +15,7 @@ from ingestion_pipeline.core import users
 from ingestion_pipeline.core.access_tokens import Principal, issue_token
 
 router = APIRouter(prefix="/v1", tags=["auth"])
+REFUSAL_PAUSE_SECONDS = 1.0
 
 
 @router.post("/auth/token", response_model=TokenResponse, responses={
@@ -40,6 +43,8 @@ async def token(body: TokenRequest, request: Request, services: Services) -> dic
     try:
         user = await run_in_threadpool(check)
     except LoginRefused as exc:
+        # answered after a pause on the event loop: refusals sent at once become a flood of their own
+        await asyncio.sleep(REFUSAL_PAUSE_SECONDS)
         raise ApiError(429, "too_many_logins", str(exc), {"Retry-After": str(exc.retry_after)}) from exc
     except users.TenantRequired as exc:
         raise ApiError(400, "tenant_required", str(exc)) from exc

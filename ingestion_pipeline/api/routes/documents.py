@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 
 from ingestion_pipeline.api.errors import not_found
 from ingestion_pipeline.api.paging import PageParams
@@ -16,6 +18,7 @@ from ingestion_pipeline.documents.search import hybrid_search
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 DocId = Annotated[int, Path(ge=1, le=MAX_ID)]
+REFUSAL_PAUSE_SECONDS = 1.0  # a 429 for a tenant over its search share waits this long (api/read_slots.py)
 
 
 @router.get("/documents", response_model=Page[DocumentOut])
@@ -63,18 +66,29 @@ def delete(doc_id: DocId, who: Admin, services: Services) -> dict:
     return _deactivate(doc_id, who, services)
 
 
-@router.get("/search", response_model=SearchOut, tags=["search"])
-def search(
-    who: Caller, services: Services,
+@router.get("/search", response_model=SearchOut, tags=["search"], responses={
+    429: {"description": "the tenant already runs and queues its share of searches (Retry-After)"}})
+async def search(
+    request: Request, who: Caller, services: Services,
     q: Annotated[str, Query(min_length=1, max_length=1000, pattern=r"\S")],
     k: Annotated[int, Query(ge=1, le=50)] = 5,
     context: Annotated[int, Query(ge=0, le=3, description="chunks before and after each hit to include")] = 0,
 ) -> dict:
-    """Hybrid search (vectors + full text) over the tenant's active versions; each hit with its citation."""
-    vector = services.embedder.embed([q])[0]
-    with services.db.connection() as conn:
-        hits = hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k,
-                             model=services.embedder.info.name, neighbours=context)
+    """Hybrid search (vectors + full text) over the tenant's active versions; each hit with its citation.
+    A tenant runs at most its share of searches at once (``api/read_slots.py``)."""
+    slots = request.app.state.search_slots
+    if slots.full(who.tenant_id):
+        await asyncio.sleep(REFUSAL_PAUSE_SECONDS)
+        raise slots.refusal(who.tenant_id)
+
+    def run() -> list:
+        with slots.hold(who.tenant_id):
+            vector = services.embedder.embed([q])[0]
+            with services.db.connection() as conn:
+                return hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k,
+                                     model=services.embedder.info.name, neighbours=context)
+
+    hits = await run_in_threadpool(run)
     return {"query": q, "hits": [
         {"chunk_id": h.chunk_id, "score": h.score, "citation": h.citation(), "vector_rank": h.vector_rank,
          "text_rank": h.text_rank, "navigational": h.navigational, "also_in": h.also_in,

@@ -53,6 +53,8 @@ def _source_links() -> dict:
 
 @router.post("", response_model=SourceOut, status_code=201,
              responses={201: {"description": "the source", "links": _source_links()},
+                        403: {"description": "not an admin, or the location is not bound to the tenant "
+                                             "(`location_not_bound`)"},
                         409: {"description": "already exists"}})
 def add_source(body: SourceIn, who: Admin, services: Services) -> dict:
     """Keep ``s3://bucket/prefix/`` in sync with the tenant's knowledge base (or metrics, with a platform)."""
