@@ -4,8 +4,11 @@ version, gone -> deactivated.
 
 The event only says *which* key to look at: its current state comes from a HEAD of the object, so a
 redelivered event, or one overtaken by a later change, records what is true now. Where the event carries S3's
-``sequencer`` (real S3 does), an event whose sequencer is not greater than the last one applied to the key is
-ignored without a HEAD (``stale``). The periodic listing stays as reconciliation for lost notifications.
+``sequencer`` (real S3 does), the greatest one seen per key is kept; an event whose sequencer is not greater is
+still looked at (its HEAD) but is ``stale`` when the HEAD changes nothing. A sequencer is never trusted past
+the object's own HEAD: an event is not verified to come from S3 (anyone who may send to the queue can write
+one), so a forged ``"FFFF…"`` must not make the real later change be ignored. The periodic listing stays as
+reconciliation for lost notifications.
 """
 from __future__ import annotations
 
@@ -91,19 +94,21 @@ def apply_event(db: Database, event: ObjectEvent, client_for: Callable[[Source],
             # the source's row orders this with the listing's pages of the same source
             conn.execute("SELECT 1 FROM ingestion_sources WHERE source_id = %s FOR NO KEY UPDATE",
                          (source.source_id,))
+            in_order = True
             if event.sequencer is not None:
                 last = conn.execute("SELECT sequencer FROM s3_event_sequencers WHERE source_id = %s AND key = %s",
                                     (source.source_id, event.key)).fetchone()
-                if last is not None and not newer(event.sequencer, last["sequencer"]):
-                    continue
+                in_order = last is None or newer(event.sequencer, last["sequencer"])
+            if event.sequencer is not None and in_order:
                 conn.execute(
                     """INSERT INTO s3_event_sequencers (source_id, key, sequencer, event_name) VALUES (%s, %s, %s, %s)
                        ON CONFLICT (source_id, key) DO UPDATE SET sequencer = EXCLUDED.sequencer,
                               event_name = EXCLUDED.event_name, applied_at = now()""",
                     (source.source_id, event.key, event.sequencer, event.event_name))
-            record_object(conn, source, _current_state(client, event.bucket, event.key), event.key,
-                          max_bytes=max_bytes_for(source), metric_intake=metric_intake_for(source, client))
-            outcome = APPLIED
+            report = record_object(conn, source, _current_state(client, event.bucket, event.key), event.key,
+                                   max_bytes=max_bytes_for(source), metric_intake=metric_intake_for(source, client))
+            if in_order or report.new or report.changed or report.deleted:
+                outcome = APPLIED
     return outcome
 
 

@@ -132,3 +132,24 @@ def test_events_jobs_duplicates_order_deletes_and_dead_letters(notified_bucket, 
     assert letter["body"] == "{not json" and int(letter["receives"]) >= 3
     assert replay_dead_letters(sqs, url) == 1
     assert intake.poll(url).outcomes == {"malformed": 1}
+
+
+@pytest.mark.integration
+def test_a_forged_sequencer_does_not_shadow_the_real_change(notified_bucket, database, db, s3_env):
+    """Anyone who may send to the queue can write an event: one with sequencer "FFFF…" made the real later
+    change be ignored as stale. The sequencer is never trusted past the object's own HEAD."""
+    client, bucket, sqs, url = notified_bucket
+    with database.connection() as conn:
+        source = add_source(conn, f"s3://{bucket}/kb/", tenant_id="acme", endpoint_url=s3_env)
+    intake = _intake(database)
+    put(client, bucket, "kb/a.md", "# A\n\nfirst text\n")  # and its own notification
+    sqs.send_message(QueueUrl=url, MessageBody=_event(bucket, "kb/a.md", "ObjectCreated:Put", "F" * 32))
+    assert intake.poll(url).outcomes["applied"] == 2  # the forged one HEADs and changes nothing, in order
+    # the real change, told only by its event (S3's, with a lower sequencer than the forged one)
+    client.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={})
+    put(client, bucket, "kb/a.md", "# A\n\nthe real change\n")
+    sqs.send_message(QueueUrl=url, MessageBody=_event(bucket, "kb/a.md", "ObjectCreated:Put", "0062A1B2C3"))
+    outcomes = intake.poll(url).outcomes
+    assert outcomes == {"applied": 1}, outcomes
+    assert len(table(db, "SELECT * FROM ingestion_runs WHERE source_id = %s AND status = 'queued'",
+                     source.source_id)) == 2  # the first text and the real change, each a version
