@@ -85,9 +85,9 @@ def measure(label: str, database_url: str, args, extra_env: dict) -> None:
 
         during_search, search_codes = _during(server.url, victim, searches)
         during_login, login_codes = _during(server.url, victim, logins)
-        print(f"{label:5} idle            {_figures(idle)}", flush=True)
-        print(f"{label:5} search flood    {_figures(during_search)}   flood got {dict(search_codes)}", flush=True)
-        print(f"{label:5} login flood     {_figures(during_login)}   flood got {dict(login_codes)}", flush=True)
+        print(f"{label:10} idle            {_figures(idle)}", flush=True)
+        print(f"{label:10} search flood    {_figures(during_search)}   flood got {dict(search_codes)}", flush=True)
+        print(f"{label:10} login flood     {_figures(during_login)}   flood got {dict(login_codes)}", flush=True)
 
 
 def main() -> None:
@@ -95,8 +95,8 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=300)
     parser.add_argument("--logins", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--shares", default="2", help="comma-separated INGESTION_API_SEARCHES_PER_TENANT values to "
-                        "measure with the limits on (default: the default, 2)")
+    parser.add_argument("--shares", default="default", help="comma-separated INGESTION_API_SEARCHES_PER_TENANT "
+                        "values to measure with the limits on ('default': the setting's default, half the cores)")
     parser.add_argument("--no-off", action="store_true", help="skip the run with the limits off")
     args = parser.parse_args()
     from throwaway_database import throwaway_database
@@ -106,7 +106,8 @@ def main() -> None:
         if not args.no_off:
             measure("off", url, args, OFF)
         for share in args.shares.split(","):
-            measure(f"on/{share}", url, args, {"INGESTION_API_SEARCHES_PER_TENANT": share})
+            measure(f"on/{share}"[:10], url, args,
+                    {} if share == "default" else {"INGESTION_API_SEARCHES_PER_TENANT": share})
 
 
 if __name__ == "__main__":

@@ -162,7 +162,8 @@ def _adopt(db: Database, store: S3UploadStore, client: Any, upload: dict, tenant
 
 def _stream_into(db: Database, store: UploadStore, client: Any, upload: dict, tenant_id: str, head: dict,
                  max_bytes: int) -> StoredFile:
-    """Stream the object into the store, hashing it (no declared SHA-256, or a local store)."""
+    """Stream the object into the store, hashing it (no declared SHA-256, or a local store: then the hash is
+    checked against the declared one here)."""
     body = client.get_object(Bucket=upload["bucket"], Key=upload["object_key"], IfMatch=head["ETag"])["Body"]
     incoming = store.incoming(tenant_id, max_bytes=min(max_bytes, upload["size_bytes"]))
     try:
@@ -178,6 +179,11 @@ def _stream_into(db: Database, store: UploadStore, client: Any, upload: dict, te
         raise
     finally:
         body.close()
+    if upload["sha256"] and stored.sha256 != upload["sha256"]:  # declared: every store holds it to its word
+        if stored.created:
+            store.release(stored.path)
+        _finish(db, client, upload, "rejected", None)
+        raise UploadRefused("checksum_mismatch", "the uploaded bytes do not match the declared sha256")
     return stored
 
 

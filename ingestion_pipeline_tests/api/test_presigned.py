@@ -140,3 +140,18 @@ def test_a_declared_sha256_that_lies_fails_the_file_when_a_worker_reads_it(s3_st
     [row] = table(db, "SELECT status, error_code FROM ingestion_runs")
     assert (row["status"], row["error_code"]) == ("failed", "raw_checksum_mismatch")
     assert table(db, "SELECT 1 FROM document_versions") == []
+
+
+def test_with_the_local_store_a_declared_sha256_is_checked_too(s3_api, db, isolated_storage):
+    """The upload store on disk streams and hashes the object: a declared SHA-256 it does not match is refused
+    at complete (before: accepted, the declaration ignored)."""
+    api, client, name = s3_api
+    upload = _start_declared(api, "ab" * 32).json()
+    assert httpx.put(upload["url"], content=BODY, headers=upload["headers"]).status_code == 200
+    done = api.client.post(f"/v1/uploads/{upload['upload_id']}/complete", headers=api.as_("acme-user"))
+    assert done.status_code == 400, done.text
+    assert done.json()["error"]["code"] == "checksum_mismatch"
+    assert table(db, "SELECT run_id FROM ingestion_runs") == []
+    assert list(isolated_storage.rglob("*.tmp")) == []
+    [row] = table(db, "SELECT status FROM api_uploads WHERE upload_id = %s", upload["upload_id"])
+    assert row["status"] == "rejected" and _objects(client, name) == []
