@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -88,6 +89,19 @@ def add_source(
                 f"a source named {name!r} or for s3://{bucket}/{prefix} and tenant {tenant_id!r} already exists"
             ) from exc
     return Source(**row)
+
+
+def name_for_tenant(conn: psycopg.Connection, tenant_id: str, wanted: str) -> str:
+    """The source name ``<tenant>-<wanted>`` a tenant's request gets: names are global (the CLI and the runs'
+    tags use them), and tenant ids may hold '-', so ``acme`` + ``x-kb`` and ``acme-x`` + ``kb`` would meet. A name
+    another tenant holds (or held) gets a suffix of this tenant's own instead of a 409 that would tell the
+    caller it exists."""
+    name = key_part(f"{tenant_id}-{wanted}", 63)
+    owner = conn.execute("SELECT tenant_id FROM ingestion_sources WHERE name = %s", (name,)).fetchone()
+    if owner is None or owner["tenant_id"] == tenant_id:
+        return name
+    suffix = hashlib.sha256(tenant_id.encode()).hexdigest()[:8]
+    return f"{name[:54].rstrip('-')}-{suffix}"
 
 
 def get_source(conn: psycopg.Connection, name: str) -> Source:

@@ -137,3 +137,25 @@ def test_a_taken_sqs_job_id_with_other_content_is_refused_not_dropped(database, 
     assert accept({**first, "filename": "renamed.md"}) == "refused: job_id taken by another job"
     [row] = table(db, "SELECT tenant_id, status FROM queue_jobs WHERE job_id = 'shared-id'")
     assert (row["tenant_id"], row["status"]) == ("acme", "queued")
+
+
+def test_a_source_name_another_tenant_holds_is_not_told(database, database_url, db, bucket, s3_env):
+    """Tenant ids may hold '-': ``acme`` + ``x-kb`` and ``acme-x`` + ``kb`` make the same global name. Before: the
+    second got 409 naming the first tenant's source; now a name of its own."""
+    from ingestion_pipeline_tests.api.conftest import user_token
+
+    _, name = bucket
+    api = make_api(database, ApiSettings(jwt_secret=SECRET, allowed_s3_endpoints=(s3_env,)))
+    other = {"Authorization": f"Bearer {user_token(database_url, 'acme-x', 'admin@acme-x.example', 'admin')}"}
+    with database.connection() as conn:
+        locations.bind(conn, "acme", locations.location(name, "acme/", s3_env), by="test")
+        locations.bind(conn, "acme-x", locations.location(name, "acme-x/", s3_env), by="test")
+    first = api.client.post("/v1/sources", headers=api.as_("acme-admin"),
+                            json={"uri": f"s3://{name}/acme/", "endpoint_url": s3_env, "name": "x-kb"})
+    second = api.client.post("/v1/sources", headers=other,
+                             json={"uri": f"s3://{name}/acme-x/", "endpoint_url": s3_env, "name": "kb"})
+    assert (first.status_code, second.status_code) == (201, 201), second.text
+    assert first.json()["name"] == "acme-x-kb" and second.json()["name"].startswith("acme-x-kb-")
+    again = api.client.post("/v1/sources", headers=other,
+                            json={"uri": f"s3://{name}/acme-x/", "endpoint_url": s3_env, "name": "kb"})
+    assert again.status_code == 409 and "acme-x-kb-" in again.json()["error"]["message"]  # its own, said

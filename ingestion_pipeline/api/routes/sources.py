@@ -12,7 +12,6 @@ from ingestion_pipeline.api.errors import ApiError, not_found
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, Page, SourceIn, SourceOut, SyncStarted
 from ingestion_pipeline.api.security import Admin, Caller, Services
-from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.sources import registry
 from ingestion_pipeline.sources.locations import LocationNotBound
 from ingestion_pipeline.sources.sync_pass import sync_sources
@@ -60,9 +59,9 @@ def add_source(body: SourceIn, who: Admin, services: Services) -> dict:
     """Keep ``s3://bucket/prefix/`` in sync with the tenant's knowledge base (or metrics, with a platform)."""
     endpoint = _allowed_endpoint(body.endpoint_url, services.api.allowed_s3_endpoints)
     bucket, prefix = registry.parse_s3_uri(body.uri)
-    # Names are global: the tenant's id goes in front so one tenant cannot learn another's names.
-    name = key_part(f"{who.tenant_id}-{body.name or registry.default_source_name(bucket, prefix)}", 63)
     with services.db.connection() as conn:
+        # names are global: the tenant's id in front, and never one another tenant holds
+        name = registry.name_for_tenant(conn, who.tenant_id, body.name or registry.default_source_name(bucket, prefix))
         try:
             source = registry.add_source(conn, body.uri, tenant_id=who.tenant_id, name=name, endpoint_url=endpoint,
                                          kind=body.kind, platform=body.platform, bound_by=None)
