@@ -72,11 +72,11 @@ def add_source(
     if kind == "documents" and platform is not None:
         raise ValueError("--platform is only for metrics sources")
     where = locations.location(bucket, prefix, endpoint_url)
-    if bound_by is None:
+    if bound_by is None:  # before the transaction: the refusal's audit row stays
         locations.require(conn, tenant_id, where, entrance="source add (request)")
-    else:
-        locations.bind(conn, tenant_id, where, by=bound_by)
     with conn.transaction():
+        if bound_by is not None:  # in it: a source that cannot be added leaves no binding behind
+            locations.bind(conn, tenant_id, where, by=bound_by)
         ensure_tenant(conn, tenant_id)
         try:
             row = conn.execute(
