@@ -13,7 +13,8 @@ if the hash ran while a database connection was held, every connection of the po
   the next attempt gets 429 ``too_many_logins`` with ``Retry-After`` (when the oldest failure leaves the
   window), and costs no hash. A success clears the account's failures.
 
-Counts are per server process (each uvicorn worker keeps its own), which bounds each process's work; the
+Counts are per server process (each uvicorn worker keeps its own), which bounds each process's work, and at
+most 50,000 addresses and accounts are remembered (the least recent half is forgotten beyond); the
 address is the connection's peer (behind a proxy, the proxy's: configure uvicorn's ``--proxy-headers`` and
 ``--forwarded-allow-ips`` so it is the client's).
 """
@@ -27,6 +28,8 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+MAX_KEYS = 50_000  # addresses (or accounts) with recent failures kept; beyond, the least recent half goes
 
 
 class LoginRefused(Exception):
@@ -52,6 +55,10 @@ class _Failures:
     def add(self, key: str, now: float) -> None:
         kept = self._trim(key, now)
         if kept is None:
+            if len(self.times) >= MAX_KEYS:  # a flood from many addresses or of many emails stays bounded
+                self.sweep(now)
+                for stale in sorted(self.times, key=lambda k: self.times[k][-1])[:len(self.times) // 2 or 1]:
+                    del self.times[stale]
             kept = self.times[key] = deque(maxlen=self.limit)
         kept.append(now)
 

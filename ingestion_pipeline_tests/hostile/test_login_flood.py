@@ -45,6 +45,19 @@ def test_failures_are_counted_per_account_and_address_in_a_window():
     assert "victim@acme.example" not in guard._accounts.times
 
 
+def test_the_failures_remembered_are_bounded(monkeypatch):
+    from ingestion_pipeline.api import login_guard
+
+    monkeypatch.setattr(login_guard, "MAX_KEYS", 100)
+    clock = Clock()
+    guard = LoginGuard(clock=clock)
+    for n in range(1000):  # a flood of distinct addresses and emails
+        guard.record(f"10.0.{n // 256}.{n % 256}", f"u{n}@x.example", succeeded=False)
+        clock.now += 0.01
+    assert len(guard._addresses.times) <= 100 and len(guard._accounts.times) <= 100
+    assert "10.0.3.231" in guard._addresses.times  # the most recent is kept
+
+
 def test_too_many_waiting_hashes_are_refused_not_queued():
     guard = LoginGuard(concurrent=1)
     guard._waiting = guard.max_waiting
