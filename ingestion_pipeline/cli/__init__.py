@@ -32,6 +32,7 @@ from ingestion_pipeline.cli import (
     worker,
 )
 from ingestion_pipeline.cli.output import EscapingWriter
+from ingestion_pipeline.core.embedded_postgres import DataFolderFromAnotherVersion
 from ingestion_pipeline.core.migrations import SchemaOutOfDate
 from ingestion_pipeline.documents.model_decision import EXIT_CODE as HOST_CANNOT_EMBED_EXIT
 from ingestion_pipeline.documents.model_decision import HostCannotEmbed
@@ -69,7 +70,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except HostCannotEmbed as exc:  # this host cannot embed as the deployment decided: say what to run
         print(f"error: {exc}\n{exc.suggestion}", file=sys.stderr)
         return HOST_CANNOT_EMBED_EXIT
-    except SchemaOutOfDate as exc:  # the database needs `db migrate` first: say so, no traceback
+    except (SchemaOutOfDate, DataFolderFromAnotherVersion) as exc:  # the database needs an operator's step first
         print(f"error: {exc}", file=sys.stderr)
         return 4
     except (psycopg.OperationalError, PoolTimeout) as exc:  # not the input's fault: say what to do

