@@ -165,7 +165,7 @@ JOB_IDENTITY = ("tenant", "upload_uri", "content_hash", "filename", "doc")  # wh
 
 
 def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any, *, fingerprint: str,
-                   max_bytes: int, message: dict, s3_endpoint: str | None = None) -> str:
+                   max_bytes: int, message: dict) -> str:
     """``accepted``, ``already accepted`` or ``failed`` (recorded; the message can be deleted). Errors of S3,
     the database or the disk propagate: the message is received again later."""
     from botocore.exceptions import ClientError
@@ -197,7 +197,8 @@ def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any
             return failed("ERR_UNKNOWN_TENANT", f"unknown tenant {job.tenant!r}: tenants are made by an operator, "
                                                 "never by a job")
         try:
-            locations.require(conn, job.tenant, locations.location(job.bucket, job.key, s3_endpoint),
+            # the object is read through the AWS environment's endpoint: its location's endpoint is ''
+            locations.require(conn, job.tenant, locations.location(job.bucket, job.key),
                               entrance=f"sqs job {job.job_id}"[:200])
         except locations.LocationNotBound as exc:
             return failed("ERR_LOCATION_NOT_BOUND", str(exc))
@@ -314,7 +315,7 @@ class SqsIntake:
                                                fingerprint=self.fingerprint, max_bytes=self.settings.upload.max_bytes,
                                                message=body)
             raise MalformedJob("neither an S3 event notification nor a job (upload_uri, content_hash, …)")
-        except (ValueError, MalformedJob, s3_events.NotAnS3Event, RecursionError) as exc:
+        except (ValueError, MalformedJob, s3_events.NotAnS3Event) as exc:  # load_message bounds the nesting
             _log.warning("sqs %s: message %s is malformed, left for the dead-letter queue: %s", queue_name(url),
                          message["MessageId"], exc)
             return "malformed"
