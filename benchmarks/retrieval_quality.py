@@ -104,6 +104,7 @@ def ask_ours(ctx, questions, settings=None) -> tuple[dict[str, list[str]], list[
     from ingestion_pipeline.documents.search import hybrid_search
 
     model = ctx.embedder.info.name
+    embedders = ctx.query_embedders  # a knowledge base in the middle of a model change: every model's vectors
     vectors = {q.id: ctx.embedder.embed([q.question])[0] for q in questions}
     passages, search_ms, total_ms = {}, [], []
     with ctx.db.connection() as conn:
@@ -113,7 +114,8 @@ def ask_ours(ctx, questions, settings=None) -> tuple[dict[str, list[str]], list[
                 vector = ctx.embedder.embed([q.question])[0] if timed else vectors[q.id]
                 embedded = time.perf_counter()
                 hits = hybrid_search(conn, tenant_id=TENANT, query=q.question, query_vector=vector, model=model,
-                                     k=10, **({"settings": settings} if settings else {}))
+                                     k=10, other_models=embedders.for_query(q.question),
+                                     **({"settings": settings} if settings else {}))
                 done = time.perf_counter()
                 if timed:
                     search_ms.append((done - embedded) * 1000)

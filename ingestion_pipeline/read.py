@@ -123,15 +123,16 @@ def search(tenant: str, query: str, *, k: int = 5, embedder=None, database_url: 
     """
     from ingestion_pipeline.documents.search import hybrid_search
 
-    embedder = embedder or _default_embedder(database_url or resolve_database_url(allow_embedded=True))
-    vector = embedder.embed([query])[0]
+    url = database_url or resolve_database_url(allow_embedded=True)
+    embedders = _query_embedders(embedder or _default_embedder(url), url)
+    vector = embedders.embedder.embed([query])[0]
     with engine(database_url).connect() as conn:
         driver = conn.connection.driver_connection  # the psycopg connection the domain query runs on
         rows_as = driver.row_factory
         driver.row_factory = dict_row  # as the domain query expects; SQLAlchemy's own rows are tuples again after
         try:
             hits = hybrid_search(driver, tenant_id=tenant, query=query, query_vector=vector, k=k,
-                                 model=embedder.info.name)
+                                 model=embedders.model, other_models=embedders.for_query(query))
         finally:
             driver.row_factory = rows_as
             conn.rollback()
@@ -141,6 +142,19 @@ def search(tenant: str, query: str, *, k: int = 5, embedder=None, database_url: 
 
 
 _EMBEDDER = None
+_QUERY_EMBEDDERS: dict[tuple[int, str], object] = {}  # (id of the current embedder, database) -> QueryEmbedders
+
+
+def _query_embedders(current, database_url: str):
+    """The query's vector under each model serving (older ones loaded once per process and kept)."""
+    with _ENGINES_LOCK:
+        key = (id(current), database_url)
+        if key not in _QUERY_EMBEDDERS or _QUERY_EMBEDDERS[key].embedder is not current:
+            from ingestion_pipeline import services
+            from ingestion_pipeline.core.settings import load_settings
+
+            _QUERY_EMBEDDERS[key] = services.query_embedders(load_settings(), current, database_url)
+        return _QUERY_EMBEDDERS[key]
 
 
 def _default_embedder(database_url: str):

@@ -14,6 +14,9 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
+import psycopg
+from psycopg.rows import dict_row
+
 from ingestion_pipeline.core.db import embedded_allowed, resolve_database_url
 from ingestion_pipeline.core.s3_clients import ClientsByEndpoint, S3ClientSettings, build_client
 from ingestion_pipeline.core.s3_upload_store import S3UploadStore, parse_s3_uri
@@ -22,6 +25,7 @@ from ingestion_pipeline.core.upload_store import LocalUploadStore, UploadStore
 from ingestion_pipeline.documents.embedding import Embedder, build_embedder
 from ingestion_pipeline.documents.fingerprint import fingerprint_for, pipeline_fingerprint
 from ingestion_pipeline.documents.model_decision import RecordedDecisions
+from ingestion_pipeline.documents.serving_models import QueryEmbedders
 
 
 def _s3_store(settings: Settings, part: str) -> S3UploadStore:
@@ -65,6 +69,17 @@ def _database_url() -> str:
     return resolve_database_url(allow_embedded=embedded_allowed())
 
 
+def query_embedders(settings: Settings, current: Embedder, database_url: str | None = None) -> QueryEmbedders:
+    """``current`` for its own model's vectors, and older models (registered in ``database_url``, else
+    DATABASE_URL or the embedded server) loaded when a search meets versions still holding their vectors."""
+
+    def connect() -> psycopg.Connection:
+        return psycopg.connect(database_url or _database_url(), autocommit=True, row_factory=dict_row)
+
+    return QueryEmbedders(current, connect,
+                          lambda path: embedder(settings, model_path=path, database_url=database_url))
+
+
 def fingerprint(settings: Settings, model: Embedder) -> str:
     """What the pipeline's output depends on now: extractor, chunking budgets, model (a change means re-index)."""
     return pipeline_fingerprint(model.info, settings.chunk.target_tokens, settings.chunk.max_tokens)
@@ -97,6 +112,12 @@ class Services:
             if self._embedder is None:
                 self._embedder = embedder(self.settings, database_url=self.database_url)
             return self._embedder
+
+    @cached_property
+    def query_embedders(self) -> QueryEmbedders:
+        """A query's vector under each model serving active versions: this process's model, and an older one
+        loaded from its registered files while a re-index under the new model runs (``serving_models.py``)."""
+        return query_embedders(self.settings, self.embedder, self.database_url)
 
     @property
     def fingerprint(self) -> str:

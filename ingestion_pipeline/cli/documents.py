@@ -275,10 +275,12 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ingestion_pipeline.documents.search import hybrid_search
 
     with bootstrap() as ctx:
-        vector = ctx.embedder.embed([args.query])[0]
+        embedders = ctx.query_embedders
+        vector = embedders.embedder.embed([args.query])[0]
         with ctx.db.connection() as conn:
             hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k,
-                                 model=ctx.embedder.info.name, neighbours=args.context)
+                                 model=embedders.model, neighbours=args.context,
+                                 other_models=embedders.for_query(args.query))
 
     def render(records: list[dict]) -> None:
         if not records:

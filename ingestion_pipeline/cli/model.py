@@ -1,4 +1,5 @@
-"""`model prepare|show|export`: the deployment's one decision about how its embedding model runs.
+"""`model prepare|show|export|migration`: the deployment's one decision about how its embedding model runs, and
+how far the active versions are under it (``migration``: versions done / total while a re-index runs).
 
 `prepare` is run once per deployment (`make demo`, `make dev`, docker compose's `migrate` job, the Helm chart's
 init container); every host then embeds as it says (``documents/model_decision.py``). `export` needs no
@@ -32,9 +33,37 @@ def cmd_model(args: argparse.Namespace) -> int:
             prepared = model_prepare.prepare(ctx.db, ctx.settings, precision=args.precision, change=args.change)
             emit(args, [prepared.as_record()], lambda rows: _print_prepared(rows[0]))
             return 0
+        if args.model_command == "migration":
+            return _migration(args, ctx)
         decisions = model_prepare.history(ctx.db, ctx.settings)
         records = [d.as_record() for d in decisions]
         emit(args, records or [{"decision": None}], lambda rows: _print_history(records))
+    return 0
+
+
+def _migration(args: argparse.Namespace, ctx) -> int:
+    from ingestion_pipeline.core.tenants import validate_tenant_id
+    from ingestion_pipeline.documents.serving_models import migration_progress
+
+    if args.tenant is not None:
+        validate_tenant_id(args.tenant)
+    current = ctx.embedder.info.name
+    with ctx.db.connection() as conn:
+        progress = migration_progress(conn, current, args.tenant)
+    rows = [{"model": name, "state": "current" if name == current else "serving until re-indexed",
+             "versions": m.versions, "chunks": m.chunks} for name, m in progress.by_model.items()]
+    record = {"current_model": current, "tenant": args.tenant, "done": progress.done, "versions": progress.versions,
+              "complete": progress.complete, "models": rows}
+
+    def render(_records: list[dict]) -> None:
+        print(progress.summary())
+        if rows:
+            print_table(rows, ["model", "state", "versions", "chunks"])
+        if not progress.complete:
+            print("search ranks each version by its own model's vectors until the re-index reaches it "
+                  "(`ingestion-pipeline reindex` queues what is left)")
+
+    emit(args, [record], render)
     return 0
 
 
@@ -64,8 +93,10 @@ def _print_history(records: list[dict]) -> None:
 def register(sub) -> None:
     """Add `model` to the top-level subparsers."""
     p = sub.add_parser("model", help="the deployment's embedding model: prepare (export, judge, record once), show "
-                                     "(the recorded decisions), export (the ONNX export only, no database)")
-    p.add_argument("model_command", choices=["prepare", "show", "export"])
+                                     "(the recorded decisions), export (the ONNX export only, no database), migration "
+                                     "(active versions under the current model / total)")
+    p.add_argument("model_command", choices=["prepare", "show", "export", "migration"])
+    p.add_argument("--tenant", default=None, help="with migration: one tenant's versions (default: all)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="with prepare: the precision to ask for (default INGESTION_EMBEDDING_PRECISION)")
     p.add_argument("--change", action="store_true",

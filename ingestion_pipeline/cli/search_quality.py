@@ -18,11 +18,12 @@ def cmd_search_eval(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.questions} holds no questions")
     ranks: dict[str, int | None] = {}
     with bootstrap() as ctx:
-        vectors = ctx.embedder.embed([q.question for q in questions])
+        embedders = ctx.query_embedders
+        vectors = embedders.embedder.embed([q.question for q in questions])
         with ctx.db.connection() as conn:
             for q, vector in zip(questions, vectors, strict=True):
                 hits = hybrid_search(conn, tenant_id=args.tenant, query=q.question, query_vector=vector, k=args.k,
-                                     model=ctx.embedder.info.name)
+                                     model=embedders.model, other_models=embedders.for_query(q.question))
                 ranks[q.id] = answer_rank([h.text for h in hits], q.answer)
     groups = report(questions, ranks)
     groups["held-out"] = report([q for q in questions if q.held_out], ranks)["all"]

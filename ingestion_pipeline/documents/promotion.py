@@ -101,14 +101,14 @@ def promote_document_version(
         """INSERT INTO document_versions
                (tenant_id, doc_id, version_number, content_hash, pipeline_fingerprint, is_active, title,
                 filename, content_type, size_bytes, page_count, chunk_count, token_count, ingestion_run_id,
-                activated_at, extractor_version)
+                activated_at, extractor_version, embedding_model)
            VALUES (%s, %s,
                    (SELECT coalesce(max(version_number), 0) + 1 FROM document_versions WHERE doc_id = %s),
-                   %s, %s, true, %s, %s, %s, %s, %s, %s, %s, %s, now(), %s)
+                   %s, %s, true, %s, %s, %s, %s, %s, %s, %s, %s, now(), %s, %s)
            RETURNING version_id, version_number""",
         (tenant_id, doc_id, doc_id, run["content_hash"], fingerprint, config.get("title"),
          config.get("filename"), config.get("content_type"), run["size_bytes"], page_count,
-         totals["chunks"], totals["tokens"], run_id, extractor_version),
+         totals["chunks"], totals["tokens"], run_id, extractor_version, model),
     ).fetchone()
     version_id = version["version_id"]
     conn.execute(

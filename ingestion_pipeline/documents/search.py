@@ -2,7 +2,9 @@
 
 Two rankings are fused with weighted reciprocal rank fusion (score = w_v / (k + vector rank) + w_t / (k +
 text rank)):
-- pgvector cosine KNN over the current model's vectors (exact for a small tenant, HNSW for a large one);
+- pgvector cosine KNN over each version's own model's vectors (exact for a small tenant, HNSW for a large one):
+  while a re-index under a new model runs, each model still serving the tenant finds its nearest chunks with
+  the query embedded by it, and the query's own model ranks them all (``_vector_arm``);
 - full text that *ranks* a question's words by their rarity in the tenant (any word matches; see
   ``_TEXT_TERMS_SQL``), parsed in each language the tenant's chunks were indexed in.
 Near-identical passages then collapse into one hit (the others listed in ``also_in``), and table-of-contents
@@ -21,6 +23,7 @@ import numpy as np
 import psycopg
 
 from ingestion_pipeline.core.tenants import validate_tenant_id
+from ingestion_pipeline.documents import serving_models
 from ingestion_pipeline.documents.extraction.elements import OCR_TEXT
 from ingestion_pipeline.documents.search_results import shape_results
 from ingestion_pipeline.documents.text_ranking import text_candidates
@@ -181,10 +184,13 @@ def _supports_iterative_scan(conn: psycopg.Connection) -> bool:
 def hybrid_search(
     conn: psycopg.Connection, *, tenant_id: str, query: str, query_vector: np.ndarray, model: str, k: int = 5,
     candidates: int | None = None, settings: SearchSettings | None = None, neighbours: int = 0,
+    other_models: serving_models.QueryUnderModels | None = None,
 ) -> list[SearchHit]:
     """The ``k`` best chunks of the tenant's active versions; ``model`` (the one that embedded
-    ``query_vector``) picks the vectors compared with it. Versions not yet re-indexed under it are found
-    by text only. ``neighbours``: each hit also carries up to that many chunks before and after it."""
+    ``query_vector``) picks the vectors compared with it. Versions holding another model's vectors (a
+    re-index under a new model not done yet) are searched through ``other_models`` (the query under their
+    model); without it they are found by text only. ``neighbours``: each hit also carries up to that many
+    chunks before and after it."""
     validate_tenant_id(tenant_id)
     if not query.strip():
         raise ValueError("search query is empty")
@@ -194,18 +200,25 @@ def hybrid_search(
         raise ValueError(f"neighbours must be between 0 and {MAX_NEIGHBOURS}")
     settings = settings or DEFAULT_SETTINGS
     candidates = max(candidates or settings.candidates, k)
-    hits, deeper = _search_once(conn, tenant_id, query, query_vector, model, k, candidates, settings, neighbours)
+    vectors = _QueryVectors(model, query_vector, other_models)
+    hits, deeper = _search_once(conn, tenant_id, query, vectors, k, candidates, settings, neighbours)
     if 0 < len(hits) < k and deeper:  # duplicates folded below k while an arm had more: look deeper once
-        hits, _ = _search_once(conn, tenant_id, query, query_vector, model, k, 4 * candidates, settings, neighbours)
+        hits, _ = _search_once(conn, tenant_id, query, vectors, k, 4 * candidates, settings, neighbours)
     return hits
 
 
-def _search_once(conn: psycopg.Connection, tenant_id: str, query: str, query_vector: np.ndarray, model: str,
+@dataclass(frozen=True)
+class _QueryVectors:
+    model: str
+    vector: np.ndarray
+    others: serving_models.QueryUnderModels | None
+
+
+def _search_once(conn: psycopg.Connection, tenant_id: str, query: str, vectors: _QueryVectors,
                  k: int, candidates: int, settings: SearchSettings, neighbours: int) -> tuple[list[SearchHit], bool]:
     """The hits, and whether an arm returned as many candidates as asked (a deeper search could find more)."""
     with conn.transaction():
-        vector_ids = (_vector_candidates(conn, tenant_id, query_vector, model, candidates, k)
-                      if settings.vector_weight > 0 else [])
+        vector_ids = _vector_arm(conn, tenant_id, vectors, candidates, k) if settings.vector_weight > 0 else []
         text_ids = (text_candidates(conn, tenant_id, query, candidates, any_word=settings.any_word,
                                     normalization=settings.normalization, adjacency_weight=settings.adjacency_weight)
                     if settings.text_weight > 0 else [])
@@ -230,8 +243,56 @@ def _add_neighbours(conn: psycopg.Connection, tenant_id: str, hits: list[SearchH
         (hit.context_before if r["offset"] < 0 else hit.context_after).append(r["text"])
 
 
+_STORED_VECTORS_SQL = ("SELECT chunk_id, embedding FROM chunk_embeddings "
+                       "WHERE chunk_id = ANY(%(ids)s) AND tenant_id = %(tenant)s")
+_CANDIDATE_TEXTS_SQL = """
+SELECT c.chunk_id, v.title, v.filename, c.section_path, c.text
+  FROM chunks c JOIN document_versions v ON v.version_id = c.version_id AND v.tenant_id = %(tenant)s
+ WHERE c.chunk_id = ANY(%(ids)s) AND c.tenant_id = %(tenant)s
+"""
+
+
+def _vector_arm(conn: psycopg.Connection, tenant_id: str, vectors: _QueryVectors, candidates: int,
+                k: int) -> list[int]:
+    """The vector ranking over every model serving the tenant's active versions (``serving_models.py``).
+
+    One model (the usual case, and a deployment whose new model has re-indexed nothing yet): its ranking.
+    Several (a re-index under a new model under way): each model's nearest chunks, found by its own index
+    with the query embedded by that model, and then all of them ranked by one model, the query's own: the
+    other models' candidates are embedded by it as a re-index would embed them (context line and text, a few
+    per search, cached). Distances of two
+    models cannot be compared; ranks merged by each model's share of the chunks lost a sixth of the
+    known items in the top 3 (``test_model_migration.py``), ranking by one model loses none."""
+    models = serving_models.in_use(conn, tenant_id)
+    others = [m for m in models if m.name is not None and m.name != vectors.model]
+    own_chunks = sum(m.chunks for m in models) - sum(m.chunks for m in others)
+    if not others:
+        return _vector_candidates(conn, tenant_id, vectors.vector, vectors.model, candidates, k)
+    searchable = [(m, vectors.others.vector(m.name)) for m in others] if vectors.others else []
+    searchable = [(m, v) for m, v in searchable if v is not None]  # None: this host cannot embed with it
+    if own_chunks == 0 and len(searchable) == 1:  # one other model serves every version
+        [(m, vector)] = searchable
+        return _vector_candidates(conn, tenant_id, vector, m.name, candidates, k)
+    own = (_vector_candidates(conn, tenant_id, vectors.vector, vectors.model, candidates, k,
+                              exact=own_chunks <= EXACT_SEARCH_MAX_CHUNKS) if own_chunks else [])
+    theirs = [chunk_id for m, vector in searchable
+              for chunk_id in _vector_candidates(conn, tenant_id, vector, m.name, candidates, k,
+                                                 exact=m.chunks <= EXACT_SEARCH_MAX_CHUNKS)]
+    scored: dict[int, float] = {}
+    if own:
+        for r in conn.execute(_STORED_VECTORS_SQL, {"ids": own, "tenant": tenant_id}):
+            scored[r["chunk_id"]] = float(np.dot(r["embedding"].to_numpy(), vectors.vector))
+    if theirs and vectors.others:
+        rows = conn.execute(_CANDIDATE_TEXTS_SQL, {"ids": theirs, "tenant": tenant_id}).fetchall()
+        passages = vectors.others.embed_passages(
+            [serving_models.Passage(r["title"], r["filename"], list(r["section_path"] or []), r["text"]) for r in rows])
+        for r, passage in zip(rows, passages, strict=True):
+            scored[r["chunk_id"]] = float(np.dot(passage, vectors.vector))
+    return sorted(scored, key=lambda chunk_id: (-scored[chunk_id], chunk_id))[:candidates]
+
+
 def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,
-                       candidates: int, k: int) -> list[int]:
+                       candidates: int, k: int, *, exact: bool | None = None) -> list[int]:
     """The tenant's nearest active chunks (up to ``candidates``), nearest first, chosen by the tenant's size
     (figures: ``benchmarks/search_latency.py``, 1M chunks in 50 tenants):
 
@@ -241,12 +302,15 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
       tenant filter (iterative scans); older versions (0.6: the embedded server before) stop after ``ef_search`` index
       entries, so it is the most pgvector allows (1,000) and the scan can come back short when the query's
       neighbourhood belongs to other tenants. Fewer than ``k`` then, and the tenant's rows are ranked
-      exactly, so a tenant never gets fewer results than it has chunks."""
+      exactly, so a tenant never gets fewer results than it has chunks.
+
+    ``exact``: whether the model's share of the tenant is small enough to rank exactly (None: by the tenant's size)."""
     params = {"tenant": tenant_id, "vector": query_vector, "model": model, "candidates": candidates}
     dim = len(query_vector)
-    small = conn.execute(_TENANT_CHUNKS_SQL, {"tenant": tenant_id, "limit": EXACT_SEARCH_MAX_CHUNKS + 1}
-                         ).fetchone()["n"] <= EXACT_SEARCH_MAX_CHUNKS
-    if small:
+    if exact is None:
+        exact = conn.execute(_TENANT_CHUNKS_SQL, {"tenant": tenant_id, "limit": EXACT_SEARCH_MAX_CHUNKS + 1}
+                             ).fetchone()["n"] <= EXACT_SEARCH_MAX_CHUNKS
+    if exact:
         return [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim), params).fetchall()]
     if _supports_iterative_scan(conn):
         conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")

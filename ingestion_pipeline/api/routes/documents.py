@@ -83,10 +83,12 @@ async def search(
 
     def run() -> list:
         with slots.hold(who.tenant_id):
-            vector = services.embedder.embed([q])[0]
+            embedders = services.query_embedders
+            vector = embedders.embedder.embed([q])[0]
             with services.db.connection() as conn:
                 return hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k,
-                                     model=services.embedder.info.name, neighbours=context)
+                                     model=embedders.model, neighbours=context,
+                                     other_models=embedders.for_query(q))
 
     hits = await run_in_threadpool(run)
     return {"query": q, "hits": [

@@ -21,7 +21,7 @@ import dagster as dg
 
 from ingestion_pipeline import services
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
-from ingestion_pipeline.documents import reindex
+from ingestion_pipeline.documents import reindex, serving_models
 from ingestion_pipeline.documents.chunking import CHUNKER_VERSION
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION
@@ -45,6 +45,10 @@ def fingerprints_current(postgres: PostgresResource, embedder: dg.ResourceParam[
     current = services.fingerprint(settings.get(), embedder)
     with postgres.db.connection() as conn:
         stale = reindex.stale_counts(conn, services.fingerprint_of_elements(settings.get(), embedder))
+        # a model change: how many active versions hold the current model's vectors (the rest still serve
+        # search with their own model's until the re-index reaches them)
+        migration = serving_models.migration_progress(conn, embedder.info.name)
+    stale = {**stale, "model_migration": migration.summary(), "versions_under_current_model": migration.done}
     if not stale["active"]:  # nothing to check is not a pass
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
                                    description="no active version yet: nothing was checked",

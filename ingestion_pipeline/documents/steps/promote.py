@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 
-from ingestion_pipeline.documents import file_ledger, staging
+from ingestion_pipeline.documents import file_ledger, serving_models, staging
 from ingestion_pipeline.documents.promotion import PromotionError, Superseded, promote_document_version
 from ingestion_pipeline.documents.steps.runner import SKIPPED, FileOutcome, StepRunner
 from ingestion_pipeline.documents.vector_index import ensure_vector_index
@@ -13,6 +13,8 @@ from ingestion_pipeline.documents.vector_index import ensure_vector_index
 def promote_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
     with run.db.connection() as conn:  # the first vectors of a new model dimension get their index
         ensure_vector_index(conn, run.model.dimension)
+        # where this model's files are: a search host loads it from there while its versions still serve
+        serving_models.register(conn, run.embedder.file_info, run.embedder.model_path)
     return run.for_each(partition_key, functools.partial(_promote_one, run), "promote", lanes=run.lanes)
 
 
