@@ -34,6 +34,7 @@ from ingestion_pipeline.cli import (
 from ingestion_pipeline.cli.output import EscapingWriter
 from ingestion_pipeline.core.embedded_postgres import DataFolderFromAnotherVersion
 from ingestion_pipeline.core.migrations import SchemaOutOfDate
+from ingestion_pipeline.documents.devices import CudaUnavailable
 from ingestion_pipeline.documents.model_decision import EXIT_CODE as HOST_CANNOT_EMBED_EXIT
 from ingestion_pipeline.documents.model_decision import HostCannotEmbed
 
@@ -67,7 +68,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except ValueError as exc:  # bad input: say what is wrong, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except HostCannotEmbed as exc:  # this host cannot embed as the deployment decided: say what to run
+    except (HostCannotEmbed, CudaUnavailable) as exc:  # this host cannot embed as decided or set: say what to run
         print(f"error: {exc}\n{exc.suggestion}", file=sys.stderr)
         return HOST_CANNOT_EMBED_EXIT
     except (SchemaOutOfDate, DataFolderFromAnotherVersion) as exc:  # the database needs an operator's step first

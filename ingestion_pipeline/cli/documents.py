@@ -70,6 +70,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     """
     from ingestion_pipeline.core.ledger import any_unfinished
     from ingestion_pipeline.documents.batching import documents_due
+    from ingestion_pipeline.documents.devices import CudaUnavailable
     from ingestion_pipeline.documents.model_decision import HostCannotEmbed
 
     redis = _redis_jobs_first(ctx, args)
@@ -124,7 +125,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
                                   interrupted=interrupted.is_set, reconstructable_jobs=reconstructable_jobs())
     finally:
         logging.getLogger("ingestion_pipeline.progress").removeHandler(reporter)
-    if isinstance(ctx.embedder.load_error, HostCannotEmbed):  # the runs failed for it: exit 5, saying what to do
+    if isinstance(ctx.embedder.load_error, (HostCannotEmbed, CudaUnavailable)):  # the runs failed for it: exit 5
         raise ctx.embedder.load_error
     return summaries
 

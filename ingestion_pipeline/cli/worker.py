@@ -21,6 +21,9 @@ def register(sub) -> None:
                    help="steps run at once (processes); default INGESTION_WORKER_CONCURRENCY (1)")
     p.add_argument("--name", default=None, help="the worker's name (default: ingestion-<random>@<host>)")
     p.add_argument("--loglevel", default="INFO", help="Celery's log level (default INFO)")
+    p.add_argument("--queue", action="append", default=None, metavar="NAME",
+                   help="a Celery queue to take steps from (repeatable; default dagster, every step's): a GPU host's "
+                        "worker takes the embedding steps with --queue gpu and INGESTION_EMBEDDING_QUEUE=gpu")
     p.set_defaults(func=cmd_worker)
 
 
@@ -52,18 +55,31 @@ def cmd_worker(args: argparse.Namespace) -> int:
     settings = load_settings().executor
     if args.concurrency is not None and args.concurrency < 1:
         raise ValueError("--concurrency must be at least 1")
+    queues = worker_queues(args.queue)
     _check_reachable(settings.broker_url, resolve_database_url())
     app = make_app(CeleryExecutor.for_cli(**celery_config(settings)).app_args())
     create_task(app)  # the task dagster-celery's executor sends: execute one step of a run
     keep_embedders_across_steps()  # inherited by the pool's processes: each loads the model once
     name = args.name or f"ingestion-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     concurrency = args.concurrency or settings.concurrency
-    print(f"worker {name}: {concurrency} process(es), broker {_without_password(settings.broker_url)}, "
-          f"pid {os.getpid()}", file=sys.stderr, flush=True)
-    app.worker_main(["worker", "--queues", "dagster", "--concurrency", str(concurrency), "--hostname", name,
+    print(f"worker {name}: {concurrency} process(es), queue(s) {','.join(queues)}, broker "
+          f"{_without_password(settings.broker_url)}, pid {os.getpid()}", file=sys.stderr, flush=True)
+    app.worker_main(["worker", "--queues", ",".join(queues), "--concurrency", str(concurrency), "--hostname", name,
                      "--loglevel", args.loglevel, "--prefetch-multiplier", "1", "--pool", "prefork",
                      "--without-gossip", "--without-mingle"])
     return 0
+
+
+def worker_queues(asked: list[str] | None) -> list[str]:
+    """The queues a worker takes steps from (``--queue``, repeatable or comma-separated; default ``dagster``)."""
+    from ingestion_pipeline.core.settings import QUEUE_NAME
+    from ingestion_pipeline.defs.executor import DEFAULT_QUEUE
+
+    queues = [q.strip() for item in (asked or [DEFAULT_QUEUE]) for q in item.split(",") if q.strip()]
+    bad = [q for q in queues if not QUEUE_NAME.fullmatch(q)]
+    if bad or not queues:
+        raise ValueError(f"--queue takes Celery queue names (letters, digits, '.', '_', '-'), not {bad or asked!r}")
+    return list(dict.fromkeys(queues))
 
 
 def _without_password(url: str) -> str:

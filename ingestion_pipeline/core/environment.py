@@ -71,6 +71,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_EMBEDDING_BATCH_SIZE"),
         _setting("INGESTION_EMBEDDING_BACKEND"),
         _setting("INGESTION_EMBEDDING_PRECISION"),
+        _setting("INGESTION_EMBEDDING_DEVICE"),
         _setting("INGESTION_EXTRACTION_TIMEOUT_SECONDS"),
         _setting("INGESTION_EXTRACTION_MEMORY_MB"),
         _setting("INGESTION_MAX_TEXT_CHARS"),
@@ -88,6 +89,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
     "Workers (several hosts)": (
         _setting("INGESTION_EXECUTOR"),
         _setting("CELERY_BROKER_URL"),
+        _setting("INGESTION_EMBEDDING_QUEUE"),
         _setting("INGESTION_WORKER_CONCURRENCY"),
         _setting("INGESTION_WORKER_REDELIVER_SECONDS"),
     ),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
@@ -93,6 +94,15 @@ def _token_hours(raw: str) -> float:
     return value
 
 
+
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def _queue_name(raw: str) -> str:
+    if not QUEUE_NAME.fullmatch(raw.strip()):
+        raise ValueError(raw)
+    return raw.strip()
 
 
 def _one_of(*choices: str) -> Callable[[str], str]:
@@ -257,13 +267,18 @@ class EmbeddingSettings(_Area):
     backend: str = env("INGESTION_EMBEDDING_BACKEND", default="auto",
                        parse=_one_of("auto", "openvino", "onnx", "torch"), expected="auto, openvino, onnx or torch",
                        description="`auto`, `openvino`, `onnx` or `torch`.")
-    precision: str = env("INGESTION_EMBEDDING_PRECISION", default="auto", parse=_one_of("auto", "int8", "bf16", "f32"),
-                         expected="auto, int8, bf16 or f32",
-                         description="`auto`, `int8`, `bf16` or `f32`: what `ingestion-pipeline model prepare` asks "
-                                     "for when it makes the deployment's model decision (a reduced precision only if "
-                                     "it passes the quality gate and this CPU can run it faster; `auto` takes the "
-                                     "fastest that does). Every process then embeds as recorded, whatever this says "
-                                     "on its host (docs/pipeline.md).")
+    precision: str = env("INGESTION_EMBEDDING_PRECISION", default="auto",
+                         parse=_one_of("auto", "int8", "bf16", "f16", "f32"), expected="auto, int8, bf16, f16 or f32",
+                         description="`auto`, `int8`, `bf16`, `f16` or `f32`: what `ingestion-pipeline model prepare` "
+                                     "asks for when it makes the deployment's model decision (a reduced precision only "
+                                     "if it passes the quality gate and this host can run it faster; `auto` takes the "
+                                     "fastest that does; `f16` on CUDA only). Every process then embeds as recorded, "
+                                     "whatever this says on its host (docs/pipeline.md).")
+    device: str = env("INGESTION_EMBEDDING_DEVICE", default="auto", parse=_one_of("auto", "cpu", "cuda"),
+                      expected="auto, cpu or cuda",
+                      description="`auto` (an NVIDIA GPU where this host has one), `cpu` or `cuda` (an error without "
+                                  "one): where this host embeds. `model prepare` records the device it judged on as "
+                                  "part of the deployment's decision (docs/pipeline.md).")
     cache_dir: Path | None = env("INGESTION_MODEL_CACHE_DIR", default_factory=lambda: (data_dir() / "models").resolve(),
                                  parse=_path, shown="`<data>/models`",
                                  description="The exported ONNX / OpenVINO models.")
@@ -412,6 +427,12 @@ class ExecutorSettings(_Area):
                                  description="A step taken by a worker that vanished (its host died) goes to another "
                                              "worker after this long; keep it above the longest step and below "
                                              "INGESTION_LEASE_SECONDS.")
+    embedding_queue: str | None = env("INGESTION_EMBEDDING_QUEUE", parse=_queue_name, shown="dagster",
+                                      expected="a Celery queue name (letters, digits, '.', '_', '-')",
+                                      description="The Celery queue of the embedding steps "
+                                                  "(`document_embeddings`): `gpu`, with `ingestion-pipeline worker "
+                                                  "--queue gpu` on the GPU hosts, keeps embedding on them while the "
+                                                  "other steps stay on the workers of the default queue `dagster`.")
     concurrency: int = env("INGESTION_WORKER_CONCURRENCY", default=1, parse=_at_least_one,
                            expected=WHOLE_AT_LEAST_ONE,
                            description="Steps one `ingestion-pipeline worker` runs at once (processes; each keeps its "

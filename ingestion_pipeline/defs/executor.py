@@ -6,7 +6,8 @@
   ``CELERY_BROKER_URL``, else ``REDIS_URL``). Tasks are acknowledged after the step, and a task whose worker
   vanished is handed to another one (immediately when only the worker process died, after
   ``INGESTION_WORKER_REDELIVER_SECONDS`` when its whole host did); the step runs again under the same run, so
-  it continues as the same ledger owner.
+  it continues as the same ledger owner. ``INGESTION_EMBEDDING_QUEUE`` sends the embedding steps to a queue of
+  their own (the GPU hosts' workers: ``ingestion-pipeline worker --queue gpu``), the others stay on ``dagster``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,18 @@ def celery_config(settings: ExecutorSettings) -> dict[str, Any]:
             "broker_connection_retry_on_startup": True,
         },
     }
+
+
+DEFAULT_QUEUE = "dagster"  # dagster-celery's default queue: every step without a queue tag
+# dagster_celery.tags.DAGSTER_CELERY_QUEUE_TAG, spelt here: importing dagster_celery imports Celery (1.3 s) at load
+CELERY_QUEUE_TAG = "dagster-celery/queue"
+
+
+def embedding_step_tags(settings: ExecutorSettings | None = None) -> dict[str, str]:
+    """The embedding step's op tags: its Celery queue when one is set (read when the code location loads, as
+    the executor is; a step tag is how dagster-celery routes one step)."""
+    queue = (settings or load_settings().executor).embedding_queue
+    return {CELERY_QUEUE_TAG: queue} if queue else {}
 
 
 def executor_for(settings: ExecutorSettings) -> dg.ExecutorDefinition:

@@ -22,8 +22,10 @@ import numpy as np
 
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.settings import EmbeddingSettings, data_dir, load_settings
+from ingestion_pipeline.documents.devices import runs_on_cuda, validate_device
 from ingestion_pipeline.documents.precision import Candidate, Choice, reference
 from ingestion_pipeline.documents.tokens import TokenCounter, load_token_counter
+from ingestion_pipeline.documents.torch_encoder import TorchEncoder
 
 if TYPE_CHECKING:
     from ingestion_pipeline.documents.model_decision import ModelDecision
@@ -123,7 +125,8 @@ def build_embedder(model_path: str | None = None, batch_size: int | None = None,
     (``submit``) does not import Dagster (1.2 s) for it."""
     settings = settings or load_settings().embedding
     return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size,
-                    backend=settings.backend, cache_dir=settings.cache_dir, decisions=decisions)
+                    backend=settings.backend, cache_dir=settings.cache_dir, decisions=decisions,
+                    device=settings.device)
 
 
 class DecisionSource(Protocol):
@@ -144,12 +147,13 @@ class Embedder:
     """
 
     def __init__(self, model_path: str, batch_size: int = 16, *, backend: str = "auto",
-                 cache_dir: Path | None = None, decisions: DecisionSource | None = None) -> None:
+                 cache_dir: Path | None = None, decisions: DecisionSource | None = None, device: str = "cpu") -> None:
         """``backend``: auto (OpenVINO, else ONNX Runtime, whichever first runs this model with torch's
         vectors, else torch), openvino, onnx or torch; ``cache_dir``: where exported ONNX models are kept
         (default ``<data dir>/models``); ``decisions``: the deployment's decision of the precision to run in
         (``model_decision.py``), read once and checked against this host's vectors when the model loads; None
-        (a test, a script): float32, checked against nothing."""
+        (a test, a script): float32, checked against nothing; ``device``: auto, cpu or cuda (``devices.py``:
+        where this host embeds; a decision judged on CUDA runs there, or in float32 on a CPU host)."""
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"embedding batch size must be between 1 and {MAX_BATCH_SIZE}")
         if backend not in BACKENDS:
@@ -157,7 +161,8 @@ class Embedder:
         self.model_path = model_path
         self.batch_size = batch_size
         self.backend = backend
-        self.backend_in_use: str | None = None  # known once the model is loaded
+        self.device = validate_device(device)
+        self.backend_in_use: str | None = None  # known once the model is loaded (cuda: on the GPU)
         self.cache_dir = cache_dir or data_dir() / "models"
         self.file_info = model_info(model_path)
         self._decisions = decisions
@@ -228,6 +233,14 @@ class Embedder:
 
     def _load_encoder(self) -> Encoder:
         candidate = self.choice.candidate
+        if self._on_gpu(candidate):
+            self.backend_in_use = "cuda"
+            _log.info("embedding on CUDA in %s", "float16" if candidate.precision == "f16" else "float32")
+            return TorchEncoder(self.model_path, device="cuda", half=candidate.precision == "f16")
+        if candidate.runtime == "cuda":  # a decision judged on a GPU, on a host without one: float32 here,
+            candidate = reference(self.backend)  # and the probe check says whether its vectors are the GPU's
+            _log.info("the deployment embeds on CUDA; this host has no GPU: float32 on its CPU, checked against "
+                      "the recorded probe vectors")
         if candidate.precision != "f32":
             from ingestion_pipeline.documents.model_decision import HostCannotEmbed
             from ingestion_pipeline.documents.onnx_encoder import UnsupportedModel, exported_model
@@ -276,6 +289,21 @@ class Embedder:
         self.backend_in_use = "torch"
         return TorchEncoder(self.model_path)
 
+    def _on_gpu(self, candidate: Candidate) -> bool:
+        """Whether this host embeds the decision on its GPU: a GPU decision or float32 where the device setting
+        allows it (``cuda`` without CUDA raises ``CudaUnavailable``); a CPU precision never (with ``cuda``, the
+        host cannot embed as decided)."""
+        if not runs_on_cuda(self.device):
+            return False
+        if candidate.runtime == "cuda" or candidate.precision == "f32":
+            return True
+        if self.device == "cuda":
+            from ingestion_pipeline.documents.model_decision import HostCannotEmbed
+
+            raise HostCannotEmbed(self._decision, "it is a CPU precision and this host is set to embed on CUDA "
+                                                  "(INGESTION_EMBEDDING_DEVICE=cuda)")
+        return False
+
     def warm_up(self) -> None:
         """Start loading the model on a background thread, so that importing torch and reading the weights
         (seconds on a cold process) overlap with the steps before embedding. A failure to load is left
@@ -312,16 +340,3 @@ class Embedder:
 class Encoder(Protocol):
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         """L2-normalised vectors, one row per text."""
-
-
-class TorchEncoder:
-    """sentence-transformers on torch (imports torch: seconds)."""
-
-    def __init__(self, model_path: str) -> None:
-        from sentence_transformers import SentenceTransformer
-
-        self._model = SentenceTransformer(model_path, device="cpu", local_files_only=True)
-
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        return self._model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                                  show_progress_bar=False)

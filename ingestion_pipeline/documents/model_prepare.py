@@ -19,10 +19,19 @@ from pathlib import Path
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.documents import model_decision, reindex
+from ingestion_pipeline.documents.devices import gpu_identity, runs_on_cuda
 from ingestion_pipeline.documents.embedding import Embedder, model_info, resolve_model_path
 from ingestion_pipeline.documents.fingerprint import fingerprint_for, pipeline_fingerprint
 from ingestion_pipeline.documents.model_decision import ModelDecision, RecordedDecisions
-from ingestion_pipeline.documents.precision import PRECISIONS, Choice, choose, cpu_identity, judged, reference
+from ingestion_pipeline.documents.precision import (
+    PRECISIONS,
+    Choice,
+    choose,
+    cpu_identity,
+    evaluate_cuda,
+    judged,
+    reference,
+)
 
 _log = logging.getLogger("ingestion_pipeline.embedding")
 
@@ -66,13 +75,18 @@ def prepare(db: Database, settings: Settings, *, precision: str | None = None, c
                 "which records it and queues the re-index")
         kept = _checked_on_this_host(db, model_path, embedding)
         return Prepared(kept, "kept", seconds=time.perf_counter() - start)
-    choice, evaluations = _choose(requested, model_path, onnx_file, embedding.backend)
+    on_gpu = runs_on_cuda(embedding.device)  # INGESTION_EMBEDDING_DEVICE=cuda without CUDA: CudaUnavailable
+    if on_gpu:  # the device is part of the decision: float16 judged on this GPU
+        evaluations = [] if requested == "f32" else evaluate_cuda(model_path)
+        choice = choose(requested, evaluations, embedding.backend, cuda=True)
+    else:
+        choice, evaluations = _choose(requested, model_path, onnx_file, embedding.backend)
     precision_info = dataclasses.replace(info, precision=choice.candidate.precision)
     chunk = settings.chunk
     decision = ModelDecision(
         info.digest, info.name, choice.candidate, requested, "prepare",
         fingerprint=pipeline_fingerprint(precision_info, chunk.target_tokens, chunk.max_tokens),
-        judged_on_cpu=cpu_identity() if evaluations else None,
+        judged_on_cpu=(gpu_identity() if on_gpu else cpu_identity()) if evaluations else None,
         evaluations=model_decision.evaluations_json(evaluations))
     if recorded is not None and _same_vectors(recorded.candidate, decision.candidate):
         kept = _checked_on_this_host(db, model_path, embedding)
@@ -130,6 +144,8 @@ def _cache_dir():
 
 
 def _choose(requested: str, model_path: str, onnx_file, backend: str) -> tuple[Choice, list]:
+    if requested == "f16":
+        return choose(requested, [], backend), []  # float32, saying float16 runs on CUDA only
     if requested == "f32" or onnx_file is None:
         warning = None if requested in ("f32", "auto") else (
             f"INGESTION_EMBEDDING_PRECISION={requested} is not used, float32 is (the model runs on torch)")
@@ -148,7 +164,7 @@ def _checked_on_this_host(db: Database, model_path: str, embedding) -> ModelDeci
     """Load the model as the recorded decision says: this host's probe vectors are compared with the recorded
     ones (``HostCannotEmbed`` if they differ), or recorded with it when it has none yet."""
     embedder = Embedder(model_path, embedding.batch_size, backend=embedding.backend, cache_dir=embedding.cache_dir,
-                        decisions=RecordedDecisions(db.url))
+                        decisions=RecordedDecisions(db.url), device=embedding.device)
     embedder.model  # noqa: B018 - loading is the check
     with db.connection() as conn:
         found = model_decision.current(conn, embedder.file_info.digest)

@@ -9,6 +9,10 @@ candidate that passes, if it encodes the gate's chunks at least ``MIN_SPEEDUP`` 
 that, a timing's noise would decide); ``int8`` or ``bf16`` take the fastest of theirs that passes, else f32
 with a warning saying why. The judgement is kept beside the export (``precision-<cpu>-<backend>.json``), and
 the choice is the deployment's, recorded in the database (``model_decision.py``): no other process judges.
+
+On a host that embeds on CUDA (``devices.py``) the candidates are float32 and float16 there, sentence-transformers
+on torch: float16 is judged by the same gate against float32 on the GPU, and ``auto`` takes it when it passes
+and is faster.
 """
 
 from __future__ import annotations
@@ -26,15 +30,15 @@ from ingestion_pipeline.documents.quality_gate import GateTexts, Verdict, judge,
 from ingestion_pipeline.documents.quantization import INT8_ONNX, INT8_OPENVINO
 
 _log = logging.getLogger("ingestion_pipeline.embedding")
-PRECISIONS = ("auto", "int8", "bf16", "f32")
+PRECISIONS = ("auto", "int8", "bf16", "f16", "f32")
 MIN_SPEEDUP = 1.05
 
 
 @dataclass(frozen=True)
 class Candidate:
-    precision: str  # f32 | bf16 | int8
-    runtime: str  # openvino | onnx
-    model_file: str  # relative to the export's folder
+    precision: str  # f32 | bf16 | int8 | f16
+    runtime: str  # openvino | onnx | cuda (sentence-transformers on torch, on the GPU)
+    model_file: str  # relative to the export's folder (on CUDA: the model folder itself, "torch")
 
     @property
     def label(self) -> str:
@@ -65,6 +69,29 @@ class Choice:
 def reference(backend: str) -> Candidate:
     """Float32 on the runtime the backend setting prefers."""
     return Candidate("f32", "onnx" if backend == "onnx" else "openvino", "model.onnx")
+
+
+CUDA_F32 = Candidate("f32", "cuda", "torch")
+CUDA_F16 = Candidate("f16", "cuda", "torch")
+
+
+def evaluate_cuda(model_path: str, texts: GateTexts | None = None) -> list[Evaluation]:
+    """float16 on this host's GPU judged against float32 on it (the quality gate's texts and criteria)."""
+    from ingestion_pipeline.documents.onnx_encoder import PROBE_TEXTS
+    from ingestion_pipeline.documents.torch_encoder import TorchEncoder
+
+    texts = texts or load_gate_texts()
+    _log.info("judging float16 on CUDA against float32 on %d chunks and %d queries", len(texts.chunks),
+              len(texts.queries))
+    baseline = measure(TorchEncoder(model_path, device="cuda"), texts, PROBE_TEXTS)
+    try:
+        verdict = judge(baseline, measure(TorchEncoder(model_path, device="cuda", half=True), texts, PROBE_TEXTS))
+    except Exception as exc:  # a model torch cannot run in float16: not used, said why
+        return [Evaluation(CUDA_F16, None, f"{type(exc).__name__}: {exc}"[:500])]
+    _log.info("%s: %s (%.1f s for the chunks, float32 %.1f s)", CUDA_F16.label,
+              "passes" if verdict.passed else "fails: " + "; ".join(verdict.failures), verdict.seconds,
+              verdict.reference_seconds)
+    return [Evaluation(CUDA_F16, verdict)]
 
 
 # CPU flags (/proc/cpuinfo) without which a reduced precision cannot beat float32: int8 matrix products
@@ -104,24 +131,26 @@ def candidates(backend: str, bf16_capable: bool) -> list[Candidate]:
     return out
 
 
-def choose(requested: str, evaluations: list[Evaluation], backend: str) -> Choice:
-    """The candidate to embed with, given the judged candidates (f32 needs none)."""
+def choose(requested: str, evaluations: list[Evaluation], backend: str, *, cuda: bool = False) -> Choice:
+    """The candidate to embed with, given the judged candidates (f32 needs none); ``cuda``: on the GPU."""
     if requested not in PRECISIONS:
         raise ValueError(f"embedding precision must be one of {', '.join(PRECISIONS)}, not {requested!r}")
+    first = CUDA_F32 if cuda else reference(backend)
     if requested == "f32":
-        return Choice(reference(backend))
+        return Choice(first)
     wanted = [e for e in evaluations if requested == "auto" or e.candidate.precision == requested]
     usable = [e for e in wanted if e.usable]
     if not usable:
         if requested == "auto":
-            return Choice(reference(backend))
-        reasons = "; ".join(f"{e.candidate.label}: {e.why_not}" for e in wanted) or "not available on this CPU"
-        return Choice(reference(backend), f"INGESTION_EMBEDDING_PRECISION={requested} is not used, float32 is "
-                                          f"({reasons})")
+            return Choice(first)
+        where = "on CUDA (float16 or float32 there)" if cuda else (
+            "on a CPU (float16 runs on CUDA only)" if requested == "f16" else "on this CPU")
+        reasons = "; ".join(f"{e.candidate.label}: {e.why_not}" for e in wanted) or f"not available {where}"
+        return Choice(first, f"INGESTION_EMBEDDING_PRECISION={requested} is not used, float32 is ({reasons})")
     fastest = min(usable, key=lambda e: e.verdict.seconds)
     speedup = fastest.verdict.reference_seconds / fastest.verdict.seconds
     if requested == "auto" and speedup < MIN_SPEEDUP:
-        return Choice(reference(backend))
+        return Choice(first)
     return Choice(fastest.candidate)
 
 

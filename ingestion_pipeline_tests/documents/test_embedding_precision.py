@@ -90,7 +90,7 @@ def test_the_precision_is_in_the_fingerprint_and_in_which_stored_vectors_are_reu
 
 def test_an_unknown_precision_is_refused_by_name(monkeypatch):
     monkeypatch.setenv("INGESTION_EMBEDDING_PRECISION", "half")
-    with pytest.raises(ValueError, match="INGESTION_EMBEDDING_PRECISION must be auto, int8, bf16 or f32"):
+    with pytest.raises(ValueError, match="INGESTION_EMBEDDING_PRECISION must be auto, int8, bf16, f16 or f32"):
         load_settings()
     with pytest.raises(ValueError, match="embedding precision must be one of"):
         choose("fp8", [], "auto")

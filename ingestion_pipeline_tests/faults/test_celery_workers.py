@@ -1,7 +1,9 @@
 """INGESTION_EXECUTOR=celery: the steps of `process`'s runs execute on two real `ingestion-pipeline worker`
 processes (dagster-celery, a real redis-server as broker, the S3 upload store on moto), and a worker SIGKILLed
-mid-step hands its step to the other one: the run continues as the same ledger owner. (One test: each worker
-loads the model, minutes of CPU on these machines.)"""
+mid-step hands its step to the other one: the run continues as the same ledger owner. The embedding steps go
+to a queue of their own (``INGESTION_EMBEDDING_QUEUE``, as GPU hosts' workers would take them): a third worker
+on the default queue only takes the other steps and never loads the model. (One test: each worker loads the
+model, minutes of CPU on these machines.)"""
 
 from __future__ import annotations
 
@@ -28,11 +30,11 @@ class Workers:
     def __init__(self, env: dict[str, str], logs: Path) -> None:
         self.env, self.logs, self.procs = env, logs, {}
 
-    def start(self, name: str, **extra: str) -> subprocess.Popen:
+    def start(self, name: str, queues: tuple[str, ...] = ("dagster", "embedding"), **extra: str) -> subprocess.Popen:
         log = (self.logs / f"{name}.log").open("w")
         env = {k: v for k, v in {**self.env, **extra}.items() if k != "PYTEST_CURRENT_TEST"}
-        proc = subprocess.Popen([CLI, "worker", "--name", f"{name}@%h"], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen([CLI, "worker", "--name", f"{name}@%h", *(f"--queue={q}" for q in queues)], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = proc
         return proc
 
@@ -63,7 +65,7 @@ def celery_env(database_url, project_dagster_home, isolated_storage, bucket, s3_
     env = {**os.environ, "INGESTION_EXECUTOR": "celery", "REDIS_URL": redis.url, "DATABASE_URL": database_url,
            "INGESTION_UPLOAD_STORE": f"s3://{name}/store", "INGESTION_UPLOAD_STORE_ENDPOINT_URL": s3_endpoint,
            "INGESTION_WORKER_REDELIVER_SECONDS": "15", "INGESTION_LEASE_SECONDS": "60",
-           "INGESTION_BATCH_MAX_FILES": "3"}
+           "INGESTION_BATCH_MAX_FILES": "3", "INGESTION_EMBEDDING_QUEUE": "embedding"}
     workers = Workers(env, tmp_path)
     try:
         yield env, workers
@@ -82,10 +84,14 @@ def _notes(tmp_path: Path, n: int) -> list[Path]:
     return paths
 
 
+steps: list[tuple[str, str]] = []  # (step key, worker) of the last _step_events
+
+
 def _step_events(run_ids: list[str]) -> tuple[list[str], list[dict]]:
     """Which workers executed steps (dagster-celery's engine events) and what each document step that used the
     model paid for it (its metadata)."""
     hosts, models = [], []
+    steps.clear()
     with dg.DagsterInstance.get() as instance:
         for run_id in run_ids:
             for entry in instance.all_logs(run_id):
@@ -95,6 +101,7 @@ def _step_events(run_ids: list[str]) -> tuple[list[str], list[dict]]:
                 metadata = event.engine_event_data.metadata if event.event_type_value == "ENGINE_EVENT" else {}
                 if "Celery worker" in metadata:  # dagster-celery's "Executing steps … in celery worker"
                     hosts.append(str(metadata["Celery worker"].value))
+                    steps.append((event.step_key, str(metadata["Celery worker"].value)))
                 if event.event_type_value == "ASSET_MATERIALIZATION":
                     materialization = event.step_materialization_data.materialization
                     if "model_process" in materialization.metadata:  # a document step that used the model
@@ -134,6 +141,7 @@ def test_steps_run_on_two_workers_a_killed_one_hands_its_step_over_and_the_model
         assert list(markers.glob("*.embed.unit")), "worker1 never reached an embedding step"
         workers.kill("worker1")  # the whole worker: its main process and its pool's process
         workers.start("worker2")
+        workers.start("worker3", queues=("dagster",))  # not the embedding queue: never the model
         out, _ = process.communicate(timeout=900)
     finally:
         if process.poll() is None:
@@ -149,12 +157,16 @@ def test_steps_run_on_two_workers_a_killed_one_hands_its_step_over_and_the_model
     run_ids = sorted({r["dagster_run_id"] for r in rows})
     assert len(run_ids) == 3  # three batches of three, each one run start to end
     hosts, models = _step_events(run_ids)
+    document_steps = list(steps)
     submitted = [m for m in _engine_messages(run_ids) if m.startswith("Submitting celery task for step")]
     metric_hosts, _ = _step_events([upload["dagster_run_id"]])
     assert len(metric_hosts) >= 3  # the metric job's steps ran on the workers too
     # every step of every run was a task a worker executed (the step worker1 died in, twice)
     assert len(hosts) == len(submitted) + 1 and len(submitted) >= 3 * 5
-    assert {h.split("@")[0] for h in hosts} == {"worker1", "worker2"}
+    assert {h.split("@")[0] for h in hosts} == {"worker1", "worker2", "worker3"}
+    embedding_on = {h.split("@")[0] for step, h in document_steps if step == "document_embeddings"}
+    assert embedding_on and embedding_on <= {"worker1", "worker2"}, document_steps
+    assert "embedding model loaded in" not in workers.log("worker3")
     loads = {}
     for m in models:
         loads.setdefault(m["model_process"], []).append(m["model_load_seconds"])

@@ -14,7 +14,7 @@ import dagster as dg
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, NothingToDo, partition_states
 from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
 from ingestion_pipeline.defs.documents.fingerprints import code_versions
-from ingestion_pipeline.defs.executor import job_executor
+from ingestion_pipeline.defs.executor import embedding_step_tags, job_executor
 from ingestion_pipeline.defs.ledger.steps import (
     failure_for,
     first_step_run,
@@ -129,8 +129,8 @@ def _with_catch_up(name: str, pipeline: DocumentPipeline, context: dg.AssetExecu
 
 
 def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
-               totals: tuple[str, ...] = (), fetches_from_s3: bool = False, pool: str | None = None
-               ) -> dg.AssetsDefinition:
+               totals: tuple[str, ...] = (), fetches_from_s3: bool = False, pool: str | None = None,
+               op_tags: dict[str, str] | None = None) -> dg.AssetsDefinition:
     """A step that works the batch file by file: it does ``STEPS[name]`` and reports every file's outcome.
 
     Only the step that fetches objects asks for the ``s3`` resource: Dagster builds a boto3 client for
@@ -158,7 +158,7 @@ def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
 
     asset = dg.asset(name=name, description=description, partitions_def=document_batches, group_name=GROUP,
                      deps=deps, kinds=kinds, code_version=CODE_VERSIONS.get(name), owners=OWNERS,
-                     metadata=table_metadata(name), pool=pool)
+                     metadata=table_metadata(name), pool=pool, op_tags=op_tags)
     if fetches_from_s3:
         @asset
         def fetch_step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
@@ -197,6 +197,7 @@ document_embeddings = _file_step(
     deps=[document_chunks], kinds={"pgvector"},
     totals=("embedded", "embeddings_reused", "model_ms"),
     pool=EMBEDDING_POOL,
+    op_tags=embedding_step_tags(),
 )
 
 

@@ -55,8 +55,10 @@ def claim_batch(run: StepRunner, partition_key: str, *, replay_finished: bool = 
             outcomes = run.for_each(partition_key, functools.partial(_verify_raw, run), "fetch")
         finally:
             _discard_unused_downloads(run)
-    if any(o.status == STEP_DONE for o in outcomes):
-        run.embedder.warm_up()  # files go on to be embedded: the model loads while they are extracted
+    # files go on to be embedded: the model loads while they are extracted, unless the embedding steps run on
+    # workers of their own queue (INGESTION_EMBEDDING_QUEUE: GPU hosts), where this process never embeds
+    if any(o.status == STEP_DONE for o in outcomes) and not run.settings.executor.embedding_queue:
+        run.embedder.warm_up()
     return [_not_claimed(run, r, active.get(r["doc_id"])) for r in others] + outcomes
 
 

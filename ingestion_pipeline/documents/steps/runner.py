@@ -40,8 +40,9 @@ S3ClientFor = Callable[[str | None], Any]
 Extractor = Callable[[Path, str], Any]
 
 # The step's trouble, not a file's: the step fails and its files stay held (a host that cannot embed as the
-# deployment decided leaves them for one that can: documents/model_decision.py)
-STEP_ERRORS = ("db_unavailable", "db_conflict", "model_decision_unmet")
+# deployment decided, or on the device it is set to, leaves them for one that can: documents/model_decision.py,
+# documents/devices.py)
+STEP_ERRORS = ("db_unavailable", "db_conflict", "model_decision_unmet", "cuda_unavailable")
 
 T = TypeVar("T")
 

@@ -1,0 +1,130 @@
+"""Where the model runs (``INGESTION_EMBEDDING_DEVICE``), on this machine, which has no GPU: ``cuda`` is a clear
+error naming what is missing, a decision judged on a GPU is run in float32 by a CPU host only when the probe
+check says its vectors are the GPU's, float16 is chosen by the same rules as the CPU precisions, and the
+embedding step can be sent to a Celery queue of its own. The CUDA path itself needs an NVIDIA GPU: not run here.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.documents import devices, model_decision
+from ingestion_pipeline.documents.devices import CudaUnavailable
+from ingestion_pipeline.documents.embedding import Embedder, default_model_path, model_info
+from ingestion_pipeline.documents.model_decision import HostCannotEmbed, ModelDecision, RecordedDecisions
+from ingestion_pipeline.documents.onnx_encoder import PROBE_TEXTS
+from ingestion_pipeline.documents.precision import CUDA_F16, CUDA_F32, Evaluation, choose
+from ingestion_pipeline.documents.quality_gate import Verdict
+from ingestion_pipeline.documents.torch_encoder import TorchEncoder
+from ingestion_pipeline_tests.cli.test_corpus_cli import run_cli
+
+
+@pytest.fixture(autouse=True)
+def _fresh_status():
+    devices.cuda_status.cache_clear()
+    yield
+    devices.cuda_status.cache_clear()
+
+
+def test_cuda_on_a_host_without_a_gpu_is_an_error_that_says_what_is_missing(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(CudaUnavailable, match="no NVIDIA driver") as raised:
+        Embedder(default_model_path(), device="cuda").embed(["a chunk"])
+    assert raised.value.code == "cuda_unavailable" and "INGESTION_EMBEDDING_DEVICE=auto" in raised.value.suggestion
+    assert not devices.runs_on_cuda("auto") and not devices.runs_on_cuda("cpu")
+
+    driver = tmp_path / "version"  # a driver present, and this machine's real torch (a CPU build) sees no GPU
+    driver.write_text("NVRM version: 550\n")
+    monkeypatch.setattr(devices, "_DRIVER_FILE", driver)
+    devices.cuda_status.cache_clear()
+    assert devices.cuda_status() == (False, devices.cuda_status()[1])
+    assert "sees no CUDA device" in devices.cuda_status()[1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    devices.cuda_status.cache_clear()
+    assert "hides every GPU" in devices.cuda_status()[1]
+    with pytest.raises(ValueError, match="embedding device must be one of auto, cpu, cuda"):
+        Embedder(default_model_path(), device="gpu")
+
+
+@pytest.mark.integration  # a CLI process
+def test_the_cli_exits_5_with_the_reason(database_url, project_dagster_home, monkeypatch):
+    monkeypatch.setenv("INGESTION_EMBEDDING_DEVICE", "cuda")
+    result = run_cli("model", "prepare", check=False)
+    assert result.returncode == 5, result.stderr
+    assert "INGESTION_EMBEDDING_DEVICE=cuda, but this host cannot embed on CUDA: no NVIDIA driver" in result.stderr
+    monkeypatch.setenv("INGESTION_EMBEDDING_DEVICE", "tpu")
+    refused = run_cli("model", "show", check=False)
+    assert refused.returncode == 2 and "INGESTION_EMBEDDING_DEVICE must be auto, cpu or cuda" in refused.stderr
+
+
+def _decision(probes: np.ndarray) -> ModelDecision:
+    info = model_info(default_model_path())
+    return ModelDecision(info.digest, info.name, CUDA_F16, "auto", "prepare", judged_on_cpu="cuda:NVIDIA H200",
+                         probe_vectors=probes)
+
+
+@pytest.mark.integration  # torch and the model, twice
+def test_a_decision_judged_on_a_gpu_is_run_in_float32_by_a_cpu_host_the_probe_check_deciding(database_url):
+    # float16 probe vectors, as a GPU host records them (float16 on torch's CPU kernels here)
+    half = TorchEncoder(default_model_path(), half=True).encode(PROBE_TEXTS, len(PROBE_TEXTS))
+    with Database(database_url) as db, db.transaction() as conn:
+        model_decision.record(conn, _decision(half))
+    host = Embedder(default_model_path(), decisions=RecordedDecisions(database_url), device="auto")
+    vectors = host.embed(["the leave policy", "quarterly revenue"])
+    assert vectors.shape == (2, 384) and host.backend_in_use in ("openvino", "onnx")
+    assert host.info.precision == "f16"  # the fingerprint is the deployment's, whichever device computed it
+
+    other = np.random.default_rng(0).normal(size=half.shape).astype(np.float32)  # a GPU whose vectors differ
+    other /= np.linalg.norm(other, axis=1, keepdims=True)
+    with Database(database_url) as db, db.transaction() as conn:
+        model_decision.record(conn, _decision(other))
+    with pytest.raises(HostCannotEmbed, match="float16|f16|differ"):
+        Embedder(default_model_path(), decisions=RecordedDecisions(database_url), device="cpu").embed(["x"])
+
+
+def _verdict(passed: bool, seconds: float) -> Verdict:
+    return Verdict(min_cosine=0.9999, recall_at_5=1.0, recall_at_10=1.0, reference_recall_at_5=1.0,
+                   reference_recall_at_10=1.0, top10_overlap=1.0, seconds=seconds, reference_seconds=2.0,
+                   failures=() if passed else ("min cosine to float32 0.9 < 0.98",))
+
+
+def test_float16_is_chosen_on_cuda_by_the_same_rules():
+    faster = [Evaluation(CUDA_F16, _verdict(True, 1.0))]
+    assert choose("auto", faster, "auto", cuda=True).candidate == CUDA_F16
+    assert choose("f32", faster, "auto", cuda=True).candidate == CUDA_F32
+    assert choose("auto", [Evaluation(CUDA_F16, _verdict(False, 1.0))], "auto", cuda=True).candidate == CUDA_F32
+    assert choose("auto", [Evaluation(CUDA_F16, _verdict(True, 1.99))], "auto", cuda=True).candidate == CUDA_F32
+    int8 = choose("int8", faster, "auto", cuda=True)
+    assert int8.candidate == CUDA_F32 and "not available on CUDA" in int8.warning
+    on_cpu = choose("f16", [], "auto")
+    assert on_cpu.candidate.runtime == "openvino" and "float16 runs on CUDA only" in on_cpu.warning
+
+
+@pytest.mark.integration  # two code locations loaded in processes
+def test_the_embedding_step_goes_to_its_own_celery_queue():
+    from dagster_celery.tags import DAGSTER_CELERY_QUEUE_TAG
+
+    from ingestion_pipeline.cli.worker import worker_queues
+    from ingestion_pipeline.defs.executor import CELERY_QUEUE_TAG
+
+    assert CELERY_QUEUE_TAG == DAGSTER_CELERY_QUEUE_TAG
+    script = ("import json; from ingestion_pipeline.definitions import defs; d = defs(); "
+              "print(json.dumps({n: dict(d.get_assets_def(n).op.tags) for n in "
+              "('document_chunks', 'document_embeddings', 'promoted_documents')}))")
+    for queue, expected in (("gpu", {"dagster-celery/queue": "gpu"}), (None, {})):
+        env = {k: v for k, v in os.environ.items() if k != "INGESTION_EMBEDDING_QUEUE"}
+        if queue:
+            env["INGESTION_EMBEDDING_QUEUE"] = queue
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        tags = json.loads(out.stdout.strip().splitlines()[-1])
+        assert tags["document_embeddings"].get("dagster-celery/queue") == expected.get("dagster-celery/queue")
+        assert "dagster-celery/queue" not in tags["document_chunks"] | tags["promoted_documents"]
+    assert worker_queues(None) == ["dagster"]
+    assert worker_queues(["gpu", "dagster,gpu"]) == ["gpu", "dagster"]
+    with pytest.raises(ValueError, match="--queue takes Celery queue names"):
+        worker_queues(["gpu; rm -rf /"])
