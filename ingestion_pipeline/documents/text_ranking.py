@@ -84,7 +84,7 @@ WITH seeded AS (
 )
 SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
   FROM seeded s
-  JOIN chunk_fts f ON f.chunk_id = s.chunk_id
+  JOIN chunk_fts f ON f.chunk_id = s.chunk_id AND f.tenant_id = %(tenant)s
   JOIN unnest(%(cfgs)s::text[], %(tqs)s::tsquery[], %(idfs)s::float8[]) AS w(cfg, tq, idf)
     ON f.text_search_config = w.cfg AND f.tsv @@ w.tq
  GROUP BY f.chunk_id

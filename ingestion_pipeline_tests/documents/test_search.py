@@ -169,3 +169,27 @@ def test_the_same_passage_in_two_documents_is_one_hit_listing_the_other(db, data
     assert sum(passage in h.text for h in hits) == 1
     holder = next(h for h in hits if passage in h.text)
     assert len(holder.also_in) == 1 and "policy-202" in holder.also_in[0]
+
+
+def test_a_search_reads_only_its_tenants_full_text_partition(db, database, two_tenants):
+    """chunk_fts is partitioned by the tenant (sql/031): the text arm of acme's search scans acme's partition and
+    no other, so another tenant's words never cost it anything."""
+    from ingestion_pipeline_tests.helpers import table
+
+    parts = {r["tenant_id"]: r["part"] for r in table(
+        db, "SELECT DISTINCT tenant_id, tableoid::regclass::text AS part FROM chunk_fts")}
+    assert parts["acme"] != parts["globex"]  # the two tenants hash apart
+
+    def scans() -> dict[str, int]:
+        db.execute("SELECT pg_stat_force_next_flush()")
+        db.execute("SELECT 1")  # a transaction ends: this session's counts are flushed
+        db.execute("SELECT pg_stat_clear_snapshot()")
+        return {r["relname"]: r["n"] for r in table(
+            db, "SELECT relname, seq_scan + coalesce(idx_scan, 0) AS n FROM pg_stat_user_tables "
+                "WHERE relname LIKE 'chunk_fts_p%%'")}
+
+    before = scans()
+    assert _search(db, database, "acme", "When does Project Nightingale launch?")
+    after = scans()
+    read = {name for name in after if after[name] > before.get(name, 0)}
+    assert read == {parts["acme"]}, (read, parts)
