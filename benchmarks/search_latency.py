@@ -10,7 +10,10 @@ chunks. Latency is measured with two-word queries (text and vector stages both w
 no chunk contains, so that the fused ranking is the vector ranking. Runs in a throwaway database on the
 embedded server (dropped at the end). Not part of the tests.
 
-    .venv/bin/python benchmarks/search_latency.py [--chunks 1000000] [--tenants 50] [--queries 200]
+    .venv/bin/python benchmarks/search_latency.py [--chunks 1000000] [--tenants 50] [--queries 200] [--sweep]
+
+``--sweep`` then measures every tenant under each candidate setting of the vector stage (``SWEEP``: the HNSW
+scan's ef_search, order and scan budget, the exact-ranking threshold), beside the current one.
 """
 
 from __future__ import annotations
@@ -124,7 +127,9 @@ def load(conn, sizes: list[int], rng: np.random.Generator) -> dict[str, np.ndarr
 
 
 def relation_mb(conn, name: str) -> float:
-    return conn.execute("SELECT pg_relation_size(%s::regclass) AS b", (name,)).fetchone()["b"] / 1e6
+    """A relation's size, its partitions' included (a partitioned index is the sum of its partitions')."""
+    return conn.execute("SELECT greatest(pg_relation_size(%(r)s::regclass), (SELECT sum(pg_relation_size(relid)) "
+                        "FROM pg_partition_tree(%(r)s::regclass)))::float8 AS b", {"r": name}).fetchone()["b"] / 1e6
 
 
 def measure(conn, tenant: str, vectors: np.ndarray, queries: int, rng: np.random.Generator) -> dict:
@@ -165,6 +170,39 @@ def insert_cost(conn, count: int, rng: np.random.Generator) -> tuple[float, floa
     return with_index, statistics.median(timed_inserts(conn, ids, 500))
 
 
+# (label, settings of documents/search.py) measured by --sweep; the first is the code's own
+SWEEP = (
+    ("current", {}),
+    ("ef_search 1000", {"HNSW_EF_SEARCH": 1000}),
+    ("strict order", {"HNSW_SCAN_ORDER": "strict_order"}),
+    ("scan budget 100k", {"HNSW_MAX_SCAN_TUPLES": 100_000}),
+    ("ef_search 1000, budget 100k", {"HNSW_EF_SEARCH": 1000, "HNSW_MAX_SCAN_TUPLES": 100_000}),
+    ("exact up to 20k chunks", {"EXACT_SEARCH_MAX_CHUNKS": 20_000}),
+    ("exact up to 50k chunks", {"EXACT_SEARCH_MAX_CHUNKS": 50_000}),
+)
+
+
+def sweep(conn, vectors: dict[str, np.ndarray], rng: np.random.Generator, queries: int = 30) -> None:
+    """Every tenant under each setting: the lowest recall@10, the mean, and the worst p95."""
+    from ingestion_pipeline.documents import search
+
+    print(f"\nvector-stage settings, every tenant ({queries} queries each):")
+    print(f"  {'setting':<30} {'lowest recall':>13} {'mean recall':>11} {'worst p95 ms':>12} {'largest p95 ms':>14}")
+    for label, changes in SWEEP:
+        saved = {name: getattr(search, name) for name in changes}
+        try:
+            for name, value in changes.items():
+                setattr(search, name, value)
+            every = {t: measure(conn, t, vectors[t], queries, rng) for t in vectors}
+        finally:
+            for name, value in saved.items():
+                setattr(search, name, value)
+        lowest = min(every.items(), key=lambda item: item[1]["recall_at_10"])
+        print(f"  {label:<30} {lowest[1]['recall_at_10']:>8.3f} {lowest[0]:>4} "
+              f"{statistics.mean(m['recall_at_10'] for m in every.values()):>11.3f} "
+              f"{max(m['p95_ms'] for m in every.values()):>12.1f} {every['t00']['p95_ms']:>14.1f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=1_000_000)
@@ -172,6 +210,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--insert", type=int, default=5_000, help="vectors promoted into the loaded table")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--sweep", action="store_true", help="also every tenant under each vector-stage setting")
     args = parser.parse_args()
 
     from hnsw_insert import encode_seconds_per_chunk
@@ -204,6 +243,8 @@ def main() -> None:
                       f"chunks) recall@10 {m['recall_at_10']:.3f}, p50 {m['p50_ms']:.1f} ms, p95 {m['p95_ms']:.1f} ms")
             print("  by tenant size (chunks: p95 ms, recall@10): " + ", ".join(
                 f"{len(vectors[t]):,}: {m['p95_ms']:.0f}, {m['recall_at_10']:.2f}" for t, m in every.items()))
+            if args.sweep:
+                sweep(conn, vectors, rng)
             indexed, plain = insert_cost(conn, args.insert, rng)
     backend, encode = encode_seconds_per_chunk(256)
     print(f"promoting one more vector into {args.chunks:,}: {indexed * 1000:.2f} ms with the HNSW index, "

@@ -30,6 +30,11 @@ from ingestion_pipeline.documents.text_ranking import text_candidates
 from ingestion_pipeline.documents.vector_index import of_dimension
 
 EXACT_SEARCH_MAX_CHUNKS = 5_000  # a tenant this small is ranked exactly (see _vector_candidates)
+# how a larger tenant's HNSW scan goes on past other tenants' rows (pgvector >= 0.8; benchmarks/search_latency.py
+# --sweep measures the choices)
+HNSW_EF_SEARCH = 400  # the scan's candidate list (at least; 4 x the candidates asked for, up to 1,000)
+HNSW_SCAN_ORDER = "relaxed_order"
+HNSW_MAX_SCAN_TUPLES = 20_000  # pgvector's default: index entries visited before an iterative scan gives up
 MAX_NEIGHBOURS = 3  # chunks before and after a hit that a search may add to widen it
 
 
@@ -260,9 +265,8 @@ def _vector_arm(conn: psycopg.Connection, tenant_id: str, vectors: _QueryVectors
     Several (a re-index under a new model under way): each model's nearest chunks, found by its own index
     with the query embedded by that model, and then all of them ranked by one model, the query's own: the
     other models' candidates are embedded by it as a re-index would embed them (context line and text, a few
-    per search, cached). Distances of two
-    models cannot be compared; ranks merged by each model's share of the chunks lost a sixth of the
-    known items in the top 3 (``test_model_migration.py``), ranking by one model loses none."""
+    per search, cached): distances of two models cannot be compared, distances of one model can. With two
+    models of the same weights, half-way recall is the old model's exactly (``test_model_migration.py``)."""
     models = serving_models.in_use(conn, tenant_id)
     others = [m for m in models if m.name is not None and m.name != vectors.model]
     own_chunks = sum(m.chunks for m in models) - sum(m.chunks for m in others)
@@ -313,8 +317,10 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
     if exact:
         return [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim), params).fetchall()]
     if _supports_iterative_scan(conn):
-        conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(400, min(candidates * 4, 1000))),))
+        conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", (HNSW_SCAN_ORDER,))
+        conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(HNSW_MAX_SCAN_TUPLES),))
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)",
+                     (str(max(HNSW_EF_SEARCH, min(candidates * 4, 1000))),))
     else:
         conn.execute("SELECT set_config('hnsw.ef_search', '1000', true)")
     ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_ANN_SQL, dim), params).fetchall()]
