@@ -28,6 +28,7 @@ from typing import Protocol
 import numpy as np
 import psycopg
 
+from ingestion_pipeline.core.failures import CodedError
 from ingestion_pipeline.documents.chunking import context_line, document_label, embedding_input
 from ingestion_pipeline.documents.embedding import Embedder, ModelInfo, model_info
 
@@ -192,6 +193,13 @@ class QueryEmbedders:
                 self._others[name] = self._load(name)
             return self._others[name]
 
+    def give_up(self, name: str, why: Exception) -> None:
+        """The older model loaded but cannot embed here (``HostCannotEmbed``: its recorded decision): from now
+        on its versions are searched by text only on this host, said once."""
+        with self._load_lock:
+            self._others[name] = None
+        _log.warning("versions embedded by %s are searched by text only on this host: %s", name, why)
+
     def _load(self, name: str) -> Embedder | None:
         with self._connect() as conn:
             found = registered(conn, name)
@@ -225,8 +233,17 @@ class _Query:
     def vector(self, name: str) -> np.ndarray | None:
         if name not in self._made:
             model = self._embedders.embedder if name == self._embedders.model else self._embedders.other(name)
-            self._made[name] = None if model is None else model.embed([self._query])[0]
+            self._made[name] = None if model is None else self._embedded(name, model)
         return self._made[name]
+
+    def _embedded(self, name: str, model: Embedder) -> np.ndarray | None:
+        if model is self._embedders.embedder:
+            return model.embed([self._query])[0]
+        try:
+            return model.embed([self._query])[0]
+        except CodedError as exc:  # an older model this host cannot run as decided: its versions by text only
+            self._embedders.give_up(name, exc)
+            return None
 
     def embed_passages(self, passages: list[Passage]) -> np.ndarray:
         return self._embedders.embed_passages(passages)

@@ -93,3 +93,24 @@ def test_a_model_this_host_cannot_load_is_text_only_and_says_why(database_url, d
     assert len(why) == 4  # once per model
     assert "its files are not on this host" in why[0] and "no host recorded where its files are" in why[1]
     assert "are another model now" in why[2] and "no host recorded" in why[3]
+
+
+def test_an_old_model_that_cannot_embed_here_leaves_its_versions_to_text(database_url, db, tmp_path, monkeypatch,
+                                                                          caplog):
+    from ingestion_pipeline.documents.model_decision import HostCannotEmbed
+
+    class _Refusing(_CountingEmbedder):
+        def embed(self, texts):
+            raise HostCannotEmbed(SimpleNamespace(model_name="old", candidate=SimpleNamespace(
+                precision="int8", runtime="openvino"), decided_when="by prepare"), "its vectors differ here")
+
+    (tmp_path / "old").mkdir()
+    db.execute("INSERT INTO embedding_models (model_name, model_digest, dimension, model_path) VALUES (%s, %s, 4, %s)",
+               ("old", "e" * 64, str(tmp_path / "old")))
+    monkeypatch.setattr(serving_models, "model_info", lambda path: SimpleNamespace(digest="e" * 64))
+    embedders = _embedders(_CountingEmbedder("new"), database_url, build=lambda path: _Refusing("old"))
+    with caplog.at_level(logging.WARNING, logger="ingestion_pipeline.search"):
+        assert embedders.for_query("q").vector("old") is None
+        assert embedders.for_query("q2").vector("old") is None  # not loaded again
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "searched by text only" in warning and "its vectors differ here" in warning
