@@ -132,13 +132,11 @@ def main() -> None:
 
     questions = load_questions(rq.QUESTIONS)
     files = rq.knowledge_base_files(args.corpus or rq.default_corpus(), questions)
-    work, remove = rq.set_up_data_dir(args.data_dir)
     from ingestion_pipeline import services
     from ingestion_pipeline.cli.bootstrap import Context, bootstrap
-    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
 
     rows = []
-    try:
+    with rq.knowledge_base_folder(args.data_dir) as work:
         ctx = bootstrap()
         ingested = rq.ingest_ours(ctx, files)
         print(f"{len(questions)} questions over {ingested['documents']} documents, {ingested['chunks']} chunks "
@@ -177,10 +175,6 @@ def main() -> None:
               "compared with the new model's vectors only")
         new_ctx.db.close()
         ctx.db.close()
-    finally:
-        stop_embedded_postgres(work / "pgdata")
-        if remove:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

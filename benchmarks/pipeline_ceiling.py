@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import io
 import logging
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -71,14 +70,12 @@ def main() -> None:
     logging.disable(logging.INFO)
     corpus = args.corpus or rq.default_corpus()
     files = sorted(p for p in corpus.iterdir() if p.is_file())
-    work, remove = rq.set_up_data_dir(args.data_dir)
     from ingestion_pipeline.cli.bootstrap import Context, bootstrap
     from ingestion_pipeline.cli.documents import process_queued
-    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
     from ingestion_pipeline.documents.embedding import Embedder
     from ingestion_pipeline.documents.intake import submit_uploads
 
-    try:
+    with rq.knowledge_base_folder(args.data_dir):
         ctx = bootstrap()
         if args.preload:
             print(f"preloading {args.preload:,} synthetic chunks in 20 tenants ...", flush=True)
@@ -113,10 +110,6 @@ def main() -> None:
                   "chunks/s alone")
         fast.db.close()
         ctx.db.close()
-    finally:
-        stop_embedded_postgres(work / "pgdata")
-        if remove:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

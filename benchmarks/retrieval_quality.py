@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +77,21 @@ def set_up_data_dir(data_dir: Path | None) -> tuple[Path, bool]:
     shutil.copy(instance_home() / "dagster.yaml", home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)
     return work, data_dir is None
+
+
+@contextlib.contextmanager
+def knowledge_base_folder(data_dir: Path | None) -> Iterator[Path]:
+    """``set_up_data_dir``'s folder for the benchmark's run: its embedded Postgres stopped at the end, and the
+    folder removed unless it was given (``--data-dir`` keeps the knowledge base between runs)."""
+    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
+
+    work, remove = set_up_data_dir(data_dir)
+    try:
+        yield work
+    finally:
+        stop_embedded_postgres(work / "pgdata")
+        if remove:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 # -- ours ----------------------------------------------------------------------------------------------
@@ -223,15 +239,13 @@ def main() -> None:
     questions = load_questions(args.questions)
     files = knowledge_base_files(args.corpus or default_corpus(), questions)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    work, remove = set_up_data_dir(args.data_dir)
     from ingestion_pipeline.cli.bootstrap import bootstrap
-    from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
 
     print(f"{len(questions)} questions ({sum(q.kind == 'paraphrased' for q in questions)} paraphrased, "
           f"{sum(q.kind == 'keyword' for q in questions)} keyword; {sum(q.language == 'fr' for q in questions)} "
           f"French; {sum(q.held_out for q in questions)} held out) over {len(files)} documents")
     rows, everything = [], {}
-    try:
+    with knowledge_base_folder(args.data_dir) as work:
         ctx = bootstrap()
         if "ours" in systems:
             ingested = ingest_ours(ctx, files)
@@ -273,10 +287,6 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps(everything, indent=1))
         ctx.db.close()
-    finally:
-        stop_embedded_postgres(work / "pgdata")
-        if remove:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
