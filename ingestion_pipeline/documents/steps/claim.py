@@ -56,8 +56,10 @@ def claim_batch(run: StepRunner, partition_key: str, *, replay_finished: bool = 
         finally:
             _discard_unused_downloads(run)
     # files go on to be embedded: the model loads while they are extracted, unless the embedding steps run on
-    # workers of their own queue (INGESTION_EMBEDDING_QUEUE: GPU hosts), where this process never embeds
-    if any(o.status == STEP_DONE for o in outcomes) and not run.settings.executor.embedding_queue:
+    # Celery workers of their own queue (INGESTION_EMBEDDING_QUEUE: GPU hosts), where this process never embeds
+    executor = run.settings.executor
+    if any(o.status == STEP_DONE for o in outcomes) and not (executor.executor == "celery"
+                                                              and executor.embedding_queue):
         run.embedder.warm_up()
     return [_not_claimed(run, r, active.get(r["doc_id"])) for r in others] + outcomes
 
