@@ -8,7 +8,13 @@ run queue, a run worker process, the five steps. Prints each time, the median, a
 went, from the ledger's and Dagster's own records of the run: the submit command, the wait for the sensor's
 run, the run queue, the run worker's start, the resources before the first step, each step.
 
-    .venv/bin/python benchmarks/dev_latency.py [--files 5]
+With ``--load N``: a bulk load of N files of another tenant is ingested alone (its rate unloaded), then a
+second one of N while small files are submitted one at a time: each small file's time (p50, p95) and the
+bulk load's rate beside its unloaded rate. ``--compare`` runs everything twice in one go: first on the
+instance file without the run launcher's loaded workers and without the fair shares of the run slots
+(``before``), then on the project's own (``after``); the sensor interval is the code's in both.
+
+    .venv/bin/python benchmarks/dev_latency.py [--files 5] [--load 2000] [--compare]
 """
 
 from __future__ import annotations
@@ -67,21 +73,48 @@ def breakdown(instance, url: str, tenant: str, filename: str, submit_start: floa
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--files", type=int, default=5)
-    args = parser.parse_args()
-    with dev_session("ip-dev-latency-") as dev:
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _succeeded(url: str, tenant: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM ingestion_runs WHERE tenant_id = %s AND status = 'succeeded'",
+                            (tenant,)).fetchone()[0]
+
+
+def _without_the_changes(env: dict[str, str], work: Path) -> None:
+    """The instance as it was before run workers were loaded ahead and bulk runs had a share: Dagster's
+    default launcher, no limits by run class."""
+    import yaml
+
+    path = work / "dagster_home" / "dagster.yaml"
+    config = yaml.safe_load(path.read_text())
+    config.pop("run_launcher", None)
+    runs = config["concurrency"]["runs"]
+    runs["tag_concurrency_limits"] = [limit for limit in runs["tag_concurrency_limits"]
+                                      if limit["key"] not in ("ingestion/run_class", "ingestion/bulk_tenant")]
+    path.write_text(yaml.safe_dump(config))
+
+
+def session(label: str, files: int, load: int, before: bool) -> dict[str, float]:
+    """One `make dev` session: small files idle, then (``load``) beside a bulk load. Figures by name."""
+    figures: dict[str, float] = {}
+    with dev_session("ip-dev-latency-", before_dev=_without_the_changes if before else None) as dev:
         os.environ.update(DAGSTER_HOME=dev.env["DAGSTER_HOME"], DAGSTER_PG_URL=subprocess.run(
             [CLI, "db", "url", "--dagster"], env=dev.env, check=True, capture_output=True, text=True).stdout.strip())
         from dagster import DagsterInstance
 
         instance = DagsterInstance.get()
         stages: list[dict[str, float]] = []
+        counter = iter(range(10**6))
 
-        def ingest(name: str, text: str, timeout: float = 300) -> float:
+        def ingest(timeout: float = 300, record: bool = True) -> float:
+            i = next(counter)
+            name = f"note-{i}.md"
             path = dev.work / name
-            path.write_text(text)
+            path.write_text(f"# Note {i}\n\nNote {i}: the ferry leaves at {i % 24} o'clock from pier {i}.\n")
             start, wall = time.perf_counter(), time.time()
             subprocess.run([CLI, "submit", "--tenant", "dev", str(path)], env=dev.env, check=True,
                            capture_output=True)
@@ -90,25 +123,86 @@ def main() -> None:
                 dev.check_alive()
                 if _active(dev.url, "dev", name):
                     seconds = time.perf_counter() - start
-                    stages.append(breakdown(instance, dev.url, "dev", name, wall, submitted, time.time()))
+                    if record:
+                        stages.append(breakdown(instance, dev.url, "dev", name, wall, submitted, time.time()))
                     return seconds
                 time.sleep(0.1)
             raise SystemExit(f"{name} not searchable after {timeout} s:\n{dev.log_tail()}")
 
-        warm_up = ingest("warm-up.md", "# Warm up\n\nThe first file.\n", 600)
-        print(f"warm-up file (the daemon starting, the model's one-time export): {warm_up:.1f} s", flush=True)
+        def bulk(tag: str) -> list[str]:
+            folder = dev.work / tag
+            folder.mkdir()
+            paths = []
+            for i in range(load):
+                path = folder / f"{tag}-{i}.md"
+                path.write_text(f"# {tag} {i}\n\nPart {i} of the {tag} load: shipment {i * 7919 % 100003}.\n")
+                paths.append(str(path))
+            return paths
+
+        def submit_bulk(paths: list[str]) -> float:
+            started = time.perf_counter()
+            subprocess.run([CLI, "submit", "--tenant", "bulk", *paths], env=dev.env, check=True, capture_output=True)
+            return started
+
+        warm_up = ingest(600, record=False)
+        print(f"[{label}] warm-up file (the daemon starting, the model's one-time export): {warm_up:.1f} s", flush=True)
         times = []
-        for i in range(args.files):
-            seconds = ingest(f"note-{i}.md", f"# Note {i}\n\nNote {i}: the ferry leaves at {i + 7} o'clock.\n")
-            times.append(seconds)
-            print(f"note-{i}.md searchable after {seconds:.1f} s", flush=True)
-        print(f"\nsubmit to searchable with `make dev` running: median {statistics.median(times):.1f} s, "
-              f"max {max(times):.1f} s ({args.files} files, one at a time)")
-        measured = stages[1:]  # the warm-up's first run also pays the daemon's and the code server's start
-        print("\nwhere the seconds go (median over the files after the warm-up):")
-        for name in measured[0] if measured else ():
-            values = [s.get(name, 0.0) for s in measured]
-            print(f"  {name:<40} {statistics.median(values):6.2f} s")
+        for _ in range(files):
+            times.append(ingest())
+            print(f"[{label}] idle: small file searchable after {times[-1]:.1f} s", flush=True)
+        figures["idle p50"], figures["idle p95"] = statistics.median(times), _percentile(times, 0.95)
+        print(f"\n[{label}] submit to searchable, idle: median {figures['idle p50']:.1f} s, "
+              f"p95 {figures['idle p95']:.1f} s ({files} files, one at a time)")
+        print(f"[{label}] where the seconds go (median over the idle files):")
+        for name in stages[0] if stages else ():
+            values = [s.get(name, 0.0) for s in stages]
+            figures[f"stage {name}"] = statistics.median(values)
+            print(f"  {name:<40} {figures[f'stage {name}']:6.2f} s")
+        if not load:
+            return figures
+
+        first, second = bulk("load-a"), bulk("load-b")
+        started = submit_bulk(first)
+        while _succeeded(dev.url, "bulk") < load:
+            dev.check_alive()
+            time.sleep(0.5)
+        alone = time.perf_counter() - started
+        figures["bulk files/s alone"] = load / alone
+        print(f"\n[{label}] bulk load of {load} files alone: {alone:.1f} s, {load / alone:.1f} files/s", flush=True)
+        started = submit_bulk(second)
+        loaded_times = []
+        while _succeeded(dev.url, "bulk") < 2 * load:
+            loaded_times.append(ingest(900, record=False))
+            done = _succeeded(dev.url, "bulk") - load
+            print(f"[{label}] under load ({done}/{load} bulk files done): small file searchable after "
+                  f"{loaded_times[-1]:.1f} s", flush=True)
+        beside = time.perf_counter() - started
+        figures["bulk files/s beside small files"] = load / beside
+        figures["loaded p50"], figures["loaded p95"] = (statistics.median(loaded_times),
+                                                        _percentile(loaded_times, 0.95))
+        print(f"[{label}] bulk load of {load} files beside {len(loaded_times)} small files: {beside:.1f} s, "
+              f"{load / beside:.1f} files/s ({100 * alone / beside:.0f} % of its rate alone)")
+        print(f"[{label}] small files during the load: median {figures['loaded p50']:.1f} s, "
+              f"p95 {figures['loaded p95']:.1f} s ({len(loaded_times)} files)")
+        return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--files", type=int, default=5, help="small files submitted one at a time, idle")
+    parser.add_argument("--load", type=int, default=0, help="files of the other tenant's bulk load (0: none)")
+    parser.add_argument("--compare", action="store_true",
+                        help="first without loaded run workers and fair shares (before), then as configured")
+    args = parser.parse_args()
+    runs = [("before", True), ("after", False)] if args.compare else [("now", False)]
+    results = {label: session(label, args.files, args.load, before) for label, before in runs}
+    if args.compare:
+        print("\nbefore and after, side by side:")
+        for name in results["after"]:
+            b, a = results["before"].get(name), results["after"][name]
+            unit = "" if "files/s" in name else " s"
+            shown = f"{b:8.2f}{unit}" if b is not None else "       -"
+            print(f"  {name:<42} {shown}  ->  {a:8.2f}{unit}")
 
 
 if __name__ == "__main__":

@@ -21,3 +21,13 @@ def test_the_code_location_checks_the_databases_before_dagster_starts():
         assert init["image"] == f"{image['repository']}:{image['tag']}"  # the same release as the code location
         assert init["envFrom"] == [{"secretRef": s} for s in deployment["envSecrets"]]
     assert {e["name"] for e in deployment["env"]} <= environment.names()
+
+
+def test_the_run_queue_limits_are_the_instance_files():
+    """The chart's run queue holds runs as `make dev` and docker-compose do (one per batch, fair shares …)."""
+    values = yaml.safe_load((project_root() / "deploy" / "helm" / "values.yaml").read_text())
+    instance = yaml.safe_load((project_root() / "dagster_home" / "dagster.yaml").read_text())
+    queued = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
+    runs = instance["concurrency"]["runs"]
+    assert queued["maxConcurrentRuns"] == runs["max_concurrent_runs"]
+    assert queued["tagConcurrencyLimits"] == runs["tag_concurrency_limits"]

@@ -65,6 +65,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_BATCH_MAX_FILES"),
         _setting("INGESTION_BATCH_MAX_BYTES"),
         _setting("INGESTION_BATCH_LANES"),
+        _setting("INGESTION_BATCH_INTERACTIVE_FILES"),
         _setting("INGESTION_CHUNK_TARGET_TOKENS"),
         _setting("INGESTION_CHUNK_MAX_TOKENS"),
         _setting("INGESTION_EMBEDDING_MODEL"),
@@ -91,6 +92,9 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("CELERY_BROKER_URL"),
         _setting("INGESTION_EMBEDDING_QUEUE"),
         _setting("INGESTION_WORKER_CONCURRENCY"),
+        Variable("INGESTION_WARM_RUN_WORKERS", "1 (`dagster.yaml`)", "Run workers the instance's launcher keeps "
+                 "loaded ahead of need (Dagster and the code location imported): a launched run starts at once. "
+                 "`0`: every run starts a fresh interpreter, Dagster's default."),
         _setting("INGESTION_WORKER_REDELIVER_SECONDS"),
     ),
     "Queues": (

@@ -244,6 +244,13 @@ class BatchSettings(_Area):
                          description="Files in one batch (one partition, one run).")
     max_bytes: int = env("INGESTION_BATCH_MAX_BYTES", default=200 * 1024 * 1024, parse=_int, expected="an integer",
                          shown="209715200 (200 MB)", description="Bytes in one batch.")
+    # a batch this small (and not from an S3 source) is a person waiting: its run is queued ahead of bulk runs
+    # and has a run slot of its own (defs/partitions.py: RUN_CLASS_TAG)
+    interactive_max_files: int = env("INGESTION_BATCH_INTERACTIVE_FILES", default=10, parse=_at_least_one,
+                                     expected=WHOLE_AT_LEAST_ONE,
+                                     description="A batch of at most this many files, not from an S3 source, is "
+                                                 "interactive: queued first, a run slot bulk runs never "
+                                                 "take.")
     # files a step works on at once (documents/steps/runner.py); at most the pool's connections
     lanes: int = env("INGESTION_BATCH_LANES", default=2, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
                      description="Files a step works on at once (at most the run's 4 connections).")

@@ -25,10 +25,15 @@ from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run, int
 from ingestion_pipeline.defs.ledger.janitor import run_janitor
 from ingestion_pipeline.defs.partitions import (
     BATCH_TAG,
+    BULK,
+    BULK_TENANT_TAG,
     DOCUMENT_JOB,
+    INTERACTIVE,
+    INTERACTIVE_PRIORITY,
     LAUNCH_GEN_TAG,
     LAUNCHED_BY_TAG,
     METRIC_JOB,
+    RUN_CLASS_TAG,
     SOURCE_TAG,
     TENANT_TAG,
     WORKSPACE_TAG,
@@ -44,6 +49,7 @@ from ingestion_pipeline.documents.batching import (
 from ingestion_pipeline.metrics.uploads import pending_partitions
 
 MAX_RETRIES_TAG = "dagster/max_retries"
+PRIORITY_TAG = "dagster/priority"
 
 
 @dataclass(frozen=True)
@@ -89,10 +95,19 @@ def plan_document_runs(
         dg.RunRequest(run_key=run_key(b["partition_key"], b["launch_gen"]), partition_key=b["partition_key"],
                       tags={BATCH_TAG: b["partition_key"], LAUNCH_GEN_TAG: str(b["launch_gen"]),
                             TENANT_TAG: b["tenant_id"],
-                            **({SOURCE_TAG: sources[b["partition_key"]]} if b["partition_key"] in sources else {})})
+                            **({SOURCE_TAG: sources[b["partition_key"]]} if b["partition_key"] in sources else {}),
+                            **run_class_tags(b, from_source=b["partition_key"] in sources, limits=limits)})
         for b in due
     ]
     return RunPlan(DOCUMENT_JOB, requests, document_batches, _unknown(instance, document_batches, keys))
+
+
+def run_class_tags(batch: Mapping[str, Any], *, from_source: bool, limits: BatchSettings) -> dict[str, str]:
+    """The run's share of the run slots: ``interactive`` (queued first) for a small batch not from an S3
+    source — a person's upload, a queue job — else ``bulk``, limited per tenant (dagster.yaml)."""
+    if not from_source and batch["files"] <= limits.interactive_max_files:
+        return {RUN_CLASS_TAG: INTERACTIVE, PRIORITY_TAG: INTERACTIVE_PRIORITY}
+    return {RUN_CLASS_TAG: BULK, BULK_TENANT_TAG: batch["tenant_id"]}
 
 
 def plan_metric_runs(instance: dg.DagsterInstance, db: Database) -> RunPlan:

@@ -92,7 +92,7 @@ def assign_queued_to_batches(
 
 
 def due_batches(conn: psycopg.Connection, run_types: Sequence[str] | None = None) -> list[dict]:
-    """Batches with work due now: {partition_key, launch_gen, tenant_id}, oldest first (a batch is one tenant's).
+    """Batches with work due now: {partition_key, launch_gen, tenant_id, files}, oldest first (a batch is one tenant's).
 
     Rows waiting for a retry (``next_attempt_at`` in the future) and rows of a paused tenant or source
     are not due. ``launch_gen`` (the highest of the batch's due rows) goes up whenever a row needs a new
@@ -100,7 +100,7 @@ def due_batches(conn: psycopg.Connection, run_types: Sequence[str] | None = None
     """
     return conn.execute(
         """SELECT r.partition_key, max(r.launch_gen) AS launch_gen, min(r.run_id) AS first_run,
-                  min(r.tenant_id) AS tenant_id
+                  min(r.tenant_id) AS tenant_id, count(*) AS files
              FROM ingestion_runs r
              JOIN tenants t ON t.tenant_id = r.tenant_id
              LEFT JOIN ingestion_sources s ON s.source_id = r.source_id

@@ -360,3 +360,84 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
         stack.close()
         stop_process_group(proc)
         log.close()
+
+
+_TERMINATE = """
+mutation($runId: String!) {
+  terminateRun(runId: $runId) {
+    __typename
+    ... on TerminateRunFailure { message }
+    ... on PythonError { message }
+  }
+}"""
+
+
+def _engine_messages(instance, run_id: str) -> list[str]:
+    from dagster import DagsterEventType
+
+    return [e.message for e in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_dev_runs_start_in_workers_loaded_ahead_and_the_uis_terminate_cancels_one(
+        database, project_dagster_home, db, corpus_dir, tmp_path):
+    """The instance's run launcher (defs/warm_run_launcher.py) under `make dev`: a run held mid-embedding is
+    terminated from the UI (its worker gets the signal, the run and its file are canceled); the runs after it
+    start in a worker that was loaded before they were launched."""
+    from dagster import DagsterInstance, DagsterRunStatus
+
+    from ingestion_pipeline.defs.warm_run_launcher import WORKER_TAG
+
+    markers = tmp_path / "failpoints"
+    markers.mkdir()
+    env = {**os.environ, "INGESTION_FAILPOINT": "embed.unit", "INGESTION_ALLOW_FAILPOINTS": "1",
+           "INGESTION_FAILPOINT_DIR": str(markers), "INGESTION_FAILPOINT_SLEEP": "600"}
+    [held] = submit(database, "acme", corpus_dir / "documents" / "norwich-city.txt")
+    port = _free_port()
+    log_path = tmp_path / "dev.log"
+    log = log_path.open("w")
+    proc = subprocess.Popen(
+        ["env", "--default-signal=INT", str(Path(sys.executable).parent / "ingestion-pipeline"), "dev",
+         "--port", str(port), "--api-port", "0"],
+        cwd=project_root(), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        marker = _wait(lambda: next(markers.glob("*.embed.unit"), None), 240, proc, log_path, "the failpoint")
+        worker_pid = int(marker.name.split(".")[0])
+        [row] = table(db, "SELECT dagster_run_id FROM ingestion_runs WHERE run_id = %s", held.run_id)
+        with DagsterInstance.from_config(str(project_dagster_home)) as instance:
+            first = instance.get_run_by_id(row["dagster_run_id"])
+            assert json.loads(first.tags[WORKER_TAG])["pid"] == worker_pid  # the run runs in the launched worker
+            result = _graphql(port, _TERMINATE, {"runId": first.run_id})["terminateRun"]
+            assert result["__typename"] == "TerminateRunSuccess", result
+            canceled = _wait(lambda: (r := instance.get_run_by_id(first.run_id)).is_finished and r, 120, proc,
+                             log_path, "the terminated run's end")
+            assert canceled.status == DagsterRunStatus.CANCELED
+            _wait(lambda: not Path(f"/proc/{worker_pid}").exists()
+                  or "zombie" in Path(f"/proc/{worker_pid}/status").read_text(), 60, proc, log_path,
+                  "the terminated worker's exit")
+
+            # the canceled run's file is canceled (a person stopped it); files after it run in loaded workers
+            _wait(lambda: table(db, "SELECT status FROM ingestion_runs WHERE run_id = %s",
+                                held.run_id)[0]["status"] == "canceled", 120, proc, log_path, "the file's cancel")
+            later = []
+            for i in range(2):
+                note = tmp_path / f"after-{i}.md"
+                note.write_text(f"# After {i}\n\nFile {i} submitted after a run was terminated.\n")
+                [queued] = submit(database, "acme", note)
+                later.append(queued.run_id)
+                _wait(lambda queued=queued: table(db, "SELECT status FROM ingestion_runs WHERE run_id = %s",
+                                                  queued.run_id)[0]["status"] == "succeeded", 300, proc, log_path,
+                      f"file {i}")
+            runs = [r["dagster_run_id"] for r in table(db, "SELECT dagster_run_id FROM ingestion_runs "
+                                                           "WHERE run_id = ANY(%s)", later)]
+            assert len(set(runs)) == 2 and first.run_id not in runs
+            for run_id in runs:
+                _wait(lambda run_id=run_id: instance.get_run_by_id(run_id).is_finished, 120, proc, log_path,
+                      "the run's end")
+                readiness = [m for m in _engine_messages(instance, run_id) if m.startswith("Run worker (pid ")]
+                assert len(readiness) == 1 and "before the run was handed to it" in readiness[0], readiness
+    finally:
+        stop_process_group(proc)
+        log.close()

@@ -62,9 +62,14 @@ def test_the_definitions_are_the_same_whatever_the_environment(monkeypatch):
     assert "sqs_sensor" in plain["sensors"]
 
 
+# The one module that needs Dagster's internals (ARCHITECTURE.md: Dagster beyond its documented API): the run
+# worker executes a launched run as `dagster api execute_run` does; cli/test_dagster_dev.py runs it for real.
+ALLOWED_INTERNALS = {"defs/run_worker.py: dagster._cli.api", "defs/run_worker.py: dagster._utils.interrupts"}
+
+
 def test_the_code_location_uses_no_dagster_internal():
     """Only Dagster's public API: no ``dagster._…`` module or ``dagster.components.definitions`` import anywhere in
-    the package (the one measured exception would live in one module, tested for the upgrade that breaks it)."""
+    the package but the measured exception, in one module and tested for the upgrade that breaks it."""
     import ast
 
     package = Path(code_location.__file__).parent
@@ -75,7 +80,7 @@ def test_the_code_location_uses_no_dagster_internal():
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             internal += [f"{path.relative_to(package)}: {n}" for n in names
                          if n.startswith(("dagster._", "dagster_postgres._")) or n == "dagster.components.definitions"]
-    assert internal == []
+    assert sorted(set(internal) - ALLOWED_INTERNALS) == []
 
 
 def test_loading_the_code_location_builds_no_s3_session_or_client():

@@ -4,7 +4,13 @@ import dagster as dg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
 from ingestion_pipeline.defs.ledger.run_status_sensors import ledger_on_run_failure
-from ingestion_pipeline.defs.partitions import BATCH_TAG, TENANT_TAG, document_batches
+from ingestion_pipeline.defs.partitions import (
+    BATCH_TAG,
+    BULK_TENANT_TAG,
+    RUN_CLASS_TAG,
+    TENANT_TAG,
+    document_batches,
+)
 from ingestion_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from ingestion_pipeline.defs.sources.upload_sensor import upload_sensor
 from ingestion_pipeline_tests.helpers import materialize_batch, submit, table
@@ -40,6 +46,31 @@ def test_upload_sensor_batches_200_files_into_a_handful_of_runs(database, db, tm
         assert sorted(r.run_key for r in again.run_requests) == sorted(keys)
         assert again.dynamic_partitions_requests == []
         assert table(db, "SELECT count(DISTINCT partition_key) AS n FROM ingestion_runs")[0]["n"] == 4
+
+
+def test_a_small_batch_is_interactive_and_queued_first_a_big_one_bulk_and_shared_per_tenant(database, tmp_path):
+    """The run queue's fair shares (dagster.yaml): a single upload is `interactive` (dequeued first, a slot bulk
+    runs never take) while another tenant's big load is `bulk`, its runs counted against that tenant."""
+    paths = []
+    for i in range(70):  # batches of 50 and 20 (above the 10 files of an interactive batch)
+        p = tmp_path / f"bulk-{i}.md"
+        p.write_text(f"# Bulk {i}\n\nBody of bulk document {i}.")
+        paths.append(p)
+    submit(database, "acme", *paths)
+    single = tmp_path / "single.md"
+    single.write_text("# Single\n\nA person's one upload.")
+    submit(database, "beta", single)
+    with dg.instance_for_test() as instance:
+        requests = _tick(instance).run_requests
+    by_tenant: dict[str, list] = {}
+    for r in requests:
+        by_tenant.setdefault(r.tags[TENANT_TAG], []).append(r.tags)
+    assert len(by_tenant["acme"]) == 2 and all(
+        t[RUN_CLASS_TAG] == "bulk" and t[BULK_TENANT_TAG] == "acme" and "dagster/priority" not in t
+        for t in by_tenant["acme"])
+    [interactive] = by_tenant["beta"]
+    assert interactive[RUN_CLASS_TAG] == "interactive" and interactive["dagster/priority"] == "10"
+    assert BULK_TENANT_TAG not in interactive
 
 
 def test_upload_sensor_with_nothing_queued_requests_nothing(database):
