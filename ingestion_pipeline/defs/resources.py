@@ -35,6 +35,7 @@ from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.documents.embedding import Embedder, build_embedder
 from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
+from ingestion_pipeline.queues.redis_contract import FinalStatusWriter
 
 
 class SettingsResource(dg.ConfigurableResource):
@@ -256,10 +257,13 @@ def build_document_pipeline(
     """The pipeline of one step, wired from the run's resources; progress also goes to ``progress_log``
     (the step's Dagster run log)."""
     pipeline_settings = settings.get()
+    redis_url = pipeline_settings.queues.redis_url
     return DocumentPipeline(postgres.db, uploads.documents(), embedder, pipeline_settings,
                             S3Clients(s3) if s3 is not None else None,
                             worker=heartbeat.worker if heartbeat is not None else None,
-                            extractor=IsolatedExtractor(pipeline_settings.limits), progress_log=progress_log)
+                            extractor=IsolatedExtractor(pipeline_settings.limits), progress_log=progress_log,
+                            # a Redis job's status says done the moment its file is promoted
+                            finish_listeners=[FinalStatusWriter(postgres.db, redis_url)] if redis_url else [])
 
 
 def _env(name: str, *, whole: bool = False) -> dg.EnvVar | None:

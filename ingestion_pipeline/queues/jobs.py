@@ -36,6 +36,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -337,17 +338,20 @@ def record_refused(conn: psycopg.Connection, *, job_id: str, intake: str, tenant
     return row is not None
 
 
-def unreported(conn: psycopg.Connection, intake: str, limit: int = 1000) -> list[dict]:
+def unreported(conn: psycopg.Connection, intake: str, limit: int = 1000,
+               file_ids: Sequence[int] | None = None) -> list[dict]:
     """Jobs whose final status is not yet written to their queue, oldest first, each with its file's
-    ledger state (``file_status`` …; NULL for a job without a file) and the job status that state means."""
+    ledger state (``file_status`` …; NULL for a job without a file) and the job status that state means;
+    ``file_ids``: only the jobs of these files."""
     rows = conn.execute(
         """SELECT j.*, r.status AS file_status, r.attempts, r.error AS file_error, r.error_code AS file_error_code,
                   r.suggestion AS file_suggestion, r.stats AS file_stats, r.started_at AS file_started_at,
                   r.finished_at AS file_finished_at
              FROM queue_jobs j LEFT JOIN ingestion_runs r ON r.run_id = j.file_id
-            WHERE j.reported_at IS NULL AND j.intake = %s
-            ORDER BY j.accepted_at LIMIT %s""",
-        (intake, limit),
+            WHERE j.reported_at IS NULL AND j.intake = %(intake)s
+              AND (%(files)s::bigint[] IS NULL OR j.file_id = ANY(%(files)s))
+            ORDER BY j.accepted_at LIMIT %(limit)s""",
+        {"intake": intake, "limit": limit, "files": list(file_ids) if file_ids is not None else None},
     ).fetchall()
     for row in rows:
         row["now_status"] = _FROM_FILE_STATUS[row["file_status"]] if row["file_status"] else row["status"]

@@ -54,3 +54,37 @@ def test_the_status_follows_the_ledger(redis_queue, database, tmp_path):
 
     assert (tmp_path / "kb" / "processed" / "a.md").is_file()
     assert redis_contract.sync_statuses(database, redis_queue) == {}  # reported once
+
+
+def test_the_run_that_finishes_a_file_writes_done_or_failed_at_once(redis_queue, database, corpus_dir,
+                                                                      tmp_path):
+    """The status hash says done (or failed) as the run promotes (or fails) the file: no consumer round in
+    between. The consumer's next round still settles the file and adds where it went, once."""
+    import shutil
+
+    import dagster as dg
+
+    from ingestion_pipeline_tests.helpers import batch_queued, materialize_batch
+
+    root = tmp_path / "kb" / "incoming"
+    root.mkdir(parents=True)
+    (root / "good.md").write_text("# Good\n\nA note the run promotes.\n")
+    shutil.copy(corpus_dir / "broken" / "password.pdf", root / "locked.pdf")
+    good, locked = new_job("kb1", str(root / "good.md")), new_job("kb1", str(root / "locked.pdf"))
+    for job in (good, locked):
+        push(redis_queue, job)
+    with database.transaction() as conn:
+        add_rag(conn, "kb1", tenant_id="acme", root=root.parent)
+    RedisJobConsumer(redis_queue, database, LocalUploadStore(tmp_path / "store"), fingerprint="fp",
+                     max_bytes=10**6).consume(10)
+    [key] = batch_queued(database)
+    with dg.instance_for_test() as instance:
+        materialize_batch(instance, key, raise_on_error=False)  # the locked PDF fails its check
+
+    done, failed = (redis_contract.read_status(redis_queue, j.job_id) for j in (good, locked))
+    assert done["status"] == "done" and done["chunks_created"] != "0" and done["completed_at"]
+    assert failed["status"] == "failed" and failed["error_code"] and failed["failed_at"]
+    assert not done.get("moved_to") and (root / "good.md").is_file()  # settling is the consumer's
+    assert redis_contract.sync_statuses(database, redis_queue) == {"done": 1, "failed": 1}
+    assert redis_contract.read_status(redis_queue, good.job_id)["moved_to"].endswith("processed/good.md")
+    assert redis_contract.sync_statuses(database, redis_queue) == {}

@@ -49,6 +49,10 @@ T = TypeVar("T")
 # outcome statuses besides the ledger's: the step is done and more follow; the file was handed back;
 # nothing to do (identical content already active / the version is already at the current fingerprint)
 STEP_DONE, RETRY, LOST, RELEASED, SKIPPED, CURRENT = "running", "retry", "lost", "released", "skipped", "current"
+# a file whose ledger state is final once the outcome is returned (its commit is done)
+FINAL = frozenset({file_ledger.SUCCEEDED, SKIPPED, file_ledger.FAILED, file_ledger.DEAD_LETTER})
+# told the ledger row ids of files that just finished, on the file's lane, after the commit
+FinishListener = Callable[[list[int]], None]
 
 
 @dataclass
@@ -115,9 +119,11 @@ class StepRunner:
     def __init__(
         self, db: Database, store: UploadStore, embedder: Embedder, settings: Settings,
         s3_client_for: S3ClientFor | None = None, *, worker: Worker | None = None, extractor: Extractor | None = None,
-        progress_log: Sink | None = None,
+        progress_log: Sink | None = None, finish_listeners: list[FinishListener] | None = None,
     ) -> None:
         self.db = db
+        # who is told the moment a file's state is final (the Redis status of its job: queues/redis_contract.py)
+        self.finish_listeners = list(finish_listeners or [])
         self.progress_sinks = [progress_log] if progress_log is not None else []
         self.progress = Progress("idle", 0)
         self.store = store
@@ -216,9 +222,10 @@ class StepRunner:
         return [by_run[row["run_id"]] for row in rows]
 
     def guarded(self, row: dict, work: Callable[[dict], FileOutcome | None]) -> FileOutcome | None:
-        """``work(row)``, with a file's failure (or lost claim) turned into that file's outcome."""
+        """``work(row)``, with a file's failure (or lost claim) turned into that file's outcome; a final one is
+        told to the finish listeners at once."""
         try:
-            return work(row)
+            outcome = work(row)
         except LeaseLost as exc:
             log.warning("file %s (file_id %s): %s", filename(row), row["run_id"], exc)
             return FileOutcome.of(row, LOST, str(exc))
@@ -226,7 +233,18 @@ class StepRunner:
             failure = classify(exc)
             if failure.code in STEP_ERRORS:
                 raise  # the database, not the file: the step is retried, the file stays held
-            return self.fail(row, failure)
+            outcome = self.fail(row, failure)
+        if outcome is not None and outcome.status in FINAL:
+            self.tell_finished([outcome.file_id])
+        return outcome
+
+    def tell_finished(self, file_ids: list[int]) -> None:
+        """Tell the listeners; a listener's error is logged, never the file's or the step's."""
+        for listener in self.finish_listeners:
+            try:
+                listener(file_ids)
+            except Exception:
+                log.warning("telling that files %s finished failed", file_ids, exc_info=True)
 
     def fail(self, row: dict, failure: FailureInfo) -> FileOutcome:
         log.warning("file %s (file_id %s) failed: %s: %s", filename(row), row["run_id"], failure.code, failure.message)
