@@ -211,11 +211,18 @@ _keep_across_steps = False
 
 
 def keep_embedders_across_steps() -> None:
-    """Called by `ingestion-pipeline worker` before its pool starts: a Celery worker process executes step after
-    step, each initialising its resources, so it keeps its Embedder (the loaded model) from one to the next.
+    """Called by `ingestion-pipeline worker` before its pool starts, and by a run worker (defs/run_worker.py): a
+    Celery worker process executes step after step, a run worker run after run, each initialising its resources,
+    so it keeps its Embedder (the loaded model) from one to the next.
     Elsewhere an Embedder lives as long as its run (`process` passes its own to every run)."""
     global _keep_across_steps
     _keep_across_steps = True
+
+
+def process_embedder(embedding: EmbeddingSettings) -> Embedder:
+    """The Embedder an EmbedderResource of default fields gives under ``keep_embedders_across_steps``: a run
+    worker loads it before its run (defs/run_worker.py)."""
+    return _process_embedder(embedding, None, None, None)  # positional, as create_resource calls it (one key)
 
 
 @functools.lru_cache(maxsize=2)

@@ -1,15 +1,19 @@
 """A run worker that is ready before its run exists: `python -m ingestion_pipeline.defs.run_worker`.
 
 Dagster's default launcher starts every run in a fresh interpreter that imports Dagster, loads the code
-location and only then begins the run: about 4 s of a small file's submit-to-searchable on 2 cores
-(``benchmarks/dev_latency.py``: "worker start"). This process does that part first, while no run waits: it
-imports Dagster, loads the code location once (``preload``: modules, and ``module:function`` calls) and the
-embedding runtimes' libraries (imports only: no model, no database, no network), then blocks on standard
-input for one request — ``{"run_id": …, "instance_ref": …}`` as one JSON line from
-``WarmProcessRunLauncher`` — and executes that run exactly as ``dagster api execute_run`` does. One process
-runs one run and exits, as under the default launcher, so a run's memory never outlives it.
+location and only then begins the run, and the run then loads the embedding model: seconds of a small file's
+submit-to-searchable, and CPU taken from every other run on the host for each small one. This process does
+that part once, while no run waits: it imports Dagster and loads the code location (``preload``: modules,
+and ``module:function`` calls); before each run (``prepare_document_steps``) it loads the embedding model as a
+Celery worker does (once, kept across runs: the deployment's one recorded decision,
+``documents/model_decision.py``) and starts the extraction worker. Then it
+says ``ready`` on its status pipe (the launcher's ``WarmProcessRunLauncher``), takes one request from standard
+input — ``{"run_id": …, "instance_ref": …}``, a JSON line — and executes that run exactly as ``dagster api
+execute_run`` does.
 
-End of input before a request (the launcher discarded this spare, or its process ended) exits 0 at once.
+After a run that succeeded it is ready again (the model still loaded), up to ``MAX_RUNS`` runs and while its
+peak memory stays under ``MAX_RSS_MB``; after any other outcome (a failure, a cancel, a signal) it exits, so a
+run's trouble never reaches the next one. End of input (the launcher discarded it, or its process ended) exits 0.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import resource
 import sys
 import time
 import traceback
@@ -24,6 +29,8 @@ import traceback
 # Libraries the steps import when they first need them (the model's runtime), imported here ahead of a run.
 # A missing one is skipped: the steps import what the deployment really uses and report what is missing.
 _STEP_LIBRARIES = ("openvino", "onnxruntime", "tokenizers")
+MAX_RUNS = 100  # then a fresh process: whatever one run left behind is bounded
+MAX_RSS_MB = 3072  # a peak above this (a 600-page PDF's run) is not carried into the next run
 
 
 def _preload(targets: list[str]) -> list[str]:
@@ -46,47 +53,80 @@ def _preload(targets: list[str]) -> list[str]:
 
 
 def prepare_document_steps() -> None:
-    """Start the extraction worker that the run's first extraction takes (a fresh interpreter, ~0.45 s, a
-    third of a small file's steps), unless the steps run on Celery workers. Unused, it ends with this process."""
+    """What a document run's steps would start first, started now, unless the steps run on Celery workers:
+    the extraction worker (a fresh interpreter, ~0.45 s, a third of a small file's steps) and the embedding
+    model, loading in the background and kept for every run of this process (``keep_embedders_across_steps``,
+    as in a Celery worker). Unused, both end with this process."""
     from ingestion_pipeline.core.settings import load_settings
+    from ingestion_pipeline.defs.resources import keep_embedders_across_steps, process_embedder
     from ingestion_pipeline.documents.extraction.isolation import start_spare_worker
 
     settings = load_settings()
-    if settings.executor.executor != "celery":
-        start_spare_worker(settings.limits)
+    if settings.executor.executor == "celery":
+        return
+    start_spare_worker(settings.limits)
+    keep_embedders_across_steps()
+    process_embedder(settings.embedding).warm_up()
+
+
+def _prepare() -> list[str]:
+    try:
+        prepare_document_steps()
+    except Exception:  # a bad setting or no database: the run meets it and says so
+        return [f"preparing the document steps failed:\n{traceback.format_exc()}"]
+    return []
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
 
 
 def main(argv: list[str]) -> int:
     started = time.monotonic()
     # Dagster's own body of `dagster api execute_run`, and its signal handling (a SIGTERM becomes a canceled
     # run): not public API, so only here (ARCHITECTURE.md: Dagster beyond its documented API)
-    from dagster import DagsterInstance, deserialize_value
+    from dagster import DagsterInstance, DagsterRunStatus, deserialize_value
     from dagster._cli.api import _execute_run_command_body
     from dagster._utils.interrupts import capture_interrupts
 
-    problems = _preload(argv)
-    ready_after, ready_at = time.monotonic() - started, time.time()
-    line = sys.stdin.readline()
-    if not line.strip():
-        return 0
-    request = json.loads(line)
-    run_id = request["run_id"]
-    with capture_interrupts(), DagsterInstance.from_ref(deserialize_value(request["instance_ref"])) as instance:
-        run = instance.get_run_by_id(run_id)
-        if run is None:
-            print(f"run worker: run {run_id} not found", file=sys.stderr)
-            return 1
-        handed_at = float(request.get("handed_at", ready_at))
-        if handed_at >= ready_at:
-            readiness = f"was loaded {handed_at - ready_at:.1f} s before the run was handed to it"
-        else:
-            readiness = f"was handed the run while loading, and ready {ready_at - handed_at:.1f} s later"
-        instance.report_engine_event(
-            f"Run worker (pid {os.getpid()}) {readiness} (Dagster, the code location and the step libraries: "
-            f"{ready_after:.1f} s).", run)
-        for problem in problems:
-            instance.report_engine_event(problem, run)
-        return _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
+    # the launcher reads "ready" lines from what was standard output; the run's own output goes to stderr
+    status = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    problems = _preload(argv) + _prepare()
+    runs = 0
+    while True:
+        ready_after, ready_at = time.monotonic() - started, time.time()
+        status.write("ready\n")
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 0
+        request = json.loads(line)
+        run_id = request["run_id"]
+        with DagsterInstance.from_ref(deserialize_value(request["instance_ref"])) as instance:
+            run = instance.get_run_by_id(run_id)
+            if run is None:
+                print(f"run worker: run {run_id} not found", file=sys.stderr)
+                return 1
+            handed_at = float(request.get("handed_at", ready_at))
+            if handed_at >= ready_at:
+                readiness = f"was loaded {handed_at - ready_at:.1f} s before the run was handed to it"
+            else:
+                readiness = f"was handed the run while loading, and ready {ready_at - handed_at:.1f} s later"
+            instance.report_engine_event(
+                f"Run worker (pid {os.getpid()}, run {runs + 1} of this process) {readiness} (Dagster, the code "
+                f"location, the model and the step libraries: {ready_after:.1f} s).", run)
+            for problem in problems:
+                instance.report_engine_event(problem, run)
+            problems = []
+            with capture_interrupts():
+                _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
+            ended = instance.get_run_by_id(run_id)
+        runs += 1
+        if ended is None or ended.status != DagsterRunStatus.SUCCESS or runs >= MAX_RUNS \
+                or _peak_rss_mb() > MAX_RSS_MB:
+            return 0
+        started = time.monotonic()
+        problems = _prepare()  # the code location and the model are loaded; the next extraction worker is not
 
 
 if __name__ == "__main__":

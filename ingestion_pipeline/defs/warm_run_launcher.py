@@ -1,19 +1,20 @@
 """The run launcher of the project's instance: each run starts in a worker process that is already loaded.
 
-Configured in ``dagster_home/dagster.yaml`` (``run_launcher``). It keeps ``spares`` processes of
-``defs/run_worker.py`` started ahead of need — Dagster and the code location imported, waiting on standard
-input — and hands each launched run to one of them, then starts the next spare in the background. A run's
-worker start is so one pipe write instead of a new interpreter's imports (seconds of every small file's
-submit-to-searchable). Everything else is Dagster's: the worker executes the run as ``dagster api
-execute_run`` does (events, run status, the UI, re-execution), one run per process.
+Configured in ``dagster_home/dagster.yaml`` (``run_launcher``). It keeps ``spares`` worker processes
+(``defs/run_worker.py``) idle ahead of need — Dagster imported, the code location and the embedding model
+loaded, the extraction worker started — and hands each launched run to an idle one, then starts another in
+the background if none is left. A worker whose run succeeded is idle again, the model still loaded: one run
+after another costs a pipe write each, not a new interpreter's imports and a model load (seconds of a small
+file's submit-to-searchable, and CPU taken from every other run on the host). Everything else is Dagster's:
+the worker executes the run as ``dagster api execute_run`` does (events, run status, the UI, re-execution).
 
-Where a spare cannot serve, the run goes Dagster's default way (the code server starts it): ``spares: 0``
-(``INGESTION_WARM_RUN_WORKERS=0``), a run of another code location's Python, or a spare that has died.
-A spare older than the newest ``.py`` file of the package is discarded, so an edited code location under
-`make dev` runs its new code, as it does under the default launcher.
+Where no worker can serve, the run goes Dagster's default way (the code server starts it): ``spares: 0``
+(``INGESTION_WARM_RUN_WORKERS=0``), a run of another code location's Python, or a worker that has died. A
+worker older than the newest ``.py`` file of the package is ended, so an edited code location under `make dev`
+runs its new code, as it does under the default launcher.
 
 Termination (the UI's "Terminate", `ingestion-pipeline cancel`): the run is marked canceling and its worker
-gets SIGTERM, which Dagster's interrupt handling in the worker turns into a canceled run.
+gets SIGTERM, which Dagster's interrupt handling in the worker turns into a canceled run; the worker then exits.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ import dagster as dg
 import ingestion_pipeline
 
 WORKER_TAG = "ingestion/run_worker"  # {"host": …, "pid": …} of the process that runs the run
-DEFAULT_PRELOAD = ("ingestion_pipeline.definitions:defs", "ingestion_pipeline.defs.run_worker:prepare_document_steps")
+DEFAULT_PRELOAD = ("ingestion_pipeline.definitions:defs",)
 SPARES_VARIABLE = "INGESTION_WARM_RUN_WORKERS"
 
 
@@ -43,40 +44,64 @@ def _newest_source_mtime(package_dir: Path) -> float:
     return max((p.stat().st_mtime for p in package_dir.rglob("*.py")), default=0.0)
 
 
-class _Spare:
-    """One started run worker, not yet given a run."""
+class _Worker:
+    """One run worker process: loading, idle or busy with a run. It says ``ready`` on its status pipe each time
+    it is about to read a request, so it is idle exactly while it said so more often than it was given runs
+    (a run given while it loads is the one it reads first)."""
 
-    def __init__(self, preload: Sequence[str]):
+    def __init__(self, preload: Sequence[str], on_ready: Callable[[], None]):
         self.started_at = time.time()
-        # stdout goes where the launcher's goes (a run's compute logs are Dagster's own, per step)
+        self.readies = 0  # "ready" lines read from its status pipe
+        self.given = 0  # runs handed to it (counted when it is chosen, under the launcher's lock)
+        self._on_ready = on_ready
+        # its standard output is the status pipe; what a run prints goes to stderr, where the launcher's goes
         self.process = subprocess.Popen([sys.executable, "-m", "ingestion_pipeline.defs.run_worker", *preload],
-                                        stdin=subprocess.PIPE, start_new_session=False)
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        threading.Thread(target=self._follow, daemon=True, name="run-worker-status").start()
+
+    def _follow(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.strip() == b"ready":
+                self.readies += 1
+                self._on_ready()
+        self.process.wait()  # end of the pipe: the process ended (reaped here, never a zombie)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    @property
+    def idle(self) -> bool:
+        return self.readies > self.given and self.alive
+
+    @property
+    def loading(self) -> bool:
+        return self.readies == 0 and self.given == 0 and self.alive
+
+    @property
+    def busy(self) -> bool:
+        return self.given >= self.readies and self.given > 0
 
     def give(self, request: Mapping[str, str]) -> bool:
-        """Hand the run over; False when the process is gone (the run then goes another way)."""
-        if self.process.poll() is not None:
+        """Hand a run over; False when the process is gone (the run then goes another way)."""
+        if not self.alive:
             return False
         try:
             assert self.process.stdin is not None
             self.process.stdin.write((json.dumps(request) + "\n").encode())
-            self.process.stdin.close()
+            self.process.stdin.flush()
         except (BrokenPipeError, OSError):
             return False
-        threading.Thread(target=self.process.wait, daemon=True, name="run-worker-reaper").start()
         return True
 
-    def discard(self) -> None:
-        if self.process.poll() is None:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.close()  # an idle spare exits on end of input
-            except OSError:
-                pass
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+    def end_input(self) -> None:
+        """No more runs: an idle or loading worker exits now, a busy one after its run."""
+        try:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+        except OSError:
+            pass
 
 
 class WarmProcessRunLauncher(dg.DefaultRunLauncher):
@@ -90,7 +115,7 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
                 f"run_launcher spares must be 0 or more (got {spares})", [], spares)
         self._spares_wanted = spares
         self._preload = tuple(preload)
-        self._spares: list[_Spare] = []
+        self._workers: list[_Worker] = []  # every worker this launcher started that is still alive
         self._lock = threading.Lock()
         self._package_dir = Path(ingestion_pipeline.__file__).parent
 
@@ -123,22 +148,40 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
         executable = origin.repository_origin.executable_path
         return not executable or os.path.realpath(executable) == os.path.realpath(sys.executable)
 
-    def _take_spare(self) -> _Spare:
-        """A loaded spare whose code is current, else a new one (it loads while the run waits, as by default)."""
+    def _take_worker(self) -> _Worker:
+        """An idle worker whose code is current, else a new one (it loads while the run waits, as by default).
+        A worker older than the newest source file is ended, so an edited code location runs its new code."""
         newest = _newest_source_mtime(self._package_dir)
         with self._lock:
-            while self._spares:
-                spare = self._spares.pop(0)
-                if spare.process.poll() is None and spare.started_at >= newest:
-                    return spare
-                threading.Thread(target=spare.discard, daemon=True).start()
-        return _Spare(self._preload)
+            self._workers = [w for w in self._workers if w.alive]
+            for stale in [w for w in self._workers if w.started_at < newest and not w.busy]:
+                stale.end_input()
+                self._workers.remove(stale)
+            chosen = next((w for w in self._workers if w.idle), None) or self._start()
+            chosen.given += 1  # taken: not chosen again by a launch on another thread
+            return chosen
+
+    def _start(self) -> _Worker:
+        worker = _Worker(self._preload, on_ready=self._trim)
+        self._workers.append(worker)
+        return worker
 
     def _replenish(self) -> None:
+        """Keep ``spares`` workers idle or loading, ahead of the next launch."""
         with self._lock:
-            self._spares = [s for s in self._spares if s.process.poll() is None]
-            while len(self._spares) < self._spares_wanted:
-                self._spares.append(_Spare(self._preload))
+            self._workers = [w for w in self._workers if w.alive]
+            for _ in range(self._spares_wanted - sum(1 for w in self._workers if w.idle or w.loading)):
+                self._start()
+
+    def _trim(self) -> None:
+        """A worker became idle: keep at most ``spares`` + 1 idle (each holds the model; the one back from a run
+        and the spare started meanwhile both serve the next runs, so one run after another starts no process);
+        the others exit."""
+        with self._lock:
+            extra = [w for w in self._workers if w.idle][self._spares_wanted + 1:]
+            for worker in extra:
+                worker.end_input()
+                self._workers.remove(worker)
 
     def launch_run(self, context: Any) -> None:  # Dagster's LaunchRunContext
         run = context.dagster_run
@@ -146,20 +189,15 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
             super().launch_run(context)
             return
         request = {"run_id": run.run_id, "instance_ref": dg.serialize_value(self._instance.get_ref())}
-        for _ in range(2):  # a spare that died since it started: one fresh process more
-            spare = self._take_spare()
+        for _ in range(2):  # a worker that died since it said ready: one fresh process more
+            worker = self._take_worker()
             self._instance.add_run_tags(run.run_id, {WORKER_TAG: json.dumps(
-                {"host": socket.gethostname(), "pid": spare.process.pid})})
-            if spare.give({**request, "handed_at": str(time.time())}):
+                {"host": socket.gethostname(), "pid": worker.process.pid})})
+            if worker.give({**request, "handed_at": str(time.time())}):
                 self._run_ids.add(run.run_id)
                 self._replenish()
                 return
         super().launch_run(context)
-
-    def warm_up(self) -> None:
-        """Start the spares now (the daemon's first run then finds one loaded)."""
-        if self._spares_wanted:
-            self._replenish()
 
     # -- termination and shutdown
 
@@ -185,7 +223,7 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
 
     def dispose(self) -> None:
         with self._lock:
-            spares, self._spares = self._spares, []
-        for spare in spares:
-            spare.discard()
+            workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.end_input()
         super().dispose()

@@ -384,7 +384,7 @@ def test_dev_runs_start_in_workers_loaded_ahead_and_the_uis_terminate_cancels_on
         database, project_dagster_home, db, corpus_dir, tmp_path):
     """The instance's run launcher (defs/warm_run_launcher.py) under `make dev`: a run held mid-embedding is
     terminated from the UI (its worker gets the signal, the run and its file are canceled); the runs after it
-    start in a worker that was loaded before they were launched."""
+    start in a worker that was loaded before they were launched, the second in the process the first ran in."""
     from dagster import DagsterInstance, DagsterRunStatus
 
     from ingestion_pipeline.defs.warm_run_launcher import WORKER_TAG
@@ -431,13 +431,17 @@ def test_dev_runs_start_in_workers_loaded_ahead_and_the_uis_terminate_cancels_on
                                                   queued.run_id)[0]["status"] == "succeeded", 300, proc, log_path,
                       f"file {i}")
             runs = [r["dagster_run_id"] for r in table(db, "SELECT dagster_run_id FROM ingestion_runs "
-                                                           "WHERE run_id = ANY(%s)", later)]
+                                                           "WHERE run_id = ANY(%s) ORDER BY run_id", later)]
             assert len(set(runs)) == 2 and first.run_id not in runs
+            readiness = []
             for run_id in runs:
                 _wait(lambda run_id=run_id: instance.get_run_by_id(run_id).is_finished, 120, proc, log_path,
                       "the run's end")
-                readiness = [m for m in _engine_messages(instance, run_id) if m.startswith("Run worker (pid ")]
-                assert len(readiness) == 1 and "before the run was handed to it" in readiness[0], readiness
+                [said] = [m for m in _engine_messages(instance, run_id) if m.startswith("Run worker (pid ")]
+                assert "before the run was handed to it" in said, said
+                readiness.append(said)
+            # a worker whose run succeeded takes the next one, its model still loaded: no new process
+            assert "run 2 of this process" in readiness[1], readiness
     finally:
         stop_process_group(proc)
         log.close()
