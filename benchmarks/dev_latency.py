@@ -8,11 +8,14 @@ run queue, a run worker process, the five steps. Prints each time, the median, a
 went, from the ledger's and Dagster's own records of the run: the submit command, the wait for the sensor's
 run, the run queue, the run worker's start, the resources before the first step, each step.
 
-With ``--load N``: a bulk load of N files of another tenant is ingested alone (its rate unloaded), then a
-second one of N while small files are submitted one at a time: each small file's time (p50, p95) and the
-bulk load's rate beside its unloaded rate. ``--compare`` runs everything twice in one go: first on the
-instance file without the run launcher's loaded workers and without the fair shares of the run slots
-(``before``), then on the project's own (``after``); the sensor interval is the code's in both.
+Small files go in by the CLI (`submit`) and by the HTTP API (`POST /v1/ingest`), ``--files`` of each. With
+``--load N``: a bulk load of N files of another tenant is ingested alone, then a second one of N while small
+files are submitted one at a time, then a third alone again: each small file's time (p50, p95) and where it
+went, and the bulk load's rate beside small files against its rate alone (the mean of the loads before and
+after, which meet a smaller and a bigger index). ``--compare`` runs everything twice in one go: first on the
+instance file without the run launcher's loaded workers and without the fair shares of the run slots,
+and without the fast lane (``before``), then on the project's own (``after``); the sensor interval is the
+code's in both.
 
     .venv/bin/python benchmarks/dev_latency.py [--files 5] [--load 2000] [--compare]
 """
@@ -61,7 +64,7 @@ def breakdown(instance, url: str, tenant: str, filename: str, submit_start: floa
     first, last = steps[0].start_time, steps[-1].end_time or steps[-1].start_time
     out = {
         "submit command": submit_end - submit_start,
-        "sensor -> run": record.create_timestamp.timestamp() - submit_end,
+        "submitted -> run created": record.create_timestamp.timestamp() - submit_end,
         "run queue": launched_at - record.create_timestamp.timestamp(),
         "worker start": record.start_time - launched_at,
         "before 1st step": first - record.start_time,
@@ -71,6 +74,19 @@ def breakdown(instance, url: str, tenant: str, filename: str, submit_start: floa
     }
     out.update({f"  {k}": v for k, v in step_seconds.items()})
     return out
+
+
+def _post(url: str, filename: str, content: bytes) -> None:
+    """``POST /v1/ingest`` as a client uploads: one multipart file."""
+    import urllib.request
+
+    boundary = "devlatencyboundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
+            "Content-Type: text/markdown\r\n\r\n").encode() + content + f"\r\n--{boundary}--\r\n".encode()
+    request = urllib.request.Request(url, data=body,
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        response.read()
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -92,6 +108,7 @@ def _without_the_changes(env: dict[str, str], work: Path) -> None:
     path = work / "dagster_home" / "dagster.yaml"
     config = yaml.safe_load(path.read_text())
     config.pop("run_launcher", None)
+    env["INGESTION_DAGSTER_URL"] = "off"  # no fast lane: the sensor launches every run
     runs = config["concurrency"]["runs"]
     runs["tag_concurrency_limits"] = [limit for limit in runs["tag_concurrency_limits"]
                                       if limit["key"] not in ("ingestion/run_class", "ingestion/bulk_tenant")]
@@ -107,27 +124,36 @@ def session(label: str, files: int, load: int, before: bool) -> dict[str, float]
         from dagster import DagsterInstance
 
         instance = DagsterInstance.get()
-        stages: list[dict[str, float]] = []
         counter = iter(range(10**6))
 
-        def ingest(timeout: float = 300, record: bool = True) -> float:
+        def ingest(timeout: float = 300, record: list | None = None, via: str = "cli") -> float:
             i = next(counter)
             name = f"note-{i}.md"
             path = dev.work / name
             path.write_text(f"# Note {i}\n\nNote {i}: the ferry leaves at {i % 24} o'clock from pier {i}.\n")
             start, wall = time.perf_counter(), time.time()
-            subprocess.run([CLI, "submit", "--tenant", "dev", str(path)], env=dev.env, check=True,
-                           capture_output=True)
+            if via == "http":
+                _post(f"{dev.api_url}/v1/ingest?tenant_id=dev", name, path.read_bytes())
+            else:
+                subprocess.run([CLI, "submit", "--tenant", "dev", str(path)], env=dev.env, check=True,
+                               capture_output=True)
             submitted = time.time()
             while time.perf_counter() - start < timeout:
                 dev.check_alive()
                 if _active(dev.url, "dev", name):
                     seconds = time.perf_counter() - start
-                    if record:
-                        stages.append(breakdown(instance, dev.url, "dev", name, wall, submitted, time.time()))
+                    if record is not None:
+                        record.append(breakdown(instance, dev.url, "dev", name, wall, submitted, time.time()))
                     return seconds
                 time.sleep(0.1)
             raise SystemExit(f"{name} not searchable after {timeout} s:\n{dev.log_tail()}")
+
+        def show(stages_of: list[dict[str, float]], what: str) -> None:
+            print(f"[{label}] where the seconds go ({what}, median):")
+            for name in stages_of[0] if stages_of else ():
+                values = [s.get(name, 0.0) for s in stages_of]
+                figures[f"stage {what}: {name}"] = statistics.median(values)
+                print(f"  {name:<40} {statistics.median(values):6.2f} s")
 
         def bulk(tag: str) -> list[str]:
             folder = dev.work / tag
@@ -144,46 +170,53 @@ def session(label: str, files: int, load: int, before: bool) -> dict[str, float]
             subprocess.run([CLI, "submit", "--tenant", "bulk", *paths], env=dev.env, check=True, capture_output=True)
             return started
 
-        warm_up = ingest(600, record=False)
+        warm_up = ingest(600)
         print(f"[{label}] warm-up file (the daemon starting, the model's one-time export): {warm_up:.1f} s", flush=True)
-        times = []
-        for _ in range(files):
-            times.append(ingest())
-            print(f"[{label}] idle: small file searchable after {times[-1]:.1f} s", flush=True)
-        figures["idle p50"], figures["idle p95"] = statistics.median(times), _percentile(times, 0.95)
-        print(f"\n[{label}] submit to searchable, idle: median {figures['idle p50']:.1f} s, "
-              f"p95 {figures['idle p95']:.1f} s ({files} files, one at a time)")
-        print(f"[{label}] where the seconds go (median over the idle files):")
-        for name in stages[0] if stages else ():
-            values = [s.get(name, 0.0) for s in stages]
-            figures[f"stage {name}"] = statistics.median(values)
-            print(f"  {name:<40} {figures[f'stage {name}']:6.2f} s")
+        for via in ("cli", "http"):
+            times, stages = [], []
+            for _ in range(files):
+                times.append(ingest(record=stages, via=via))
+                print(f"[{label}] idle, {via}: small file searchable after {times[-1]:.1f} s", flush=True)
+            figures[f"idle {via} p50"], figures[f"idle {via} p95"] = (statistics.median(times),
+                                                                      _percentile(times, 0.95))
+            print(f"\n[{label}] submit to searchable, idle, by {via}: median {figures[f'idle {via} p50']:.1f} s, "
+                  f"p95 {figures[f'idle {via} p95']:.1f} s ({files} files, one at a time)")
+            show(stages, f"idle, {via}")
         if not load:
             return figures
 
-        first, second = bulk("load-a"), bulk("load-b")
-        started = submit_bulk(first)
-        while _succeeded(dev.url, "bulk") < load:
-            dev.check_alive()
-            time.sleep(0.5)
-        alone = time.perf_counter() - started
-        figures["bulk files/s alone"] = load / alone
-        print(f"\n[{label}] bulk load of {load} files alone: {alone:.1f} s, {load / alone:.1f} files/s", flush=True)
+        first, second, third = bulk("load-a"), bulk("load-b"), bulk("load-c")
+
+        def alone(paths: list[str], done_before: int) -> float:
+            started = submit_bulk(paths)
+            while _succeeded(dev.url, "bulk") < done_before + load:
+                dev.check_alive()
+                time.sleep(0.5)
+            return load / (time.perf_counter() - started)
+
+        rate_first = alone(first, 0)
+        print(f"\n[{label}] bulk load of {load} files alone: {rate_first:.1f} files/s", flush=True)
         started = submit_bulk(second)
-        loaded_times = []
+        loaded_times, loaded_stages = [], []
         while _succeeded(dev.url, "bulk") < 2 * load:
-            loaded_times.append(ingest(900, record=False))
+            loaded_times.append(ingest(900, record=loaded_stages))
             done = _succeeded(dev.url, "bulk") - load
             print(f"[{label}] under load ({done}/{load} bulk files done): small file searchable after "
                   f"{loaded_times[-1]:.1f} s", flush=True)
-        beside = time.perf_counter() - started
-        figures["bulk files/s beside small files"] = load / beside
+        beside = load / (time.perf_counter() - started)
+        rate_third = alone(third, 2 * load)  # alone again: the index is as big as beside the small files
+        print(f"[{label}] bulk load of {load} files alone again: {rate_third:.1f} files/s", flush=True)
+        reference = (rate_first + rate_third) / 2
+        figures["bulk files/s alone"], figures["bulk files/s beside small files"] = reference, beside
+        figures["bulk beside / alone %"] = 100 * beside / reference
         figures["loaded p50"], figures["loaded p95"] = (statistics.median(loaded_times),
                                                         _percentile(loaded_times, 0.95))
-        print(f"[{label}] bulk load of {load} files beside {len(loaded_times)} small files: {beside:.1f} s, "
-              f"{load / beside:.1f} files/s ({100 * alone / beside:.0f} % of its rate alone)")
+        print(f"[{label}] bulk load of {load} files beside {len(loaded_times)} small files: {beside:.1f} files/s "
+              f"({100 * beside / reference:.0f} % of its rate alone, {reference:.1f} files/s: the mean of before "
+              f"and after)")
         print(f"[{label}] small files during the load: median {figures['loaded p50']:.1f} s, "
               f"p95 {figures['loaded p95']:.1f} s ({len(loaded_times)} files)")
+        show(loaded_stages, "under load")
         return figures
 
 
@@ -200,7 +233,7 @@ def main() -> None:
         print("\nbefore and after, side by side:")
         for name in results["after"]:
             b, a = results["before"].get(name), results["after"][name]
-            unit = "" if "files/s" in name else " s"
+            unit = "" if "files/s" in name or "%" in name else " s"
             shown = f"{b:8.2f}{unit}" if b is not None else "       -"
             print(f"  {name:<42} {shown}  ->  {a:8.2f}{unit}")
 

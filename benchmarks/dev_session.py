@@ -31,6 +31,7 @@ class DevSession:
     env: dict[str, str]
     url: str  # the embedded Postgres
     process: subprocess.Popen
+    api_url: str | None = None  # the HTTP API `dev` started (development mode: ?tenant_id=)
 
     def check_alive(self) -> None:
         if self.process.poll() is not None:
@@ -62,9 +63,10 @@ def dev_session(prefix: str, *, redis: bool = False, api: bool = True,
         if before_dev:
             before_dev(env, work)
         log = (work / "dev.log").open("w")
-        dev = subprocess.Popen([CLI, "dev", "--port", str(free_port()), "--api-port", str(free_port() if api else 0)],
+        api_port = free_port() if api else 0
+        dev = subprocess.Popen([CLI, "dev", "--port", str(free_port()), "--api-port", str(api_port)],
                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        yield DevSession(work, env, url, dev)
+        yield DevSession(work, env, url, dev, f"http://127.0.0.1:{api_port}" if api else None)
     finally:
         if dev is not None:
             with contextlib.suppress(ProcessLookupError):

@@ -38,6 +38,27 @@ class ApiServices(Services):
         self._syncing_lock = threading.Lock()
         self._active: dict[str, tuple[bool, float]] = {}  # user id -> (active, when it was looked up)
         self._active_lock = threading.Lock()
+        self._fast_lane: Any = None
+        # imported ahead: the first upload's launch is not a second of imports
+        if settings is not None and settings.executor.dagster_url not in (None, "off"):
+            threading.Thread(target=self._fast_lane_module, name="fast-lane-import", daemon=True).start()
+
+    @staticmethod
+    def _fast_lane_module() -> Any:
+        from ingestion_pipeline.defs import fast_lane
+
+        return fast_lane
+
+    def launch_soon(self) -> None:
+        """A queued small upload's run launched now through the Dagster webserver, off the request's thread
+        (defs/fast_lane.py); without a webserver URL the upload sensor launches it at its next loop."""
+        fast_lane = self._fast_lane_module()
+        if fast_lane.webserver_url(self.settings) is None:
+            return
+        with self._active_lock:
+            if self._fast_lane is None:
+                self._fast_lane = fast_lane.FastLane(self.db, self.settings)
+        self._fast_lane.nudge()
 
     def user_is_active(self, user_id: str) -> bool:
         """Whether a token's user may still call (not disabled, not removed), looked up at most every

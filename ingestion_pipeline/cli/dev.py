@@ -68,6 +68,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     argv = [str(dagster), "dev", "-w", str(root / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(args.port)]
     started = {"ui": f"http://127.0.0.1:{args.port}", "dagster_home": os.environ.get("DAGSTER_HOME"),
                "workspace": str(root / "workspace.yaml")}
+    os.environ.setdefault("INGESTION_DAGSTER_URL", started["ui"])  # the intake's and the API's fast lane
     started.update(_start_redis())
     started.update(_embedding_precision())
     started.update(_start_intake())
@@ -85,6 +86,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print("Ctrl-C stops them all")
 
     emit(args, [started], describe)
+    from ingestion_pipeline.defs.fast_lane import record_dev_ui
+
+    record_dev_ui(started["ui"])  # `submit` beside it launches a small batch's run at once (the fast lane)
     sys.stdout.flush()  # execv replaces this process: nothing buffered would be printed
     os.chdir(root)
     os.execv(argv[0], argv)

@@ -23,8 +23,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _submit(ctx: Context, args: argparse.Namespace) -> int:
-    from ingestion_pipeline.documents.intake import REJECTED, submit_uploads
+    from ingestion_pipeline.documents.intake import QUEUED, REJECTED, submit_uploads
 
+    launch = _fast_lane(ctx)  # ready before the upload commits: the sensor's loop must not come first
     results = [
         result.as_dict() for result in submit_uploads(
             ctx.db, ctx.document_store, tenant_id=args.tenant, paths=[Path(name) for name in args.files],
@@ -38,8 +39,24 @@ def _submit(ctx: Context, args: argparse.Namespace) -> int:
         print(f"{len(records)} file(s): {count_line([r['status'] for r in records])}")
 
     emit(args, results, render)
+    if launch is not None and any(r["status"] == QUEUED for r in results):
+        launch()
     rejected = sum(r["status"] == REJECTED for r in results)
     return 1 if rejected and rejected == len(results) else 0
+
+
+def _fast_lane(ctx: Context):
+    """With a Dagster webserver to ask (INGESTION_DAGSTER_URL, or `make dev` beside), a function that launches
+    the small batches' runs now (defs/fast_lane.py) rather than at the upload sensor's next loop; else None
+    (and Dagster is not imported)."""
+    from ingestion_pipeline.core.settings import data_dir
+
+    if not ctx.settings.executor.dagster_url and not (data_dir() / "dev.json").exists():
+        return None
+    from ingestion_pipeline.defs.fast_lane import launch_interactive, webserver_url
+
+    url = webserver_url(ctx.settings)
+    return (lambda: launch_interactive(ctx.db, ctx.settings, url)) if url else None
 
 
 def _print_batch(records: list[dict]) -> None:

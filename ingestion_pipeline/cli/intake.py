@@ -43,6 +43,16 @@ def _current_fingerprint(ctx: Context) -> str:
     return services.fingerprint(ctx.settings, services.embedder(ctx.settings, database_url=ctx.url))
 
 
+def _launch_now(ctx: Context) -> None:
+    """Jobs were accepted: their small batches' runs now, through the webserver (defs/fast_lane.py), not at the
+    upload sensor's next loop; nothing without a webserver URL."""
+    from ingestion_pipeline.defs.fast_lane import launch_interactive, webserver_url
+
+    url = webserver_url(ctx.settings)
+    if url:
+        launch_interactive(ctx.db, ctx.settings, url)
+
+
 class RedisDuty:
     """The Redis queue's round; the client is opened on the first round that finds a server and kept."""
 
@@ -66,6 +76,8 @@ class RedisDuty:
         except Exception:
             self.close()  # a new connection next round
             raise
+        if taken.report.taken:
+            _launch_now(self.ctx)
         return taken.summary() if taken.report.taken or taken.report.returned else None
 
     def close(self) -> None:
@@ -88,6 +100,8 @@ def _sqs_round(ctx: Context) -> Callable[[], str | None]:
         intake.fingerprint = _current_fingerprint(ctx)
         said = [polled.summary() for polled in (intake.poll(url) for url in ctx.settings.queues.sqs_queue_urls)
                 if polled.received]
+        if said:
+            _launch_now(ctx)
         return "; ".join(said) or None
 
     return round_

@@ -92,9 +92,10 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("CELERY_BROKER_URL"),
         _setting("INGESTION_EMBEDDING_QUEUE"),
         _setting("INGESTION_WORKER_CONCURRENCY"),
+        _setting("INGESTION_DAGSTER_URL"),
         Variable("INGESTION_WARM_RUN_WORKERS", "1 (`dagster.yaml`)", "Run workers the instance's launcher keeps "
-                 "loaded ahead of need (Dagster and the code location imported): a launched run starts at once. "
-                 "`0`: every run starts a fresh interpreter, Dagster's default."),
+                 "idle ahead of need (Dagster, the code location and the model loaded): a launched run starts at "
+                 "once. `0`: every run starts a fresh interpreter, Dagster's default."),
         _setting("INGESTION_WORKER_REDELIVER_SECONDS"),
     ),
     "Queues": (

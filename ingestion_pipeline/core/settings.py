@@ -194,6 +194,15 @@ class _Area(BaseSettings):
             raise ValueError(f"{extra['env']} must be {rule.expected}, got {value!r}") from exc
 
 
+def _http_url(raw: str) -> str:
+    if raw.strip().lower() == "off":
+        return "off"
+    url = raw.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")) or len(url) < 10:
+        raise ValueError(raw)
+    return url
+
+
 def _int(raw: str) -> int:
     return int(raw)
 
@@ -434,6 +443,14 @@ class ExecutorSettings(_Area):
                                  description="A step taken by a worker that vanished (its host died) goes to another "
                                              "worker after this long; keep it above the longest step and below "
                                              "INGESTION_LEASE_SECONDS.")
+    # the fast lane (defs/fast_lane.py): a small batch's run launched at submit, not at the sensor's next loop
+    dagster_url: str | None = env("INGESTION_DAGSTER_URL", parse=_http_url,
+                                  expected="an http:// or https:// URL, or off",
+                                  shown="unset (`make dev`: its UI)",
+                                  description="The Dagster webserver that `submit`, the HTTP API and the intake "
+                                              "service ask to launch a small batch's run at once; unset: the "
+                                              "upload sensor launches it at its next loop (up to 5 s later); "
+                                              "`off`: never, not even beside `make dev`.")
     embedding_queue: str | None = env("INGESTION_EMBEDDING_QUEUE", parse=_queue_name, shown="dagster",
                                       expected="a Celery queue name (letters, digits, '.', '_', '-')",
                                       description="The Celery queue of the embedding steps "

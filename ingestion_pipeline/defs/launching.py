@@ -66,9 +66,13 @@ class RunPlan:
         return dg.SensorResult(run_requests=self.run_requests, dynamic_partitions_requests=self.partition_requests())
 
 
-def _unknown(instance: dg.DagsterInstance, partitions_def: dg.DynamicPartitionsDefinition, keys: list[str]):
+def _unknown(instance: dg.DagsterInstance | None, partitions_def: dg.DynamicPartitionsDefinition,
+             keys: list[str]):
     """The keys the instance does not know: one lookup per key due now (a tick's few), not a read of every
-    partition the instance holds (which grew with every batch ever run); many keys at once are read in one."""
+    partition the instance holds (which grew with every batch ever run); many keys at once are read in one.
+    Without an instance (the fast lane asks the webserver), every key."""
+    if instance is None:
+        return list(keys)
     if len(keys) > 50:
         known = set(instance.get_dynamic_partitions(partitions_def.name))
         return [k for k in keys if k not in known]
@@ -82,7 +86,7 @@ def run_key(partition_key: str, launch_gen: int) -> str:
 
 
 def plan_document_runs(
-    instance: dg.DagsterInstance, db: Database, limits: BatchSettings,
+    instance: dg.DagsterInstance | None, db: Database, limits: BatchSettings,
     run_types: Sequence[str] | None = None
 ) -> RunPlan:
     """Assign queued rows (of ``run_types``, or all) to batches; one run per batch with work due now."""

@@ -7,16 +7,19 @@ sensor tick or a concurrent ``process`` never puts one row into two batches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import psycopg
 
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.identifiers import key_part
 from ingestion_pipeline.core.settings import BatchSettings
 
 _BATCHING_LOCK = 7_411_022
+_LAUNCHING_LOCK = 7_411_023
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,15 @@ def assign_queued_to_batches(
                 Batch(key, group[0]["tenant_id"], tuple(run_ids), sum(r["size_bytes"] for r in group))
             )
     return batches
+
+
+@contextlib.contextmanager
+def one_launcher_at_a_time(db: Database) -> Iterator[None]:
+    """Held while a launcher outside the sensors (defs/fast_lane.py) checks that a batch has no run yet and
+    launches one, across processes: two that checked at once would both launch it."""
+    with db.transaction() as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LAUNCHING_LOCK,))
+        yield
 
 
 def due_batches(conn: psycopg.Connection, run_types: Sequence[str] | None = None) -> list[dict]:

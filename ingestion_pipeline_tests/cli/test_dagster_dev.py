@@ -445,3 +445,68 @@ def test_dev_runs_start_in_workers_loaded_ahead_and_the_uis_terminate_cancels_on
     finally:
         stop_process_group(proc)
         log.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_small_upload_is_launched_at_submit_and_the_sensor_does_not_launch_it_again(
+        database, project_dagster_home, db, tmp_path):
+    """The fast lane (defs/fast_lane.py): `submit` beside `make dev` and the HTTP API launch a small batch's run
+    through the webserver at once, as the sensor's run of that batch; the sensor's next loops launch no second."""
+    from dagster import DagsterInstance, RunsFilter
+
+    port, api_port = _free_port(), _free_port()
+    log_path = tmp_path / "dev.log"
+    log = log_path.open("w")
+    cli = str(Path(sys.executable).parent / "ingestion-pipeline")
+    proc = subprocess.Popen(["env", "--default-signal=INT", cli, "dev", "--port", str(port), "--api-port",
+                             str(api_port)], cwd=project_root(), env=os.environ.copy(), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait(lambda: _answers_graphql(port), 180, proc, log_path, "the webserver")
+        _wait(lambda: _answers(f"http://127.0.0.1:{api_port}/healthz"), 120, proc, log_path, "the API")
+        by_cli = tmp_path / "by-cli.md"
+        by_cli.write_text("# By the CLI\n\nSubmitted with ingestion-pipeline submit.\n")
+        subprocess.run([cli, "submit", "--tenant", "acme", str(by_cli)], env=os.environ.copy(), check=True,
+                       capture_output=True)
+        body, boundary = _multipart("by-api.md", b"# By the API\n\nPosted to /v1/ingest.\n")
+        request = urllib.request.Request(f"http://127.0.0.1:{api_port}/v1/ingest?tenant_id=acme", data=body,
+                                         headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 202
+        rows = _wait(lambda: (r := table(db, "SELECT partition_key, status FROM ingestion_runs ORDER BY run_id"))
+                     and len(r) == 2 and all(x["status"] == "succeeded" for x in r) and r,
+                     240, proc, log_path, "both uploads")
+        time.sleep(12)  # two sensor-daemon loops after the files were done
+        with DagsterInstance.from_config(str(project_dagster_home)) as instance:
+            launched_by = []
+            for row in rows:
+                runs = instance.get_runs(RunsFilter(tags={"dagster/partition": row["partition_key"]}))
+                assert len(runs) == 1, [r.tags for r in runs]  # never launched twice, whoever was first
+                assert runs[0].tags["dagster/sensor_name"] == "upload_sensor"
+                assert runs[0].tags["ingestion/run_class"] == "interactive"
+                launched_by.append(runs[0].tags.get("ingestion/launched_by"))
+        # the sensor's loop may come first in the fraction of a second between a commit and its launch, rarely
+        assert "fast_lane" in launched_by, launched_by
+    finally:
+        stop_process_group(proc)
+        log.close()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _answers_graphql(port: int) -> bool:
+    return _answers(f"http://127.0.0.1:{port}/server_info")
+
+
+def _multipart(filename: str, content: bytes) -> tuple[bytes, str]:
+    boundary = "fastlaneboundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
+            "Content-Type: text/markdown\r\n\r\n").encode() + content + f"\r\n--{boundary}--\r\n".encode()
+    return body, boundary

@@ -19,7 +19,14 @@ from ingestion_pipeline.core.access_tokens import Principal
 from ingestion_pipeline.core.file_types import BadFileName, UnsupportedFileType
 from ingestion_pipeline.documents import presigned
 from ingestion_pipeline.documents.formats import DOCUMENT_TYPES
-from ingestion_pipeline.documents.intake import KEY_PATTERN, SKIPPED, SubmitResult, check_document_name, submit_stored
+from ingestion_pipeline.documents.intake import (
+    KEY_PATTERN,
+    QUEUED,
+    SKIPPED,
+    SubmitResult,
+    check_document_name,
+    submit_stored,
+)
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 _log = logging.getLogger("ingestion_pipeline.api")
@@ -82,6 +89,8 @@ async def ingest(request: Request, who: Caller, services: Services) -> JSONRespo
     except ValueError as exc:  # a bad key: the stored copy is already released
         raise ApiError(400, "invalid_request", str(exc)) from exc
     log_submitted(who, result, "ingest")
+    if result.status == QUEUED:
+        services.launch_soon()
     return submit_response(result)
 
 
@@ -120,6 +129,8 @@ def complete_upload(upload_id: Annotated[str, Path(max_length=64)], who: Caller,
     except presigned.UploadRefused as exc:
         raise refused(exc) from exc
     log_submitted(who, result, "presigned")
+    if result.status == QUEUED:
+        services.launch_soon()
     return submit_response(result)
 
 

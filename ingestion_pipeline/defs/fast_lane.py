@@ -1,0 +1,192 @@
+"""The fast lane: a small batch's run launched as soon as its upload is committed, not at the sensor's next loop.
+
+Dagster's sensor daemon evaluates sensors at most every 5 s, so a file submitted just after a tick waited up to
+5 s for its run: the p95 of a small file's submit-to-searchable. `submit`, the HTTP API and the intake service
+call ``launch_interactive`` right after they commit uploads. It plans the due batches exactly as
+``upload_sensor`` does (``defs/launching.plan_document_runs``) and asks the Dagster webserver
+(``INGESTION_DAGSTER_URL``, else the UI of a `make dev` on the same data folder) to launch, for each
+``interactive`` one, the run the sensor would launch: the same partition, tags and run key, with
+``dagster/sensor_name: upload_sensor``, so that the sensor's own request for the batch is skipped by Dagster's
+run-key check (a sensor launches a run key once); a batch whose run key already has a run is left alone, and
+launchers outside the sensor take turns (``batching.one_launcher_at_a_time``). The run is tagged
+``ingestion/launched_by: fast_lane`` (the runs page tells the two apart). Bulk batches stay the sensor's.
+
+Without a URL, or with the webserver unreachable or slow, nothing is launched here and the sensor launches as
+before: the fast lane only ever saves time, and never fails the upload that called it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.settings import Settings, data_dir
+from ingestion_pipeline.defs.launching import plan_document_runs
+from ingestion_pipeline.defs.partitions import (
+    DOCUMENT_JOB,
+    INTERACTIVE,
+    LAUNCHED_BY_TAG,
+    RUN_CLASS_TAG,
+    document_batches,
+)
+from ingestion_pipeline.documents.batching import one_launcher_at_a_time
+
+log = logging.getLogger("ingestion_pipeline.fast_lane")
+
+LOCATION, REPOSITORY = "ingestion_pipeline", "__repository__"  # workspace.yaml's location; Dagster's default name
+SENSOR = "upload_sensor"
+TIMEOUT_SECONDS = 5.0  # a webserver slower than this: the sensor's loop is no later
+
+_ADD_PARTITION = """
+mutation($name: String!, $key: String!, $repo: RepositorySelector!) {
+  addDynamicPartition(partitionsDefName: $name, partitionKey: $key, repositorySelector: $repo) {
+    __typename
+    ... on PythonError { message }
+    ... on UnauthorizedError { message }
+  }
+}"""
+_RUNS_WITH_KEY = """
+query($tags: [ExecutionTag!]) {
+  runsOrError(filter: {tags: $tags}, limit: 1) {
+    __typename
+    ... on Runs { results { runId } }
+    ... on PythonError { message }
+  }
+}"""
+_LAUNCH = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConflict { message }
+    ... on UnauthorizedError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+
+
+class WebserverError(Exception):
+    """The webserver could not be reached or refused a request (the sensor will launch the run)."""
+
+
+def _graphql(url: str, query: str, variables: dict[str, Any]) -> dict:
+    request = urllib.request.Request(f"{url.rstrip('/')}/graphql", method="POST",
+                                     data=json.dumps({"query": query, "variables": variables}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 - the operator's URL
+            body = json.loads(response.read())
+    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
+        raise WebserverError(f"the Dagster webserver at {url} did not answer: {exc}") from exc
+    if body.get("errors"):
+        raise WebserverError(f"the Dagster webserver at {url} refused: {body['errors'][0].get('message')}")
+    return body["data"]
+
+
+def _tags(mapping: dict[str, str]) -> list[dict[str, str]]:
+    return [{"key": k, "value": v} for k, v in mapping.items()]
+
+
+DEV_MARKER = "dev.json"  # in the data folder: `make dev`'s UI, for a `submit` in another terminal
+
+
+def record_dev_ui(url: str) -> None:
+    """`dev` says where its UI is (its PID stays Dagster's after exec), so that commands run beside it use it."""
+    try:
+        data_dir().mkdir(parents=True, exist_ok=True)
+        (data_dir() / DEV_MARKER).write_text(json.dumps({"pid": os.getpid(), "ui": url}))
+    except OSError as exc:  # `submit` beside it then waits for the sensor: slower, not wrong
+        log.warning("fast lane: cannot record the UI's address for commands beside `make dev`: %s", exc)
+
+
+def webserver_url(settings: Settings) -> str | None:
+    """``INGESTION_DAGSTER_URL``, else the UI of a `make dev` running on this data folder, else None."""
+    if settings.executor.dagster_url:
+        return None if settings.executor.dagster_url == "off" else settings.executor.dagster_url
+    try:
+        marker = json.loads((data_dir() / DEV_MARKER).read_text())
+        cmdline = Path(f"/proc/{int(marker['pid'])}/cmdline").read_bytes()
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return marker.get("ui") if b"dagster" in cmdline else None  # a PID since reused is not `make dev`
+
+
+def launch_interactive(db: Database, settings: Settings, url: str | None = None) -> list[str]:
+    """Launch the runs of the interactive batches due now through the webserver; their Dagster run ids.
+
+    Never raises for the webserver's sake: what it could not launch is logged and left to the sensor."""
+    url = url or webserver_url(settings)
+    if not url:
+        return []
+    launched: list[str] = []
+    repo = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
+    try:
+        with one_launcher_at_a_time(db):
+            plan = plan_document_runs(None, db, settings.batch, run_types=("upload",))
+            for request in plan.run_requests:
+                if request.tags.get(RUN_CLASS_TAG) == INTERACTIVE:
+                    launched += _launch(url, repo, request)
+    except WebserverError as exc:
+        log.warning("fast lane: %s; the upload sensor launches the rest at its next loop", exc)
+    return launched
+
+
+def _launch(url: str, repo: dict[str, str], request: dg.RunRequest) -> list[str]:
+    """The sensor's run for one batch, unless its run key already has one: the run id launched, if any."""
+    key = request.partition_key
+    added = _graphql(url, _ADD_PARTITION, {"name": document_batches.name, "key": key, "repo": repo})
+    kind = added["addDynamicPartition"]["__typename"]
+    if kind not in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"):
+        raise WebserverError(f"adding partition {key}: {kind} {added['addDynamicPartition'].get('message')}")
+    runs = _graphql(url, _RUNS_WITH_KEY, {"tags": _tags({"dagster/run_key": request.run_key})})["runsOrError"]
+    if runs.get("results"):
+        return []  # the sensor (or another launcher) was first
+    tags = {**request.tags, "dagster/partition": key, "dagster/run_key": request.run_key,
+            "dagster/sensor_name": SENSOR, LAUNCHED_BY_TAG: "fast_lane"}
+    result = _graphql(url, _LAUNCH, {"params": {
+        "selector": {**repo, "jobName": DOCUMENT_JOB}, "runConfigData": {},
+        "executionMetadata": {"tags": _tags(tags)}}})["launchRun"]
+    if result["__typename"] != "LaunchRunSuccess":
+        raise WebserverError(f"launching batch {key}: {result['__typename']} {result.get('message', '')}")
+    log.info("fast lane: launched run %s for batch %s", result["run"]["runId"], key)
+    return [result["run"]["runId"]]
+
+
+class FastLane:
+    """``launch_interactive`` off the caller's thread, for a server (the HTTP API): one call at a time per
+    process; a call while one runs makes it run once more, so a burst of uploads costs a launch or two."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self._db, self._settings = db, settings
+        self._lock = threading.Lock()
+        self._running = self._again = False
+
+    def nudge(self) -> None:
+        with self._lock:
+            if self._running:
+                self._again = True
+                return
+            self._running = True
+        threading.Thread(target=self._run, name="fast-lane", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                launch_interactive(self._db, self._settings)
+            except Exception:  # the database: the sensor launches it
+                log.warning("fast lane: launching failed; the upload sensor launches at its next loop", exc_info=True)
+            with self._lock:
+                if not self._again:
+                    self._running = False
+                    return
+                self._again = False
