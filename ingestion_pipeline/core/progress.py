@@ -1,6 +1,8 @@
 """Progress of long work, reported at most every ``INGESTION_PROGRESS_SECONDS`` (2) seconds.
 
-A document step creates one ``Progress`` (files done of total, chunks, rate, ETA); metric staging one
+A document step creates one ``Progress`` (files done of total, chunks, rate, ETA; the embed step's ETA follows
+the model's tokens, what its time follows: it encodes the shortest chunks first, so an ETA by chunks grew as
+the chunks did); metric staging one
 ``RowProgress`` (rows, rows/s, bytes read of the file, ETA from the bytes: the row count is known only
 at the end). Each report goes to the ``ingestion_pipeline.progress`` logger (with the figures as
 ``record.progress``) and to any extra sink (a Dagster step passes its run log).
@@ -81,19 +83,31 @@ class Progress(_Reporter):
         self.total_chunks = total_chunks  # when known (embedding), the ETA follows chunks: files vary in size
         self.files_done = 0
         self.chunks = 0
+        self.total_tokens: int | None = None  # tokens to encode, once known (``count_tokens``)
+        self.tokens = 0
+        self._tokens_from = self._started
         self._lock = threading.Lock()
 
-    def advance(self, files: int = 0, chunks: int = 0) -> None:
+    def count_tokens(self, total: int) -> None:
+        """From now on the ETA follows ``total`` tokens (the model's time is per token, not per chunk)."""
+        with self._lock:
+            self.total_tokens, self.tokens, self._tokens_from = total, 0, self._clock()
+
+    def advance(self, files: int = 0, chunks: int = 0, tokens: int = 0) -> None:
         with self._lock:  # a step may work on files in several lanes
             self.files_done += files
             self.chunks += chunks
+            self.tokens += tokens
             self._maybe_report()
 
     def snapshot(self, now: float | None = None) -> dict:
         now = self._clock() if now is None else now
         elapsed = max(now - self._started, 1e-9)
         files_per_s = self.files_done / elapsed
-        if self.total_chunks is not None:
+        tokens_per_s = self.tokens / max(now - self._tokens_from, 1e-9)
+        if self.total_tokens is not None:
+            left, rate = self.total_tokens - self.tokens, tokens_per_s
+        elif self.total_chunks is not None:
             left, rate = self.total_chunks - self.chunks, self.chunks / elapsed
         else:
             left, rate = self.total_files - self.files_done, files_per_s
@@ -103,13 +117,17 @@ class Progress(_Reporter):
         return {"step": self.step, "files_done": self.files_done, "files_total": self.total_files,
                 "chunks": self.chunks, "chunks_total": self.total_chunks,
                 "elapsed_s": round(elapsed, 1), "files_per_s": round(files_per_s, 2),
-                "chunks_per_s": round(self.chunks / elapsed, 1), "eta_s": None if eta is None else round(eta, 1)}
+                "chunks_per_s": round(self.chunks / elapsed, 1), "tokens": self.tokens,
+                "tokens_total": self.total_tokens, "tokens_per_s": round(tokens_per_s),
+                "eta_s": None if eta is None else round(eta, 1)}
 
     def describe(self, snapshot: dict | None = None) -> str:
         s = snapshot or self.snapshot()
         eta = "?" if s["eta_s"] is None else _duration(s["eta_s"])
         of = f"/{s['chunks_total']:,}" if s.get("chunks_total") is not None else ""
         chunks = f", {s['chunks']:,}{of} chunks ({s['chunks_per_s']:.1f}/s)" if s["chunks"] or of else ""
+        if s.get("tokens_total") is not None:
+            chunks += f", {s['tokens']:,}/{s['tokens_total']:,} tokens ({s['tokens_per_s']:,}/s)"
         return (f"{s['step']}: {s['files_done']}/{s['files_total']} files{chunks}, "
                 f"{s['files_per_s']:.2f} files/s, elapsed {_duration(s['elapsed_s'])}, ETA {eta}")
 

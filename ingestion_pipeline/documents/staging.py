@@ -139,7 +139,7 @@ def pending_embeddings(conn: psycopg.Connection, run_ids: list[int], limit: int)
     batch to its longest text, so texts of one length are encoded together. ``text`` is what the model reads:
     the chunk's context line and its text (``chunking.embedding_input``)."""
     return conn.execute(
-        """SELECT run_id, ordinal,
+        """SELECT run_id, ordinal, token_count,
                   CASE WHEN embedding_context = '' THEN text ELSE embedding_context || E'\\n' || text END AS text
              FROM staging_chunks WHERE run_id = ANY(%s) AND embedding IS NULL
             ORDER BY token_count, run_id, ordinal LIMIT %s""",
@@ -151,6 +151,13 @@ def count_missing_embeddings(conn: psycopg.Connection, run_ids: list[int]) -> in
     """Chunks of these files still without a vector (what the embed step has ahead of it)."""
     return conn.execute("SELECT count(*) AS n FROM staging_chunks WHERE run_id = ANY(%s) AND embedding IS NULL",
                         (run_ids,)).fetchone()["n"]
+
+
+def missing_embedding_tokens(conn: psycopg.Connection, run_ids: list[int]) -> int:
+    """The model's tokens in the chunks of these files still without a vector (what the embed step's time
+    follows)."""
+    return conn.execute("SELECT coalesce(sum(token_count), 0) AS n FROM staging_chunks WHERE run_id = ANY(%s) "
+                        "AND embedding IS NULL", (run_ids,)).fetchone()["n"]
 
 
 def write_embeddings(conn: psycopg.Connection, run_ids: list[int], ordinals: list[int], vectors: np.ndarray) -> None:

@@ -70,6 +70,27 @@ def test_with_a_chunk_total_the_eta_follows_chunks_not_files():
     assert seen[-1].startswith("embed: 0/3 files, 250/1,000 chunks (25.0/s)") and seen[-1].endswith("ETA 30s")
 
 
+def test_with_a_token_total_the_eta_holds_while_chunks_grow_longer():
+    """The embed step encodes the shortest chunks first and the model's time follows tokens: an ETA by chunks
+    grew as the chunks did (100 s to 180 s in `make demo`), one by tokens holds."""
+    clock, seen = FakeClock(), []
+    lengths = [10 + i for i in range(100)]  # tokens per chunk, shortest first: 10 … 109
+    progress = Progress("embed", 1, total_chunks=len(lengths), sinks=[seen.append], interval=0, clock=clock)
+    progress.count_tokens(sum(lengths))
+    by_chunks, by_tokens, start = [], [], clock.now
+    for n in lengths:
+        clock.now += n * 0.01  # 10 ms per token
+        progress.advance(chunks=1, tokens=n)
+        s, elapsed = progress.snapshot(), clock.now - start
+        by_tokens.append(elapsed + s["eta_s"])  # when it says it will end
+        left = len(lengths) - s["chunks"]
+        by_chunks.append(elapsed + left / (s["chunks"] / elapsed))
+    end = sum(lengths) * 0.01
+    assert all(abs(t - end) < 0.2 for t in by_tokens)  # eta_s is rounded to 0.1 s
+    assert by_chunks[9] < 0.5 * end  # after 10 short chunks, an ETA by chunks said under half the time
+    assert "tokens" in seen[-1] and seen[-1].endswith("ETA 0s")
+
+
 def test_row_progress_follows_the_bytes_read_for_its_eta():
     from ingestion_pipeline.core.progress import RowProgress
 

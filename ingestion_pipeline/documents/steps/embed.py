@@ -45,6 +45,9 @@ def embed_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
     work: dict[int, _Embedding] = {}
     if rows:
         outcomes += _reuse_embeddings(run, rows, work)
+    if work:  # the ETA from here follows the tokens left to encode
+        with run.db.connection() as conn:
+            run.progress.count_tokens(staging.missing_embedding_tokens(conn, list(work)))
     unit = run.settings.embedding.batch_size * 16  # one committed unit: enough texts to sort by length
     while work:
         with run.db.connection() as conn:
@@ -114,7 +117,7 @@ def _embed_unit(run: StepRunner, pending: list[dict], work: dict[int, _Embedding
             stats = work[run_id].stats
             stats["embedded"] += len(indexes)
             stats["model_ms"] += model_ms * len(indexes) // len(pending)
-    run.progress.advance(chunks=len(pending), files=len(outcomes))
+    run.progress.advance(chunks=len(pending), files=len(outcomes), tokens=sum(p["token_count"] for p in pending))
     return outcomes
 
 
