@@ -150,10 +150,10 @@ def dev_latency(n: int) -> None:
                 times.append(searchable)
                 statuses.append(done)
                 print(f"note-{i}.md searchable after {searchable:.1f} s, status done after {done:.1f} s", flush=True)
-            print(f"\nunder `make dev` ({n} jobs, one at a time; the intake service, upload_sensor, a run):\n"
+            print(f"\nunder `make dev` ({n} jobs, one at a time; the intake service, its fast-lane launch, a run):\n"
                   f"  push -> searchable:  p50 {statistics.median(times):.1f} s, p95 {_p95(times):.1f} s\n"
                   f"  push -> status done: p50 {statistics.median(statuses):.1f} s, p95 {_p95(statuses):.1f} s "
-                  "(written at the intake service's next round)")
+                  "(written by the run as it promotes the file)")
         finally:
             client.close()
 

@@ -51,7 +51,8 @@ def _fast_lane(ctx: Context):
     (and Dagster is not imported)."""
     from ingestion_pipeline.core.settings import data_dir
 
-    if not ctx.settings.executor.dagster_url and not (data_dir() / "dev.json").exists():
+    configured = ctx.settings.executor.dagster_url
+    if configured == "off" or (not configured and not (data_dir() / "dev.json").exists()):
         return None
     from ingestion_pipeline.defs.fast_lane import launch_interactive, webserver_url
 
