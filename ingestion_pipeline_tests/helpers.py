@@ -205,3 +205,14 @@ def run_measuring_peak(command: list[str], env: dict) -> tuple[subprocess.Comple
     done = subprocess.run([sys.executable, "-c", _PEAK_OF_A_CHILD, *command], capture_output=True, text=True,
                           env=env)
     return done, int(done.stderr.strip().splitlines()[-1]) / 1024
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 now (a service started by a test is up)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ingestion_pipeline.core.settings import project_root
-from ingestion_pipeline_tests.helpers import stop_process_group, submit, table
+from ingestion_pipeline_tests.helpers import answers, stop_process_group, submit, table
 
 
 def _free_port() -> int:
@@ -462,8 +462,8 @@ def test_a_small_upload_is_launched_at_submit_and_the_sensor_does_not_launch_it_
                              str(api_port)], cwd=project_root(), env=os.environ.copy(), stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait(lambda: _answers_graphql(port), 180, proc, log_path, "the webserver")
-        _wait(lambda: _answers(f"http://127.0.0.1:{api_port}/healthz"), 120, proc, log_path, "the API")
+        _wait(lambda: answers(f"http://127.0.0.1:{port}/server_info"), 180, proc, log_path, "the webserver")
+        _wait(lambda: answers(f"http://127.0.0.1:{api_port}/healthz"), 120, proc, log_path, "the API")
         by_cli = tmp_path / "by-cli.md"
         by_cli.write_text("# By the CLI\n\nSubmitted with ingestion-pipeline submit.\n")
         subprocess.run([cli, "submit", "--tenant", "acme", str(by_cli)], env=os.environ.copy(), check=True,
@@ -490,18 +490,6 @@ def test_a_small_upload_is_launched_at_submit_and_the_sensor_does_not_launch_it_
     finally:
         stop_process_group(proc)
         log.close()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
-
-def _answers_graphql(port: int) -> bool:
-    return _answers(f"http://127.0.0.1:{port}/server_info")
 
 
 def _multipart(filename: str, content: bytes) -> tuple[bytes, str]:

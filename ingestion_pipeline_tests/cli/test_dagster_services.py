@@ -10,14 +10,13 @@ import os
 import signal
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from ingestion_pipeline.core.redis_server import free_port
 from ingestion_pipeline_tests.cli.test_corpus_cli import CLI
-from ingestion_pipeline_tests.helpers import stop_process_group, submit, table
+from ingestion_pipeline_tests.helpers import answers, stop_process_group, submit, table
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
@@ -37,14 +36,6 @@ def _wait(condition, what: str, procs: dict[str, tuple[subprocess.Popen, Path]],
         time.sleep(1)
     raise AssertionError(f"timed out waiting for {what}\n" + "\n".join(
         f"--- {name}\n{log.read_text()[-2000:]}" for name, (_, log) in procs.items()))
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def _executable(pid: int) -> str:
@@ -76,7 +67,7 @@ def test_the_three_dagster_services_ingest_a_queued_upload(database, project_dag
             proc, log = procs[name]
             _wait(lambda proc=proc, script=script: script in _executable(proc.pid), f"{name} exec", procs, 60)
             assert "the databases answer" in log.read_text(), name
-        _wait(lambda: _answers(f"http://127.0.0.1:{ui_port}/server_info"), "the webserver", procs)
+        _wait(lambda: answers(f"http://127.0.0.1:{ui_port}/server_info"), "the webserver", procs)
         # the daemon's upload sensor launches the batch through the code server; the run finalizes the ledger
         row = _wait(lambda: next((r for r in table(db, "SELECT status, dagster_run_id FROM ingestion_runs "
                                                        "WHERE run_id = %s", queued.run_id)
