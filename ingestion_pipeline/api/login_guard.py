@@ -13,10 +13,10 @@ if the hash ran while a database connection was held, every connection of the po
   the next attempt gets 429 ``too_many_logins`` with ``Retry-After`` (when the oldest failure leaves the
   window), and costs no hash. A success clears the account's failures.
 
-Counts are per server process (each uvicorn worker keeps its own), which bounds each process's work, and at
-most 50,000 addresses and accounts are remembered (the least recent half is forgotten beyond); the
-address is the connection's peer (behind a proxy, the proxy's: configure uvicorn's ``--proxy-headers`` and
-``--forwarded-allow-ips`` so it is the client's).
+Failures are counted in Postgres (``core/login_failures.py``), so every API process and host sees the same
+counts: a flood spread over several replicas gets no more guesses than one. The bound on hashes at once is
+each process's own (it protects that process's cores). The address is the connection's peer (behind a proxy,
+the proxy's: configure uvicorn's ``--proxy-headers`` and ``--forwarded-allow-ips`` so it is the client's).
 """
 
 from __future__ import annotations
@@ -25,11 +25,14 @@ import contextlib
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-MAX_KEYS = 50_000  # addresses (or accounts) with recent failures kept; beyond, the least recent half goes
+import psycopg
+
+from ingestion_pipeline.core import login_failures
+from ingestion_pipeline.core.login_failures import FailureLimits
+
+SWEEP_EVERY_SECONDS = 60.0  # how often a process deletes failures that left the window
 
 
 class LoginRefused(Exception):
@@ -38,84 +41,32 @@ class LoginRefused(Exception):
         self.retry_after = max(1, retry_after)
 
 
-@dataclass
-class _Failures:
-    """Failure times per key in a sliding window (bounded: at most ``limit`` kept per key)."""
-
-    limit: int
-    window: float
-    times: dict[str, deque] = field(default_factory=dict)
-
-    def retry_after(self, key: str, now: float) -> float | None:
-        kept = self._trim(key, now)
-        if kept is not None and len(kept) >= self.limit:
-            return kept[0] + self.window - now
-        return None
-
-    def add(self, key: str, now: float) -> None:
-        kept = self._trim(key, now)
-        if kept is None:
-            if len(self.times) >= MAX_KEYS:  # a flood from many addresses or of many emails stays bounded
-                self.sweep(now)
-                for stale in sorted(self.times, key=lambda k: self.times[k][-1])[:len(self.times) // 2 or 1]:
-                    del self.times[stale]
-            kept = self.times[key] = deque(maxlen=self.limit)
-        kept.append(now)
-
-    def clear(self, key: str) -> None:
-        self.times.pop(key, None)
-
-    def _trim(self, key: str, now: float) -> deque | None:
-        kept = self.times.get(key)
-        if kept is None:
-            return None
-        while kept and kept[0] <= now - self.window:
-            kept.popleft()
-        if not kept:
-            del self.times[key]
-            return None
-        return kept
-
-    def sweep(self, now: float) -> None:
-        for key in list(self.times):
-            self._trim(key, now)
-
-
 class LoginGuard:
     def __init__(self, *, concurrent: int = 2, per_address: int = 20, per_account: int = 10,
-                 window_seconds: float = 300.0, clock=time.monotonic) -> None:
+                 window_seconds: float = 300.0) -> None:
         self.concurrent = concurrent
         self.max_waiting = 4 * concurrent
+        self.limits = FailureLimits(per_address, per_account, window_seconds)
         self._slots = threading.BoundedSemaphore(concurrent)
         self._waiting = 0
         self._lock = threading.Lock()
-        self._clock = clock
-        self._addresses = _Failures(per_address, window_seconds)
-        self._accounts = _Failures(per_account, window_seconds)
-        self._swept = clock()
+        self._swept = 0.0
 
-    def check(self, address: str, account: str) -> None:
-        """``LoginRefused`` if this address or account has failed too often lately."""
-        now = self._clock()
+    def check(self, conn: psycopg.Connection, address: str, account: str) -> None:
+        """``LoginRefused`` if this address or account has failed too often lately (on any API process)."""
+        wait = login_failures.retry_after(conn, address, account, self.limits)
+        if wait is not None:
+            raise LoginRefused("too many failed logins: try again later", math.ceil(wait))
+
+    def record(self, conn: psycopg.Connection, address: str, account: str, succeeded: bool) -> None:
+        login_failures.record(conn, address, account, succeeded=succeeded)
+        now = time.monotonic()
         with self._lock:
-            if now - self._swept > 60:  # keys of clients that stopped trying go, so memory stays bounded
-                self._addresses.sweep(now)
-                self._accounts.sweep(now)
+            due = now - self._swept >= SWEEP_EVERY_SECONDS
+            if due:
                 self._swept = now
-            waits = [w for w in (self._addresses.retry_after(address, now),
-                                 self._accounts.retry_after(account.strip().lower(), now)) if w is not None]
-        if waits:
-            raise LoginRefused("too many failed logins: try again later", math.ceil(max(waits)))
-
-    def record(self, address: str, account: str, succeeded: bool) -> None:
-        now = self._clock()
-        account = account.strip().lower()
-        with self._lock:
-            if succeeded:
-                self._accounts.clear(account)
-            else:
-                self._addresses.add(address, now)
-                self._accounts.add(account, now)
+        if due:  # failures that no longer count go, so the table stays as small as the window
+            login_failures.forget_older_than(conn, self.limits.window_seconds)
 
     @contextlib.contextmanager
     def hashing(self) -> Iterator[None]:

@@ -12,50 +12,52 @@ import httpx
 import pytest
 
 from ingestion_pipeline.api.login_guard import LoginGuard, LoginRefused
+from ingestion_pipeline.core import login_failures
 from ingestion_pipeline_tests.api.conftest import PASSWORD, start_server, user_token
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+def _backdate(conn, seconds: float) -> None:
+    """Every failure recorded so far happened ``seconds`` earlier (the window is the database's clock)."""
+    conn.execute("UPDATE login_failures SET failed_at = failed_at - make_interval(secs => %s)", (seconds,))
 
 
-def test_failures_are_counted_per_account_and_address_in_a_window():
-    clock = Clock()
-    guard = LoginGuard(per_address=5, per_account=3, window_seconds=60, clock=clock)
-    for _ in range(3):
-        guard.check("10.0.0.1", "Victim@acme.example")
-        guard.record("10.0.0.1", "Victim@acme.example", succeeded=False)
-        clock.now += 1
-    with pytest.raises(LoginRefused) as refused:  # the same account from anywhere, in any spelling
-        guard.check("10.0.0.9", " victim@ACME.example")
-    assert refused.value.retry_after == 57  # the oldest failure (at 1000) leaves the window at 1060; now 1003
-    guard.check("10.0.0.1", "other@acme.example")  # the address has 3 of its 5
-    for n in range(2):
-        guard.record("10.0.0.1", f"x{n}@acme.example", succeeded=False)
-    with pytest.raises(LoginRefused):
-        guard.check("10.0.0.1", "new@acme.example")
-    clock.now += 60
-    guard.check("10.0.0.1", "victim@acme.example")  # the window moved on
-    guard.record("10.0.0.2", "victim@acme.example", succeeded=False)
-    guard.record("10.0.0.2", "victim@acme.example", succeeded=True)  # a success clears the account's count
-    assert "victim@acme.example" not in guard._accounts.times
+def test_failures_are_counted_per_account_and_address_in_a_window(database):
+    guard = LoginGuard(per_address=5, per_account=3, window_seconds=60)
+    with database.connection() as conn:
+        for _ in range(3):
+            guard.check(conn, "10.0.0.1", "Victim@acme.example")
+            guard.record(conn, "10.0.0.1", "Victim@acme.example", succeeded=False)
+        _backdate(conn, 3)
+        with pytest.raises(LoginRefused) as refused:  # the same account from anywhere, in any spelling
+            guard.check(conn, "10.0.0.9", " victim@ACME.example")
+        assert 55 <= refused.value.retry_after <= 57  # the oldest failure (3 s ago) leaves the 60 s window
+        guard.check(conn, "10.0.0.1", "other@acme.example")  # the address has 3 of its 5
+        for n in range(2):
+            guard.record(conn, "10.0.0.1", f"x{n}@acme.example", succeeded=False)
+        with pytest.raises(LoginRefused):
+            guard.check(conn, "10.0.0.1", "new@acme.example")
+        _backdate(conn, 60)
+        guard.check(conn, "10.0.0.1", "victim@acme.example")  # the window moved on
+        guard.record(conn, "10.0.0.2", "victim@acme.example", succeeded=False)
+        guard.record(conn, "10.0.0.2", "victim@acme.example", succeeded=True)  # a success clears the account
+        assert conn.execute("SELECT count(*) AS n FROM login_failures WHERE scope = 'account' AND subject = %s",
+                            (login_failures.subject("victim@acme.example"),)).fetchone()["n"] == 0
+        # what a row keeps is a digest, never the address or the email
+        kept = conn.execute("SELECT string_agg(encode(subject, 'escape'), '') AS s FROM login_failures").fetchone()
+        assert "acme" not in kept["s"] and "10.0.0" not in kept["s"]
 
 
-def test_the_failures_remembered_are_bounded(monkeypatch):
+def test_failures_that_left_the_window_are_swept(database, monkeypatch):
     from ingestion_pipeline.api import login_guard
 
-    monkeypatch.setattr(login_guard, "MAX_KEYS", 100)
-    clock = Clock()
-    guard = LoginGuard(clock=clock)
-    for n in range(1000):  # a flood of distinct addresses and emails
-        guard.record(f"10.0.{n // 256}.{n % 256}", f"u{n}@x.example", succeeded=False)
-        clock.now += 0.01
-    assert len(guard._addresses.times) <= 100 and len(guard._accounts.times) <= 100
-    assert "10.0.3.231" in guard._addresses.times  # the most recent is kept
+    guard = LoginGuard(window_seconds=60)
+    with database.connection() as conn:
+        for n in range(50):  # a flood of distinct addresses and emails
+            guard.record(conn, f"10.0.0.{n}", f"u{n}@x.example", succeeded=False)
+        _backdate(conn, 61)
+        monkeypatch.setattr(login_guard, "SWEEP_EVERY_SECONDS", 0.0)
+        guard.record(conn, "10.0.1.1", "last@x.example", succeeded=False)
+        assert conn.execute("SELECT count(*) AS n FROM login_failures").fetchone()["n"] == 2  # the last one's
 
 
 def test_too_many_waiting_hashes_are_refused_not_queued():
@@ -103,3 +105,19 @@ def test_repeated_failures_get_429_with_retry_after(database_url, tmp_path):
         # even the right password waits: the account is throttled, not the guess
         assert httpx.post(f"{server.url}/v1/auth/token", json={"email": "victim@acme.example",
                                                                 "password": PASSWORD}).status_code == 429
+
+
+@pytest.mark.integration
+def test_failures_count_across_api_processes(database_url, tmp_path):
+    """Two API processes on one database (two replicas behind a load balancer): guesses spread over both are
+    counted together, so the fourth of a limit of three is refused on either."""
+    limits = {"INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT": "3"}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    with start_server(database_url, tmp_path / "a", **limits) as one, \
+            start_server(database_url, tmp_path / "b", **limits) as two:
+        user_token(database_url, "acme", "victim@acme.example")
+        codes = [httpx.post(f"{server.url}/v1/auth/token", timeout=30,
+                            json={"email": "victim@acme.example", "password": "wrong-password"}).status_code
+                 for server in (one, two, one, two, one)]
+        assert codes == [401, 401, 401, 429, 429]

@@ -32,12 +32,13 @@ async def token(body: TokenRequest, request: Request, services: Services) -> dic
     address = request.client.host if request.client else "unknown"
 
     def check():
-        guard.check(address, body.email)
         with services.db.connection() as conn:  # read, and give the connection back before the slow hash
+            guard.check(conn, address, body.email)
             rows = users.login_candidates(conn, body.email, tenant_id=body.tenant_id)
         with guard.hashing():
             user = users.match_password(rows, body.password)
-        guard.record(address, body.email, succeeded=user is not None)
+        with services.db.connection() as conn:
+            guard.record(conn, address, body.email, succeeded=user is not None)
         return user
 
     try:
