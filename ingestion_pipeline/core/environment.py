@@ -103,6 +103,8 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_INTAKE_INTERVAL_SECONDS"),
         _setting("INGESTION_QUEUE_JOBS_PER_TICK"),
         _setting("INGESTION_QUEUE_HEARTBEAT_SECONDS"),
+        _setting("INGESTION_DEAD_LETTER_MAX_ENTRIES"),
+        _setting("INGESTION_DEAD_LETTER_MAX_AGE_DAYS"),
         _setting("INGESTION_SQS_QUEUE_URLS"),
         _setting("INGESTION_SQS_MESSAGES_PER_TICK"),
         _setting("INGESTION_SQS_WAIT_SECONDS"),

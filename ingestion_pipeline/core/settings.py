@@ -387,6 +387,12 @@ class QueueSettings(_Area):
         "INGESTION_QUEUE_HEARTBEAT_SECONDS", default=30.0, parse=_positive, expected="a number of seconds above 0",
         shown="30", description="A Redis consumer silent this long is dead: the next consumer hands the jobs it held "
                                 "back to their queues.")
+    dead_letter_max_entries: int = env(
+        "INGESTION_DEAD_LETTER_MAX_ENTRIES", default=10_000, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
+        shown="10000", description="Entries the Redis dead-letter list keeps, newest first (queues/redis_contract.py).")
+    dead_letter_max_age_days: float = env(
+        "INGESTION_DEAD_LETTER_MAX_AGE_DAYS", default=30.0, parse=_positive, expected="a number of days above 0",
+        shown="30", description="Days a Redis dead letter is kept; older entries are trimmed at each round.")
     sqs_queue_urls: Annotated[tuple[str, ...], NoDecode] = env(
         "INGESTION_SQS_QUEUE_URLS", default=(), parse=_comma_list, shown="none",
         description="Comma-separated SQS queue URLs, polled in turn by `ingestion-pipeline intake`. Endpoint "

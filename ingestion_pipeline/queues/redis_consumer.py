@@ -100,8 +100,11 @@ def new_consumer_id() -> str:
 class RedisJobConsumer:
     def __init__(self, redis, db: Database, store: UploadStore, *, fingerprint: str, max_bytes: int,
                  backoff: tuple[float, ...] = (5.0, 10.0, 30.0), consumer_id: str | None = None,
-                 heartbeat_seconds: float = HEARTBEAT_SECONDS) -> None:
+                 heartbeat_seconds: float = HEARTBEAT_SECONDS,
+                 dead_letter_max_entries: int = redis_contract.DEAD_LETTER_MAX_ENTRIES,
+                 dead_letter_max_age_days: float = redis_contract.DEAD_LETTER_MAX_AGE_DAYS) -> None:
         self.redis, self.db, self.store = redis, db, store
+        self.dead_letter_max_entries, self.dead_letter_max_age_days = dead_letter_max_entries, dead_letter_max_age_days
         self.heartbeat_seconds = heartbeat_seconds
         self.fingerprint, self.max_bytes, self.backoff = fingerprint, max_bytes, backoff
         self.consumer_id = consumer_id or new_consumer_id()
@@ -118,7 +121,8 @@ class RedisJobConsumer:
         try:
             report.returned = self.return_abandoned()
             report.due = self.return_due()
-            redis_contract.trim_dead_letters(self.redis)
+            redis_contract.trim_dead_letters(self.redis, max_entries=self.dead_letter_max_entries,
+                                             max_age_days=self.dead_letter_max_age_days)
             while report.taken < max_jobs:
                 taken = self.take()
                 if taken is None:
@@ -228,7 +232,7 @@ class RedisJobConsumer:
                                   job_id=job.job_id if job else None)
         self.redis.eval(MOVE_IF_HELD, 2, redis_contract.processing(self.consumer_id, priority),
                         redis_contract.DEAD_LETTER, raw, item, "LPUSH")
-        self.redis.ltrim(redis_contract.DEAD_LETTER, 0, redis_contract.DEAD_LETTER_MAX_ENTRIES - 1)
+        self.redis.ltrim(redis_contract.DEAD_LETTER, 0, self.dead_letter_max_entries - 1)
 
     # -- the janitor's part ---------------------------------------------------------------------------------------
     def return_abandoned(self) -> int:
@@ -291,7 +295,9 @@ def take_jobs(client, db: Database, store: UploadStore, settings: Settings, *, f
               max_jobs: int | None = None) -> RedisRound:
     consumer = RedisJobConsumer(client, db, store, fingerprint=fingerprint, max_bytes=settings.upload.max_bytes,
                                 backoff=settings.reliability.retry_backoff_seconds or (5.0,),
-                                heartbeat_seconds=settings.queues.consumer_heartbeat_seconds)
+                                heartbeat_seconds=settings.queues.consumer_heartbeat_seconds,
+                                dead_letter_max_entries=settings.queues.dead_letter_max_entries,
+                                dead_letter_max_age_days=settings.queues.dead_letter_max_age_days)
     report = consumer.consume(max_jobs or settings.queues.jobs_per_tick)
     return RedisRound(report, redis_contract.depths(client))
 

@@ -25,8 +25,8 @@ one) and ``message`` (the message exactly as it arrived, when it is within the 6
 one keeps its first 2 KiB as ``message``, with ``truncated``, ``message_bytes`` and ``message_sha256``, and is
 never replayed: it would be refused again). ``replay_dead_letters`` puts messages back on their queue (a job's
 ``retry_count`` starts again at 0), each move one Redis transaction. The list keeps the newest
-``DEAD_LETTER_MAX_ENTRIES`` (10,000) entries and none older than ``DEAD_LETTER_MAX_AGE_DAYS`` (30): a producer
-that sends garbage fills a bounded list, not Redis's memory.
+``INGESTION_DEAD_LETTER_MAX_ENTRIES`` (10,000) entries and none older than ``INGESTION_DEAD_LETTER_MAX_AGE_DAYS``
+(30): a producer that sends garbage fills a bounded list, not Redis's memory.
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ DEAD_LETTER = "rag:ingest:queue:dead-letter"
 DELAYED = "rag:ingest:queue:delayed"  # a sorted set: jobs waiting out a retry backoff, scored by when they are due
 CONSUMERS = "rag:ingest:consumers"  # a set of consumer ids that may hold processing lists
 STATUS_TTL_SECONDS = 7 * 24 * 3600  # a finished job's status hash expires 7 days after completion
-DEAD_LETTER_MAX_ENTRIES = 10_000
+DEAD_LETTER_MAX_ENTRIES = 10_000  # the settings' defaults (core/settings.py QueueSettings)
 DEAD_LETTER_MAX_AGE_DAYS = 30
 DEAD_LETTER_EXCERPT_BYTES = 2048  # what a dead letter keeps of a message over the size a job may be
 

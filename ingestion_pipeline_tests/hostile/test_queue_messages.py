@@ -78,3 +78,19 @@ def test_the_dead_letter_list_is_trimmed_by_count_and_age(redis_queue):
     assert redis_contract.dead_letter_count(redis_queue) == 10
     assert redis_contract.trim_dead_letters(redis_queue, max_entries=4) == 6
     assert [e["message"] for e in redis_contract.list_dead_letters(redis_queue)] == ["11", "10", "9", "8"]
+
+
+def test_the_dead_letter_bounds_are_settings(redis_queue, database, tmp_path, monkeypatch):
+    from ingestion_pipeline.core.settings import load_settings
+    from ingestion_pipeline.queues.redis_consumer import take_jobs
+
+    monkeypatch.setenv("INGESTION_DEAD_LETTER_MAX_ENTRIES", "3")
+    monkeypatch.setenv("INGESTION_DEAD_LETTER_MAX_AGE_DAYS", "0.5")
+    old = json.dumps({"reason": "r", "error_code": "E", "dead_lettered_at": "2020-01-01T00:00:00Z",
+                      "priority": "normal", "job_id": None, "message": "old"}).encode()
+    redis_queue.lpush(redis_contract.DEAD_LETTER, old)
+    for n in range(5):  # five messages that cannot become jobs
+        redis_queue.lpush(redis_contract.queue("normal"), f"not json {n}")
+    take_jobs(redis_queue, database, LocalUploadStore(tmp_path / "store"), load_settings(), fingerprint="f")
+    kept = redis_contract.list_dead_letters(redis_queue)
+    assert len(kept) == 3 and all(e["error_code"] == "ERR_MALFORMED_MESSAGE" for e in kept)
