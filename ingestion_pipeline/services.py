@@ -51,12 +51,12 @@ def metric_store(settings: Settings) -> UploadStore:
 
 
 def embedder(settings: Settings, model_path: str | None = None, batch_size: int | None = None,
-             database_url: str | None = None) -> Embedder:
+             database_url: str | None = None, threads: int | None = None) -> Embedder:
     """The embedding model of the settings (or of ``model_path`` / ``batch_size``), run as the deployment's
     recorded decision says (read from ``database_url``, else DATABASE_URL or the embedded server, when first
     needed); weights load on first use."""
     return build_embedder(model_path, batch_size, settings=settings.embedding,
-                          decisions=recorded_decisions(database_url))
+                          decisions=recorded_decisions(database_url), threads=threads)
 
 
 def recorded_decisions(database_url: str | None = None) -> RecordedDecisions:
@@ -76,8 +76,8 @@ def query_embedders(settings: Settings, current: Embedder, database_url: str | N
     def connect() -> psycopg.Connection:
         return psycopg.connect(database_url or _database_url(), autocommit=True, row_factory=dict_row)
 
-    return QueryEmbedders(current, connect,
-                          lambda path: embedder(settings, model_path=path, database_url=database_url))
+    return QueryEmbedders(current, connect, lambda path: embedder(settings, model_path=path, database_url=database_url,
+                                                                  threads=current.threads))
 
 
 def fingerprint(settings: Settings, model: Embedder) -> str:
@@ -98,6 +98,8 @@ def s3_client(endpoint_url: str | None = None) -> Any:
 class Services:
     """One process's services, each built on first use and then kept (thread-safe: the API's handlers share it)."""
 
+    embedding_threads: int | None = None  # the model's threads per call (``Embedder``); None: every core
+
     def __init__(self, settings: Settings, *, embedder: Embedder | None = None,
                  s3_client_factory: Callable[[str | None], Any] | None = None, database_url: str | None = None) -> None:
         self.settings = settings
@@ -110,7 +112,8 @@ class Services:
     def embedder(self) -> Embedder:
         with self._embedder_lock:
             if self._embedder is None:
-                self._embedder = embedder(self.settings, database_url=self.database_url)
+                self._embedder = embedder(self.settings, database_url=self.database_url,
+                                          threads=self.embedding_threads)
             return self._embedder
 
     @cached_property

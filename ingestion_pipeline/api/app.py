@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from ingestion_pipeline.api import errors
 from ingestion_pipeline.api.body_bounds import BodyBounds
 from ingestion_pipeline.api.login_guard import LoginGuard
-from ingestion_pipeline.api.read_slots import TenantReadSlots
+from ingestion_pipeline.api.read_slots import RefuseOverShare, TenantReadSlots
 from ingestion_pipeline.api.routes import auth, documents, files, health, ingest, metrics, sources
 from ingestion_pipeline.api.services import ApiServices
 from ingestion_pipeline.api.upload_slots import UploadSlots
@@ -41,6 +41,8 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
                                        per_account=api.login_failures_per_account,
                                        window_seconds=api.login_window_seconds)
     errors.install(app)
+    app.add_middleware(RefuseOverShare, slots=app.state.search_slots, secret=api.jwt_secret,
+                       auth_enabled=api.auth_enabled)
     app.add_middleware(BodyBounds, streaming=STREAMING_UPLOADS, idle_seconds=services.api.upload_idle_seconds,
                        min_bytes_per_second=services.api.upload_min_bytes_per_second)
     for module in (health, auth, ingest, files, documents, sources, metrics):

@@ -8,18 +8,47 @@ once; its further searches wait their turn (holding a worker thread, so the wait
 pause spent on the event loop, not a thread: a client that ignores Retry-After cannot turn refusals into a
 flood of their own (on 2 cores, answering 429s at once took as much from the other tenants as the searches
 did). A tenant's load then delays its own searches, not the others'. Counts are per server process.
+
+A search that had to wait for its tenant's share runs on a thread of lower CPU priority (``nice`` 10, Linux):
+a tenant that sends one search at a time never waits and keeps the normal priority, while a flood's searches
+take the cores only as far as the other tenants' searches leave them free. The query's embedding runs on that
+same thread (``ApiServices``), so it is lowered too. Nothing needs a privilege: those threads are lowered once
+and never raised back.
+
+The refusal is made by ``RefuseOverShare``, a plain ASGI middleware, before FastAPI routes the request: a
+flood's refused searches arrive every second from each of its connections, and through the whole stack
+(routing, dependencies on worker threads, exception handlers) they held the event loop the other tenants'
+requests wait on (``benchmarks/tenant_fairness.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from urllib.parse import parse_qs
 
 from ingestion_pipeline.api.errors import ApiError
+from ingestion_pipeline.core.access_tokens import InvalidToken, verify_token
 
 RETRY_AFTER_SECONDS = "1"
+REFUSAL_PAUSE_SECONDS = 1.0
 WAITING_FACTOR = 4
+LOWER_PRIORITY_NICE = 10  # CFS weight ~1/10 of a normal thread's: a flood still progresses, only behind others
+LOWER_PRIORITY_THREADS = 16
+_log = logging.getLogger(__name__)
+
+
+def _lower_this_threads_priority() -> None:
+    try:  # on Linux a thread has a nice value of its own (setpriority on its thread id)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWER_PRIORITY_NICE)
+    except (AttributeError, OSError) as exc:  # another OS: the shares alone bound the flood
+        _log.info("search threads keep their priority: %s", exc)
 
 
 class TenantReadSlots:
@@ -29,6 +58,21 @@ class TenantReadSlots:
         self._lock = threading.Lock()
         self._slots: dict[str, threading.Semaphore] = {}
         self._queued: dict[str, int] = {}  # running or waiting, per tenant
+        self._lower: ThreadPoolExecutor | None = None
+
+    def busy(self, tenant_id: str) -> bool:
+        """Whether a new read of ``tenant_id`` would wait for its share (it runs ``per_tenant`` already)."""
+        with self._lock:
+            return self._queued.get(tenant_id, 0) >= self.per_tenant
+
+    @property
+    def lower_priority(self) -> ThreadPoolExecutor:
+        """The threads a read that waited for its share runs on (started on first use)."""
+        with self._lock:
+            if self._lower is None:
+                self._lower = ThreadPoolExecutor(LOWER_PRIORITY_THREADS, thread_name_prefix="search-lower",
+                                                 initializer=_lower_this_threads_priority)
+            return self._lower
 
     def full(self, tenant_id: str) -> bool:
         """Whether ``tenant_id`` already runs its share and has ``max_waiting`` more waiting."""
@@ -58,3 +102,44 @@ class TenantReadSlots:
                 if not self._queued[tenant_id]:  # an idle tenant keeps no state
                     del self._queued[tenant_id]
                     del self._slots[tenant_id]
+
+
+class RefuseOverShare:
+    """ASGI middleware: ``GET path`` of a tenant whose share is running and whose queue is full is answered 429
+    ``too_many_searches`` (with ``Retry-After``) after ``REFUSAL_PAUSE_SECONDS`` on the event loop, without
+    routing it. The tenant is the bearer token's when its signature holds (or ``?tenant_id=`` with auth off);
+    a request without one goes on to the route, which answers it as every route does (401)."""
+
+    def __init__(self, app, *, slots: TenantReadSlots, secret: str | None, auth_enabled: bool,
+                 path: str = "/v1/search") -> None:
+        self.app, self.slots, self.secret, self.auth_enabled, self.path = app, slots, secret, auth_enabled, path
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] == self.path and scope["method"] == "GET":
+            tenant = self._tenant(scope)
+            if tenant is not None and self.slots.full(tenant):
+                await asyncio.sleep(REFUSAL_PAUSE_SECONDS)
+                refusal = self.slots.refusal(tenant)
+                body = json.dumps({"error": {"code": refusal.code, "message": refusal.message}}).encode()
+                await send({"type": "http.response.start", "status": refusal.status,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()),
+                                        (b"retry-after", RETRY_AFTER_SECONDS.encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+    def _tenant(self, scope) -> str | None:
+        if not self.auth_enabled:
+            values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("tenant_id")
+            return values[0] if values else None
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, token = value.decode("latin-1").partition(" ")
+                if scheme.lower() != "bearer" or not self.secret:
+                    return None
+                try:
+                    return verify_token(token.strip(), self.secret).tenant_id
+                except InvalidToken:
+                    return None
+        return None

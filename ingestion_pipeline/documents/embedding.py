@@ -118,7 +118,8 @@ def _digest(stamp: tuple[tuple[str, int, int], ...]) -> str:
 
 
 def build_embedder(model_path: str | None = None, batch_size: int | None = None, *,
-                   settings: EmbeddingSettings | None = None, decisions: DecisionSource | None = None) -> Embedder:
+                   settings: EmbeddingSettings | None = None, decisions: DecisionSource | None = None,
+                   threads: int | None = None) -> Embedder:
     """The model of the settings (``INGESTION_EMBEDDING_*`` unless given), or of the arguments; weights load on
     first use; it runs as ``decisions`` (the deployment's recorded decision, ``model_decision.py``) says, float32
     without one. Here rather than beside the Dagster resource: a command that only needs the fingerprint
@@ -126,7 +127,7 @@ def build_embedder(model_path: str | None = None, batch_size: int | None = None,
     settings = settings or load_settings().embedding
     return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size,
                     backend=settings.backend, cache_dir=settings.cache_dir, decisions=decisions,
-                    device=settings.device)
+                    device=settings.device, threads=threads)
 
 
 class DecisionSource(Protocol):
@@ -147,13 +148,17 @@ class Embedder:
     """
 
     def __init__(self, model_path: str, batch_size: int = 16, *, backend: str = "auto",
-                 cache_dir: Path | None = None, decisions: DecisionSource | None = None, device: str = "cpu") -> None:
+                 cache_dir: Path | None = None, decisions: DecisionSource | None = None, device: str = "cpu",
+                 threads: int | None = None) -> None:
         """``backend``: auto (OpenVINO, else ONNX Runtime, whichever first runs this model with torch's
         vectors, else torch), openvino, onnx or torch; ``cache_dir``: where exported ONNX models are kept
         (default ``<data dir>/models``); ``decisions``: the deployment's decision of the precision to run in
         (``model_decision.py``), read once and checked against this host's vectors when the model loads; None
         (a test, a script): float32, checked against nothing; ``device``: auto, cpu or cuda (``devices.py``:
-        where this host embeds; a decision judged on CUDA runs there, or in float32 on a CPU host)."""
+        where this host embeds; a decision judged on CUDA runs there, or in float32 on a CPU host);
+        ``threads``: float32 on the CPU runs each call on the calling thread with this many threads (ONNX
+        Runtime, the same vectors as OpenVINO's within the probe check), for a server whose concurrent calls
+        must not wait for each other inside the runtime; None: the runtime's own pool over every core."""
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"embedding batch size must be between 1 and {MAX_BATCH_SIZE}")
         if backend not in BACKENDS:
@@ -162,6 +167,7 @@ class Embedder:
         self.batch_size = batch_size
         self.backend = backend
         self.device = validate_device(device)
+        self.threads = threads
         self.backend_in_use: str | None = None  # known once the model is loaded (cuda: on the GPU)
         self.cache_dir = cache_dir or data_dir() / "models"
         self.file_info = model_info(model_path)
@@ -268,6 +274,10 @@ class Embedder:
 
             try:
                 onnx_file = exported_model(self.model_path, self.file_info.digest, self.cache_dir)
+                if self.threads is not None:
+                    encoder = OnnxEncoder(self.model_path, onnx_file, threads=self.threads)
+                    self.backend_in_use = "onnx"
+                    return encoder
                 if self.backend in ("auto", "openvino"):
                     try:
                         encoder = openvino_encoder(self.model_path, onnx_file)

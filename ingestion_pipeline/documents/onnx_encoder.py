@@ -104,14 +104,21 @@ class _ExportedEncoder:
 
 
 class OnnxEncoder(_ExportedEncoder):
-    """The export run by ONNX Runtime (float32)."""
+    """The export run by ONNX Runtime (float32). ``threads``: run each call on the calling thread with that
+    many threads and no spinning, instead of ONNX Runtime's pool over every core; what a server embedding one
+    short query per request wants, so that concurrent calls are scheduled by the OS like the rest of their
+    requests, not queued behind each other inside the runtime (``Embedder``'s ``threads``)."""
 
-    def __init__(self, model_path: str, onnx_file: Path) -> None:
+    def __init__(self, model_path: str, onnx_file: Path, threads: int | None = None) -> None:
         import onnxruntime as ort
 
         super().__init__(model_path)
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        if threads is not None:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self._session.get_inputs()]
 

@@ -308,3 +308,16 @@ def test_openvino_batches_in_flight_come_back_in_order(tmp_path, count):
     one_at_a_time = onnx_encoder._ExportedEncoder.encode(encoder, texts, 2)
     assert in_flight.shape == (count, 32)
     assert np.allclose(in_flight, one_at_a_time, atol=1e-5)
+
+
+def test_an_embedder_with_threads_embeds_on_the_calling_thread_with_the_same_vectors(model_cache):
+    """The API's query embedder (``threads=1``): ONNX Runtime on the caller's thread, no pool of its own, and
+    the vectors of the default runtime."""
+    texts = ["travel expense policy", "Ünïcödé, 中文", " ".join(["a long run of words"] * 300)]
+    pooled = Embedder(default_model_path(), cache_dir=model_cache)
+    own = Embedder(default_model_path(), cache_dir=model_cache, threads=1)
+    cosine = (own.embed(texts) * pooled.embed(texts)).sum(axis=1)
+    assert own.backend_in_use == "onnx" and cosine.min() >= 0.9999
+    options = own.model._session.get_session_options()
+    assert options.intra_op_num_threads == 1 and options.inter_op_num_threads == 1
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"

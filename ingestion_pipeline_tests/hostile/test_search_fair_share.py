@@ -6,6 +6,7 @@ Before: 300 long searches from one user took another tenant's search p50 from 25
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,8 +15,10 @@ import httpx
 import pytest
 
 from ingestion_pipeline.api.errors import ApiError
-from ingestion_pipeline.api.read_slots import TenantReadSlots
-from ingestion_pipeline_tests.api.conftest import start_server, user_token
+from ingestion_pipeline.api.read_slots import LOWER_PRIORITY_NICE, TenantReadSlots
+from ingestion_pipeline.core.access_tokens import Principal, issue_token
+from ingestion_pipeline.core.settings import ApiSettings
+from ingestion_pipeline_tests.api.conftest import SECRET, make_api, start_server, user_token
 
 
 def test_a_tenant_runs_its_share_and_queues_a_bounded_number():
@@ -67,3 +70,35 @@ def test_another_tenants_searches_are_served_during_a_flood(database_url, tmp_pa
             codes = [f.result() for f in attack]
         assert set(served) == {200}
         assert set(codes) <= {200, 429} and 429 in codes
+
+
+def test_a_search_that_waits_for_its_share_runs_at_a_lower_cpu_priority():
+    slots = TenantReadSlots(per_tenant=1)
+    assert not slots.busy("acme")
+    with slots.hold("acme"):
+        assert slots.busy("acme") and not slots.busy("globex")  # only the tenant at its share waits
+        lowered = slots.lower_priority.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        assert lowered.result(10) == LOWER_PRIORITY_NICE
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0  # the caller's thread is untouched
+
+
+def test_a_search_over_the_share_is_refused_before_routing(database, monkeypatch):
+    from ingestion_pipeline.api import read_slots
+
+    monkeypatch.setattr(read_slots, "REFUSAL_PAUSE_SECONDS", 0.01)
+    api = make_api(database, ApiSettings(jwt_secret=SECRET, searches_per_tenant=1))
+    slots = api.client.app.state.search_slots
+    routed = []
+    hold = slots.hold
+    monkeypatch.setattr(slots, "hold", lambda tenant: routed.append(tenant) or hold(tenant))
+    slots._queued["acme"] = slots.per_tenant + slots.max_waiting  # acme runs its share and queues the most
+    answer = api.client.get("/v1/search", params={"q": "policy"}, headers=api.as_("acme-user"))
+    assert answer.status_code == 429 and answer.headers["Retry-After"] == "1"
+    assert answer.json()["error"]["code"] == "too_many_searches" and routed == []
+    # a forged token is not refused as the tenant it names: the route answers it (401)
+    forged = issue_token(Principal("x", "acme", "user"), "another-secret-that-is-long-enough-0123", expiry_seconds=60)
+    assert api.client.get("/v1/search", params={"q": "policy"},
+                          headers={"Authorization": f"Bearer {forged}"}).status_code == 401
+    slots._queued.clear()
+    assert api.client.get("/v1/search", params={"q": "policy"}, headers=api.as_("globex-user")).status_code == 200
+    assert routed == ["globex"]

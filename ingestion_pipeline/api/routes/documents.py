@@ -18,7 +18,6 @@ from ingestion_pipeline.documents.search import hybrid_search
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 DocId = Annotated[int, Path(ge=1, le=MAX_ID)]
-REFUSAL_PAUSE_SECONDS = 1.0  # a 429 for a tenant over its search share waits this long (api/read_slots.py)
 
 
 @router.get("/documents", response_model=Page[DocumentOut])
@@ -76,10 +75,7 @@ async def search(
 ) -> dict:
     """Hybrid search (vectors + full text) over the tenant's active versions; each hit with its citation.
     A tenant runs at most its share of searches at once (``api/read_slots.py``)."""
-    slots = request.app.state.search_slots
-    if slots.full(who.tenant_id):
-        await asyncio.sleep(REFUSAL_PAUSE_SECONDS)
-        raise slots.refusal(who.tenant_id)
+    slots = request.app.state.search_slots  # over its share and queue: refused before routing (RefuseOverShare)
 
     def run() -> list:
         with slots.hold(who.tenant_id):
@@ -90,7 +86,10 @@ async def search(
                                      model=embedders.model, neighbours=context,
                                      other_models=embedders.for_query(q))
 
-    hits = await run_in_threadpool(run)
+    if slots.busy(who.tenant_id):  # it will wait for its tenant's share: it runs at a lower priority
+        hits = await asyncio.get_running_loop().run_in_executor(slots.lower_priority, run)
+    else:
+        hits = await run_in_threadpool(run)
     return {"query": q, "hits": [
         {"chunk_id": h.chunk_id, "score": h.score, "citation": h.citation(), "vector_rank": h.vector_rank,
          "text_rank": h.text_rank, "navigational": h.navigational, "also_in": h.also_in,
