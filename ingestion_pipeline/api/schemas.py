@@ -100,6 +100,26 @@ class PresignOut(BaseModel):
     expires_at: datetime
 
 
+class BatchBacklogOut(BaseModel):
+    partition_key: str | None = Field(description="the batch (None: files queued, not in a batch yet)")
+    queued: int
+    running: int
+    eta_seconds: float | None = Field(description="until the batch's last file should be done")
+
+
+class BacklogOut(BaseModel):
+    """What the caller's tenant has waiting in the ledger and when it should be done (documents/backlog.py)."""
+
+    tenant_id: str
+    queued: int
+    running: int
+    files_per_second: float | None = Field(description="the rate the estimate uses")
+    rate_from: Literal["tenant", "deployment", "none"] = Field(
+        description="the tenant's files finished lately, a share of the deployment's, or none finished lately")
+    eta_seconds: float | None = Field(description="until the last file waiting should be done; None: no estimate")
+    batches: list[BatchBacklogOut]
+
+
 class FileOut(_FileId):
     """One file of the ledger."""
 

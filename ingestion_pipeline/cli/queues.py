@@ -11,6 +11,7 @@ from pathlib import Path
 from ingestion_pipeline.cli.bootstrap import Context, bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, emit, print_rows, wants_json
 from ingestion_pipeline.core.settings import load_settings
+from ingestion_pipeline.documents.backlog import backlog, describe
 from ingestion_pipeline.queues import rag_registry, redis_contract
 from ingestion_pipeline.queues.jobs import new_job
 from ingestion_pipeline.queues.redis_consumer import open_queue, take_jobs
@@ -70,21 +71,42 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     client = _client()
+    if args.job:
+        return _watch(args, lambda: _job_status(args, client))
+    with bootstrap() as ctx:  # the ledger's backlog: what every intake queued, with its ETA
+        return _watch(args, lambda: _queue_status(args, client, ctx))
+
+
+def _watch(args: argparse.Namespace, show) -> int:
     while True:
-        if args.job:
-            record = redis_contract.read_status(client, args.job)
-            if not record:
-                raise ValueError(f"no status for job {args.job} (unknown, or expired 7 days after it finished)")
-            emit(args, [record], lambda rows: [print(f"{k:<21} {v}") for k, v in rows[0].items() if v])
-        else:
-            depths = redis_contract.depths(client)
-            emit(args, [depths], lambda rows: print(redis_contract.depths_summary(rows[0]) + "".join(
-                f"\n  consumer {c['consumer']}: {'alive' if c['alive'] else 'gone'}, holding {c['holding']}"
-                for c in rows[0]["consumers"])))
+        show()
         if not args.watch:
             return 0
         sys.stdout.flush()
         time.sleep(args.interval)
+
+
+def _job_status(args: argparse.Namespace, client) -> None:
+    record = redis_contract.read_status(client, args.job)
+    if not record:
+        raise ValueError(f"no status for job {args.job} (unknown, or expired 7 days after it finished)")
+    emit(args, [record], lambda rows: [print(f"{k:<21} {v}") for k, v in rows[0].items() if v])
+
+
+def _queue_status(args: argparse.Namespace, client, ctx: Context) -> None:
+    depths = redis_contract.depths(client)
+    with ctx.db.connection() as conn:
+        waiting = backlog(conn, tenant_id=args.tenant)
+
+    def show(rows: list[dict]) -> None:
+        print(redis_contract.depths_summary(rows[0]) + "".join(
+            f"\n  consumer {c['consumer']}: {'alive' if c['alive'] else 'gone'}, holding {c['holding']}"
+            for c in rows[0]["consumers"]))
+        print("files in the ledger (every intake):" if waiting else "files in the ledger: nothing waiting")
+        for tenant in waiting:
+            print(f"  {describe(tenant)}")
+
+    emit(args, [depths | {"backlog": [t.as_dict() for t in waiting]}], show)
 
 
 def cmd_dead_letter(args: argparse.Namespace) -> int:
@@ -169,6 +191,7 @@ def register(sub) -> None:
     status.add_argument("--job", help="a job id")
     status.add_argument("--watch", action="store_true", help="print again every --interval seconds")
     status.add_argument("--interval", type=float, default=2.0)
+    status.add_argument("--tenant", help="the ledger's backlog of this tenant only")
     status.set_defaults(func=cmd_status)
     dead = queue_sub.add_parser("dead-letter", help="messages that could not become jobs, with why")
     dead_sub = dead.add_subparsers(dest="dead_letter_command", required=True)

@@ -12,9 +12,10 @@ from fastapi import APIRouter, Path, Query
 
 from ingestion_pipeline.api.errors import found
 from ingestion_pipeline.api.paging import PageParams
-from ingestion_pipeline.api.schemas import MAX_ID, FileOut, Page
+from ingestion_pipeline.api.schemas import MAX_ID, BacklogOut, FileOut, Page
 from ingestion_pipeline.api.security import Caller, Services
 from ingestion_pipeline.documents import file_ledger
+from ingestion_pipeline.documents.backlog import backlog
 
 router = APIRouter(prefix="/v1/files", tags=["files"])
 deprecated_router = APIRouter(prefix="/v1/ingestion-runs", tags=["files"], deprecated=True)
@@ -28,6 +29,15 @@ def list_files(who: Caller, services: Services, paging: PageParams,
     """Newest first."""
     return paging.of(services.db, file_ledger.list_files, file_ledger.count_files, tenant_id=who.tenant_id,
                      status=status)
+
+
+@router.get("/backlog", response_model=BacklogOut)
+def file_backlog(who: Caller, services: Services) -> dict:
+    """The tenant's files queued and running, per batch, with when each should be done (at the rate its files
+    finished lately)."""
+    with services.db.connection() as conn:
+        [tenant] = backlog(conn, tenant_id=who.tenant_id)
+    return tenant.as_dict()
 
 
 @router.get("/{file_id}", response_model=FileOut)
