@@ -8,7 +8,9 @@ run queue, a run worker process, the five steps. Prints each time, the median, a
 went, from the ledger's and Dagster's own records of the run: the submit command, the wait for the sensor's
 run, the run queue, the run worker's start, the resources before the first step, each step.
 
-Small files go in by the CLI (`submit`) and by the HTTP API (`POST /v1/ingest`), ``--files`` of each. With
+Small files go in by the CLI (`submit`), by the HTTP API (`POST /v1/ingest`) and as objects put into an S3
+bucket whose event notifications go to an SQS queue the intake service polls (a moto server on 127.0.0.1, the
+bucket bound to the tenant and registered as its source), ``--files`` of each (``--intakes`` picks). With
 ``--load N``: a bulk load of N files of another tenant is ingested alone, then a second one of N while small
 files are submitted one at a time, then a third alone again: each small file's time (p50, p95) and where it
 went, and the bulk load's rate beside small files against its rate alone (the mean of the loads before and
@@ -17,12 +19,14 @@ instance file without the run launcher's loaded workers and without the fair sha
 and without the fast lane (``before``), then on the project's own (``after``); the sensor interval is the
 code's in both.
 
-    .venv/bin/python benchmarks/dev_latency.py [--files 5] [--load 2000] [--compare]
+    .venv/bin/python benchmarks/dev_latency.py [--files 5] [--intakes cli,http,s3] [--load 2000] [--compare]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import statistics
 import subprocess
@@ -50,13 +54,13 @@ def breakdown(instance, url: str, tenant: str, filename: str, submit_start: floa
     from dagster import DagsterEventType, RunsFilter
 
     with psycopg.connect(url) as conn:
-        pk, activated = conn.execute(
-            """SELECT r.partition_key, extract(epoch FROM v.activated_at) FROM ingestion_runs r
+        pk, run_id, activated = conn.execute(
+            """SELECT r.partition_key, r.dagster_run_id, extract(epoch FROM v.activated_at) FROM ingestion_runs r
                  JOIN document_versions v ON v.ingestion_run_id = r.run_id
                 WHERE r.tenant_id = %s AND r.config->>'filename' = %s AND v.is_active""",
             (tenant, filename)).fetchone()
-    record = instance.get_run_records(RunsFilter(tags={"dagster/partition": pk}), limit=1)[0]
-    run_id = record.dagster_run.run_id
+    record = instance.get_run_record_by_id(run_id)  # the run that did the file (the ledger says which)
+    runs_of_batch = len(instance.get_run_records(RunsFilter(tags={"dagster/partition": pk}), limit=10))
     launched = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_STARTING).records
     launched_at = launched[0].event_log_entry.timestamp if launched else record.create_timestamp.timestamp()
     steps = sorted((s for s in instance.get_run_step_stats(run_id) if s.start_time), key=lambda s: s.start_time)
@@ -71,6 +75,7 @@ def breakdown(instance, url: str, tenant: str, filename: str, submit_start: floa
         "steps": sum(step_seconds.values()),
         "between steps": (last - first) - sum(step_seconds.values()),
         "promoted -> seen": seen - float(activated),
+        "runs of the batch (1: no duplicate launch)": runs_of_batch,
     }
     out.update({f"  {k}": v for k, v in step_seconds.items()})
     return out
@@ -115,10 +120,68 @@ def _without_the_changes(env: dict[str, str], work: Path) -> None:
     path.write_text(yaml.safe_dump(config))
 
 
-def session(label: str, files: int, load: int, before: bool) -> dict[str, float]:
+class EventBucket:
+    """A moto server (S3 and SQS) with a bucket whose object events go to a queue: what `dev`'s intake service
+    polls (``env``), and where the benchmark puts objects."""
+
+    BUCKET, PREFIX = "dev-latency-kb", "kb/"
+
+    def __init__(self) -> None:
+        import boto3
+        from moto.server import ThreadedMotoServer
+
+        from ingestion_pipeline.core.redis_server import free_port
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
+        port = free_port()
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        self.server.start()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        credentials = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+        os.environ.update(credentials)
+        self.s3 = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+        sqs = boto3.client("sqs", endpoint_url=self.endpoint, region_name="us-east-1")
+        self.s3.create_bucket(Bucket=self.BUCKET)
+        queue = sqs.create_queue(QueueName="dev-latency-events")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        self.s3.put_bucket_notification_configuration(Bucket=self.BUCKET, NotificationConfiguration={
+            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}]})
+        sqs.purge_queue(QueueUrl=queue)  # moto's test event for the configuration
+        self.env = credentials | {"AWS_ENDPOINT_URL_SQS": self.endpoint, "INGESTION_SQS_QUEUE_URLS": queue,
+                                  "INGESTION_ALLOWED_S3_ENDPOINTS": self.endpoint}
+
+    def register(self, env: dict[str, str], tenant: str) -> None:
+        """The bucket's prefix bound to the tenant and registered as its source (the operator's commands)."""
+        uri = f"s3://{self.BUCKET}/{self.PREFIX}"
+        for command in (["tenant", "bind", tenant, uri], ["source", "add", uri, "--tenant", tenant]):
+            subprocess.run([CLI, *command, "--endpoint-url", self.endpoint], env=env, check=True,
+                           capture_output=True)
+
+    def put(self, name: str, content: bytes) -> None:
+        self.s3.put_object(Bucket=self.BUCKET, Key=self.PREFIX + name, Body=content)
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def session(label: str, files: int, load: int, before: bool, intakes: tuple[str, ...]) -> dict[str, float]:
     """One `make dev` session: small files idle, then (``load``) beside a bulk load. Figures by name."""
     figures: dict[str, float] = {}
-    with dev_session("ip-dev-latency-", before_dev=_without_the_changes if before else None) as dev:
+    events = EventBucket() if "s3" in intakes else None
+
+    def prepare(env: dict[str, str], work: Path) -> None:
+        if before:
+            _without_the_changes(env, work)
+        if events is not None:
+            env.update(events.env)
+
+    with contextlib.ExitStack() as stack:
+        if events is not None:
+            stack.callback(events.stop)
+        dev = stack.enter_context(dev_session("ip-dev-latency-", before_dev=prepare))
+        if events is not None:
+            events.register(dev.env, "dev")
         os.environ.update(DAGSTER_HOME=dev.env["DAGSTER_HOME"], DAGSTER_PG_URL=subprocess.run(
             [CLI, "db", "url", "--dagster"], env=dev.env, check=True, capture_output=True, text=True).stdout.strip())
         from dagster import DagsterInstance
@@ -134,6 +197,8 @@ def session(label: str, files: int, load: int, before: bool) -> dict[str, float]
             start, wall = time.perf_counter(), time.time()
             if via == "http":
                 _post(f"{dev.api_url}/v1/ingest?tenant_id=dev", name, path.read_bytes())
+            elif via == "s3":
+                events.put(name, path.read_bytes())
             else:
                 subprocess.run([CLI, "submit", "--tenant", "dev", str(path)], env=dev.env, check=True,
                                capture_output=True)
@@ -152,6 +217,9 @@ def session(label: str, files: int, load: int, before: bool) -> dict[str, float]
             print(f"[{label}] where the seconds go ({what}, median):")
             for name in stages_of[0] if stages_of else ():
                 values = [s.get(name, 0.0) for s in stages_of]
+                if name.startswith("runs of"):  # a count: the most any file's batch had
+                    print(f"  {name:<40} {max(values):6.0f} (most)")
+                    continue
                 figures[f"stage {what}: {name}"] = statistics.median(values)
                 print(f"  {name:<40} {statistics.median(values):6.2f} s")
 
@@ -172,7 +240,7 @@ def session(label: str, files: int, load: int, before: bool) -> dict[str, float]
 
         warm_up = ingest(600)
         print(f"[{label}] warm-up file (the daemon starting, the model's one-time export): {warm_up:.1f} s", flush=True)
-        for via in ("cli", "http"):
+        for via in intakes:
             times, stages = [], []
             for _ in range(files):
                 times.append(ingest(record=stages, via=via))
@@ -224,11 +292,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--files", type=int, default=5, help="small files submitted one at a time, idle")
     parser.add_argument("--load", type=int, default=0, help="files of the other tenant's bulk load (0: none)")
+    parser.add_argument("--intakes", default="cli,http,s3",
+                        help="comma-separated: cli (submit), http (POST /v1/ingest), s3 (an object put, its event "
+                             "through SQS)")
     parser.add_argument("--compare", action="store_true",
                         help="first without loaded run workers and fair shares (before), then as configured")
     args = parser.parse_args()
     runs = [("before", True), ("after", False)] if args.compare else [("now", False)]
-    results = {label: session(label, args.files, args.load, before) for label, before in runs}
+    intakes = tuple(i for i in args.intakes.split(",") if i)
+    unknown = set(intakes) - {"cli", "http", "s3"}
+    if unknown:
+        parser.error(f"unknown intakes: {', '.join(sorted(unknown))}")
+    results = {label: session(label, args.files, args.load, before, intakes) for label, before in runs}
     if args.compare:
         print("\nbefore and after, side by side:")
         for name in results["after"]:

@@ -257,9 +257,9 @@ class BatchSettings(_Area):
     # and has a run slot of its own (defs/partitions.py: RUN_CLASS_TAG)
     interactive_max_files: int = env("INGESTION_BATCH_INTERACTIVE_FILES", default=10, parse=_at_least_one,
                                      expected=WHOLE_AT_LEAST_ONE,
-                                     description="A batch of at most this many files, not from an S3 source, is "
-                                                 "interactive: queued first, a run slot bulk runs never "
-                                                 "take.")
+                                     description="A batch of at most this many files, not from an S3 source's "
+                                                 "listing (uploads, queue jobs, objects an S3 event told of), is "
+                                                 "interactive: queued first, a run slot bulk runs never take.")
     # files a step works on at once (documents/steps/runner.py); at most the pool's connections
     lanes: int = env("INGESTION_BATCH_LANES", default=2, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
                      description="Files a step works on at once (at most the run's 4 connections).")

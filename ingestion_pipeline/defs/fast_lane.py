@@ -3,13 +3,14 @@
 Dagster's sensor daemon evaluates sensors at most every 5 s, so a file submitted just after a tick waited up to
 5 s for its run: the p95 of a small file's submit-to-searchable. `submit`, the HTTP API and the intake service
 call ``launch_interactive`` right after they commit uploads. It plans the due batches exactly as
-``upload_sensor`` does (``defs/launching.plan_document_runs``) and asks the Dagster webserver
+the sensors do (``defs/launching.plan_document_runs``) and asks the Dagster webserver
 (``INGESTION_DAGSTER_URL``, else the UI of a `make dev` on the same data folder) to launch, for each
-``interactive`` one, the run the sensor would launch: the same partition, tags and run key, with
-``dagster/sensor_name: upload_sensor``, so that the sensor's own request for the batch is skipped by Dagster's
-run-key check (a sensor launches a run key once); a batch whose run key already has a run is left alone, and
-launchers outside the sensor take turns (``batching.one_launcher_at_a_time``). The run is tagged
-``ingestion/launched_by: fast_lane`` (the runs page tells the two apart). Bulk batches stay the sensor's.
+``interactive`` one, the run the sensor would launch: the same partition, tags and run key, with that sensor's
+``dagster/sensor_name`` (``upload_sensor``, or ``s3_sensor`` for objects an S3 event told of), so that the
+sensor's own request for the batch is skipped by Dagster's run-key check (a sensor launches a run key once);
+a batch whose run key already has a run is left alone, and launchers outside the sensor take turns
+(``batching.one_launcher_at_a_time``). The run is tagged ``ingestion/launched_by: fast_lane`` (the runs page
+tells the two apart). Bulk batches stay the sensor's.
 
 Without a URL, or with the webserver unreachable or slow, nothing is launched here and the sensor launches as
 before: the fast lane only ever saves time, and never fails the upload that called it.
@@ -43,7 +44,10 @@ from ingestion_pipeline.documents.batching import one_launcher_at_a_time
 log = logging.getLogger("ingestion_pipeline.fast_lane")
 
 LOCATION, REPOSITORY = "ingestion_pipeline", "__repository__"  # workspace.yaml's location; Dagster's default name
-SENSOR = "upload_sensor"
+# What each sensor plans, and so under whose name the fast lane launches its runs: a run key is skipped only by
+# the sensor that launched it. Uploads (upload_sensor), and an S3 source's objects (s3_sensor, every 10 s) of
+# which only the small batches of objects S3 told of by event are interactive, not a listing's.
+PLANNED_BY = ((("upload",), "upload_sensor"), (("s3_sync",), "s3_sensor"))
 TIMEOUT_SECONDS = 5.0  # a webserver slower than this: the sensor's loop is no later
 
 _ADD_PARTITION = """
@@ -132,16 +136,17 @@ def launch_interactive(db: Database, settings: Settings, url: str | None = None)
     repo = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
     try:
         with one_launcher_at_a_time(db):
-            plan = plan_document_runs(None, db, settings.batch, run_types=("upload",))
-            for request in plan.run_requests:
-                if request.tags.get(RUN_CLASS_TAG) == INTERACTIVE:
-                    launched += _launch(url, repo, request)
+            for run_types, sensor in PLANNED_BY:
+                plan = plan_document_runs(None, db, settings.batch, run_types=run_types)
+                for request in plan.run_requests:
+                    if request.tags.get(RUN_CLASS_TAG) == INTERACTIVE:
+                        launched += _launch(url, repo, request, sensor)
     except WebserverError as exc:
         log.warning("fast lane: %s; the upload sensor launches the rest at its next loop", exc)
     return launched
 
 
-def _launch(url: str, repo: dict[str, str], request: dg.RunRequest) -> list[str]:
+def _launch(url: str, repo: dict[str, str], request: dg.RunRequest, sensor: str) -> list[str]:
     """The sensor's run for one batch, unless its run key already has one: the run id launched, if any."""
     key = request.partition_key
     added = _graphql(url, _ADD_PARTITION, {"name": document_batches.name, "key": key, "repo": repo})
@@ -152,7 +157,7 @@ def _launch(url: str, repo: dict[str, str], request: dg.RunRequest) -> list[str]
     if runs.get("results"):
         return []  # the sensor (or another launcher) was first
     tags = {**request.tags, "dagster/partition": key, "dagster/run_key": request.run_key,
-            "dagster/sensor_name": SENSOR, LAUNCHED_BY_TAG: "fast_lane"}
+            "dagster/sensor_name": sensor, LAUNCHED_BY_TAG: "fast_lane"}
     result = _graphql(url, _LAUNCH, {"params": {
         "selector": {**repo, "jobName": DOCUMENT_JOB}, "runConfigData": {},
         "executionMetadata": {"tags": _tags(tags)}}})["launchRun"]

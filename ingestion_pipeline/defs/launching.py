@@ -108,8 +108,9 @@ def plan_document_runs(
 
 def run_class_tags(batch: Mapping[str, Any], *, from_source: bool, limits: BatchSettings) -> dict[str, str]:
     """The run's share of the run slots: ``interactive`` (queued first) for a small batch not from an S3
-    source — a person's upload, a queue job — else ``bulk``, limited per tenant (dagster.yaml)."""
-    if not from_source and batch["files"] <= limits.interactive_max_files:
+    source's listing — a person's upload, a queue job, objects just written that S3 told of by event — else
+    ``bulk``, limited per tenant (dagster.yaml)."""
+    if (not from_source or batch.get("from_events")) and batch["files"] <= limits.interactive_max_files:
         return {RUN_CLASS_TAG: INTERACTIVE, PRIORITY_TAG: INTERACTIVE_PRIORITY}
     return {RUN_CLASS_TAG: BULK, BULK_TENANT_TAG: batch["tenant_id"]}
 

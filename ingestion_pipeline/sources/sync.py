@@ -129,7 +129,7 @@ def sync_source(
 
 def _record_page(
     conn: psycopg.Connection, source: Source, pass_number: int, objects: list[dict], max_bytes: int,
-    report: SyncReport, metric_intake: MetricIntake | None = None,
+    report: SyncReport, metric_intake: MetricIntake | None = None, via: str = "listing",
 ) -> None:
     if not objects:
         return
@@ -161,7 +161,7 @@ def _record_page(
             status, note = metric_intake(source, key)
             _upsert_object(conn, source, obj, etag, pass_number, status=status, skip_reason=note)
         else:
-            _queue_object(conn, source, obj, etag, pass_number)
+            _queue_object(conn, source, obj, etag, pass_number, via)
     if unchanged:
         conn.execute(
             "UPDATE source_objects SET seen_in_pass = %s WHERE source_id = %s AND key = ANY(%s)",
@@ -189,7 +189,10 @@ def _upsert_object(
     )
 
 
-def _queue_object(conn: psycopg.Connection, source: Source, obj: dict, etag: str, pass_number: int) -> None:
+def _queue_object(conn: psycopg.Connection, source: Source, obj: dict, etag: str, pass_number: int,
+                  via: str = "listing") -> None:
+    """A ledger row for the object's current version; ``via``: ``listing`` (a sync's page) or ``event`` (an S3
+    event notification: one object a person or a program just wrote, whose small batch runs as interactive)."""
     key = obj["Key"]
     uri = s3_uri(source.bucket, key)
     title = PurePosixPath(key).stem
@@ -209,6 +212,7 @@ def _queue_object(conn: psycopg.Connection, source: Source, obj: dict, etag: str
         "source": source.name,
         "bucket": source.bucket,
         "key": key,
+        "via": via,
     }
     row = conn.execute(
         """INSERT INTO ingestion_runs (tenant_id, doc_id, run_type, status, source_uri, size_bytes, config, source_id,
@@ -265,7 +269,7 @@ def record_object(conn: psycopg.Connection, source: Source, obj: dict | None, ke
     pass_number = conn.execute("SELECT pass_number FROM ingestion_sources WHERE source_id = %s",
                                (source.source_id,)).fetchone()["pass_number"]
     if obj is not None:
-        _record_page(conn, source, pass_number, [obj], max_bytes, report, metric_intake)
+        _record_page(conn, source, pass_number, [obj], max_bytes, report, metric_intake, via="event")
         return report
     known = conn.execute(
         "SELECT doc_id FROM source_objects WHERE source_id = %s AND key = %s AND status <> 'deleted' FOR UPDATE",

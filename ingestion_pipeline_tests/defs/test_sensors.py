@@ -112,3 +112,26 @@ def test_failed_runs_retry_their_files_with_backoff_then_dead_letter(database, d
 
 def test_job_is_defined_on_the_document_batches():
     assert document_batch_job.name == "document_batch_job"
+
+
+def test_objects_an_s3_event_told_of_run_interactive_a_listings_bulk(database):
+    """A small batch of objects S3 notified (someone just wrote them) is `interactive`, as an upload is; the
+    same objects found by a listing stay `bulk`."""
+    from ingestion_pipeline.defs.sources.s3_sensor import s3_sensor
+    from ingestion_pipeline.sources import sync
+    from ingestion_pipeline.sources.registry import add_source
+
+    def obj(key: str) -> dict:
+        return {"Key": key, "ETag": f'"{key}-etag"', "Size": 100, "LastModified": None}
+
+    with database.connection() as conn:
+        notified = add_source(conn, "s3://kb-events/docs/", tenant_id="acme")
+        listed = add_source(conn, "s3://kb-listed/docs/", tenant_id="acme")
+    with database.transaction() as conn:
+        sync.record_object(conn, notified, obj("docs/new.md"), "docs/new.md", max_bytes=10**6)
+        sync._record_page(conn, listed, 1, [obj("docs/a.md"), obj("docs/b.md")], 10**6, sync.SyncReport(listed.name))
+    with dg.instance_for_test() as instance, dg.build_sensor_context(
+            instance=instance, resources={"postgres": PostgresResource(), "settings": SettingsResource()}) as context:
+        requests = s3_sensor(context).run_requests
+    classes = sorted((r.tags["ingestion/source"], r.tags[RUN_CLASS_TAG]) for r in requests)
+    assert classes == sorted([(listed.name, "bulk"), (notified.name, "interactive")])
