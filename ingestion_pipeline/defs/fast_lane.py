@@ -13,7 +13,10 @@ a batch whose run key already has a run is left alone, and launchers outside the
 tells the two apart). Bulk batches stay the sensor's.
 
 Without a URL, or with the webserver unreachable or slow, nothing is launched here and the sensor launches as
-before: the fast lane only ever saves time, and never fails the upload that called it.
+before: the fast lane only ever saves time, and never fails the upload that called it. Where the daemon knows
+the URL, the sensors leave a fresh interactive batch to the fast lane for ``GRACE_SECONDS`` (``sensor_grace``):
+requesting it too, a sensor could find no run for the key just before the fast lane created one, and launch a
+second run with nothing left to claim.
 """
 
 from __future__ import annotations
@@ -49,6 +52,15 @@ LOCATION, REPOSITORY = "ingestion_pipeline", "__repository__"  # workspace.yaml'
 # which only the small batches of objects S3 told of by event are interactive, not a listing's.
 PLANNED_BY = ((("upload",), "upload_sensor"), (("s3_sync",), "s3_sensor"))
 TIMEOUT_SECONDS = 5.0  # a webserver slower than this: the sensor's loop is no later
+# How long the sensors leave a fresh interactive batch to the fast lane (``launching.plan_document_runs``): its
+# launch takes well under a second, or fails within TIMEOUT_SECONDS; then the sensor's next loop launches it.
+GRACE_SECONDS = TIMEOUT_SECONDS + 1.0
+
+
+def sensor_grace(settings: Settings) -> float:
+    """What a sensor passes as ``leave_to_fast_lane_seconds``: the grace where a webserver URL is known (the
+    fast lane is on), 0 where it is not."""
+    return GRACE_SECONDS if webserver_url(settings) else 0.0
 
 _ADD_PARTITION = """
 mutation($name: String!, $key: String!, $repo: RepositorySelector!) {

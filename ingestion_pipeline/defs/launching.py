@@ -87,22 +87,30 @@ def run_key(partition_key: str, launch_gen: int) -> str:
 
 def plan_document_runs(
     instance: dg.DagsterInstance | None, db: Database, limits: BatchSettings,
-    run_types: Sequence[str] | None = None
+    run_types: Sequence[str] | None = None, *, leave_to_fast_lane_seconds: float = 0.0
 ) -> RunPlan:
-    """Assign queued rows (of ``run_types``, or all) to batches; one run per batch with work due now."""
+    """Assign queued rows (of ``run_types``, or all) to batches; one run per batch with work due now.
+
+    ``leave_to_fast_lane_seconds``: an interactive batch first launched whose newest file was queued less than
+    this long ago is not requested: the fast lane launches it (``fast_lane.py``). A sensor that requested it
+    too raced the fast lane (both looked for the run key before either run existed) and launched a second,
+    empty run; past this time, a batch the fast lane did not launch is the sensor's again."""
     with db.connection() as conn:
         assign_queued_to_batches(conn, limits, run_types=run_types)
         due = due_batches(conn, run_types=run_types)
         keys = [b["partition_key"] for b in due]
         sources = partition_sources(conn, keys)
-    requests = [
-        dg.RunRequest(run_key=run_key(b["partition_key"], b["launch_gen"]), partition_key=b["partition_key"],
-                      tags={BATCH_TAG: b["partition_key"], LAUNCH_GEN_TAG: str(b["launch_gen"]),
-                            TENANT_TAG: b["tenant_id"],
-                            **({SOURCE_TAG: sources[b["partition_key"]]} if b["partition_key"] in sources else {}),
-                            **run_class_tags(b, from_source=b["partition_key"] in sources, limits=limits)})
-        for b in due
-    ]
+    requests = []
+    for b in due:
+        run_class = run_class_tags(b, from_source=b["partition_key"] in sources, limits=limits)
+        if (run_class[RUN_CLASS_TAG] == INTERACTIVE and not b["launch_gen"]
+                and float(b["newest_age"]) < leave_to_fast_lane_seconds):
+            continue
+        requests.append(dg.RunRequest(
+            run_key=run_key(b["partition_key"], b["launch_gen"]), partition_key=b["partition_key"],
+            tags={BATCH_TAG: b["partition_key"], LAUNCH_GEN_TAG: str(b["launch_gen"]), TENANT_TAG: b["tenant_id"],
+                  **({SOURCE_TAG: sources[b["partition_key"]]} if b["partition_key"] in sources else {}),
+                  **run_class}))
     return RunPlan(DOCUMENT_JOB, requests, document_batches, _unknown(instance, document_batches, keys))
 
 

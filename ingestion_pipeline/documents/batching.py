@@ -104,8 +104,9 @@ def one_launcher_at_a_time(db: Database) -> Iterator[None]:
 
 
 def due_batches(conn: psycopg.Connection, run_types: Sequence[str] | None = None) -> list[dict]:
-    """Batches with work due now: {partition_key, launch_gen, tenant_id, files, from_events}, oldest first (a batch
-    is one tenant's); ``from_events``: every file of it came by an S3 event notification (``sources/sync.py``).
+    """Batches with work due now: {partition_key, launch_gen, tenant_id, files, from_events, newest_age}, oldest
+    first (a batch is one tenant's); ``from_events``: every file of it came by an S3 event notification
+    (``sources/sync.py``); ``newest_age``: seconds since its newest file was queued.
 
     Rows waiting for a retry (``next_attempt_at`` in the future) and rows of a paused tenant or source
     are not due. ``launch_gen`` (the highest of the batch's due rows) goes up whenever a row needs a new
@@ -114,7 +115,8 @@ def due_batches(conn: psycopg.Connection, run_types: Sequence[str] | None = None
     return conn.execute(
         """SELECT r.partition_key, max(r.launch_gen) AS launch_gen, min(r.run_id) AS first_run,
                   min(r.tenant_id) AS tenant_id, count(*) AS files,
-                  bool_and(coalesce(r.config->>'via', '') = 'event') AS from_events
+                  bool_and(coalesce(r.config->>'via', '') = 'event') AS from_events,
+                  EXTRACT(EPOCH FROM now() - max(r.created_at)) AS newest_age
              FROM ingestion_runs r
              JOIN tenants t ON t.tenant_id = r.tenant_id
              LEFT JOIN ingestion_sources s ON s.source_id = r.source_id

@@ -135,3 +135,25 @@ def test_objects_an_s3_event_told_of_run_interactive_a_listings_bulk(database):
         requests = s3_sensor(context).run_requests
     classes = sorted((r.tags["ingestion/source"], r.tags[RUN_CLASS_TAG]) for r in requests)
     assert classes == sorted([(listed.name, "bulk"), (notified.name, "interactive")])
+
+
+def test_with_the_fast_lane_on_a_fresh_interactive_batch_is_left_to_it_for_a_grace(database, db, tmp_path,
+                                                                                   monkeypatch):
+    """Where the fast lane launches small batches, the sensor requesting them too raced it (both looked for the
+    run key before either run existed: a second, empty run). The sensor leaves a fresh one to the fast lane,
+    and launches it itself once the grace is over; bulk batches are the sensor's at once."""
+    monkeypatch.setenv("INGESTION_DAGSTER_URL", "http://127.0.0.1:9")  # the fast lane is on
+    single = tmp_path / "single.md"
+    single.write_text("# Single\n\nA person's one upload.")
+    submit(database, "beta", single)
+    paths = []
+    for i in range(60):
+        paths.append(tmp_path / f"bulk-{i}.md")
+        paths[-1].write_text(f"# Bulk {i}\n\nBody of bulk document {i}.")
+    submit(database, "acme", *paths)
+    with dg.instance_for_test() as instance:
+        fresh = _tick(instance).run_requests
+        assert {r.tags[TENANT_TAG] for r in fresh} == {"acme"}  # the bulk batches, not beta's upload
+        db.execute("UPDATE ingestion_runs SET created_at = created_at - interval '10 seconds' WHERE tenant_id = 'beta'")
+        later = _tick(instance).run_requests
+    assert [r.tags[RUN_CLASS_TAG] for r in later if r.tags[TENANT_TAG] == "beta"] == ["interactive"]

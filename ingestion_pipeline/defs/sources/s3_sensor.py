@@ -3,6 +3,7 @@
 import dagster as dg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
+from ingestion_pipeline.defs.fast_lane import sensor_grace
 from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 
@@ -17,5 +18,6 @@ from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 )
 def s3_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
               settings: SettingsResource) -> dg.SensorResult:
-    return plan_document_runs(context.instance, postgres.db, settings.get().batch,
-                              run_types=("s3_sync",)).sensor_result()
+    current = settings.get()
+    return plan_document_runs(context.instance, postgres.db, current.batch, run_types=("s3_sync",),
+                              leave_to_fast_lane_seconds=sensor_grace(current)).sensor_result()

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
+from ingestion_pipeline.defs.fast_lane import sensor_grace
 from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 from ingestion_pipeline.documents.reindex import REINDEX
@@ -21,7 +22,8 @@ def upload_sensor(
     postgres: PostgresResource,
     settings: SettingsResource,
 ) -> dg.SensorResult:
-    plan = plan_document_runs(context.instance, postgres.db, settings.get().batch,
-                              run_types=("upload", REINDEX))
+    current = settings.get()
+    plan = plan_document_runs(context.instance, postgres.db, current.batch, run_types=("upload", REINDEX),
+                              leave_to_fast_lane_seconds=sensor_grace(current))
     return plan.sensor_result()
 
