@@ -118,6 +118,12 @@ def promote_document_version(
         (version_id, tenant_id, run_id),
     )
     conn.execute(
+        """INSERT INTO version_ocr_pages (version_id, tenant_id, page_number, image_sha256, engine, source_sha256, text)
+           SELECT %s, %s, page_number, image_sha256, engine, source_sha256, text
+             FROM staging_ocr_pages WHERE run_id = %s""",
+        (version_id, tenant_id, run_id),
+    )
+    conn.execute(
         """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, page_start, page_end, section_path,
                                element_types, token_count, content_hash, text_search_config)
            SELECT %s, %s, %s, ordinal, text, page_start, page_end, section_path, element_types, token_count,

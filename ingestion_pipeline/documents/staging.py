@@ -9,7 +9,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.documents.chunking import Chunk
-from ingestion_pipeline.documents.extraction.elements import Element
+from ingestion_pipeline.documents.extraction.elements import Element, ReadPage
 
 
 def ensure_staging_row(conn: psycopg.Connection, run_id: int, tenant_id: str) -> None:
@@ -41,9 +41,42 @@ def write_elements(conn: psycopg.Connection, run_id: int, elements: Iterable[Ele
     return n
 
 
+def write_ocr_pages(conn: psycopg.Connection, run_id: int, pages: Iterable[ReadPage]) -> None:
+    """Replace the run's staged OCR pages (their text by image digest, kept with the version it becomes)."""
+    conn.execute("DELETE FROM staging_ocr_pages WHERE run_id = %s", (run_id,))
+    with conn.cursor().copy(
+        "COPY staging_ocr_pages (run_id, page_number, image_sha256, engine, source_sha256, text, reused) FROM STDIN"
+    ) as copy:
+        for page in pages:
+            copy.write_row((run_id, page.page_number, page.image_sha256, page.engine, page.source_sha256, page.text,
+                            page.reused))
+
+
+def reusable_ocr_pages(conn: psycopg.Connection, tenant_id: str, doc_id: int) -> list[ReadPage]:
+    """The pages the document's newest version with scanned pages had read by OCR: a new version reuses the
+    text of each page whose image is unchanged. Only the tenant's own document's."""
+    rows = conn.execute(
+        """SELECT page_number, image_sha256, engine, text, source_sha256 FROM version_ocr_pages
+            WHERE tenant_id = %(tenant)s AND version_id = (
+                  SELECT v.version_id FROM document_versions v
+                   WHERE v.tenant_id = %(tenant)s AND v.doc_id = %(doc)s
+                     AND EXISTS (SELECT 1 FROM version_ocr_pages p WHERE p.version_id = v.version_id)
+                   ORDER BY v.version_number DESC LIMIT 1)
+            ORDER BY page_number""",
+        {"tenant": tenant_id, "doc": doc_id})
+    return [ReadPage(r["page_number"], r["image_sha256"], r["engine"], r["text"], r["source_sha256"]) for r in rows]
+
+
 def stage_version_elements(conn: psycopg.Connection, run_id: int, version_id: int, page_count: int | None) -> int:
-    """Stage the elements stored with a promoted version (a re-index) and mark extraction done."""
+    """Stage the elements stored with a promoted version (a re-index) and mark extraction done; its OCR pages go
+    along, so the version the re-index makes can lend them to the next."""
     conn.execute("DELETE FROM staging_elements WHERE run_id = %s", (run_id,))
+    conn.execute("DELETE FROM staging_ocr_pages WHERE run_id = %s", (run_id,))
+    conn.execute(
+        """INSERT INTO staging_ocr_pages (run_id, page_number, image_sha256, engine, source_sha256, text, reused)
+           SELECT %s, page_number, image_sha256, engine, source_sha256, text, true
+             FROM version_ocr_pages WHERE version_id = %s""",
+        (run_id, version_id))
     n = conn.execute(
         """INSERT INTO staging_elements (run_id, ordinal, element_type, text, page_number, section_path)
            SELECT %s, ordinal, element_type, text, page_number, section_path

@@ -7,11 +7,17 @@ one text element or raises ``ExtractionError`` with a reason a person can act on
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction.docx import extract_docx
-from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, assign_section_paths
+from ingestion_pipeline.documents.extraction.elements import (
+    Element,
+    ExtractedDocument,
+    ReadPage,
+    assign_section_paths,
+)
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.extraction.html import extract_html
 from ingestion_pipeline.documents.extraction.markdown import extract_markdown
@@ -32,11 +38,13 @@ _EXTRACTORS = {
     **{extension: functools.partial(extract_office, extension=extension) for extension in OFFICE_FORMATS},
 }
 
-__all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError", "extract"]
+__all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError", "ReadPage", "extract"]
 
 
-def extract(path: Path, extension: str, limits: ExtractionLimits | None = None) -> ExtractedDocument:
-    """Extract one file; ``limits`` bounds what it may expand to (characters, zip members)."""
+def extract(path: Path, extension: str, limits: ExtractionLimits | None = None,
+            reusable_ocr: Sequence[ReadPage] = ()) -> ExtractedDocument:
+    """Extract one file; ``limits`` bounds what it may expand to (characters, zip members). ``reusable_ocr``:
+    the pages an earlier version of the document had read by OCR, whose text an unchanged page reuses."""
     extractor = _EXTRACTORS.get(extension.lower())
     if extractor is None:
         raise ExtractionError(f"no extractor for {extension!r} files", code="unsupported_format")
@@ -44,7 +52,7 @@ def extract(path: Path, extension: str, limits: ExtractionLimits | None = None) 
     if path.stat().st_size == 0:
         raise ExtractionError("file is empty (0 bytes)", code="file_empty")
     limits = limits or ExtractionLimits()
-    document = extractor(path, limits)
+    document = extractor(path, limits, reusable_ocr) if extractor is extract_pdf else extractor(path, limits)
     characters = sum(len(element.text) for element in document.elements)
     if characters > limits.max_text_chars:  # checked in the worker: no more than this reaches the pipeline
         raise ExtractionError(

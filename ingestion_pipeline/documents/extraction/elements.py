@@ -32,11 +32,24 @@ class Element:
     section_path: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ReadPage:
+    """The text OCR read on one page, keyed by the digest of the image it read (``ocr.py``)."""
+
+    page_number: int
+    image_sha256: str
+    engine: str
+    text: str
+    source_sha256: str | None = None  # of the page's images as stored (ocr.source_digest); None: not a plain scan
+    reused: bool = False  # taken from an earlier version of the document, not read again
+
+
 @dataclass
 class ExtractedDocument:
     elements: list[Element]
     page_count: int | None = None
     notes: list[str] = field(default_factory=list)  # e.g. "PDF is copy-protected; text layer extracted"
+    ocr_pages: list[ReadPage] = field(default_factory=list)  # each page read by OCR (PDF scans)
 
 
 MAX_TITLE_CHARS = 200

@@ -17,13 +17,14 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from ingestion_pipeline.core.failures import TransientError
 from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction import extract
-from ingestion_pipeline.documents.extraction.elements import ExtractedDocument
+from ingestion_pipeline.documents.extraction.elements import ExtractedDocument, ReadPage
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _log = logging.getLogger("ingestion_pipeline.extraction")
@@ -51,9 +52,9 @@ def _serve(conn, memory_mb: int) -> None:
             return
         if task is None:
             return
-        path, extension, limits = task
+        path, extension, limits, reusable_ocr = task
         try:
-            reply = ("ok", extract(Path(path), extension, limits))
+            reply = ("ok", extract(Path(path), extension, limits, reusable_ocr))
         except MemoryError:
             reply = ("memory", None)
         except ExtractionError as exc:
@@ -137,11 +138,11 @@ class IsolatedExtractor:
             self._conn.close()
         self._process = self._conn = None
 
-    def __call__(self, path: Path, extension: str) -> ExtractedDocument:
+    def __call__(self, path: Path, extension: str, reusable_ocr: Sequence[ReadPage] = ()) -> ExtractedDocument:
         if not self._alive():
             self._discard()
             self._start()
-        self._conn.send((str(path), extension, self.limits))
+        self._conn.send((str(path), extension, self.limits, list(reusable_ocr)))
         if not self._conn.poll(self.limits.timeout_seconds):
             self._discard()
             raise ExtractionError(f"extraction took longer than {self.limits.timeout_seconds:g} s and was stopped",

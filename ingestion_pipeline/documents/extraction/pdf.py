@@ -11,6 +11,7 @@ are ingested. Files it cannot open, encrypted files and files without any text f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pypdfium2 as pdfium
@@ -18,7 +19,7 @@ import pypdfium2.raw as pdfium_c
 
 from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction import ocr
-from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, Kind, clean_text
+from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, Kind, ReadPage, clean_text
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _NUMBERED_HEADING = re.compile(r"^(\d+(\.\d+){0,3}\.?|[IVX]{1,5}\.|[A-Z]\.)\s+[A-Z][^.!?]{2,80}$")
@@ -86,9 +87,11 @@ def _looks_like_heading(line: str) -> bool:
     return len(letters) >= 4 and all(c.isupper() for c in letters) and not line.endswith((".", ","))
 
 
-def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> ExtractedDocument:
+def extract_pdf(path: Path, limits: ExtractionLimits | None = None,
+                reusable_ocr: Iterable[ReadPage] = ()) -> ExtractedDocument:
     """The text layer of every page, OCR for pages without one (``limits`` unused: PDFium reads a page at a
-    time)."""
+    time). A page whose rendered image is in ``reusable_ocr`` (an earlier version's pages) is not read again."""
+    known = ocr.KnownPages(reusable_ocr)
     pdf = _open(path)
     try:
         page_count = len(pdf)
@@ -101,7 +104,7 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> Extracted
         outline = _outline_titles(pdf)
         tesseract = ocr.tesseract_binary()
         unread: list[int] = []  # pages without a text layer that could not be OCRed
-        ocr_pages = 0
+        read_pages: list[ReadPage] = []
         elements: list[Element] = []
         for index in range(page_count):
             page_number = index + 1
@@ -117,8 +120,9 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> Extracted
                     if tesseract is None:
                         unread.append(page_number)
                     else:
-                        text, by_ocr = ocr.ocr_page(page, page_number, tesseract), True
-                        ocr_pages += 1
+                        read = ocr.read_page(page, page_number, tesseract, known)
+                        read_pages.append(read)
+                        text, by_ocr = read.text, True
             except pdfium.PdfiumError as exc:
                 raise ExtractionError(f"PDF page {page_number} cannot be read ({exc})",
                                       code="pdf_page_unreadable") from exc
@@ -135,8 +139,10 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> Extracted
                 # Under an outline, numbered headings nest below the outline entries.
                 kind = Kind.TITLE if is_heading else Kind.NARRATIVE_TEXT
                 elements.append(Element(kind, paragraph, page_number, level=2))
-        if ocr_pages:
-            notes.append(f"{ocr_pages} page(s) without a text layer read by OCR (Tesseract)")
+        if read_pages:
+            reused = sum(p.reused for p in read_pages)
+            notes.append(f"{len(read_pages)} page(s) without a text layer read by OCR (Tesseract)"
+                         + (f", {reused} of them unchanged since the last version: its text reused" if reused else ""))
         if not any(e.text.strip() for e in elements if e.type != Kind.TITLE):
             if unread:
                 raise ExtractionError(
@@ -145,10 +151,10 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None) -> Extracted
                     suggestion=ocr.HOW_TO_ENABLE)
             raise ExtractionError(
                 f"PDF has no text on any of its {page_count} page(s)"
-                + (" (not even by OCR)" if ocr_pages else ""), code="pdf_no_text_layer")
+                + (" (not even by OCR)" if read_pages else ""), code="pdf_no_text_layer")
         if unread:
             notes.append(f"page(s) {_ranges(unread)} have no text layer and were not read: {ocr.HOW_TO_ENABLE}")
-        return ExtractedDocument(elements, page_count=page_count, notes=notes)
+        return ExtractedDocument(elements, page_count=page_count, notes=notes, ocr_pages=read_pages)
     finally:
         pdf.close()
 

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 from ingestion_pipeline.core import ledger
@@ -37,7 +36,7 @@ log = logging.getLogger("ingestion_pipeline.documents")
 # endpoint URL (None: the default) -> a boto3 S3 client
 S3ClientFor = Callable[[str | None], Any]
 # (path, extension) -> ExtractedDocument; runs use a bounded worker process (extraction/isolation.py)
-Extractor = Callable[[Path, str], Any]
+Extractor = Callable[..., Any]  # (path, extension, reusable_ocr=()) -> ExtractedDocument
 
 # The step's trouble, not a file's: the step fails and its files stay held (a host that cannot embed as the
 # deployment decided, or on the device it is set to, leaves them for one that can: documents/model_decision.py,
@@ -133,7 +132,8 @@ class StepRunner:
         self.worker = worker
         self.s3_client_for = s3_client_for
         self.downloads: dict[int, Future[StoredFile]] = {}  # run_id -> S3 download started ahead
-        self.extract_file = extractor or (lambda path, extension: extract(path, extension, settings.limits))
+        self.extract_file = extractor or (lambda path, extension, reusable_ocr=(): extract(
+            path, extension, settings.limits, reusable_ocr))
         self.extract_lock = threading.Lock()
 
     def close(self) -> None:
