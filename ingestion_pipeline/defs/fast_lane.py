@@ -3,7 +3,7 @@
 Dagster's sensor daemon evaluates sensors at most every 5 s, so a file submitted just after a tick waited up to
 5 s for its run: the p95 of a small file's submit-to-searchable. `submit`, the HTTP API and the intake service
 call ``launch_interactive`` right after they commit uploads. It plans the due batches exactly as
-the sensors do (``defs/launching.plan_document_runs``) and asks the Dagster webserver
+the sensors do (``documents/run_plan.plan_batch_runs``) and asks the Dagster webserver
 (``INGESTION_DAGSTER_URL``, else the UI of a `make dev` on the same data folder) to launch, for each
 ``interactive`` one, the run the sensor would launch: the same partition, tags and run key, with that sensor's
 ``dagster/sensor_name`` (``upload_sensor``, or ``s3_sensor`` for objects an S3 event told of), so that the
@@ -11,6 +11,9 @@ sensor's own request for the batch is skipped by Dagster's run-key check (a sens
 a batch whose run key already has a run is left alone, and launchers outside the sensor take turns
 (``batching.one_launcher_at_a_time``). The run is tagged ``ingestion/launched_by: fast_lane`` (the runs page
 tells the two apart). Bulk batches stay the sensor's.
+
+It imports no Dagster (the plan is plain data, the GraphQL plain HTTP): Dagster's import was over a second of a
+one-file `submit`.
 
 Without a URL, or with the webserver unreachable or slow, nothing is launched here and the sensor launches as
 before: the fast lane only ever saves time, and never fails the upload that called it. Where the daemon knows
@@ -30,19 +33,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import dagster as dg
-
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.run_tags import DOCUMENT_BATCHES, DOCUMENT_JOB, LAUNCHED_BY_TAG
 from ingestion_pipeline.core.settings import Settings, data_dir
-from ingestion_pipeline.defs.launching import plan_document_runs
-from ingestion_pipeline.defs.partitions import (
-    DOCUMENT_JOB,
-    INTERACTIVE,
-    LAUNCHED_BY_TAG,
-    RUN_CLASS_TAG,
-    document_batches,
-)
 from ingestion_pipeline.documents.batching import one_launcher_at_a_time
+from ingestion_pipeline.documents.run_plan import PlannedRun, plan_batch_runs
 
 log = logging.getLogger("ingestion_pipeline.fast_lane")
 
@@ -149,19 +144,18 @@ def launch_interactive(db: Database, settings: Settings, url: str | None = None)
     try:
         with one_launcher_at_a_time(db):
             for run_types, sensor in PLANNED_BY:
-                plan = plan_document_runs(None, db, settings.batch, run_types=run_types)
-                for request in plan.run_requests:
-                    if request.tags.get(RUN_CLASS_TAG) == INTERACTIVE:
-                        launched += _launch(url, repo, request, sensor)
+                for planned in plan_batch_runs(db, settings.batch, run_types=run_types).runs:
+                    if planned.interactive:
+                        launched += _launch(url, repo, planned, sensor)
     except WebserverError as exc:
         log.warning("fast lane: %s; the upload sensor launches the rest at its next loop", exc)
     return launched
 
 
-def _launch(url: str, repo: dict[str, str], request: dg.RunRequest, sensor: str) -> list[str]:
+def _launch(url: str, repo: dict[str, str], request: PlannedRun, sensor: str) -> list[str]:
     """The sensor's run for one batch, unless its run key already has one: the run id launched, if any."""
     key = request.partition_key
-    added = _graphql(url, _ADD_PARTITION, {"name": document_batches.name, "key": key, "repo": repo})
+    added = _graphql(url, _ADD_PARTITION, {"name": DOCUMENT_BATCHES, "key": key, "repo": repo})
     kind = added["addDynamicPartition"]["__typename"]
     if kind not in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"):
         raise WebserverError(f"adding partition {key}: {kind} {added['addDynamicPartition'].get('message')}")

@@ -20,36 +20,22 @@ import dagster as dg
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS
+from ingestion_pipeline.core.run_tags import (
+    DOCUMENT_JOB,
+    LAUNCH_GEN_TAG,
+    LAUNCHED_BY_TAG,
+    MAX_RETRIES_TAG,
+    METRIC_JOB,
+    WORKSPACE_TAG,
+    run_key,
+)
 from ingestion_pipeline.core.settings import BatchSettings, Settings
 from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run, interrupted_by_a_signal
 from ingestion_pipeline.defs.ledger.janitor import run_janitor
-from ingestion_pipeline.defs.partitions import (
-    BATCH_TAG,
-    BULK,
-    BULK_TENANT_TAG,
-    DOCUMENT_JOB,
-    INTERACTIVE,
-    INTERACTIVE_PRIORITY,
-    LAUNCH_GEN_TAG,
-    LAUNCHED_BY_TAG,
-    METRIC_JOB,
-    RUN_CLASS_TAG,
-    SOURCE_TAG,
-    TENANT_TAG,
-    WORKSPACE_TAG,
-    document_batches,
-    metric_uploads,
-)
-from ingestion_pipeline.documents.batching import (
-    assign_queued_to_batches,
-    due_batches,
-    next_due_at,
-    partition_sources,
-)
+from ingestion_pipeline.defs.partitions import document_batches, metric_uploads
+from ingestion_pipeline.documents.batching import next_due_at
+from ingestion_pipeline.documents.run_plan import plan_batch_runs
 from ingestion_pipeline.metrics.uploads import pending_partitions
-
-MAX_RETRIES_TAG = "dagster/max_retries"
-PRIORITY_TAG = "dagster/priority"
 
 
 @dataclass(frozen=True)
@@ -79,48 +65,14 @@ def _unknown(instance: dg.DagsterInstance | None, partitions_def: dg.DynamicPart
     return [k for k in keys if not instance.has_dynamic_partition(partitions_def.name, k)]
 
 
-def run_key(partition_key: str, launch_gen: int) -> str:
-    """The partition key for a first launch; ``<key>:r<gen>`` for a relaunch (a retry, the janitor,
-    a replay). A repeated tick computes the same key, so Dagster launches it once."""
-    return partition_key if not launch_gen else f"{partition_key}:r{launch_gen}"
-
-
 def plan_document_runs(
     instance: dg.DagsterInstance | None, db: Database, limits: BatchSettings,
     run_types: Sequence[str] | None = None, *, leave_to_fast_lane_seconds: float = 0.0
 ) -> RunPlan:
-    """Assign queued rows (of ``run_types``, or all) to batches; one run per batch with work due now.
-
-    ``leave_to_fast_lane_seconds``: an interactive batch first launched whose newest file was queued less than
-    this long ago is not requested: the fast lane launches it (``fast_lane.py``). A sensor that requested it
-    too raced the fast lane (both looked for the run key before either run existed) and launched a second,
-    empty run; past this time, a batch the fast lane did not launch is the sensor's again."""
-    with db.connection() as conn:
-        assign_queued_to_batches(conn, limits, run_types=run_types)
-        due = due_batches(conn, run_types=run_types)
-        keys = [b["partition_key"] for b in due]
-        sources = partition_sources(conn, keys)
-    requests = []
-    for b in due:
-        run_class = run_class_tags(b, from_source=b["partition_key"] in sources, limits=limits)
-        if (run_class[RUN_CLASS_TAG] == INTERACTIVE and not b["launch_gen"]
-                and float(b["newest_age"]) < leave_to_fast_lane_seconds):
-            continue
-        requests.append(dg.RunRequest(
-            run_key=run_key(b["partition_key"], b["launch_gen"]), partition_key=b["partition_key"],
-            tags={BATCH_TAG: b["partition_key"], LAUNCH_GEN_TAG: str(b["launch_gen"]), TENANT_TAG: b["tenant_id"],
-                  **({SOURCE_TAG: sources[b["partition_key"]]} if b["partition_key"] in sources else {}),
-                  **run_class}))
-    return RunPlan(DOCUMENT_JOB, requests, document_batches, _unknown(instance, document_batches, keys))
-
-
-def run_class_tags(batch: Mapping[str, Any], *, from_source: bool, limits: BatchSettings) -> dict[str, str]:
-    """The run's share of the run slots: ``interactive`` (queued first) for a small batch not from an S3
-    source's listing — a person's upload, a queue job, objects just written that S3 told of by event — else
-    ``bulk``, limited per tenant (dagster.yaml)."""
-    if (not from_source or batch.get("from_events")) and batch["files"] <= limits.interactive_max_files:
-        return {RUN_CLASS_TAG: INTERACTIVE, PRIORITY_TAG: INTERACTIVE_PRIORITY}
-    return {RUN_CLASS_TAG: BULK, BULK_TENANT_TAG: batch["tenant_id"]}
+    """``run_plan.plan_batch_runs`` as run requests (see there for ``leave_to_fast_lane_seconds``)."""
+    plan = plan_batch_runs(db, limits, run_types, leave_to_fast_lane_seconds=leave_to_fast_lane_seconds)
+    requests = [dg.RunRequest(run_key=r.run_key, partition_key=r.partition_key, tags=r.tags) for r in plan.runs]
+    return RunPlan(DOCUMENT_JOB, requests, document_batches, _unknown(instance, document_batches, plan.due_keys))
 
 
 def plan_metric_runs(instance: dg.DagsterInstance, db: Database) -> RunPlan:

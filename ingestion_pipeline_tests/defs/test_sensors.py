@@ -1,8 +1,12 @@
 """upload_sensor and the run-status sensors, with Dagster's test contexts."""
 
+import subprocess
+import sys
+
 import dagster as dg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
+from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.ledger.run_status_sensors import ledger_on_run_failure
 from ingestion_pipeline.defs.partitions import (
     BATCH_TAG,
@@ -157,3 +161,28 @@ def test_with_the_fast_lane_on_a_fresh_interactive_batch_is_left_to_it_for_a_gra
         db.execute("UPDATE ingestion_runs SET created_at = created_at - interval '10 seconds' WHERE tenant_id = 'beta'")
         later = _tick(instance).run_requests
     assert [r.tags[RUN_CLASS_TAG] for r in later if r.tags[TENANT_TAG] == "beta"] == ["interactive"]
+
+
+def test_submit_and_the_fast_lane_import_no_dagster():
+    """A one-file `submit` asks the webserver to launch its run: importing Dagster for that was over a second of
+    it. The plan (documents/run_plan.py) is plain data and the launch plain HTTP."""
+    code = ("import sys, ingestion_pipeline.cli.documents, ingestion_pipeline.defs.fast_lane; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'dagster_aws')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_fast_lane_launches_what_the_sensor_would(database, tmp_path):
+    """The fast lane's plain plan and the sensor's run requests are one plan: same keys, same tags."""
+    from ingestion_pipeline.core.settings import BatchSettings
+    from ingestion_pipeline.documents.run_plan import plan_batch_runs
+
+    single = tmp_path / "single.md"
+    single.write_text("# Single\n\nA person's one upload.")
+    submit(database, "beta", single)
+    planned = plan_batch_runs(database, BatchSettings(), run_types=("upload",)).runs
+    with dg.instance_for_test() as instance:
+        requests = plan_document_runs(instance, database, BatchSettings(), run_types=("upload",)).run_requests
+    assert [(p.run_key, p.partition_key, p.tags) for p in planned] == \
+        [(r.run_key, r.partition_key, r.tags) for r in requests]
+    assert [p.interactive for p in planned] == [True]
