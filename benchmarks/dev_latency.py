@@ -285,6 +285,10 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
         print(f"[{label}] small files during the load: median {figures['loaded p50']:.1f} s, "
               f"p95 {figures['loaded p95']:.1f} s ({len(loaded_times)} files)")
         show(loaded_stages, "under load")
+        slowest = max(range(len(loaded_times)), key=loaded_times.__getitem__)
+        print(f"[{label}] the slowest small file under load ({loaded_times[slowest]:.1f} s):")
+        for name, value in loaded_stages[slowest].items():
+            print(f"  {name:<40} {value:6.2f}" + ("" if name.startswith("runs of") else " s"))
         return figures
 
 

@@ -9,7 +9,8 @@ Celery worker does (once, kept across runs: the deployment's one recorded decisi
 ``documents/model_decision.py``) and starts the extraction worker. Then it
 says ``ready`` on its status pipe (the launcher's ``WarmProcessRunLauncher``), takes one request from standard
 input — ``{"run_id": …, "instance_ref": …}``, a JSON line — and executes that run exactly as ``dagster api
-execute_run`` does.
+execute_run`` does. A request for a bulk run carries ``nice``: the process and its children are lowered
+to it first (``core/cpu_priority.py``).
 
 After a run that succeeded it is ready again (the model still loaded), up to ``MAX_RUNS`` runs and while its
 peak memory stays under ``MAX_RSS_MB``; after any other outcome (a failure, a cancel, a signal) it exits, so a
@@ -25,6 +26,8 @@ import resource
 import sys
 import time
 import traceback
+
+from ingestion_pipeline.core.cpu_priority import lower_process_priority
 
 # Libraries the steps import when they first need them (the model's runtime), imported here ahead of a run.
 # A missing one is skipped: the steps import what the deployment really uses and report what is missing.
@@ -102,6 +105,9 @@ def main(argv: list[str]) -> int:
             return 0
         request = json.loads(line)
         run_id = request["run_id"]
+        nice = int(request.get("nice", 0))
+        if nice:  # a bulk run: this process and its extraction worker yield the CPU to interactive runs
+            lower_process_priority(nice)
         with DagsterInstance.from_ref(deserialize_value(request["instance_ref"])) as instance:
             run = instance.get_run_by_id(run_id)
             if run is None:
@@ -112,9 +118,10 @@ def main(argv: list[str]) -> int:
                 readiness = f"was loaded {handed_at - ready_at:.1f} s before the run was handed to it"
             else:
                 readiness = f"was handed the run while loading, and ready {ready_at - handed_at:.1f} s later"
+            priority = f" It runs at nice {nice}: a bulk run, interactive runs go first." if nice else ""
             instance.report_engine_event(
                 f"Run worker (pid {os.getpid()}, run {runs + 1} of this process) {readiness} (Dagster, the code "
-                f"location, the model and the step libraries: {ready_after:.1f} s).", run)
+                f"location, the model and the step libraries: {ready_after:.1f} s).{priority}", run)
             for problem in problems:
                 instance.report_engine_event(problem, run)
             problems = []

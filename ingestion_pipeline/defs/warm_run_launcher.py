@@ -13,6 +13,11 @@ Where no worker can serve, the run goes Dagster's default way (the code server s
 worker older than the newest ``.py`` file of the package is ended, so an edited code location under `make dev`
 runs its new code, as it does under the default launcher.
 
+A bulk run (``ingestion/run_class: bulk``) runs at a lower CPU priority (``bulk_nice``, 10): on a host whose
+cores a bulk load keeps busy, a person's single upload (an interactive run) gets the CPU first, and the bulk run
+takes every cycle it leaves. A worker lowered for a bulk run cannot be raised again without privilege, so it
+serves bulk runs from then on; the spares kept for interactive runs are never lowered.
+
 Termination (the UI's "Terminate", `ingestion-pipeline cancel`): the run is marked canceling and its worker
 gets SIGTERM, which Dagster's interrupt handling in the worker turns into a canceled run; the worker then exits.
 """
@@ -34,10 +39,12 @@ from typing import Any
 import dagster as dg
 
 import ingestion_pipeline
+from ingestion_pipeline.core.run_tags import BULK, RUN_CLASS_TAG
 
 WORKER_TAG = "ingestion/run_worker"  # {"host": …, "pid": …} of the process that runs the run
 DEFAULT_PRELOAD = ("ingestion_pipeline.definitions:defs",)
 SPARES_VARIABLE = "INGESTION_WARM_RUN_WORKERS"
+BULK_NICE = 10  # the default ``bulk_nice``: a bulk run gets ~1/10 of a core a busy interactive run leaves it
 
 
 def _newest_source_mtime(package_dir: Path) -> float:
@@ -53,6 +60,7 @@ class _Worker:
         self.started_at = time.time()
         self.readies = 0  # "ready" lines read from its status pipe
         self.given = 0  # runs handed to it (counted when it is chosen, under the launcher's lock)
+        self.nice = 0  # the CPU priority it was lowered to for a bulk run (never raised again)
         self._on_ready = on_ready
         # its standard output is the status pipe; what a run prints goes to stderr, where the launcher's goes
         self.process = subprocess.Popen([sys.executable, "-m", "ingestion_pipeline.defs.run_worker", *preload],
@@ -108,12 +116,16 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
     """Dagster's default launcher, with runs started in already-loaded worker processes (see the module)."""
 
     def __init__(self, inst_data: Any = None, spares: int = 1,
-                 preload: Sequence[str] = DEFAULT_PRELOAD):
+                 preload: Sequence[str] = DEFAULT_PRELOAD, bulk_nice: int = BULK_NICE):
         super().__init__(inst_data=inst_data)
         if spares < 0:
             raise dg.DagsterInvalidConfigError(
                 f"run_launcher spares must be 0 or more (got {spares})", [], spares)
+        if not 0 <= bulk_nice <= 19:
+            raise dg.DagsterInvalidConfigError(
+                f"run_launcher bulk_nice must be from 0 to 19 (got {bulk_nice})", [], bulk_nice)
         self._spares_wanted = spares
+        self._bulk_nice = bulk_nice
         self._preload = tuple(preload)
         self._workers: list[_Worker] = []  # every worker this launcher started that is still alive
         self._lock = threading.Lock()
@@ -126,6 +138,9 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
                                description="Run workers kept loaded ahead of need (0: Dagster's default launch)."),
             "preload": dg.Field([str], is_required=False, default_value=list(DEFAULT_PRELOAD),
                                 description="What a spare loads before its run: `module` or `module:function`."),
+            "bulk_nice": dg.Field(dg.IntSource, is_required=False, default_value=BULK_NICE,
+                                  description="The nice value bulk runs' workers run at (0: the same priority as "
+                                              "interactive runs)."),
         }
 
     @classmethod
@@ -137,7 +152,8 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
                 raise dg.DagsterInvalidConfigError(
                     f"{SPARES_VARIABLE} must be a whole number of 0 or more (got {raw!r})", [], raw)
             spares = int(raw)
-        return cls(inst_data=inst_data, spares=spares, preload=config_value.get("preload", list(DEFAULT_PRELOAD)))
+        return cls(inst_data=inst_data, spares=spares, preload=config_value.get("preload", list(DEFAULT_PRELOAD)),
+                   bulk_nice=config_value.get("bulk_nice", BULK_NICE))
 
     # -- launching
 
@@ -148,17 +164,21 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
         executable = origin.repository_origin.executable_path
         return not executable or os.path.realpath(executable) == os.path.realpath(sys.executable)
 
-    def _take_worker(self) -> _Worker:
-        """An idle worker whose code is current, else a new one (it loads while the run waits, as by default).
-        A worker older than the newest source file is ended, so an edited code location runs its new code."""
+    def _take_worker(self, nice: int = 0) -> _Worker:
+        """An idle worker whose code is current and whose priority is ``nice`` (for a bulk run, one not lowered
+        yet if none is), else a new one (it loads while the run waits, as by default). A worker older than the
+        newest source file is ended, so an edited code location runs its new code."""
         newest = _newest_source_mtime(self._package_dir)
         with self._lock:
             self._workers = [w for w in self._workers if w.alive]
             for stale in [w for w in self._workers if w.started_at < newest and not w.busy]:
                 stale.end_input()
                 self._workers.remove(stale)
-            chosen = next((w for w in self._workers if w.idle), None) or self._start()
+            idle = [w for w in self._workers if w.idle]
+            chosen = (next((w for w in idle if w.nice == nice), None)
+                      or next((w for w in idle if w.nice < nice), None) or self._start())
             chosen.given += 1  # taken: not chosen again by a launch on another thread
+            chosen.nice = max(chosen.nice, nice)
             return chosen
 
     def _start(self) -> _Worker:
@@ -170,15 +190,17 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
         """Keep ``spares`` workers idle or loading, ahead of the next launch."""
         with self._lock:
             self._workers = [w for w in self._workers if w.alive]
-            for _ in range(self._spares_wanted - sum(1 for w in self._workers if w.idle or w.loading)):
+            ready = sum(1 for w in self._workers if (w.idle or w.loading) and w.nice == 0)  # for any run
+            for _ in range(self._spares_wanted - ready):
                 self._start()
 
     def _trim(self) -> None:
         """A worker became idle: keep at most ``spares`` + 1 idle (each holds the model; the one back from a run
         and the spare started meanwhile both serve the next runs, so one run after another starts no process);
-        the others exit."""
+        the others exit; as many again lowered for bulk runs)."""
         with self._lock:
-            extra = [w for w in self._workers if w.idle][self._spares_wanted + 1:]
+            extra = [w for w in self._workers if w.idle and w.nice == 0][self._spares_wanted + 1:] + \
+                [w for w in self._workers if w.idle and w.nice > 0][self._spares_wanted + 1:]
             for worker in extra:
                 worker.end_input()
                 self._workers.remove(worker)
@@ -188,9 +210,10 @@ class WarmProcessRunLauncher(dg.DefaultRunLauncher):
         if not self._serves(run):
             super().launch_run(context)
             return
-        request = {"run_id": run.run_id, "instance_ref": dg.serialize_value(self._instance.get_ref())}
+        nice = self._bulk_nice if run.tags.get(RUN_CLASS_TAG) == BULK else 0
+        request = {"run_id": run.run_id, "instance_ref": dg.serialize_value(self._instance.get_ref()), "nice": nice}
         for _ in range(2):  # a worker that died since it said ready: one fresh process more
-            worker = self._take_worker()
+            worker = self._take_worker(nice)
             self._instance.add_run_tags(run.run_id, {WORKER_TAG: json.dumps(
                 {"host": socket.gethostname(), "pid": worker.process.pid})})
             if worker.give({**request, "handed_at": str(time.time())}):
