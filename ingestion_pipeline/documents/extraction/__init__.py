@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ingestion_pipeline.core.settings import ExtractionLimits
-from ingestion_pipeline.documents.extraction.docx import extract_docx
 from ingestion_pipeline.documents.extraction.elements import (
     Element,
     ExtractedDocument,
@@ -19,40 +18,53 @@ from ingestion_pipeline.documents.extraction.elements import (
     assign_section_paths,
 )
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
-from ingestion_pipeline.documents.extraction.html import extract_html
-from ingestion_pipeline.documents.extraction.markdown import extract_markdown
-from ingestion_pipeline.documents.extraction.office import OFFICE_FORMATS, extract_office
-from ingestion_pipeline.documents.extraction.pdf import extract_pdf
-from ingestion_pipeline.documents.extraction.text import extract_text
 
 # Part of the pipeline fingerprint: bump when extraction output changes, so backfills re-index.
 EXTRACTOR_VERSION = "direct-2"  # 2: words hyphenated at a PDF line end are whole
 
-_EXTRACTORS = {
-    ".pdf": extract_pdf,
-    ".docx": extract_docx,
-    ".html": extract_html,
-    ".htm": extract_html,
-    ".md": extract_markdown,
-    ".txt": extract_text,
-    **{extension: functools.partial(extract_office, extension=extension) for extension in OFFICE_FORMATS},
-}
 
-__all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError", "ReadPage", "extract"]
+@functools.cache
+def _extractors() -> dict:
+    """Extension -> extractor, imported on first use: the parsers (python-docx, lxml, PDFium, the office
+    readers) cost a command that only submits, or a chunker that reads elements, a fifth of a second."""
+    from ingestion_pipeline.documents.extraction.docx import extract_docx
+    from ingestion_pipeline.documents.extraction.html import extract_html
+    from ingestion_pipeline.documents.extraction.markdown import extract_markdown
+    from ingestion_pipeline.documents.extraction.office import OFFICE_FORMATS, extract_office
+    from ingestion_pipeline.documents.extraction.pdf import extract_pdf
+    from ingestion_pipeline.documents.extraction.text import extract_text
+
+    return {
+        ".pdf": extract_pdf,
+        ".docx": extract_docx,
+        ".html": extract_html,
+        ".htm": extract_html,
+        ".md": extract_markdown,
+        ".txt": extract_text,
+        **{extension: functools.partial(extract_office, extension=extension) for extension in OFFICE_FORMATS},
+    }
+
+__all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError", "ReadPage", "extract",
+           "load_extractors"]
+
+
+def load_extractors() -> None:
+    """Import every extractor now (the extraction worker, before its first file)."""
+    _extractors()
 
 
 def extract(path: Path, extension: str, limits: ExtractionLimits | None = None,
             reusable_ocr: Sequence[ReadPage] = ()) -> ExtractedDocument:
     """Extract one file; ``limits`` bounds what it may expand to (characters, zip members). ``reusable_ocr``:
     the pages an earlier version of the document had read by OCR, whose text an unchanged page reuses."""
-    extractor = _EXTRACTORS.get(extension.lower())
+    extractor = _extractors().get(extension.lower())
     if extractor is None:
         raise ExtractionError(f"no extractor for {extension!r} files", code="unsupported_format")
     path = Path(path)
     if path.stat().st_size == 0:
         raise ExtractionError("file is empty (0 bytes)", code="file_empty")
     limits = limits or ExtractionLimits()
-    document = extractor(path, limits, reusable_ocr) if extractor is extract_pdf else extractor(path, limits)
+    document = extractor(path, limits, reusable_ocr) if extension.lower() == ".pdf" else extractor(path, limits)
     characters = sum(len(element.text) for element in document.elements)
     if characters > limits.max_text_chars:  # checked in the worker: no more than this reaches the pipeline
         raise ExtractionError(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ingestion_pipeline.core.failures import TransientError
 from ingestion_pipeline.core.settings import ExtractionLimits
-from ingestion_pipeline.documents.extraction import extract
+from ingestion_pipeline.documents.extraction import extract, load_extractors
 from ingestion_pipeline.documents.extraction.elements import ExtractedDocument, ReadPage
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
@@ -45,6 +45,7 @@ def _serve(conn, memory_mb: int) -> None:
     """The worker: extract file after file until the pipe closes."""
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    load_extractors()  # while no file waits (a spare worker is started ahead of need)
     while True:
         try:
             task = conn.recv()
