@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -61,27 +62,21 @@ def last_file(database_url: str) -> dict:
         return conn.execute("SELECT status, error, stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1").fetchone()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pages", type=int, default=60)
-    parser.add_argument("--changed", type=int, default=2)
-    args = parser.parse_args()
-
-    from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
-
-    work, env = scratch_environment("bench-big-")
+def measure(work: Path, env: dict, pages: int, changed_count: int) -> list[tuple]:
+    """The three ingests in the throwaway data folder: (label, wall s, extract s, OCR read, reused) each."""
     from ingestion_pipeline.core.db import resolve_database_url
+    from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
 
     database_url = resolve_database_url(allow_embedded=True)
     env["DATABASE_URL"] = database_url
     subprocess.run([str(Path(sys.executable).parent / "ingestion-pipeline"), "db", "migrate"], env=env, check=True,
                    capture_output=True)
     prepare_model(env)
-    changed = sorted(random.Random(7).sample(range(1, args.pages + 1), args.changed))
-    first = write_scanned_pages(work / "manual-v1.pdf", [page_lines(p) for p in range(1, args.pages + 1)])
+    changed = sorted(random.Random(7).sample(range(1, pages + 1), changed_count))
+    first = write_scanned_pages(work / "manual-v1.pdf", [page_lines(p) for p in range(1, pages + 1)])
     revised = write_scanned_pages(work / "manual-v2.pdf", [page_lines(p, 1 if p in changed else 0)
-                                                           for p in range(1, args.pages + 1)])
-    print(f"a {args.pages}-page scanned PDF ({first.stat().st_size / 1e6:.1f} MB); the revision changes page(s) "
+                                                           for p in range(1, pages + 1)])
+    print(f"a {pages}-page scanned PDF ({first.stat().st_size / 1e6:.1f} MB); the revision changes page(s) "
           f"{', '.join(map(str, changed))}", flush=True)
 
     rows = []
@@ -96,7 +91,23 @@ def main() -> None:
         rows.append((label, wall, stats["timings_ms"]["extract"] / 1000, stats.get("ocr_pages_read", 0),
                      stats.get("ocr_pages_reused", 0)))
         print(f"  {label}: {wall:.1f} s", flush=True)
+    return rows
 
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=60)
+    parser.add_argument("--changed", type=int, default=2)
+    args = parser.parse_args()
+
+    work, env = scratch_environment("bench-big-")
+    try:
+        rows = measure(work, env, args.pages, args.changed)
+    finally:  # the throwaway data folder's own Postgres, then the folder
+        from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
+
+        stop_embedded_postgres(work / "data" / "pgdata")
+        shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'':45} {'wall s':>8} {'extract s':>10} {'OCR read':>9} {'reused':>7}")
     for label, wall, extract_s, read, reused in rows:
         print(f"{label:45} {wall:8.1f} {extract_s:10.1f} {read:9} {reused:7}")
