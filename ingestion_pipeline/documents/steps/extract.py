@@ -33,8 +33,7 @@ def _extract_one(run: StepRunner, row: dict) -> FileOutcome:
     # an S3 store's object is downloaded once per attempt, here (hashed on the way); a local file is read in place
     # one extraction worker (the lock): the other lane writes a file's elements meanwhile
     with run.store.local_copy(row["raw_path"], row["content_hash"]) as raw, run.extract_lock:
-        document = run.extract_file(raw.path, extension, reusable) if reusable else run.extract_file(
-            raw.path, extension)
+        document = run.extract_file(raw.path, extension, reusable)
     elapsed = ms(start)
     stats = {"elements": len(document.elements), "pages": document.page_count, "notes": document.notes}
     if document.ocr_pages:

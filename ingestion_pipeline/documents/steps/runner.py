@@ -14,9 +14,10 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ingestion_pipeline.core import ledger
@@ -28,7 +29,7 @@ from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import StoredFile, UploadStore
 from ingestion_pipeline.documents import file_ledger, reindex
 from ingestion_pipeline.documents.embedding import Embedder
-from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION, extract
+from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION, ReadPage, extract
 from ingestion_pipeline.documents.fingerprint import fingerprint_for
 
 log = logging.getLogger("ingestion_pipeline.documents")
@@ -36,7 +37,7 @@ log = logging.getLogger("ingestion_pipeline.documents")
 # endpoint URL (None: the default) -> a boto3 S3 client
 S3ClientFor = Callable[[str | None], Any]
 # (path, extension) -> ExtractedDocument; runs use a bounded worker process (extraction/isolation.py)
-Extractor = Callable[..., Any]  # (path, extension, reusable_ocr=()) -> ExtractedDocument
+Extractor = Callable[[Path, str, Sequence[ReadPage]], Any]  # (path, extension, reusable_ocr) -> document
 
 # The step's trouble, not a file's: the step fails and its files stay held (a host that cannot embed as the
 # deployment decided, or on the device it is set to, leaves them for one that can: documents/model_decision.py,
