@@ -44,7 +44,7 @@ from ingestion_pipeline.core.run_tags import BULK, RUN_CLASS_TAG
 WORKER_TAG = "ingestion/run_worker"  # {"host": …, "pid": …} of the process that runs the run
 DEFAULT_PRELOAD = ("ingestion_pipeline.definitions:defs",)
 SPARES_VARIABLE = "INGESTION_WARM_RUN_WORKERS"
-BULK_NICE = 10  # the default ``bulk_nice``: a bulk run gets ~1/10 of a core a busy interactive run leaves it
+BULK_NICE = 10  # the default ``bulk_nice``: contending for a core, a bulk run gets ~1/10 of an interactive one's share
 
 
 def _newest_source_mtime(package_dir: Path) -> float:
