@@ -128,11 +128,11 @@ def test_transient_error_is_retried_with_backoff_and_succeeds(instance, database
     original = IsolatedExtractor.__call__
     calls = []
 
-    def flaky(self, path, extension):
+    def flaky(self, path, extension, reusable_ocr=()):
         calls.append(path)
         if len(calls) == 2:  # the second file of the batch (note-1), its first attempt only
             raise TransientError("s3_unavailable", "S3 is throttling (SlowDown)")
-        return original(self, path, extension)
+        return original(self, path, extension, reusable_ocr)
 
     monkeypatch.setattr(IsolatedExtractor, "__call__", flaky)
     processed = process_in_process(instance, database)
@@ -160,7 +160,7 @@ def test_dead_letter_after_the_last_attempt_then_replay(instance, database, db, 
     submit(database, "acme", three_notes[0])
     original = IsolatedExtractor.__call__
 
-    def always_throttled(self, path, extension):
+    def always_throttled(self, path, extension, reusable_ocr=()):
         raise TransientError("s3_unavailable", "S3 is throttling (SlowDown)")
 
     monkeypatch.setattr(IsolatedExtractor, "__call__", always_throttled)
