@@ -80,6 +80,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_MAX_TOKENS_PER_FILE"),
         _setting("INGESTION_MAX_ZIP_MEMBER_BYTES"),
         _setting("INGESTION_MAX_COMPRESSION_RATIO"),
+        _setting("INGESTION_UNIT_PAGES"),
         Variable("INGESTION_TESSERACT", "`tesseract` on the PATH", "The Tesseract executable for OCR."),
     ),
     "S3 sources": (

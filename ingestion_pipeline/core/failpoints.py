@@ -9,9 +9,9 @@ A failpoint arms only inside a test (pytest's ``PYTEST_CURRENT_TEST`` is set) or
 ``INGESTION_ALLOW_FAILPOINTS=1`` beside it (the fault tests' worker processes set it): a stray
 ``INGESTION_FAILPOINT`` in a production environment is reported once and never stalls a worker.
 
-Points: ``model.load``, ``extract.file``, ``embed.unit``, ``promote.transaction``, ``metrics.stage``,
-``metrics.promote``, ``queue.taken`` (a Redis job taken, nothing committed), ``queue.accepted`` (its ledger row
-committed, the message not yet acknowledged).
+Points: ``model.load``, ``extract.file``, ``extract.unit_done`` (a unit of a big PDF kept, the others not
+yet), ``embed.unit``, ``promote.transaction``, ``metrics.stage``, ``metrics.promote``, ``queue.taken`` (a Redis
+job taken, nothing committed), ``queue.accepted`` (its ledger row committed, the message not yet acknowledged).
 """
 
 from __future__ import annotations

@@ -132,6 +132,42 @@ class Progress(_Reporter):
                 f"{s['files_per_s']:.2f} files/s, elapsed {_duration(s['elapsed_s'])}, ETA {eta}")
 
 
+class UnitProgress(_Reporter):
+    """Units of one big document (page ranges read side by side); the ETA follows pages read this attempt."""
+
+    def __init__(self, step: str, total_units: int, total_pages: int, *, sinks: Iterable[Sink] = (),
+                 interval: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(sinks, interval, clock)
+        self.step = step
+        self.total_units, self.total_pages = total_units, total_pages
+        self.units_done = self.pages_done = 0
+        self.pages_read = 0  # by this attempt (units done before are not part of its rate)
+        self._lock = threading.Lock()
+
+    def advance(self, units: int, pages: int, *, read: bool = True) -> None:
+        with self._lock:  # units finish on several lanes
+            self.units_done += units
+            self.pages_done += pages
+            self.pages_read += pages if read else 0
+            self._maybe_report()
+
+    def snapshot(self, now: float | None = None) -> dict:
+        now = self._clock() if now is None else now
+        elapsed = max(now - self._started, 1e-9)
+        rate = self.pages_read / elapsed
+        left = self.total_pages - self.pages_done
+        eta = 0.0 if left <= 0 else (left / rate if rate > 0 else None)
+        return {"step": self.step, "units_done": self.units_done, "units_total": self.total_units,
+                "pages_done": self.pages_done, "pages_total": self.total_pages, "pages_per_s": round(rate, 2),
+                "elapsed_s": round(elapsed, 1), "eta_s": None if eta is None else round(eta, 1)}
+
+    def describe(self, snapshot: dict | None = None) -> str:
+        s = snapshot or self.snapshot()
+        eta = "?" if s["eta_s"] is None else _duration(s["eta_s"])
+        return (f"{s['step']}: {s['units_done']}/{s['units_total']} units, {s['pages_done']}/{s['pages_total']} "
+                f"pages ({s['pages_per_s']:.2f} pages/s), elapsed {_duration(s['elapsed_s'])}, ETA {eta}")
+
+
 class RowProgress(_Reporter):
     """Rows of one streamed file; the ETA follows the bytes read of ``total_bytes``."""
 

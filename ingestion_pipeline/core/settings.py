@@ -431,6 +431,10 @@ class ExtractionLimits(_Area):
     max_compression_ratio: float = env("INGESTION_MAX_COMPRESSION_RATIO", default=100.0, parse=_finite,
                                        expected="a finite number", shown="100",
                                        description="Uncompressed / compressed, for parts over 1 MiB.")
+    # measured by benchmarks/big_documents.py: see docs/benchmarks.md (a unit is one extraction worker's job)
+    unit_pages: int = env("INGESTION_UNIT_PAGES", default=12, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
+                          description="A PDF of more pages is read in units of this many pages, side by side "
+                                      "on the step's lanes; a unit already read is kept when the file is retried.")
 
 
 class ExecutorSettings(_Area):

@@ -33,7 +33,7 @@ from ingestion_pipeline.core.settings import ApiSettings, EmbeddingSettings, Set
 from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.documents.embedding import Embedder, build_embedder
-from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
+from ingestion_pipeline.documents.extraction.isolation import ExtractorPool
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
 from ingestion_pipeline.queues.redis_contract import FinalStatusWriter
 
@@ -268,7 +268,8 @@ def build_document_pipeline(
     return DocumentPipeline(postgres.db, uploads.documents(), embedder, pipeline_settings,
                             S3Clients(s3) if s3 is not None else None,
                             worker=heartbeat.worker if heartbeat is not None else None,
-                            extractor=IsolatedExtractor(pipeline_settings.limits), progress_log=progress_log,
+                            extractor=ExtractorPool(pipeline_settings.limits, pipeline_settings.batch.lanes),
+                            progress_log=progress_log,
                             # a Redis job's status says done the moment its file is promoted
                             finish_listeners=[FinalStatusWriter(postgres.db, redis_url)] if redis_url else [])
 
@@ -284,6 +285,11 @@ def _given(**fields: object) -> dict:
     return {name: value for name, value in fields.items() if value is not None}
 
 
+def postgres_resource() -> PostgresResource:
+    """The application database as the code location configures it (``DATABASE_URL``)."""
+    return PostgresResource(**_given(database_url=_env("DATABASE_URL")))
+
+
 def default_resources() -> dict:
     """The resources every job, sensor and schedule of the code location can ask for, by key; the ones that
     need settings share the ``settings`` resource. Each field a set variable configures is its ``dg.EnvVar``."""
@@ -295,7 +301,7 @@ def default_resources() -> dict:
         batch_lanes=_env("INGESTION_BATCH_LANES", whole=True)))
     return {
         "settings": settings,
-        "postgres": PostgresResource(**_given(database_url=_env("DATABASE_URL"))),
+        "postgres": postgres_resource(),
         "upload_store": UploadStoreResource(settings=settings, **_given(
             store_uri=_env("INGESTION_UPLOAD_STORE"), store_endpoint_url=_env("INGESTION_UPLOAD_STORE_ENDPOINT_URL"),
             documents_dir=_env("INGESTION_UPLOAD_DIR"), metrics_dir=_env("INGESTION_METRICS_UPLOAD_DIR"))),

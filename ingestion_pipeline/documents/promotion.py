@@ -1,8 +1,9 @@
 """Promotion: staged chunks become the one active version of a document, in one transaction.
 
-Inside the transaction: a per-document advisory lock, the new ``document_versions`` row, chunks,
-embeddings and tsvectors copied from staging, the previous active version deactivated, the ledger row
-marked succeeded and the staging rows dropped. Readers see the old version or the new one, never a mix.
+Inside the transaction: a per-document advisory lock, the file's one-time finalize claim, the new
+``document_versions`` row, chunks, embeddings and tsvectors copied from staging, the previous active version
+deactivated, the ledger row marked succeeded and the staging rows dropped. Readers see the old version or the
+new one, never a mix.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import psycopg
 
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import CodedError
+from ingestion_pipeline.core.ledger import LeaseLost
 from ingestion_pipeline.documents import file_ledger
 from ingestion_pipeline.documents.staging import discard
 
@@ -64,6 +66,13 @@ def promote_document_version(
     tenant_id, doc_id, run_id = run["tenant_id"], run["doc_id"], run["run_id"]
     file_ledger.hold(conn, run_id, owner)  # first: a run that lost this file promotes nothing
     conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"doc:{doc_id}",))
+    # the single winner: a second promoter of these staged rows (two workers finishing the file together, a
+    # step delivered twice) gets no row and promotes nothing. The claim commits or rolls back with the promotion.
+    claimed = conn.execute(
+        """UPDATE staging_documents SET finalize_claimed_at = now()
+            WHERE run_id = %s AND finalize_claimed_at IS NULL RETURNING run_id""", (run_id,)).fetchone()
+    if claimed is None:
+        raise LeaseLost(f"file {run_id}'s version is already promoted by another worker")
     if run.get("reindex_of_version_id") is not None:  # under the lock: no newer version can slip in after this
         reindexed = conn.execute("SELECT version_number, is_active FROM document_versions WHERE version_id = %s",
                                  (run["reindex_of_version_id"],)).fetchone()

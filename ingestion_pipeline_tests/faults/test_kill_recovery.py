@@ -137,3 +137,22 @@ def test_sigterm_on_process_gives_its_files_back(harness, database_url, db, corp
     assert (row["status"], row["attempts"]) == ("succeeded", 1)
     events = [r["event"] for r in table(db, "SELECT event FROM ledger_history ORDER BY history_id")]
     assert events == ["claimed", "released", "claimed", "succeeded"]
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_killed_mid_document_costs_the_units_it_had_not_kept(harness, database_url, db, corpus_dir):
+    """SIGKILL `process` right after it kept the first unit of a 12-page PDF read in units of 3: the next
+    `process` reads the other three units only, and the file becomes one version with every chunk once."""
+    harness.env.update(INGESTION_UNIT_PAGES="3", INGESTION_BATCH_LANES="1")
+    olap = corpus_dir / "documents" / "fr_olap.pdf"
+    assert harness.cli("submit", str(olap), "--tenant", "acme").returncode == 0
+    assert harness.kill_process(point="extract.unit_done").reached
+    kept = table(db, "SELECT unit_number, done_by FROM staging_units WHERE state = 'done'")
+    assert [u["unit_number"] for u in kept] == [0]
+    harness.converge()
+    [run] = table(db, "SELECT * FROM ingestion_runs")
+    assert run["status"] == "succeeded" and (run["stats"]["units"], run["stats"]["units_reused"]) == (4, 1)
+    [version] = table(db, "SELECT * FROM document_versions")
+    ordinals = [c["ordinal"] for c in table(db, "SELECT ordinal FROM chunks ORDER BY ordinal")]
+    assert ordinals == list(range(version["chunk_count"])) and version["chunk_count"] > 5
+    assert invariant_violations(database_url) == []

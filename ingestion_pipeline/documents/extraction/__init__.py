@@ -44,8 +44,8 @@ def _extractors() -> dict:
         **{extension: functools.partial(extract_office, extension=extension) for extension in OFFICE_FORMATS},
     }
 
-__all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError", "ReadPage", "extract",
-           "load_extractors"]
+__all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError", "InProcessExtractor", "ReadPage",
+           "assemble_pdf", "extract", "extract_pdf_pages", "load_extractors", "pdf_page_count"]
 
 
 def load_extractors() -> None:
@@ -65,6 +65,59 @@ def extract(path: Path, extension: str, limits: ExtractionLimits | None = None,
         raise ExtractionError("file is empty (0 bytes)", code="file_empty")
     limits = limits or ExtractionLimits()
     document = extractor(path, limits, reusable_ocr) if extension.lower() == ".pdf" else extractor(path, limits)
+    return _finished(document, limits)
+
+
+def extract_pdf_pages(path: Path, first_page: int, last_page: int,
+                      reusable_ocr: Sequence[ReadPage] = ()):
+    """One unit of a big PDF: pages ``first_page``..``last_page`` read as ``extract`` reads them
+    (``extraction/pdf.py: PdfPages``); ``assemble_pdf`` makes the document of all of them."""
+    from ingestion_pipeline.documents.extraction.pdf import read_pdf_pages
+
+    return read_pdf_pages(Path(path), first_page, last_page, reusable_ocr)
+
+
+def pdf_page_count(path: Path) -> int:
+    """A PDF's page count (PDFium opens it; no page is read)."""
+    from ingestion_pipeline.documents.extraction.pdf import pdf_page_count as count
+
+    return count(Path(path))
+
+
+class InProcessExtractor:
+    """What an extraction worker does, done in this process (a pipeline built without one: tests, tools)."""
+
+    def __init__(self, limits: ExtractionLimits | None = None) -> None:
+        self.limits = limits or ExtractionLimits()
+
+    def __call__(self, path: Path, extension: str, reusable_ocr: Sequence[ReadPage] = (),
+                 pages: tuple[int, int] | None = None):
+        if pages is None:
+            return extract(path, extension, self.limits, reusable_ocr)
+        return extract_pdf_pages(path, *pages, reusable_ocr)
+
+    def page_count(self, path: Path) -> int:
+        return pdf_page_count(path)
+
+
+def assemble_pdf(parts: Sequence, page_count: int, limits: ExtractionLimits | None = None) -> ExtractedDocument:
+    """The document a PDF's units make: what ``extract`` returns for the whole file (the same elements, notes,
+    limits and section paths)."""
+    from ingestion_pipeline.documents.extraction.pdf import finish_pdf
+
+    parts = sorted(parts, key=lambda part: part.first_page)
+    expected = 1
+    for part in parts:  # every page once, in order: a gap or an overlap would lose or repeat text
+        if part.first_page != expected:
+            raise ValueError(f"the units do not cover the PDF's pages in order: page {expected} expected, "
+                             f"a unit starts at {part.first_page}")
+        expected = part.last_page + 1
+    if expected != page_count + 1:
+        raise ValueError(f"the units end at page {expected - 1} of {page_count}")
+    return _finished(finish_pdf(parts, page_count), limits or ExtractionLimits())
+
+
+def _finished(document: ExtractedDocument, limits: ExtractionLimits) -> ExtractedDocument:
     characters = sum(len(element.text) for element in document.elements)
     if characters > limits.max_text_chars:  # checked in the worker: no more than this reaches the pipeline
         raise ExtractionError(

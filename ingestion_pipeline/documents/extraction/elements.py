@@ -52,6 +52,20 @@ class ExtractedDocument:
     ocr_pages: list[ReadPage] = field(default_factory=list)  # each page read by OCR (PDF scans)
 
 
+@dataclass
+class PdfPages:
+    """What a range of a PDF's pages holds: their elements (no section paths yet), the pages read by OCR, the
+    pages without a text layer that could not be read, and whether the file forbids copying. A whole PDF is
+    one range; a big one is read as several (``documents/units.py``) and finished as one (``pdf.finish_pdf``)."""
+
+    first_page: int
+    last_page: int
+    elements: list[Element]
+    read_pages: list[ReadPage] = field(default_factory=list)
+    unread: list[int] = field(default_factory=list)
+    copy_protected: bool = False
+
+
 MAX_TITLE_CHARS = 200
 
 

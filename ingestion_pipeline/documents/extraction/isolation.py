@@ -23,8 +23,8 @@ from pathlib import Path
 
 from ingestion_pipeline.core.failures import TransientError
 from ingestion_pipeline.core.settings import ExtractionLimits
-from ingestion_pipeline.documents.extraction import extract, load_extractors
-from ingestion_pipeline.documents.extraction.elements import ExtractedDocument, ReadPage
+from ingestion_pipeline.documents.extraction import extract, extract_pdf_pages, load_extractors, pdf_page_count
+from ingestion_pipeline.documents.extraction.elements import ExtractedDocument, PdfPages, ReadPage
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _log = logging.getLogger("ingestion_pipeline.extraction")
@@ -53,9 +53,14 @@ def _serve(conn, memory_mb: int) -> None:
             return
         if task is None:
             return
-        path, extension, limits, reusable_ocr = task
+        path, extension, limits, reusable_ocr, pages = task
         try:
-            reply = ("ok", extract(Path(path), extension, limits, reusable_ocr))
+            if pages == "count":
+                reply = ("ok", pdf_page_count(Path(path)))
+            elif pages is None:
+                reply = ("ok", extract(Path(path), extension, limits, reusable_ocr))
+            else:
+                reply = ("ok", extract_pdf_pages(Path(path), *pages, reusable_ocr))
         except MemoryError:
             reply = ("memory", None)
         except ExtractionError as exc:
@@ -139,11 +144,20 @@ class IsolatedExtractor:
             self._conn.close()
         self._process = self._conn = None
 
-    def __call__(self, path: Path, extension: str, reusable_ocr: Sequence[ReadPage] = ()) -> ExtractedDocument:
+    def __call__(self, path: Path, extension: str, reusable_ocr: Sequence[ReadPage] = (),
+                 pages: tuple[int, int] | None = None) -> ExtractedDocument | PdfPages:
+        """The whole file's document; or, with ``pages`` (first, last), that unit of a PDF (``PdfPages``)."""
+        return self._ask((str(path), extension, self.limits, list(reusable_ocr), pages))
+
+    def page_count(self, path: Path) -> int:
+        """A PDF's page count, looked up by the worker (PDFium parses the file: untrusted input)."""
+        return self._ask((str(path), ".pdf", self.limits, [], "count"))
+
+    def _ask(self, task: tuple):
         if not self._alive():
             self._discard()
             self._start()
-        self._conn.send((str(path), extension, self.limits, list(reusable_ocr)))
+        self._conn.send(task)
         if not self._conn.poll(self.limits.timeout_seconds):
             self._discard()
             raise ExtractionError(f"extraction took longer than {self.limits.timeout_seconds:g} s and was stopped",
@@ -176,6 +190,61 @@ class IsolatedExtractor:
         self._discard()
 
     def __enter__(self) -> IsolatedExtractor:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+
+class ExtractorPool:
+    """Up to ``size`` bounded workers, one per caller at a time: the lanes of a step extract files, or units of
+    one big file, side by side (each worker is a process of its own, so they use as many cores)."""
+
+    def __init__(self, limits: ExtractionLimits, size: int) -> None:
+        self.limits = limits
+        self.size = max(1, size)
+        self._idle: list[IsolatedExtractor] = []
+        self._made = 0
+        self._free = threading.Condition()
+
+    def _borrow(self) -> IsolatedExtractor:
+        with self._free:
+            while not self._idle and self._made >= self.size:
+                self._free.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._made += 1
+        return IsolatedExtractor(self.limits)
+
+    def _give_back(self, extractor: IsolatedExtractor) -> None:
+        with self._free:
+            self._idle.append(extractor)
+            self._free.notify()
+
+    def __call__(self, path: Path, extension: str, reusable_ocr: Sequence[ReadPage] = (),
+                 pages: tuple[int, int] | None = None) -> ExtractedDocument | PdfPages:
+        extractor = self._borrow()
+        try:
+            # a stand-in extractor of a test may not take ``pages``: only units pass it
+            return extractor(path, extension, reusable_ocr) if pages is None else extractor(
+                path, extension, reusable_ocr, pages)
+        finally:
+            self._give_back(extractor)
+
+    def page_count(self, path: Path) -> int:
+        extractor = self._borrow()
+        try:
+            return extractor.page_count(path)
+        finally:
+            self._give_back(extractor)
+
+    def close(self) -> None:
+        with self._free:
+            idle, self._idle = self._idle, []
+        for extractor in idle:
+            extractor.close()
+
+    def __enter__(self) -> ExtractorPool:
         return self
 
     def __exit__(self, *_exc) -> None:

@@ -11,7 +11,7 @@ are ingested. Files it cannot open, encrypted files and files without any text f
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pypdfium2 as pdfium
@@ -19,7 +19,14 @@ import pypdfium2.raw as pdfium_c
 
 from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction import ocr
-from ingestion_pipeline.documents.extraction.elements import Element, ExtractedDocument, Kind, ReadPage, clean_text
+from ingestion_pipeline.documents.extraction.elements import (
+    Element,
+    ExtractedDocument,
+    Kind,
+    PdfPages,
+    ReadPage,
+    clean_text,
+)
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _NUMBERED_HEADING = re.compile(r"^(\d+(\.\d+){0,3}\.?|[IVX]{1,5}\.|[A-Z]\.)\s+[A-Z][^.!?]{2,80}$")
@@ -55,6 +62,25 @@ def _outline_titles(pdf: pdfium.PdfDocument) -> dict[int, list[tuple[int, str]]]
     return by_page
 
 
+def _identity(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
+
+
+_outlines: dict[tuple, dict[int, list[tuple[int, str]]]] = {}
+
+
+def _cached_outline(path: str, size: int, mtime_ns: int, inode: int,
+                    pdf: pdfium.PdfDocument) -> dict[int, list[tuple[int, str]]]:
+    """The outline of the file at ``path`` as it is now: a big PDF's units come to one worker in turn, and reading a
+    long outline (~50 ms for 600 pages of bookmarks) for each would be most of a text unit's time."""
+    key = (path, size, mtime_ns, inode)
+    if key not in _outlines:
+        _outlines.clear()  # one file at a time: units of one file follow each other
+        _outlines[key] = _outline_titles(pdf)
+    return _outlines[key]
+
+
 def _paragraphs(page_text: str) -> list[str]:
     """Group PDFium's lines into paragraphs: blank lines and short ending lines break them."""
     paragraphs: list[str] = []
@@ -87,26 +113,36 @@ def _looks_like_heading(line: str) -> bool:
     return len(letters) >= 4 and all(c.isupper() for c in letters) and not line.endswith((".", ","))
 
 
-def extract_pdf(path: Path, limits: ExtractionLimits | None = None,
-                reusable_ocr: Iterable[ReadPage] = ()) -> ExtractedDocument:
-    """The text layer of every page, OCR for pages without one (``limits`` unused: PDFium reads a page at a
-    time). A page whose rendered image is in ``reusable_ocr`` (an earlier version's pages) is not read again."""
+def pdf_page_count(path: Path) -> int:
+    """The number of pages (a cheap look at the file: no page is read)."""
+    pdf = _open(path)
+    try:
+        return len(pdf)
+    finally:
+        pdf.close()
+
+
+def read_pdf_pages(path: Path, first_page: int, last_page: int,
+                   reusable_ocr: Iterable[ReadPage] = ()) -> PdfPages:
+    """Pages ``first_page``..``last_page`` (1-based, inclusive): the text layer, OCR for pages without one. A page
+    whose rendered image is in ``reusable_ocr`` (an earlier version's pages) is not read again. Paragraphs never
+    cross a page, so the elements of consecutive ranges are those of the whole range, in order."""
     known = ocr.KnownPages(reusable_ocr)
     pdf = _open(path)
     try:
         page_count = len(pdf)
         if page_count == 0:
             raise ExtractionError("PDF has no pages", code="pdf_no_pages")
-        notes: list[str] = []
+        if not 1 <= first_page <= last_page <= page_count:
+            raise ExtractionError(f"pages {first_page}-{last_page} are not in this {page_count}-page PDF",
+                                  code="pdf_page_unreadable")
         permissions = pdfium_c.FPDF_GetDocPermissions(pdf.raw)
-        if permissions != 0xFFFFFFFF and not permissions & _PERMISSION_COPY:
-            notes.append("PDF is copy-protected (owner permissions); its text layer was extracted for indexing")
-        outline = _outline_titles(pdf)
+        result = PdfPages(first_page, last_page, [],
+                          copy_protected=permissions != 0xFFFFFFFF and not permissions & _PERMISSION_COPY)
+        outline = _cached_outline(str(path), *_identity(path), pdf)
         tesseract = ocr.tesseract_binary()
-        unread: list[int] = []  # pages without a text layer that could not be OCRed
-        read_pages: list[ReadPage] = []
-        elements: list[Element] = []
-        for index in range(page_count):
+        elements = result.elements
+        for index in range(first_page - 1, last_page):
             page_number = index + 1
             for level, title in outline.get(index, []):
                 elements.append(Element(Kind.TITLE, title, page_number, level=level))
@@ -118,10 +154,10 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None,
                 textpage.close()
                 if not text.strip():  # no text layer: a scanned page
                     if tesseract is None:
-                        unread.append(page_number)
+                        result.unread.append(page_number)
                     else:
                         read = ocr.read_page(page, page_number, tesseract, known)
-                        read_pages.append(read)
+                        result.read_pages.append(read)
                         text, by_ocr = read.text, True
             except pdfium.PdfiumError as exc:
                 raise ExtractionError(f"PDF page {page_number} cannot be read ({exc})",
@@ -139,24 +175,46 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None,
                 # Under an outline, numbered headings nest below the outline entries.
                 kind = Kind.TITLE if is_heading else Kind.NARRATIVE_TEXT
                 elements.append(Element(kind, paragraph, page_number, level=2))
-        if read_pages:
-            reused = sum(p.reused for p in read_pages)
-            notes.append(f"{len(read_pages)} page(s) without a text layer read by OCR (Tesseract)"
-                         + (f", {reused} of them unchanged since the last version: its text reused" if reused else ""))
-        if not any(e.text.strip() for e in elements if e.type != Kind.TITLE):
-            if unread:
-                raise ExtractionError(
-                    f"PDF has no text layer on any of its {page_count} page(s) (scanned or image-only) and OCR "
-                    f"is not available: {ocr.HOW_TO_ENABLE}", code="pdf_no_text_layer",
-                    suggestion=ocr.HOW_TO_ENABLE)
-            raise ExtractionError(
-                f"PDF has no text on any of its {page_count} page(s)"
-                + (" (not even by OCR)" if read_pages else ""), code="pdf_no_text_layer")
-        if unread:
-            notes.append(f"page(s) {_ranges(unread)} have no text layer and were not read: {ocr.HOW_TO_ENABLE}")
-        return ExtractedDocument(elements, page_count=page_count, notes=notes, ocr_pages=read_pages)
+        return result
     finally:
         pdf.close()
+
+
+def finish_pdf(parts: Sequence[PdfPages], page_count: int) -> ExtractedDocument:
+    """The document the ranges ``parts`` make together (in page order, covering every page): its notes, and the
+    reason it fails when no page has text."""
+    elements = [element for part in parts for element in part.elements]
+    read_pages = [page for part in parts for page in part.read_pages]
+    unread = [page for part in parts for page in part.unread]
+    notes: list[str] = []
+    if any(part.copy_protected for part in parts):
+        notes.append("PDF is copy-protected (owner permissions); its text layer was extracted for indexing")
+    if read_pages:
+        reused = sum(p.reused for p in read_pages)
+        notes.append(f"{len(read_pages)} page(s) without a text layer read by OCR (Tesseract)"
+                     + (f", {reused} of them unchanged since the last version: its text reused" if reused else ""))
+    if not any(e.text.strip() for e in elements if e.type != Kind.TITLE):
+        if unread:
+            raise ExtractionError(
+                f"PDF has no text layer on any of its {page_count} page(s) (scanned or image-only) and OCR "
+                f"is not available: {ocr.HOW_TO_ENABLE}", code="pdf_no_text_layer",
+                suggestion=ocr.HOW_TO_ENABLE)
+        raise ExtractionError(
+            f"PDF has no text on any of its {page_count} page(s)"
+            + (" (not even by OCR)" if read_pages else ""), code="pdf_no_text_layer")
+    if unread:
+        notes.append(f"page(s) {_ranges(unread)} have no text layer and were not read: {ocr.HOW_TO_ENABLE}")
+    return ExtractedDocument(elements, page_count=page_count, notes=notes, ocr_pages=read_pages)
+
+
+def extract_pdf(path: Path, limits: ExtractionLimits | None = None,
+                reusable_ocr: Iterable[ReadPage] = ()) -> ExtractedDocument:
+    """The text layer of every page, OCR for pages without one (``limits`` unused: PDFium reads a page at a
+    time). A page whose rendered image is in ``reusable_ocr`` (an earlier version's pages) is not read again."""
+    page_count = pdf_page_count(path)
+    if page_count == 0:
+        raise ExtractionError("PDF has no pages", code="pdf_no_pages")
+    return finish_pdf([read_pdf_pages(path, 1, page_count, reusable_ocr)], page_count)
 
 
 def _ranges(pages: list[int]) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -29,15 +28,16 @@ from ingestion_pipeline.core.settings import Settings
 from ingestion_pipeline.core.upload_store import StoredFile, UploadStore
 from ingestion_pipeline.documents import file_ledger, reindex
 from ingestion_pipeline.documents.embedding import Embedder
-from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION, ReadPage, extract
+from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION, InProcessExtractor, ReadPage
 from ingestion_pipeline.documents.fingerprint import fingerprint_for
 
 log = logging.getLogger("ingestion_pipeline.documents")
 
 # endpoint URL (None: the default) -> a boto3 S3 client
 S3ClientFor = Callable[[str | None], Any]
-# (path, extension) -> ExtractedDocument; runs use a bounded worker process (extraction/isolation.py)
-Extractor = Callable[[Path, str, Sequence[ReadPage]], Any]  # (path, extension, reusable_ocr) -> document
+# (path, extension, reusable_ocr) -> ExtractedDocument; runs use bounded worker processes
+# (extraction/isolation.py: ExtractorPool, which also reads a PDF's units and counts its pages)
+Extractor = Callable[[Path, str, Sequence[ReadPage]], Any]
 
 # The step's trouble, not a file's: the step fails and its files stay held (a host that cannot embed as the
 # deployment decided, or on the device it is set to, leaves them for one that can: documents/model_decision.py,
@@ -133,9 +133,9 @@ class StepRunner:
         self.worker = worker
         self.s3_client_for = s3_client_for
         self.downloads: dict[int, Future[StoredFile]] = {}  # run_id -> S3 download started ahead
-        self.extract_file = extractor or (lambda path, extension, reusable_ocr=(): extract(
-            path, extension, settings.limits, reusable_ocr))
-        self.extract_lock = threading.Lock()
+        # a pool of bounded workers in a run (defs/resources.py): the lanes extract files, or units of a big
+        # file, side by side
+        self.extract_file = extractor or InProcessExtractor(settings.limits)
 
     def close(self) -> None:
         """Stop the extraction worker, if this pipeline started one."""

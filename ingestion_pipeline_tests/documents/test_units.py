@@ -1,0 +1,116 @@
+"""Units of a big PDF: page ranges that cover it once, read separately and assembled into exactly the document
+the whole file gives; their markers in staging_units take a second delivery without writing twice."""
+
+from pathlib import Path
+
+import pytest
+
+from ingestion_pipeline.core.settings import ExtractionLimits
+from ingestion_pipeline.documents import staging, units
+from ingestion_pipeline.documents.extraction import assemble_pdf, extract, extract_pdf_pages, pdf_page_count
+from ingestion_pipeline.documents.extraction.elements import Element, PdfPages
+from ingestion_pipeline.documents.extraction.errors import ExtractionError
+from ingestion_pipeline.documents.extraction.isolation import ExtractorPool
+from ingestion_pipeline_tests.helpers import submit, table
+
+
+def test_units_cover_every_page_once_in_even_ranges():
+    assert units.plan_units(10, 12) == [units.Unit(0, 1, 10)]
+    assert [(u.first_page, u.last_page) for u in units.plan_units(60, 25)] == [(1, 20), (21, 40), (41, 60)]
+    plan = units.plan_units(619, 12)
+    assert len(plan) == 52 and plan[0].first_page == 1 and plan[-1].last_page == 619
+    assert all(a.last_page + 1 == b.first_page for a, b in zip(plan, plan[1:], strict=False))
+    assert {u.last_page - u.first_page + 1 for u in plan} <= {11, 12}
+    with pytest.raises(ValueError):
+        units.plan_units(0, 12)
+
+
+def _in_units(path: Path, unit_pages: int):
+    pages = pdf_page_count(path)
+    parts = [units.from_json({"first_page": u.first_page, "last_page": u.last_page,
+                              "result": units.to_json(extract_pdf_pages(path, u.first_page, u.last_page))})
+             for u in units.plan_units(pages, unit_pages)]
+    return parts, pages
+
+
+@pytest.mark.parametrize(("name", "unit_pages"), [
+    ("DA-619p.pdf", 12),  # 52 units, an outline of bookmarks, sections crossing units
+    ("fr_olap.pdf", 3),
+    ("layout-parser-paper-with-empty-pages.pdf", 1),  # empty pages: the notes name them once
+])
+def test_a_pdf_read_in_units_is_the_document_the_whole_file_gives(corpus_dir, name, unit_pages):
+    path = corpus_dir / "documents" / name
+    whole = extract(path, ".pdf")
+    parts, pages = _in_units(path, unit_pages)
+    assembled = assemble_pdf(list(reversed(parts)), pages)  # in any order: assembled by their pages
+    assert assembled.elements == whole.elements  # text, kind, page and section path of every element, in order
+    assert assembled.notes == whole.notes and assembled.page_count == whole.page_count
+
+
+def test_units_that_miss_or_repeat_a_page_are_refused(corpus_dir):
+    path = corpus_dir / "documents" / "fr_olap.pdf"
+    parts, pages = _in_units(path, 3)
+    with pytest.raises(ValueError, match="page 4 expected"):
+        assemble_pdf([parts[0], *parts[2:]], pages)
+    with pytest.raises(ValueError, match="end at page 9 of 12"):
+        assemble_pdf(parts[:-1], pages)
+    with pytest.raises(ExtractionError, match="not in this 12-page PDF"):
+        extract_pdf_pages(path, 10, 13)
+
+
+def test_the_text_limit_holds_for_the_assembled_document(corpus_dir):
+    path = corpus_dir / "documents" / "fr_olap.pdf"
+    parts, pages = _in_units(path, 3)
+    with pytest.raises(ExtractionError) as error:
+        assemble_pdf(parts, pages, ExtractionLimits(max_text_chars=1000))
+    assert error.value.code == "file_too_much_text"
+
+
+def test_the_pool_reads_units_in_separate_workers_side_by_side(corpus_dir):
+    import threading
+
+    path = corpus_dir / "documents" / "fr_olap.pdf"
+    with ExtractorPool(ExtractionLimits(), 2) as pool:
+        assert pool.page_count(path) == 12
+        results, barrier = {}, threading.Barrier(2)
+
+        def read(first, last):
+            barrier.wait()
+            results[first] = pool(path, ".pdf", (), (first, last))
+
+        threads = [threading.Thread(target=read, args=r) for r in ((1, 6), (7, 12))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert pool._made == 2  # two workers: the second unit did not wait for the first
+        assembled = assemble_pdf(list(results.values()), 12)
+    assert assembled.elements == extract(path, ".pdf").elements
+
+
+def test_a_unit_delivered_twice_is_written_once(database, db, corpus_dir):
+    submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
+    [row] = table(db, "SELECT run_id FROM ingestion_runs")
+    with database.transaction() as conn:
+        staging.ensure_staging_row(conn, row["run_id"], "acme")
+        plan = units.plan_units(6, 3)
+        units.plan(conn, row["run_id"], "sha-a", plan)
+    first = PdfPages(1, 3, [Element("NarrativeText", "first delivery", 1)])
+    second = PdfPages(1, 3, [Element("NarrativeText", "second delivery", 1)])
+    with database.transaction() as conn:
+        assert units.finish(conn, row["run_id"], plan[0], first, done_by="host-a:1", extract_ms=5)
+        assert not units.finish(conn, row["run_id"], plan[0], second, done_by="host-b:2", extract_ms=5)
+        assert [u.number for u in units.pending(conn, row["run_id"])] == [1]
+        planned, parts, figures = units.done(conn, row["run_id"])
+    assert planned == 2 and [p.elements[0].text for p in parts] == ["first delivery"]
+    assert (figures["units_reused"], figures["units_extract_ms"]) == (0, 5) and figures["units_wall_ms"] >= 0
+    with database.transaction() as conn:  # the same plan again (a retry) keeps the done unit
+        units.plan(conn, row["run_id"], "sha-a", plan)
+        assert [u.number for u in units.pending(conn, row["run_id"])] == [1]
+        assert units.done(conn, row["run_id"])[2]["units_reused"] == 1
+        units.plan(conn, row["run_id"], "sha-b", plan)  # other bytes: nothing is reused
+        assert [u.number for u in units.pending(conn, row["run_id"])] == [0, 1]
+    rows = table(db, "SELECT unit_number, state, done_by FROM staging_units WHERE run_id = %s ORDER BY 1",
+                 row["run_id"])
+    assert rows == [{"unit_number": 0, "state": "pending", "done_by": None},
+                    {"unit_number": 1, "state": "pending", "done_by": None}]
