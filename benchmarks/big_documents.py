@@ -13,12 +13,26 @@ embedded Postgres) runs `ingestion-pipeline ingest`:
 Prints for each the command's wall time, the extract step's time (from the ledger's timings), pages read by
 OCR and pages reused, and the revision's time as a share of the first ingest.
 
-    .venv/bin/python benchmarks/big_documents.py [--pages 60] [--changed 2]
+Then units side by side (``--units``): the corpus's 619-page PDF and the scan, each ingested as a new document
+(a) unsplit on one core, (b) in units of ``INGESTION_UNIT_PAGES`` on one core, (c) in units on two cores with
+two lanes (two extraction workers). The whole ``ingest`` process tree is pinned with ``taskset``, standing in for
+one-core and two-core hosts (Postgres is not pinned). Printed: wall time, the extract step's time, its seconds
+per page, the makespan ratio of the extract step (two workers / one) and the cost of splitting (units / unsplit
+on one core).
+
+With ``--celery``, the same on Celery workers (``INGESTION_EXECUTOR=celery``: each unit a mapped step of its own),
+each worker process pinned to its own core with ``taskset``, standing in for one-core hosts; a real redis-server
+as the broker. Each configuration is warmed up first (every worker loads the model on a small document), then
+the document is ingested as a new one: wall time, the extract makespan (first unit planned to last unit kept),
+the units' summed read time, and the makespan ratio of two workers to one.
+
+    .venv/bin/python benchmarks/big_documents.py [--pages 60] [--changed 2] [--units] [--celery] [--corpus DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import subprocess
@@ -45,10 +59,11 @@ def page_lines(page: int, revision: int = 0) -> list[str]:
     return lines
 
 
-def ingest(env: dict, path: Path, key: str) -> float:
+def ingest(env: dict, path: Path, key: str, cores: str | None = None) -> float:
     start = time.perf_counter()
-    done = subprocess.run([str(Path(sys.executable).parent / "ingestion-pipeline"), "ingest", "--tenant", "bench",
-                           "--key", key, str(path)], env=env, capture_output=True, text=True)
+    pinned = ["taskset", "-c", cores] if cores else []
+    done = subprocess.run([*pinned, str(Path(sys.executable).parent / "ingestion-pipeline"), "ingest", "--tenant",
+                           "bench", "--key", key, str(path)], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"ingest of {path.name} exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return time.perf_counter() - start
@@ -91,18 +106,131 @@ def measure(work: Path, env: dict, pages: int, changed_count: int) -> list[tuple
         rows.append((label, wall, stats["timings_ms"]["extract"] / 1000, stats.get("ocr_pages_read", 0),
                      stats.get("ocr_pages_reused", 0)))
         print(f"  {label}: {wall:.1f} s", flush=True)
+    return rows, first
+
+
+UNIT_RUNS = (("unsplit, 1 core", "0", "1", "1000000"), ("units, 1 core", "0", "1", None),
+             ("units, 2 cores, 2 lanes", "0,1", "2", None))
+
+
+def measure_units(env: dict, documents: list[Path]) -> list[tuple]:
+    """Each document ingested as a new document under each of UNIT_RUNS: (document, label, wall s, extract s,
+    pages, units)."""
+    database_url = env["DATABASE_URL"]
+    rows = []
+    for document in documents:
+        for n, (label, cores, lanes, unit_pages) in enumerate(UNIT_RUNS):
+            run_env = {**env, "INGESTION_BATCH_LANES": lanes}
+            if unit_pages:
+                run_env["INGESTION_UNIT_PAGES"] = unit_pages
+            wall = ingest(run_env, document, f"{document.stem}-{n}", cores)
+            file = last_file(database_url)
+            if file["status"] != "succeeded":
+                sys.exit(f"{document.name}, {label}: {file['status']}: {file['error']}")
+            stats = file["stats"]
+            rows.append((document.name, label, wall, stats["timings_ms"]["extract"] / 1000, stats["pages"],
+                         stats.get("units", 1)))
+            print(f"  {document.name}, {label}: {wall:.1f} s", flush=True)
     return rows
+
+
+def print_units(rows: list[tuple]) -> None:
+    print(f"\n{'document':22} {'run':26} {'wall s':>7} {'extract s':>10} {'s/page':>7} {'units':>6}")
+    for name, label, wall, extract_s, pages, unit_count in rows:
+        print(f"{name:22} {label:26} {wall:7.1f} {extract_s:10.2f} {extract_s / pages:7.3f} {unit_count:6}")
+    for name in dict.fromkeys(r[0] for r in rows):
+        unsplit, one, two = (r for r in rows if r[0] == name)
+        print(f"{name}: extract step with 2 workers / 1 worker = {two[3] / one[3]:.2f} (wall {two[2] / one[2]:.2f}); "
+              f"cost of splitting (units / unsplit, 1 core) = {one[3] / unsplit[3]:.2f}")
+
+
+class CeleryWorkers:
+    """``count`` `ingestion-pipeline worker` processes, worker i pinned to core i, and a redis-server broker."""
+
+    def __init__(self, env: dict, work: Path, count: int) -> None:
+        from ingestion_pipeline.core.redis_server import RedisServer, free_port
+
+        self.redis = RedisServer(work / f"redis-{count}", port=free_port()).start()
+        self.env = {**env, "INGESTION_EXECUTOR": "celery", "REDIS_URL": self.redis.url}
+        cli = str(Path(sys.executable).parent / "ingestion-pipeline")
+        self.procs = [subprocess.Popen(["taskset", "-c", str(i), cli, "worker", "--concurrency", "1", "--name",
+                                        f"bench{i}@%h"], env=self.env, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True) for i in range(count)]
+
+    def stop(self) -> None:
+        import signal
+
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.redis.stop()
+
+
+def measure_celery(env: dict, work: Path, documents: list[Path]) -> list[tuple]:
+    """Each document on 1 and on 2 pinned workers (units), and unsplit on 1: (document, label, wall s, extract
+    makespan s, units' summed read s, pages, units)."""
+    database_url = env["DATABASE_URL"]
+    warm = work / "warm.md"
+    warm.write_text("# Warm-up\n\n" + " ".join(f"Sentence {i} of the warm-up." for i in range(60)) + "\n")
+    rows = []
+    for count, label, unit_pages in ((1, "unsplit, 1 worker", "1000000"), (1, "units, 1 worker", None),
+                                     (2, "units, 2 workers", None)):
+        workers = CeleryWorkers(env, work, count)
+        try:
+            run_env = {**workers.env, **({"INGESTION_UNIT_PAGES": unit_pages} if unit_pages else {})}
+            for i in range(2 * count):  # every worker process loads the model (a run has one embedding step)
+                ingest(run_env, warm, f"warm-{count}-{label}-{i}")
+            for document in documents:
+                wall = ingest(run_env, document, f"{document.stem}-{label}")
+                file = last_file(database_url)
+                if file["status"] != "succeeded":
+                    sys.exit(f"{document.name}, {label}: {file['status']}: {file['error']}")
+                stats = file["stats"]
+                rows.append((document.name, label, wall, stats["timings_ms"]["extract"] / 1000,
+                             stats.get("units_extract_ms", stats["timings_ms"]["extract"]) / 1000, stats["pages"],
+                             stats.get("units", 1)))
+                print(f"  {document.name}, {label}: {wall:.1f} s", flush=True)
+        finally:
+            workers.stop()
+    return rows
+
+
+def print_celery(rows: list[tuple]) -> None:
+    print(f"\nCelery workers, one core each\n{'document':22} {'run':20} {'wall s':>7} {'extract s':>10} "
+          f"{'units read s':>13} {'s/page':>7} {'units':>6}")
+    for name, label, wall, makespan, summed, pages, unit_count in rows:
+        print(f"{name:22} {label:20} {wall:7.1f} {makespan:10.2f} {summed:13.2f} {summed / pages:7.3f} "
+              f"{unit_count:6}")
+    for name in dict.fromkeys(r[0] for r in rows):
+        unsplit, one, two = (r for r in rows if r[0] == name)
+        print(f"{name}: extract makespan 2 workers / 1 worker = {two[3] / one[3]:.2f} (wall {two[2] / one[2]:.2f}); "
+              f"cost of splitting (units' read time / unsplit, 1 worker) = {one[4] / unsplit[4]:.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=60)
     parser.add_argument("--changed", type=int, default=2)
+    parser.add_argument("--units", action="store_true", help="also measure units side by side (1 vs 2 cores)")
+    parser.add_argument("--celery", action="store_true", help="also measure units on 1 vs 2 pinned Celery workers")
+    parser.add_argument("--corpus", default=os.environ.get("INGESTION_CORPUS_DIR")
+                        or str(ROOT.parent / "shared" / "corpus"), help="the sample corpus (DA-619p.pdf)")
     args = parser.parse_args()
 
     work, env = scratch_environment("bench-big-")
+    unit_rows, celery_rows = [], []
     try:
-        rows = measure(work, env, args.pages, args.changed)
+        rows, scan = measure(work, env, args.pages, args.changed)
+        big = [Path(args.corpus) / "documents" / "DA-619p.pdf", scan]
+        if args.units:
+            unit_rows = measure_units(env, big)
+        if args.celery:
+            celery_rows = measure_celery(env, work, big)
     finally:  # the throwaway data folder's own Postgres, then the folder
         from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
 
@@ -115,6 +243,10 @@ def main() -> None:
     print(f"\nrevision with pages reused: {rows[1][1] / first_wall:.0%} of the first ingest's wall time "
           f"(without reuse: {rows[2][1] / first_wall:.0%}); extract step {rows[1][2] / rows[0][2]:.0%} "
           f"(without reuse: {rows[2][2] / rows[0][2]:.0%})")
+    if unit_rows:
+        print_units(unit_rows)
+    if celery_rows:
+        print_celery(celery_rows)
 
 
 if __name__ == "__main__":

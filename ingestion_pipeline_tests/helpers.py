@@ -70,7 +70,9 @@ def batch_queued(database: Database, limits: BatchSettings | None = None) -> lis
 
 def test_resources(**overrides) -> dict:
     """The code location's resources, sharing the session's embedding model."""
-    return {**default_resources(), "embedder": shared_embedder(), **overrides}
+    from ingestion_pipeline.defs.step_values import STEP_VALUES, step_values_resource
+
+    return {**default_resources(), STEP_VALUES: step_values_resource(), "embedder": shared_embedder(), **overrides}
 
 
 def materialize_batch(

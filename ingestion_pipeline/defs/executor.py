@@ -55,6 +55,11 @@ def executor_for(settings: ExecutorSettings) -> dg.ExecutorDefinition:
     return dg.in_process_executor
 
 
+def job_executor_name() -> str:
+    """``in_process`` or ``celery``: this process's settings (read when the code location loads)."""
+    return load_settings().executor.executor
+
+
 def job_executor() -> dg.ExecutorDefinition:
     """The executor of this process's settings (read when the code location loads)."""
     return executor_for(load_settings().executor)

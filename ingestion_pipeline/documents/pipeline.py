@@ -25,6 +25,19 @@ class DocumentPipeline(StepRunner):
     def extract_batch(self, partition_key: str) -> list[FileOutcome]:
         return extract.extract_batch(self, partition_key)
 
+    # the fanned-out extraction (INGESTION_EXECUTOR=celery): plan, whole files and each unit as steps, assemble
+    def plan_extraction(self, partition_key: str) -> tuple[list[str], list[FileOutcome]]:
+        return extract.plan_extraction(self, partition_key)
+
+    def extract_whole_files(self, partition_key: str) -> list[FileOutcome]:
+        return extract.extract_whole_files(self, partition_key)
+
+    def extract_unit(self, partition_key: str, key: str) -> FileOutcome | None:
+        return extract.extract_unit(self, partition_key, key)
+
+    def assemble_units(self, partition_key: str) -> list[FileOutcome]:
+        return extract.assemble_units(self, partition_key)
+
     def chunk_batch(self, partition_key: str) -> list[FileOutcome]:
         return chunk.chunk_batch(self, partition_key)
 

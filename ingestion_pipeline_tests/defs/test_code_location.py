@@ -46,7 +46,7 @@ def test_the_code_location_holds_every_module_of_defs_through_dagsters_own_loade
                     "metric_upload_sensor", "redis_queue_sensor", "s3_sensor", "sqs_sensor", "upload_sensor"],
         "schedules": ["partition_pruning_job_schedule", "raw_file_retention_job_schedule",
                       "staging_cleanup_job_schedule"],
-        "resources": ["embedder", "heartbeat", "postgres", "s3", "settings", "upload_store"],
+        "resources": ["embedder", "heartbeat", "postgres", "s3", "settings", "step_values", "upload_store"],
     }
     assert isinstance(code_location.defs().executor, dg.ExecutorDefinition)
 

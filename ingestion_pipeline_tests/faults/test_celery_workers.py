@@ -18,8 +18,9 @@ import pytest
 
 from ingestion_pipeline.core.redis_server import RedisServer, free_port
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
+from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
 from ingestion_pipeline_tests.faults.harness import CLI, FaultHarness, invariant_violations, unfinished
-from ingestion_pipeline_tests.helpers import table
+from ingestion_pipeline_tests.helpers import needs_tesseract, table
 
 pytestmark = pytest.mark.slow
 
@@ -178,4 +179,35 @@ def test_steps_run_on_two_workers_a_killed_one_hands_its_step_over_and_the_model
     assert len(loaded) == 1 and embedded_on_worker2 >= 3, (loaded, embedded_on_worker2)
     print("worker2:", loaded[0].strip(), f"- then {embedded_on_worker2} steps;",
           "model load per document step, by worker process:", loads)
+    assert not unfinished(database_url) and not invariant_violations(database_url)
+
+
+@needs_tesseract
+def test_a_scanned_documents_units_are_steps_that_both_workers_take(celery_env, database_url, db, tmp_path):
+    """A 6-page scan in units of one page under INGESTION_EXECUTOR=celery: each unit is a mapped step of its own,
+    executed as a Celery task by whichever worker is free (both take some), assembled once; the version is the
+    one the unsplit file makes (its chunks compared with the same scan ingested whole by another tenant)."""
+    env, workers = celery_env
+    env.update(INGESTION_UNIT_PAGES="1", INGESTION_EMBEDDING_QUEUE="")
+    harness = FaultHarness(database_url, env, tmp_path / "faults")
+    lines = [[f"Harbour minutes, page {page}", f"The pilots of berth {page} report calm water in spring {page}."]
+             for page in range(1, 7)]
+    scan = write_scanned_pages(tmp_path / "minutes.pdf", lines)
+    workers.start("worker1", queues=("dagster",))
+    workers.start("worker2", queues=("dagster",))
+    assert harness.cli("submit", str(scan), "--tenant", "acme").returncode == 0
+    done = harness.cli("process", timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [row] = table(db, "SELECT status, error, stats, dagster_run_id FROM ingestion_runs")
+    assert row["status"] == "succeeded", row["error"]
+    assert (row["stats"]["units"], row["stats"]["ocr_pages_read"]) == (6, 6)
+    _step_events([row["dagster_run_id"]])
+    unit_steps = {step: host.split("@")[0] for step, host in steps if "_unit_" in (step or "")}
+    assert len(unit_steps) == 6 and set(unit_steps.values()) == {"worker1", "worker2"}, steps
+
+    split = table(db, "SELECT ordinal, text, page_start FROM chunks WHERE tenant_id = 'acme' ORDER BY ordinal")
+    whole = harness.cli("ingest", "--tenant", "whole", str(scan), env={"INGESTION_UNIT_PAGES": "100",
+                                                                        "INGESTION_EXECUTOR": "in_process"})
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert split == table(db, "SELECT ordinal, text, page_start FROM chunks WHERE tenant_id = 'whole' ORDER BY 1")
     assert not unfinished(database_url) and not invariant_violations(database_url)

@@ -8,13 +8,14 @@ import os
 import socket
 from collections import Counter
 from collections.abc import Callable
+from typing import TypeVar
 
 import dagster as dg
 
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, NothingToDo, partition_states
 from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
 from ingestion_pipeline.defs.documents.fingerprints import code_versions
-from ingestion_pipeline.defs.executor import embedding_step_tags, job_executor
+from ingestion_pipeline.defs.executor import embedding_step_tags, job_executor, job_executor_name
 from ingestion_pipeline.defs.ledger.steps import (
     failure_for,
     first_step_run,
@@ -31,11 +32,14 @@ from ingestion_pipeline.defs.resources import (
     build_document_pipeline,
 )
 from ingestion_pipeline.defs.s3_resource import S3Resource
+from ingestion_pipeline.defs.step_values import STEP_VALUES
 from ingestion_pipeline.documents import integrity
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report
+from ingestion_pipeline.documents.steps.extract import WHOLE_FILES
 
 GROUP = "documents"
+T = TypeVar("T")
 # The model's CPU or accelerator is what embedding steps share: its limit is the instance's (dagster.yaml's
 # `concurrency: pools`, or the UI's concurrency page)
 EMBEDDING_POOL = "embedding"
@@ -113,7 +117,8 @@ STEPS: dict[str, StepWork] = {
 }
 
 
-def _with_catch_up(name: str, pipeline: DocumentPipeline, context: dg.AssetExecutionContext) -> list[FileOutcome]:
+def _with_catch_up(name: str, pipeline: DocumentPipeline, context: dg.AssetExecutionContext,
+                   work: Callable[[], T] | None = None) -> list[FileOutcome] | T:
     """``name``'s work; first, in a person's run that starts at ``name`` (a re-execution from failure) and no
     longer holds the batch's files (the run-failure sensor handed them back), the claim and the steps before
     it: the run re-drives the batch's remaining work as its owner (a file past a step skips it) or fails with
@@ -121,11 +126,11 @@ def _with_catch_up(name: str, pipeline: DocumentPipeline, context: dg.AssetExecu
     if (name != "raw_documents" and launched_by_a_person(context.run)
             and first_step_run(context.run, STEPS) == name and not pipeline.holds_files(context.partition_key)):
         context.log.info(f"a person's run starting at {name}: claiming the batch's remaining work first")
-        for earlier, work in STEPS.items():
+        for earlier, step in STEPS.items():
             if earlier == name:
                 break
-            _log_failures(context, work(pipeline, context))
-    return STEPS[name](pipeline, context)
+            _log_failures(context, step(pipeline, context))
+    return work() if work is not None else STEPS[name](pipeline, context)
 
 
 def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
@@ -184,10 +189,79 @@ raw_documents = _file_step(
     "ingestion/replay_failed=true), and fails when the batch has nothing left to do.",
     deps=[], kinds={"postgres", "s3"}, fetches_from_s3=True,
 )
-document_elements = _file_step(
-    "document_elements", "Titles, paragraphs, list items and tables with page numbers and section paths (staging).",
-    deps=[raw_documents], kinds={"postgres"}, totals=("elements",),
-)
+ELEMENTS_DESCRIPTION = "Titles, paragraphs, list items and tables with page numbers and section paths (staging)."
+
+
+def _fanned_out_elements() -> dg.AssetsDefinition:
+    """``document_elements`` as a graph for several workers (``INGESTION_EXECUTOR=celery``): a big PDF's units
+    (``documents/units.py``) fan out, one mapped step per unit on any worker, and are assembled once all are
+    done. A re-execution from failure runs only the failed units again (and the assembly)."""
+    resources = {"postgres", "upload_store", "embedder", "settings", "heartbeat"}
+
+    def pipeline_of(context: dg.OpExecutionContext) -> DocumentPipeline:
+        r = context.resources
+        return build_document_pipeline(r.postgres, r.upload_store, r.embedder, r.settings,
+                                       heartbeat=r.heartbeat, progress_log=context.log.info)
+
+    def run(context: dg.OpExecutionContext, work: Callable[[DocumentPipeline], T]) -> T:
+        pipeline = pipeline_of(context)
+        try:
+            return retrying_transient_errors(
+                context, lambda: _with_catch_up("document_elements", pipeline, context, lambda: work(pipeline)),
+                context.resources.settings.get().reliability.retry_backoff_seconds)
+        except NothingToDo as exc:
+            raise failure_for(exc) from exc
+        finally:
+            pipeline.close()
+
+    @dg.op(name="plan_units", ins={"claimed": dg.In(dg.Nothing)}, required_resource_keys=resources,
+           out=dg.DynamicOut(str, io_manager_key=STEP_VALUES),
+           description="Count each PDF's pages; a big one's units are planned, one step each.")
+    def plan_units(context: dg.OpExecutionContext):
+        keys, outcomes = run(context, lambda pipeline: pipeline.plan_extraction(context.partition_key))
+        _log_failures(context, outcomes)
+        context.log.info(f"{len(keys) - 1} unit(s) to read on the workers")
+        for key in keys:
+            yield dg.DynamicOutput(key, mapping_key=key)
+
+    @dg.op(name="extract_unit", required_resource_keys=resources, out=dg.Out(str, io_manager_key=STEP_VALUES),
+           description="One unit of a big PDF read and kept (or, for the unit `whole_files`, the batch's other "
+                       "files extracted whole).")
+    def extract_unit(context: dg.OpExecutionContext, work: str) -> str:
+        if work == WHOLE_FILES:
+            _log_failures(context, run(context, lambda pipeline: pipeline.extract_whole_files(context.partition_key)))
+        else:
+            outcome = run(context, lambda pipeline: pipeline.extract_unit(context.partition_key, work))
+            _log_failures(context, [outcome] if outcome is not None else [])
+        return work
+
+    @dg.op(name="assemble_units", required_resource_keys=resources, out=dg.Out(dg.Nothing),
+           description="Each big PDF's elements from all of its units (counted), staged as one file's.")
+    def assemble_units(context: dg.OpExecutionContext, done: list[str]):
+        outcomes = run(context, lambda pipeline: pipeline.assemble_units(context.partition_key))
+        _log_failures(context, outcomes)
+        files, counts = _file_metadata(outcomes)
+        yield dg.Output(None, metadata={**files, "failed": counts.get("failed", 0), "units_read": len(done) - 1,
+                                        "elements": _sum(outcomes, "elements")})
+
+    @dg.graph_asset(name="document_elements", description=ELEMENTS_DESCRIPTION, partitions_def=document_batches,
+                    group_name=GROUP, kinds={"postgres"}, owners=OWNERS, metadata=table_metadata("document_elements"),
+                    ins={"raw_documents": dg.AssetIn(dagster_type=dg.Nothing)})
+    def document_elements(raw_documents):
+        return assemble_units(plan_units(raw_documents).map(extract_unit).collect())
+
+    return document_elements
+
+
+def _elements_asset(fanned_out: bool) -> dg.AssetsDefinition:
+    if fanned_out:
+        return _fanned_out_elements()
+    return _file_step("document_elements", ELEMENTS_DESCRIPTION, deps=[raw_documents], kinds={"postgres"},
+                      totals=("elements",))
+
+
+# Several workers (Celery) read a big PDF's units as steps of their own; in one process, on the step's lanes
+document_elements = _elements_asset(job_executor_name() == "celery")
 document_chunks = _file_step(
     "document_chunks", "Structure-aware chunks within the embedding model's token budget (staging).",
     deps=[document_elements], kinds={"postgres"}, totals=("chunks", "tokens"),

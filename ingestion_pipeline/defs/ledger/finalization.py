@@ -44,7 +44,9 @@ def table_for_run(run: dg.DagsterRun, instance: dg.DagsterInstance) -> LedgerTab
     partition = run.tags.get("dagster/partition")
     if not partition:
         return None
-    steps = {key.to_user_string() for key in run.asset_selection or ()} | set(run.step_keys_to_execute or ())
+    # a graph-backed asset's steps are named ``asset.op``
+    steps = ({key.to_user_string() for key in run.asset_selection or ()}
+             | {step.split(".")[0] for step in run.step_keys_to_execute or ()})
     found = next((TABLE_OF_ASSET[s] for s in sorted(steps) if s in TABLE_OF_ASSET), None)
     if found is not None:
         return found

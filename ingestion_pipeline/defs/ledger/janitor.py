@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import dagster as dg
 
-from ingestion_pipeline.core import leases, ledger
+from ingestion_pipeline.core import leases, ledger, step_values
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, TABLES
 from ingestion_pipeline.core.settings import ReliabilitySettings
@@ -117,6 +117,7 @@ def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilityS
             report.relaunched += ledger.relaunch_stale_queued(
                 conn, t, older_than_seconds=policy.relaunch_queued_after_seconds, keep_partitions=in_flight)
         leases.forget_older_than(conn, max(policy.lease_seconds * 10, 3600.0))
+        step_values.drop_older_than(conn)
     return report
 
 

@@ -45,7 +45,9 @@ def first_step_run(run: dg.DagsterRun, chain: Sequence[str]) -> str | None:
     """The earliest of ``chain`` (asset names, in order) that ``run`` executes: a re-execution from failure, or
     a materialisation of some of the assets, starts after the first."""
     for name in chain:
-        if run.step_keys_to_execute is not None and name not in run.step_keys_to_execute:
+        # a graph-backed asset's steps are ``name.op`` (``name.op[mapping key]`` when mapped)
+        if run.step_keys_to_execute is not None and not any(
+                key == name or key.startswith(f"{name}.") for key in run.step_keys_to_execute):
             continue
         if run.asset_selection is not None and dg.AssetKey(name) not in run.asset_selection:
             continue

@@ -1,0 +1,159 @@
+"""A big PDF through the real assets in units (INGESTION_UNIT_PAGES): the version it becomes is the one the
+unsplit file gives, and a unit read before a failure is not read again by the retry."""
+
+import dagster as dg
+import pytest
+
+from ingestion_pipeline.core.failures import TransientError
+from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
+from ingestion_pipeline.documents.search import hybrid_search
+from ingestion_pipeline_tests.helpers import ingest, pipeline_for, process_in_process, submit, table
+
+CHUNK_COLUMNS = "v.filename, c.ordinal, c.text, c.page_start, c.page_end, c.section_path, c.element_types, " \
+                "c.token_count"
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+def _chunks(db, tenant: str) -> list[dict]:
+    return table(db, f"""SELECT {CHUNK_COLUMNS} FROM chunks c JOIN document_versions v USING (version_id)
+                          WHERE c.tenant_id = %s ORDER BY v.filename, c.ordinal""", tenant)
+
+
+def test_a_pdf_in_units_becomes_the_version_the_whole_file_makes(instance, database, db, corpus_dir, monkeypatch):
+    olap = corpus_dir / "documents" / "fr_olap.pdf"  # 12 pages
+    ingest(instance, database, "whole", olap)  # 12 pages are one unit under the default of 12
+    monkeypatch.setenv("INGESTION_UNIT_PAGES", "3")
+    ingest(instance, database, "split", olap)
+    runs = {r["tenant_id"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
+    assert {r["status"] for r in runs.values()} == {"succeeded"}
+    assert "units" not in runs["whole"]["stats"]
+    assert (runs["split"]["stats"]["units"], runs["split"]["stats"]["units_reused"]) == (4, 0)
+    split, whole = _chunks(db, "split"), _chunks(db, "whole")
+    assert split == whole and len(split) > 5  # same text, pages, sections and ordinals: no edge lost or doubled
+    assert table(db, "SELECT count(*) AS n FROM staging_units")[0]["n"] == 0  # gone with the staged file
+
+    embedder = pipeline_for(database).embedder
+    for query in ("dimensions hiérarchies cube OLAP", "agrégation des mesures"):
+        vector = embedder.embed([query])[0]
+        answers = {tenant: [(r.text, r.page_start) for r in hybrid_search(
+            db, tenant_id=tenant, query=query, query_vector=vector, model=embedder.info.name)]
+            for tenant in ("whole", "split")}
+        assert answers["split"] == answers["whole"] and answers["split"]
+
+
+@pytest.mark.integration
+def test_a_retried_file_reads_only_the_units_it_had_not_read(instance, database, db, corpus_dir, monkeypatch):
+    monkeypatch.setenv("INGESTION_UNIT_PAGES", "3")
+    monkeypatch.setenv("INGESTION_BATCH_LANES", "1")  # units in page order
+    monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0.2,0.2")
+    submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
+    original = IsolatedExtractor.__call__
+    reads: list[tuple[int, int]] = []
+
+    def third_unit_throttled_once(self, path, extension, reusable_ocr=(), pages=None):
+        if pages is not None:
+            reads.append(pages)
+            if pages == (7, 9) and reads.count(pages) == 1:  # the worker died mid-file, once
+                raise TransientError("worker_out_of_memory", "the extraction worker died (exit code -9)")
+        return original(self, path, extension, reusable_ocr, pages)
+
+    monkeypatch.setattr(IsolatedExtractor, "__call__", third_unit_throttled_once)
+    process_in_process(instance, database)
+    [run] = table(db, "SELECT * FROM ingestion_runs")
+    assert (run["status"], run["attempts"]) == ("succeeded", 2), run["error"]
+    assert reads == [(1, 3), (4, 6), (7, 9), (7, 9), (10, 12)]  # the retry began at the failed unit
+    assert (run["stats"]["units"], run["stats"]["units_reused"]) == (4, 2)
+    [version] = table(db, "SELECT * FROM document_versions")
+    ordinals = [c["ordinal"] for c in table(db, "SELECT ordinal FROM chunks ORDER BY ordinal")]
+    assert ordinals == list(range(version["chunk_count"]))  # no chunk twice
+
+
+def _fanned_out_assets():
+    """The document assets as a code location under INGESTION_EXECUTOR=celery has them: document_elements is a
+    graph whose units fan out (run here with the in-process executor: the same steps, one after another)."""
+    from ingestion_pipeline.defs.documents import assets
+
+    return [assets.raw_documents, assets._elements_asset(True), assets.document_chunks, assets.document_embeddings,
+            assets.promoted_documents]
+
+
+def test_units_fan_out_as_mapped_steps_and_assemble_into_the_whole_files_version(instance, database, db, corpus_dir,
+                                                                                monkeypatch):
+    from ingestion_pipeline_tests.helpers import batch_queued, test_resources
+
+    olap, memo = corpus_dir / "documents" / "fr_olap.pdf", corpus_dir / "documents" / "fake-memo.pdf"
+    ingest(instance, database, "whole", olap, memo)
+    monkeypatch.setenv("INGESTION_UNIT_PAGES", "5")  # 12 pages: units 1-4, 5-8, 9-12; the memo is read whole
+    submit(database, "split", olap, memo)
+    [key] = batch_queued(database)
+    instance.add_dynamic_partitions("document_batches", [key])
+    result = dg.materialize(_fanned_out_assets(), partition_key=key, instance=instance, resources=test_resources())
+    assert result.success
+    [olap_run] = table(db, "SELECT run_id FROM ingestion_runs WHERE tenant_id = 'split' "
+                           "AND config->>'filename' = 'fr_olap.pdf'")
+    steps = sorted(e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_SUCCESS)
+    run_id = olap_run["run_id"]
+    assert [s for s in steps if s.startswith("document_elements.")] == [
+        "document_elements.assemble_units", *(f"document_elements.extract_unit[file_{run_id}_unit_{n}]"
+                                              for n in range(3)),
+        "document_elements.extract_unit[whole_files]", "document_elements.plan_units"]
+    runs = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs WHERE tenant_id = 'split'")}
+    assert {r["status"] for r in runs.values()} == {"succeeded"}
+    assert runs["fr_olap.pdf"]["stats"]["units"] == 3 and "units" not in runs["fake-memo.pdf"]["stats"]
+    assert _chunks(db, "split") == _chunks(db, "whole")
+    materialized = result.asset_materializations_for_node("document_elements")
+    assert materialized and materialized[0].metadata["units_read"].value == 3
+
+
+def fanned_out_job() -> dg.JobDefinition:
+    """For ``dg.reconstructable``: the batch job of the fanned-out shape, in process."""
+    from ingestion_pipeline_tests.helpers import test_resources
+
+    return dg.Definitions(
+        assets=_fanned_out_assets(), resources=test_resources(),
+        jobs=[dg.define_asset_job("fanned_out_batch_job", executor_def=dg.in_process_executor)],
+    ).resolve_job_def("fanned_out_batch_job")
+
+
+def test_a_reexecution_from_failure_runs_only_the_failed_unit_again(instance, database, db, corpus_dir, monkeypatch):
+    from ingestion_pipeline.documents.pipeline import DocumentPipeline
+    from ingestion_pipeline_tests.helpers import batch_queued
+
+    monkeypatch.setenv("INGESTION_UNIT_PAGES", "5")
+    submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
+    [key] = batch_queued(database)
+    instance.add_dynamic_partitions("document_batches", [key])
+    [row] = table(db, "SELECT run_id FROM ingestion_runs")
+    failing = f"file_{row['run_id']}_unit_1"
+    extract_unit = DocumentPipeline.extract_unit
+
+    def host_lost_on_the_second_unit(self, partition_key, unit):
+        if unit == failing:
+            raise RuntimeError("the worker host went away")
+        return extract_unit(self, partition_key, unit)
+
+    monkeypatch.setattr(DocumentPipeline, "extract_unit", host_lost_on_the_second_unit)
+    job = dg.reconstructable(fanned_out_job)
+    first = dg.execute_job(job, instance=instance, tags={"dagster/partition": key})
+    assert not first.success
+    units = table(db, "SELECT unit_number, state FROM staging_units ORDER BY 1")
+    assert units == [{"unit_number": 0, "state": "done"}, {"unit_number": 1, "state": "pending"},
+                     {"unit_number": 2, "state": "done"}]
+
+    monkeypatch.setattr(DocumentPipeline, "extract_unit", extract_unit)
+    retry = dg.execute_job(job, instance=instance, tags={"dagster/partition": key},
+                           reexecution_options=dg.ReexecutionOptions.from_failure(first.run_id, instance))
+    assert retry.success
+    started = sorted(e.step_key for e in retry.all_events if e.event_type == dg.DagsterEventType.STEP_START)
+    assert [s for s in started if s.startswith("document_elements.")] == [
+        "document_elements.assemble_units", f"document_elements.extract_unit[{failing}]"]
+    [run] = table(db, "SELECT status, stats FROM ingestion_runs")
+    assert run["status"] == "succeeded" and run["stats"]["units"] == 3
+    [version] = table(db, "SELECT chunk_count FROM document_versions")
+    assert [c["ordinal"] for c in table(db, "SELECT ordinal FROM chunks ORDER BY 1")] == list(
+        range(version["chunk_count"]))
