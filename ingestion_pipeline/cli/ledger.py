@@ -12,7 +12,7 @@ from ingestion_pipeline.cli.bootstrap import bootstrap
 from ingestion_pipeline.cli.output import add_json_flag, emit, print_table
 from ingestion_pipeline.core import ledger, tenants
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS
-from ingestion_pipeline.documents import file_ledger
+from ingestion_pipeline.documents import file_ledger, units
 
 
 def parse_duration(text: str) -> float:
@@ -37,8 +37,14 @@ def _with_file_id(row: dict) -> dict:
 def _print_file(records: list[dict]) -> None:
     row = records[0]
     for name, value in row.items():
-        if name not in ("history", "run_id"):
+        if name not in ("history", "run_id", "units"):
             print(f"{name:>22}: {'' if value is None else value}")
+    if row.get("units"):
+        u = row["units"]
+        rate = "?" if u["pages_per_s"] is None else f"{u['pages_per_s']:.2f}"
+        eta = "?" if u["eta_s"] is None else f"{u['eta_s']:.0f} s"
+        print(f"{'units':>22}: {u['units_done']}/{u['units_total']} read, pages {u['pages_done']}/{u['pages_total']} "
+              f"({rate} pages/s), ETA {eta}")
     print("\nattempts:")
     print_table([{**h, "at": h["at"].strftime("%Y-%m-%d %H:%M:%S")} for h in row["history"]],
                 ["at", "attempt", "event", "status", "error_code", "message", "actor"])
@@ -62,6 +68,8 @@ def cmd_files(args: argparse.Namespace) -> int:
                 print(f"no file {args.file_id} in the ledger", file=sys.stderr)
                 return 1
             row = _with_file_id(row)
+            # a big PDF being read in units: how far it is (documents/units.py)
+            row["units"] = units.progress(conn, args.file_id) if row["status"] == "running" else None
             row["history"] = ledger.history(conn, DOCUMENT_FILES, args.file_id)
             emit(args, [row], _print_file)
             return 0

@@ -73,6 +73,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_EMBEDDING_BACKEND"),
         _setting("INGESTION_EMBEDDING_PRECISION"),
         _setting("INGESTION_EMBEDDING_DEVICE"),
+        _setting("INGESTION_EMBEDDING_SHARE_CHUNKS"),
         _setting("INGESTION_EXTRACTION_TIMEOUT_SECONDS"),
         _setting("INGESTION_EXTRACTION_MEMORY_MB"),
         _setting("INGESTION_MAX_TEXT_CHARS"),

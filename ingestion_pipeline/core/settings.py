@@ -295,6 +295,11 @@ class EmbeddingSettings(_Area):
                       description="`auto` (an NVIDIA GPU where this host has one), `cpu` or `cuda` (an error without "
                                   "one): where this host embeds. `model prepare` records the device it judged on as "
                                   "part of the deployment's decision (docs/pipeline.md).")
+    share_chunks: int = env("INGESTION_EMBEDDING_SHARE_CHUNKS", default=1024, parse=_at_least_one,
+                            expected=WHOLE_AT_LEAST_ONE,
+                            description="With Celery workers, a batch's chunks still to encode are split into "
+                                        "shares of about this many, each a step of its own that any embedding "
+                                        "worker takes (a big document's vectors on several hosts at once).")
     cache_dir: Path | None = env("INGESTION_MODEL_CACHE_DIR", default_factory=lambda: (data_dir() / "models").resolve(),
                                  parse=_path, shown="`<data>/models`",
                                  description="The exported ONNX / OpenVINO models.")

@@ -44,5 +44,15 @@ class DocumentPipeline(StepRunner):
     def embed_batch(self, partition_key: str) -> list[FileOutcome]:
         return embed.embed_batch(self, partition_key)
 
+    # the fanned-out embedding (INGESTION_EXECUTOR=celery): plan shares, each share a step, finish
+    def plan_embedding(self, partition_key: str) -> tuple[list[list[list[int]]], list[FileOutcome]]:
+        return embed.plan_embedding(self, partition_key)
+
+    def embed_share(self, partition_key: str, ranges: list[list[int]]) -> list[FileOutcome]:
+        return embed.embed_share(self, partition_key, ranges)
+
+    def finish_embedding(self, partition_key: str) -> list[FileOutcome]:
+        return embed.embed_batch(self, partition_key, after_shares=True)
+
     def promote_batch(self, partition_key: str) -> list[FileOutcome]:
         return promote.promote_batch(self, partition_key)

@@ -180,6 +180,62 @@ def pending_embeddings(conn: psycopg.Connection, run_ids: list[int], limit: int)
     ).fetchall()
 
 
+def missing_embedding_ranges(conn: psycopg.Connection, run_ids: list[int]) -> list[tuple[int, int, int]]:
+    """The chunks of these files still without a vector, as (run_id, first ordinal, last ordinal) runs of
+    consecutive ordinals, in file and ordinal order."""
+    return [(r["run_id"], r["lo"], r["hi"]) for r in conn.execute(
+        """SELECT run_id, min(ordinal) AS lo, max(ordinal) AS hi FROM (
+               SELECT run_id, ordinal, ordinal - row_number() OVER (PARTITION BY run_id ORDER BY ordinal) AS island
+                 FROM staging_chunks WHERE run_id = ANY(%s) AND embedding IS NULL) c
+            GROUP BY run_id, island ORDER BY run_id, lo""", (run_ids,))]
+
+
+def pending_embeddings_in(conn: psycopg.Connection, ranges: list[list[int]], limit: int) -> list[dict]:
+    """``pending_embeddings`` within ``ranges`` ([run_id, first ordinal, last ordinal] each): one share's."""
+    return conn.execute(
+        """SELECT c.run_id, c.ordinal, c.token_count,
+                  CASE WHEN c.embedding_context = '' THEN c.text ELSE c.embedding_context || E'\\n' || c.text END
+                      AS text
+             FROM staging_chunks c
+             JOIN unnest(%s::bigint[], %s::int[], %s::int[]) AS r(run_id, lo, hi)
+               ON c.run_id = r.run_id AND c.ordinal BETWEEN r.lo AND r.hi
+            WHERE c.embedding IS NULL
+            ORDER BY c.token_count, c.run_id, c.ordinal LIMIT %s""",
+        ([r[0] for r in ranges], [r[1] for r in ranges], [r[2] for r in ranges], limit),
+    ).fetchall()
+
+
+def set_embedding_figures(conn: psycopg.Connection, figures: dict[int, dict]) -> None:
+    """Start these files' embedding figures (``embedded``, ``embeddings_reused``, ``model_ms``) over: the shares
+    of a fanned-out embed step add to them (``add_embedding_figures``)."""
+    run_ids = list(figures)
+    conn.execute(
+        """UPDATE staging_documents d SET stats = d.stats || f.stats FROM unnest(%s::bigint[], %s::jsonb[])
+               AS f(run_id, stats) WHERE d.run_id = f.run_id""",
+        (run_ids, [Jsonb(figures[r]) for r in run_ids]))
+
+
+def add_embedding_figures(conn: psycopg.Connection, figures: dict[int, dict]) -> None:
+    """Add a share's ``embedded`` and ``model_ms`` to its files' figures (in the transaction of its vectors, so a
+    share delivered twice counts once: the second finds nothing left to encode)."""
+    run_ids = list(figures)
+    conn.execute(
+        """UPDATE staging_documents d
+              SET stats = d.stats || jsonb_build_object(
+                      'embedded', coalesce((d.stats->>'embedded')::int, 0) + f.embedded,
+                      'model_ms', coalesce((d.stats->>'model_ms')::int, 0) + f.model_ms)
+             FROM unnest(%s::bigint[], %s::int[], %s::int[]) AS f(run_id, embedded, model_ms)
+            WHERE d.run_id = f.run_id""",
+        (run_ids, [figures[r]["embedded"] for r in run_ids], [figures[r]["model_ms"] for r in run_ids]))
+
+
+def embedding_figures(conn: psycopg.Connection, run_ids: list[int]) -> dict[int, dict]:
+    """The figures the plan and shares of a fanned-out embed step recorded."""
+    keys = ("embedded", "embeddings_reused", "model_ms")
+    return {r["run_id"]: {k: int((r["stats"] or {}).get(k) or 0) for k in keys} for r in conn.execute(
+        "SELECT run_id, stats FROM staging_documents WHERE run_id = ANY(%s)", (run_ids,))}
+
+
 def count_missing_embeddings(conn: psycopg.Connection, run_ids: list[int]) -> int:
     """Chunks of these files still without a vector (what the embed step has ahead of it)."""
     return conn.execute("SELECT count(*) AS n FROM staging_chunks WHERE run_id = ANY(%s) AND embedding IS NULL",

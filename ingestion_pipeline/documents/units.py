@@ -120,3 +120,25 @@ def done(conn: psycopg.Connection, run_id: int) -> tuple[int, list[PdfPages], di
     figures = {"units_reused": sum(r["reused"] for r in rows),
                "units_extract_ms": sum(r["extract_ms"] or 0 for r in rows), "units_wall_ms": wall}
     return planned, [from_json(r) for r in rows], figures
+
+
+def progress(conn: psycopg.Connection, run_id: int) -> dict | None:
+    """A file's units as they are read (None for a file not read in units): units and pages done of all, pages
+    read per second by this attempt's units, and the ETA at that rate."""
+    row = conn.execute(
+        """SELECT count(*) AS units_total, count(*) FILTER (WHERE state = 'done') AS units_done,
+                  coalesce(sum(last_page - first_page + 1), 0) AS pages_total,
+                  coalesce(sum(last_page - first_page + 1) FILTER (WHERE state = 'done'), 0) AS pages_done,
+                  coalesce(sum(last_page - first_page + 1) FILTER (WHERE state = 'done' AND NOT reused), 0)
+                      AS pages_read,
+                  extract(epoch FROM max(done_at) FILTER (WHERE NOT reused)
+                                     - min(planned_at) FILTER (WHERE NOT reused)) AS seconds
+             FROM staging_units WHERE run_id = %s""", (run_id,)).fetchone()
+    if not row["units_total"]:
+        return None
+    seconds = float(row["seconds"] or 0)
+    rate = row["pages_read"] / seconds if seconds > 0 else None
+    left = row["pages_total"] - row["pages_done"]
+    return {"units_done": row["units_done"], "units_total": row["units_total"], "pages_done": row["pages_done"],
+            "pages_total": row["pages_total"], "pages_per_s": None if rate is None else round(rate, 2),
+            "eta_s": 0.0 if left == 0 else (None if rate is None else round(left / rate, 1))}

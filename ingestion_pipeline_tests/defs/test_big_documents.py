@@ -2,6 +2,7 @@
 unsplit file gives, and a unit read before a failure is not read again by the retry."""
 
 import dagster as dg
+import numpy as np
 import pytest
 
 from ingestion_pipeline.core.failures import TransientError
@@ -74,12 +75,13 @@ def test_a_retried_file_reads_only_the_units_it_had_not_read(instance, database,
 
 
 def _fanned_out_assets():
-    """The document assets as a code location under INGESTION_EXECUTOR=celery has them: document_elements is a
-    graph whose units fan out (run here with the in-process executor: the same steps, one after another)."""
+    """The document assets as a code location under INGESTION_EXECUTOR=celery has them: document_elements and
+    document_embeddings are graphs whose units and shares fan out (run here with the in-process executor: the
+    same steps, one after another)."""
     from ingestion_pipeline.defs.documents import assets
 
-    return [assets.raw_documents, assets._elements_asset(True), assets.document_chunks, assets.document_embeddings,
-            assets.promoted_documents]
+    return [assets.raw_documents, assets._elements_asset(True), assets.document_chunks,
+            assets._embeddings_asset(True), assets.promoted_documents]
 
 
 def test_units_fan_out_as_mapped_steps_and_assemble_into_the_whole_files_version(instance, database, db, corpus_dir,
@@ -89,6 +91,7 @@ def test_units_fan_out_as_mapped_steps_and_assemble_into_the_whole_files_version
     olap, memo = corpus_dir / "documents" / "fr_olap.pdf", corpus_dir / "documents" / "fake-memo.pdf"
     ingest(instance, database, "whole", olap, memo)
     monkeypatch.setenv("INGESTION_UNIT_PAGES", "5")  # 12 pages: units 1-4, 5-8, 9-12; the memo is read whole
+    monkeypatch.setenv("INGESTION_EMBEDDING_SHARE_CHUNKS", "10")
     submit(database, "split", olap, memo)
     [key] = batch_queued(database)
     instance.add_dynamic_partitions("document_batches", [key])
@@ -108,6 +111,20 @@ def test_units_fan_out_as_mapped_steps_and_assemble_into_the_whole_files_version
     assert _chunks(db, "split") == _chunks(db, "whole")
     materialized = result.asset_materializations_for_node("document_elements")
     assert materialized and materialized[0].metadata["units_read"].value == 3
+
+    # the chunks to encode in shares of 10, a step each; every chunk encoded once, its vector the unsplit one's
+    chunk_total = len(_chunks(db, "split"))
+    shares = [s for s in steps if s.startswith("document_embeddings.embed_share[")]
+    assert len(shares) == -(-chunk_total // 10) and "document_embeddings.finish_embeddings" in steps
+    figures = [(r["stats"]["embedded"], r["stats"]["embeddings_reused"]) for r in runs.values()]
+    assert sum(embedded for embedded, _ in figures) == chunk_total and {r for _, r in figures} == {0}
+    vectors = {tenant: np.array([r["embedding"] for r in table(
+        db, """SELECT e.embedding::real[] AS embedding FROM chunk_embeddings e JOIN chunks c USING (chunk_id)
+               JOIN document_versions v USING (version_id) WHERE c.tenant_id = %s ORDER BY v.filename, c.ordinal""",
+        tenant)]) for tenant in ("split", "whole")}
+    assert np.allclose(vectors["split"], vectors["whole"], atol=1e-5)
+    embedded = result.asset_materializations_for_node("document_embeddings")[0].metadata
+    assert (embedded["embedded"].value, embedded["shares"].value) == (chunk_total, len(shares))
 
 
 def fanned_out_job() -> dg.JobDefinition:

@@ -103,6 +103,10 @@ def test_a_unit_delivered_twice_is_written_once(database, db, corpus_dir):
         assert [u.number for u in units.pending(conn, row["run_id"])] == [1]
         planned, parts, figures = units.done(conn, row["run_id"])
     assert planned == 2 and [p.elements[0].text for p in parts] == ["first delivery"]
+    with database.connection() as conn:
+        shown = units.progress(conn, row["run_id"])
+    assert {k: shown[k] for k in ("units_done", "units_total", "pages_done", "pages_total")} == {
+        "units_done": 1, "units_total": 2, "pages_done": 3, "pages_total": 6}
     assert (figures["units_reused"], figures["units_extract_ms"]) == (0, 5) and figures["units_wall_ms"] >= 0
     with database.transaction() as conn:  # the same plan again (a retry) keeps the done unit
         units.plan(conn, row["run_id"], "sha-a", plan)
@@ -114,3 +118,12 @@ def test_a_unit_delivered_twice_is_written_once(database, db, corpus_dir):
                  row["run_id"])
     assert rows == [{"unit_number": 0, "state": "pending", "done_by": None},
                     {"unit_number": 1, "state": "pending", "done_by": None}]
+
+
+def test_chunks_to_encode_are_cut_into_shares_of_the_set_size():
+    from ingestion_pipeline.documents.steps.embed import cut_into_shares
+
+    runs = [(7, 0, 4), (7, 9, 12), (8, 0, 2)]  # file 7: chunks 0-4 and 9-12 (5-8 reused), file 8: 0-2
+    assert cut_into_shares(runs, 4) == [[[7, 0, 3]], [[7, 4, 4], [7, 9, 11]], [[7, 12, 12], [8, 0, 2]]]
+    assert cut_into_shares(runs, 100) == [[[7, 0, 4], [7, 9, 12], [8, 0, 2]]]
+    assert cut_into_shares([], 4) == []

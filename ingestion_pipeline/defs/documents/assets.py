@@ -189,6 +189,25 @@ raw_documents = _file_step(
     "ingestion/replay_failed=true), and fails when the batch has nothing left to do.",
     deps=[], kinds={"postgres", "s3"}, fetches_from_s3=True,
 )
+OP_RESOURCES = {"postgres", "upload_store", "embedder", "settings", "heartbeat"}  # an op of a fanned-out graph's
+
+
+def _in_op(context: dg.OpExecutionContext, asset: str, work: Callable[[DocumentPipeline], T]) -> T:
+    """``work`` on the pipeline of an op of ``asset``'s graph, as a step of the asset would do it: a person's
+    re-execution starting here claims the batch first, a transient error asks Dagster for a retry."""
+    r = context.resources
+    pipeline = build_document_pipeline(r.postgres, r.upload_store, r.embedder, r.settings, heartbeat=r.heartbeat,
+                                       progress_log=context.log.info)
+    try:
+        return retrying_transient_errors(context, lambda: _with_catch_up(asset, pipeline, context,
+                                                                         lambda: work(pipeline)),
+                                         r.settings.get().reliability.retry_backoff_seconds)
+    except NothingToDo as exc:
+        raise failure_for(exc) from exc
+    finally:
+        pipeline.close()
+
+
 ELEMENTS_DESCRIPTION = "Titles, paragraphs, list items and tables with page numbers and section paths (staging)."
 
 
@@ -196,23 +215,10 @@ def _fanned_out_elements() -> dg.AssetsDefinition:
     """``document_elements`` as a graph for several workers (``INGESTION_EXECUTOR=celery``): a big PDF's units
     (``documents/units.py``) fan out, one mapped step per unit on any worker, and are assembled once all are
     done. A re-execution from failure runs only the failed units again (and the assembly)."""
-    resources = {"postgres", "upload_store", "embedder", "settings", "heartbeat"}
-
-    def pipeline_of(context: dg.OpExecutionContext) -> DocumentPipeline:
-        r = context.resources
-        return build_document_pipeline(r.postgres, r.upload_store, r.embedder, r.settings,
-                                       heartbeat=r.heartbeat, progress_log=context.log.info)
+    resources = OP_RESOURCES
 
     def run(context: dg.OpExecutionContext, work: Callable[[DocumentPipeline], T]) -> T:
-        pipeline = pipeline_of(context)
-        try:
-            return retrying_transient_errors(
-                context, lambda: _with_catch_up("document_elements", pipeline, context, lambda: work(pipeline)),
-                context.resources.settings.get().reliability.retry_backoff_seconds)
-        except NothingToDo as exc:
-            raise failure_for(exc) from exc
-        finally:
-            pipeline.close()
+        return _in_op(context, "document_elements", work)
 
     @dg.op(name="plan_units", ins={"claimed": dg.In(dg.Nothing)}, required_resource_keys=resources,
            out=dg.DynamicOut(str, io_manager_key=STEP_VALUES),
@@ -266,13 +272,74 @@ document_chunks = _file_step(
     "document_chunks", "Structure-aware chunks within the embedding model's token budget (staging).",
     deps=[document_elements], kinds={"postgres"}, totals=("chunks", "tokens"),
 )
-document_embeddings = _file_step(
-    "document_embeddings", "One vector per chunk; unchanged chunk text under the same model reuses its stored vector.",
-    deps=[document_chunks], kinds={"pgvector"},
-    totals=("embedded", "embeddings_reused", "model_ms"),
-    pool=EMBEDDING_POOL,
-    op_tags=embedding_step_tags(),
-)
+EMBEDDINGS_DESCRIPTION = "One vector per chunk; unchanged chunk text under the same model reuses its stored vector."
+
+
+def _fanned_out_embeddings() -> dg.AssetsDefinition:
+    """``document_embeddings`` as a graph for several workers: the chunks still to encode (a big document's
+    thousands) are cut into shares (``INGESTION_EMBEDDING_SHARE_CHUNKS``), one mapped step each on any embedding
+    worker, then the files are finished with the figures the shares recorded."""
+    resources = OP_RESOURCES
+    tags = embedding_step_tags()
+
+    def run(context: dg.OpExecutionContext, work: Callable[[DocumentPipeline], T]) -> T:
+        return _in_op(context, "document_embeddings", work)
+
+    @dg.op(name="plan_shares", ins={"chunked": dg.In(dg.Nothing)}, required_resource_keys=resources, tags=tags,
+           out=dg.DynamicOut(list, io_manager_key=STEP_VALUES),
+           description="Stored vectors of unchanged chunk text reused; the chunks still to encode cut into shares.")
+    def plan_shares(context: dg.OpExecutionContext):
+        shares, outcomes = run(context, lambda pipeline: pipeline.plan_embedding(context.partition_key))
+        _log_failures(context, outcomes)
+        context.log.info(f"{sum(h - lo + 1 for share in shares for _, lo, h in share)} chunk(s) to encode in "
+                         f"{len(shares)} share(s)")
+        for i, share in enumerate(shares or [[]]):  # one share at least: the graph goes on to its finish
+            yield dg.DynamicOutput(share, mapping_key=f"share_{i}")
+
+    @dg.op(name="embed_share", required_resource_keys=resources, tags=tags, pool=EMBEDDING_POOL,
+           out=dg.Out(int, io_manager_key=STEP_VALUES),
+           description="One share of the batch's chunks encoded and committed unit by unit.")
+    def embed_share(context: dg.OpExecutionContext, share: list) -> int:
+        outcomes = run(context, lambda pipeline: pipeline.embed_share(context.partition_key, share))
+        _log_failures(context, outcomes)
+        return _sum(outcomes, "embedded")
+
+    @dg.op(name="finish_embeddings", required_resource_keys=resources, tags=tags, out=dg.Out(dg.Nothing),
+           description="Every file's vectors complete: marked done with the shares' figures.")
+    def finish_embeddings(context: dg.OpExecutionContext, encoded: list[int]):
+        embedder = context.resources.embedder
+        loaded_before = embedder.loaded
+        outcomes = run(context, lambda pipeline: pipeline.finish_embedding(context.partition_key))
+        _log_failures(context, outcomes)
+        files, counts = _file_metadata(outcomes)
+        model = {}
+        if embedder.loaded:
+            model["model_load_seconds"] = 0.0 if loaded_before else round(embedder.load_seconds or 0.0, 3)
+            model["model_process"] = f"{socket.gethostname()}:{os.getpid()}"
+        yield dg.Output(None, metadata={
+            **files, "failed": counts.get("failed", 0), "shares": len(encoded), **model,
+            **{key: _sum(outcomes, key) for key in ("embedded", "embeddings_reused", "model_ms")}})
+
+    @dg.graph_asset(name="document_embeddings", description=EMBEDDINGS_DESCRIPTION, partitions_def=document_batches,
+                    group_name=GROUP, kinds={"pgvector"}, owners=OWNERS,
+                    metadata=table_metadata("document_embeddings"),
+                    ins={"document_chunks": dg.AssetIn(dagster_type=dg.Nothing)})
+    def document_embeddings(document_chunks):
+        return finish_embeddings(plan_shares(document_chunks).map(embed_share).collect())
+
+    return document_embeddings
+
+
+def _embeddings_asset(fanned_out: bool) -> dg.AssetsDefinition:
+    if fanned_out:
+        return _fanned_out_embeddings()
+    return _file_step("document_embeddings", EMBEDDINGS_DESCRIPTION, deps=[document_chunks], kinds={"pgvector"},
+                      totals=("embedded", "embeddings_reused", "model_ms"), pool=EMBEDDING_POOL,
+                      op_tags=embedding_step_tags())
+
+
+# Several workers (Celery) encode a big batch's shares at once; in one process, one step
+document_embeddings = _embeddings_asset(job_executor_name() == "celery")
 
 
 @dg.asset(

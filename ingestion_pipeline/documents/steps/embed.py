@@ -28,7 +28,7 @@ class _Embedding:
     stats: dict
 
 
-def embed_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
+def embed_batch(run: StepRunner, partition_key: str, *, after_shares: bool = False) -> list[FileOutcome]:
     """Vectors for every staged chunk of the batch's files, encoded *across* files.
 
     Each file first reuses the stored vectors of its unchanged chunk texts. The chunks still without
@@ -56,6 +56,12 @@ def embed_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
             break
         outcomes += _embed_unit(run, pending, work)
         failpoint("embed.unit")  # one unit committed, the next not yet
+    if after_shares and work:
+        with run.db.connection() as conn:
+            recorded = staging.embedding_figures(conn, list(work))
+        for run_id, item in work.items():
+            for key, value in recorded.get(run_id, {}).items():
+                item.stats[key] += value
     for item in work.values():
         item.stats["timings_ms"] = timings(item.row, embed=ms(start))
     outcomes += _finish_embedding(run, work)
@@ -88,9 +94,11 @@ def _reuse_embeddings(run: StepRunner, rows: list[dict], work: dict[int, _Embedd
     return outcomes
 
 
-def _embed_unit(run: StepRunner, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
+def _embed_unit(run: StepRunner, pending: list[dict], work: dict[int, _Embedding], *,
+                record: bool = False) -> list[FileOutcome]:
     """Encode one unit (chunks of one or more files) and commit its vectors; files that lost their
-    claim, or whose text cannot be encoded, leave the work with their outcome."""
+    claim, or whose text cannot be encoded, leave the work with their outcome. ``record``: the unit's figures
+    are added to its files' staged figures in the same transaction (a share of a fanned-out step)."""
     model_start = time.perf_counter()
     try:
         vectors = run.embedder.embed([p["text"] for p in pending])  # outside any transaction
@@ -112,6 +120,10 @@ def _embed_unit(run: StepRunner, pending: list[dict], work: dict[int, _Embedding
         if kept:
             staging.write_embeddings(conn, [pending[i]["run_id"] for i in kept],
                                      [pending[i]["ordinal"] for i in kept], vectors[kept])
+            if record:
+                staging.add_embedding_figures(conn, {
+                    run_id: {"embedded": len(indexes), "model_ms": model_ms * len(indexes) // len(pending)}
+                    for run_id, indexes in by_file.items() if run_id not in lost})
     for run_id, indexes in by_file.items():
         if run_id not in lost:
             stats = work[run_id].stats
@@ -161,4 +173,73 @@ def _finish_embedding(run: StepRunner, work: dict[int, _Embedding]) -> list[File
                                         f"{figures['embedded']} embedded, {figures['embeddings_reused']} reused",
                                         figures))
     run.progress.advance(files=len(outcomes))
+    return outcomes
+
+
+# -- the fanned-out shape (INGESTION_EXECUTOR=celery: defs/documents/assets.py) ---------------------------------
+# plan_shares -> one step per share of the chunks still to encode, on any embedding worker -> embed_batch
+# (after_shares). Vectors and figures live in staging, so a share may run on another host and run again.
+
+def plan_embedding(run: StepRunner, partition_key: str) -> tuple[list[list[list[int]]], list[FileOutcome]]:
+    """Reuse the stored vectors of unchanged chunk text, then cut the chunks still to encode into shares of about
+    ``INGESTION_EMBEDDING_SHARE_CHUNKS`` (each a list of [run_id, first ordinal, last ordinal] ranges)."""
+    outcomes = run.release_paused(partition_key)
+    with run.db.connection() as conn:
+        rows = file_ledger.held_rows(conn, partition_key, run.owner)
+    run.progress = Progress("plan embedding", len(rows), sinks=run.progress_sinks)
+    work: dict[int, _Embedding] = {}
+    if rows:
+        outcomes += _reuse_embeddings(run, rows, work)
+    if not work:
+        return [], outcomes
+    with run.db.transaction() as conn:
+        staging.set_embedding_figures(conn, {run_id: item.stats for run_id, item in work.items()})
+        missing = staging.missing_embedding_ranges(conn, list(work))
+    shares = cut_into_shares(missing, run.settings.embedding.share_chunks)
+    outcomes += [FileOutcome.of(item.row, STEP_DONE, f"{item.stats['embeddings_reused']} vectors reused")
+                 for item in work.values()]
+    return shares, outcomes
+
+
+def cut_into_shares(ranges: list[tuple[int, int, int]], size: int) -> list[list[list[int]]]:
+    """Consecutive runs of chunks cut into shares of ``size`` chunks (the last may be smaller), in order."""
+    shares: list[list[list[int]]] = []
+    current: list[list[int]] = []
+    room = size
+    for run_id, lo, hi in ranges:
+        while lo <= hi:
+            take = min(room, hi - lo + 1)
+            current.append([run_id, lo, lo + take - 1])
+            lo, room = lo + take, room - take
+            if room == 0:
+                shares.append(current)
+                current, room = [], size
+    if current:
+        shares.append(current)
+    return shares
+
+
+def embed_share(run: StepRunner, partition_key: str, ranges: list[list[int]]) -> list[FileOutcome]:
+    """Encode the chunks of ``ranges`` still without a vector and commit them unit by unit, with their figures;
+    a file no longer held is left alone. The files are finished by ``embed_batch(after_shares=True)``."""
+    with run.db.connection() as conn:
+        rows = [r for r in file_ledger.held_rows(conn, partition_key, run.owner)
+                if r["run_id"] in {r[0] for r in ranges}]
+        ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else 0
+    work = {r["run_id"]: _Embedding(r, {"embedded": 0, "embeddings_reused": 0, "model_ms": 0}) for r in rows}
+    run.progress = Progress("embed share", len(rows), total_chunks=ahead, sinks=run.progress_sinks)
+    outcomes: list[FileOutcome] = []
+    unit = run.settings.embedding.batch_size * 16
+    while work:
+        held = [r for r in ranges if r[0] in work]
+        with run.db.connection() as conn:
+            pending = staging.pending_embeddings_in(conn, held, unit)
+        if not pending:
+            break
+        outcomes += _embed_unit(run, pending, work, record=True)
+        failpoint("embed.unit")
+    outcomes += [FileOutcome.of(item.row, STEP_DONE, f"{item.stats['embedded']} embedded", item.stats)
+                 for item in work.values()]
+    if rows:
+        run.progress.finish()
     return outcomes

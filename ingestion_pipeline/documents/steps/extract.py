@@ -177,10 +177,13 @@ def plan_extraction(run: StepRunner, partition_key: str) -> tuple[list[str], lis
             state = staging.staging_state(conn, row["run_id"])
         if state is not None and state["elements_done"]:
             return FileOutcome.of(row, STEP_DONE, "elements already staged")
+        if _extension(row).lower() != ".pdf":  # only a PDF is read in units: the others are not even fetched
+            return FileOutcome.of(row, STEP_DONE, "extracted whole")
         if not row["raw_path"]:
             raise StoredObjectMissing("no stored copy recorded")
+        # from an S3 store, a big PDF is fetched here and by each unit's step (hosts share no disk)
         with run.store.local_copy(row["raw_path"], row["content_hash"]) as raw:
-            pages = _big_pdf_pages(run, raw.path, _extension(row))
+            pages = _big_pdf_pages(run, raw.path, ".pdf")
         if not pages:
             return FileOutcome.of(row, STEP_DONE, "extracted whole")
         count, todo = _plan_units(run, row, pages)
