@@ -183,10 +183,11 @@ def measure_celery(env: dict, work: Path, documents: list[Path]) -> list[tuple]:
         workers = CeleryWorkers(env, work, count)
         try:
             run_env = {**workers.env, **({"INGESTION_UNIT_PAGES": unit_pages} if unit_pages else {})}
+            slug = "-".join(label.replace(",", "").split())  # a document key: no spaces
             for i in range(2 * count):  # every worker process loads the model (a run has one embedding step)
-                ingest(run_env, warm, f"warm-{count}-{label}-{i}")
+                ingest(run_env, warm, f"warm-{slug}-{i}")
             for document in documents:
-                wall = ingest(run_env, document, f"{document.stem}-{label}")
+                wall = ingest(run_env, document, f"{document.stem}-{slug}")
                 file = last_file(database_url)
                 if file["status"] != "succeeded":
                     sys.exit(f"{document.name}, {label}: {file['status']}: {file['error']}")
