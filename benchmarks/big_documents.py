@@ -130,7 +130,7 @@ def measure_units(env: dict, documents: list[Path]) -> list[tuple]:
             stats = file["stats"]
             rows.append((document.name, label, wall, stats["timings_ms"]["extract"] / 1000, stats["pages"],
                          stats.get("units", 1)))
-            print(f"  {document.name}, {label}: {wall:.1f} s", flush=True)
+            print(f"  {document.name}, {label}: {wall:.1f} s, extract {rows[-1][3]:.2f} s", flush=True)
     return rows
 
 
@@ -180,9 +180,10 @@ def measure_celery(env: dict, work: Path, documents: list[Path]) -> list[tuple]:
     rows = []
     for count, label, unit_pages in ((1, "unsplit, 1 worker", "1000000"), (1, "units, 1 worker", None),
                                      (2, "units, 2 workers", None)):
-        workers = CeleryWorkers(env, work, count)
+        # the workers plan and read the units: the unit size is theirs
+        workers = CeleryWorkers({**env, **({"INGESTION_UNIT_PAGES": unit_pages} if unit_pages else {})}, work, count)
         try:
-            run_env = {**workers.env, **({"INGESTION_UNIT_PAGES": unit_pages} if unit_pages else {})}
+            run_env = workers.env
             slug = "-".join(label.replace(",", "").split())  # a document key: no spaces
             for i in range(2 * count):  # every worker process loads the model (a run has one embedding step)
                 ingest(run_env, warm, f"warm-{slug}-{i}")
@@ -195,7 +196,8 @@ def measure_celery(env: dict, work: Path, documents: list[Path]) -> list[tuple]:
                 rows.append((document.name, label, wall, stats["timings_ms"]["extract"] / 1000,
                              stats.get("units_extract_ms", stats["timings_ms"]["extract"]) / 1000, stats["pages"],
                              stats.get("units", 1)))
-                print(f"  {document.name}, {label}: {wall:.1f} s", flush=True)
+                print(f"  {document.name}, {label}: {wall:.1f} s, extract {rows[-1][3]:.2f} s "
+                      f"(units' read time {rows[-1][4]:.2f} s)", flush=True)
         finally:
             workers.stop()
     return rows

@@ -47,7 +47,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from dagster_celery.make_app import make_app
     from dagster_celery.tasks import create_task
 
-    from ingestion_pipeline.core.db import resolve_database_url
+    from ingestion_pipeline.core.db import resolve_dagster_storage_url, resolve_database_url
     from ingestion_pipeline.core.settings import load_settings
     from ingestion_pipeline.defs.executor import celery_config
     from ingestion_pipeline.defs.resources import keep_embedders_across_steps
@@ -57,6 +57,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise ValueError("--concurrency must be at least 1")
     queues = worker_queues(args.queue)
     _check_reachable(settings.broker_url, resolve_database_url())
+    # a step reads the run's instance from Dagster's storage: DAGSTER_PG_URL, derived from DATABASE_URL when unset
+    # (as the other commands do), inherited by the pool's processes
+    resolve_dagster_storage_url()
     app = make_app(CeleryExecutor.for_cli(**celery_config(settings)).app_args())
     create_task(app)  # the task dagster-celery's executor sends: execute one step of a run
     keep_embedders_across_steps()  # inherited by the pool's processes: each loads the model once
