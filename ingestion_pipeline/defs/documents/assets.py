@@ -99,6 +99,15 @@ def _failed_files_check(failed: list[dict]) -> dg.AssetCheckResult:
     )
 
 
+def _model_metadata(embedder: Embedder, loaded_before: bool) -> dict:
+    """What a step paid for the model (0 when its process had it already) and which process holds it; nothing
+    when the step did not use it."""
+    if not embedder.loaded:
+        return {}
+    return {"model_load_seconds": 0.0 if loaded_before else round(embedder.load_seconds or 0.0, 3),
+            "model_process": f"{socket.gethostname()}:{os.getpid()}"}
+
+
 def _sum(outcomes: list[FileOutcome], key: str) -> int:
     return sum(o.stats.get(key, 0) for o in outcomes)
 
@@ -155,11 +164,8 @@ def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
         finally:
             pipeline.close()
         _log_failures(context, outcomes)
-        model = {}
-        if embedder.loaded:  # what this step paid for the model: 0 when its process had it already
-            model["model_load_seconds"] = 0.0 if loaded_before else round(embedder.load_seconds or 0.0, 3)
-            model["model_process"] = f"{socket.gethostname()}:{os.getpid()}"
-        return _result(outcomes, **model, **{key: _sum(outcomes, key) for key in totals})
+        return _result(outcomes, **_model_metadata(embedder, loaded_before),
+                       **{key: _sum(outcomes, key) for key in totals})
 
     asset = dg.asset(name=name, description=description, partitions_def=document_batches, group_name=GROUP,
                      deps=deps, kinds=kinds, code_version=CODE_VERSIONS.get(name), owners=OWNERS,
@@ -312,12 +318,9 @@ def _fanned_out_embeddings() -> dg.AssetsDefinition:
         outcomes = run(context, lambda pipeline: pipeline.finish_embedding(context.partition_key))
         _log_failures(context, outcomes)
         files, counts = _file_metadata(outcomes)
-        model = {}
-        if embedder.loaded:
-            model["model_load_seconds"] = 0.0 if loaded_before else round(embedder.load_seconds or 0.0, 3)
-            model["model_process"] = f"{socket.gethostname()}:{os.getpid()}"
         yield dg.Output(None, metadata={
-            **files, "failed": counts.get("failed", 0), "shares": len(encoded), **model,
+            **files, "failed": counts.get("failed", 0), "shares": len(encoded),
+            **_model_metadata(embedder, loaded_before),
             **{key: _sum(outcomes, key) for key in ("embedded", "embeddings_reused", "model_ms")}})
 
     @dg.graph_asset(name="document_embeddings", description=EMBEDDINGS_DESCRIPTION, partitions_def=document_batches,

@@ -122,9 +122,10 @@ def pdf_page_count(path: Path) -> int:
         pdf.close()
 
 
-def read_pdf_pages(path: Path, first_page: int, last_page: int,
+def read_pdf_pages(path: Path, first_page: int, last_page: int | None,
                    reusable_ocr: Iterable[ReadPage] = ()) -> PdfPages:
-    """Pages ``first_page``..``last_page`` (1-based, inclusive): the text layer, OCR for pages without one. A page
+    """Pages ``first_page``..``last_page`` (1-based, inclusive; None: the last) — the text layer, OCR for pages
+    without one. A page
     whose rendered image is in ``reusable_ocr`` (an earlier version's pages) is not read again. Paragraphs never
     cross a page, so the elements of consecutive ranges are those of the whole range, in order."""
     known = ocr.KnownPages(reusable_ocr)
@@ -133,6 +134,7 @@ def read_pdf_pages(path: Path, first_page: int, last_page: int,
         page_count = len(pdf)
         if page_count == 0:
             raise ExtractionError("PDF has no pages", code="pdf_no_pages")
+        last_page = page_count if last_page is None else last_page
         if not 1 <= first_page <= last_page <= page_count:
             raise ExtractionError(f"pages {first_page}-{last_page} are not in this {page_count}-page PDF",
                                   code="pdf_page_unreadable")
@@ -211,10 +213,8 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None,
                 reusable_ocr: Iterable[ReadPage] = ()) -> ExtractedDocument:
     """The text layer of every page, OCR for pages without one (``limits`` unused: PDFium reads a page at a
     time). A page whose rendered image is in ``reusable_ocr`` (an earlier version's pages) is not read again."""
-    page_count = pdf_page_count(path)
-    if page_count == 0:
-        raise ExtractionError("PDF has no pages", code="pdf_no_pages")
-    return finish_pdf([read_pdf_pages(path, 1, page_count, reusable_ocr)], page_count)
+    pages = read_pdf_pages(path, 1, None, reusable_ocr)  # the file opened once
+    return finish_pdf([pages], pages.last_page)
 
 
 def _ranges(pages: list[int]) -> str:
