@@ -45,6 +45,9 @@ def _print_file(records: list[dict]) -> None:
         eta = "?" if u["eta_s"] is None else f"{u['eta_s']:.0f} s"
         print(f"{'units':>22}: {u['units_done']}/{u['units_total']} read, pages {u['pages_done']}/{u['pages_total']} "
               f"({rate} pages/s), ETA {eta}")
+        for r in u.get("reading", []):
+            print(f"{'':>22}  unit {r['unit']} (pages {r['first_page']}-{r['last_page']}) read by {r['reader']}, "
+                  f"lease renewed {r['beat_seconds_ago']:.0f} s ago")
     print("\nattempts:")
     print_table([{**h, "at": h["at"].strftime("%Y-%m-%d %H:%M:%S")} for h in row["history"]],
                 ["at", "attempt", "event", "status", "error_code", "message", "actor"])

@@ -82,6 +82,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_MAX_ZIP_MEMBER_BYTES"),
         _setting("INGESTION_MAX_COMPRESSION_RATIO"),
         _setting("INGESTION_UNIT_PAGES"),
+        _setting("INGESTION_UNIT_TEXT_PAGES"),
         Variable("INGESTION_TESSERACT", "`tesseract` on the PATH", "The Tesseract executable for OCR."),
     ),
     "S3 sources": (

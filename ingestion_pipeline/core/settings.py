@@ -437,9 +437,14 @@ class ExtractionLimits(_Area):
                                        expected="a finite number", shown="100",
                                        description="Uncompressed / compressed, for parts over 1 MiB.")
     # measured by benchmarks/big_documents.py: see docs/benchmarks.md (a unit is one extraction worker's job)
-    unit_pages: int = env("INGESTION_UNIT_PAGES", default=12, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
-                          description="A PDF of more pages is read in units of this many pages, side by side "
-                                      "on the step's lanes; a unit already read is kept when the file is retried.")
+    unit_pages: int = env("INGESTION_UNIT_PAGES", default=8, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
+                          description="A PDF of more pages to OCR than this is read in units of about this many, "
+                                      "side by side (on the step's lanes; on Celery, one step per unit on any "
+                                      "worker); a unit already read is kept when the file is retried.")
+    unit_text_pages: int = env("INGESTION_UNIT_TEXT_PAGES", default=100, parse=_at_least_one,
+                               expected=WHOLE_AT_LEAST_ONE,
+                               description="Pages with a text layer that weigh as much as one page to OCR when a "
+                                           "PDF is cut into units (1: every page counts alike).")
 
 
 class ExecutorSettings(_Area):

@@ -1,23 +1,29 @@
 """Units of a big document: page ranges read side by side, kept one by one, assembled once.
 
-A PDF of more than ``INGESTION_UNIT_PAGES`` pages is split, after a cheap look at its page count, into
-ranges of about that many pages. Each unit is read by its own extraction worker (the step's lanes), and its
-result is written to ``staging_units`` the moment it is read: a retried or re-executed step — a worker
-SIGKILLed mid-document included — reads only the units not done yet. The file's elements are assembled from
-the units once all of them are done, counted as distinct done rows, never by a counter; PDF paragraphs never
-cross a page, so the assembled document is the one the whole file gives (``extraction.assemble_pdf``), and
-chunking, which reads the assembled elements, cuts no differently at a unit's edge.
+A PDF of more than ``INGESTION_UNIT_PAGES`` pages' work is split, after a cheap look at its pages (how many, and
+which have no text layer and need OCR), into ranges of about that much work. Each unit is read by its own
+extraction worker (the step's lanes; on Celery, a step on any worker) under a lease it renews, and its result is
+written to ``staging_units`` the moment it is read: a retried or re-executed step — a worker SIGKILLed
+mid-document included — reads only the units not done yet. The file's elements are assembled from the units once
+all of them are done, counted as distinct done rows, never by a counter; PDF paragraphs never cross a page, so
+the assembled document is the one the whole file gives (``extraction.assemble_pdf``), and chunking, which reads
+the assembled elements, cuts no differently at a unit's edge.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.documents.extraction.elements import Element, PdfPages, ReadPage
+
+_log = logging.getLogger("ingestion_pipeline.documents")
 
 
 @dataclass(frozen=True)
@@ -31,19 +37,40 @@ class Unit:
         return f"pages {self.first_page}-{self.last_page}"
 
 
-def plan_units(page_count: int, unit_pages: int) -> list[Unit]:
-    """Page ranges of about ``unit_pages`` pages covering ``page_count`` pages once, in order; one unit when the
-    document is not bigger than that. The ranges are even (60 pages in units of 25 are 20 + 20 + 20, not
-    25 + 25 + 10), so no worker waits on one long unit at the end."""
-    if page_count < 1 or unit_pages < 1:
+# A unit is a step of its own under Celery (~1 s of Dagster and Celery around it): a 100,000-page scan in units of
+# 8 pages would be 12,500 steps. Past this many, units grow instead.
+MAX_UNITS = 500
+
+
+def plan_units(page_count: int, unit_pages: int, scanned: Sequence[int] | None = None,
+               text_pages: int = 1) -> list[Unit]:
+    """Page ranges of about ``unit_pages`` pages' work covering ``page_count`` pages once, in order; one unit when
+    the document is not more work than that.
+
+    Work is OCR: a page in ``scanned`` (no text layer) counts 1, any other page ``1 / text_pages`` (reading a
+    text page costs ~1/400 of an OCR'd one here). ``scanned=None`` counts every page 1. A 619-page text PDF
+    read in 1.5 s is not split into 52 units that each cost a worker's round trip, while a 60-page scan is. The
+    ranges hold even work (60 scanned pages in units of 25 are 20 + 20 + 20, not 25 + 25 + 10), so no worker waits
+    on one long unit at the end; at most ``MAX_UNITS`` of them."""
+    if page_count < 1 or unit_pages < 1 or text_pages < 1:
         raise ValueError(f"cannot plan units of {unit_pages} page(s) for {page_count} page(s)")
-    count = math.ceil(page_count / unit_pages)
-    base, extra = divmod(page_count, count)
-    units, first = [], 1
-    for number in range(count):
-        size = base + (1 if number < extra else 0)
-        units.append(Unit(number, first, first + size - 1))
-        first += size
+    if scanned is None:
+        weights = [1.0] * page_count
+    else:
+        heavy = set(scanned)
+        weights = [1.0 if page in heavy else 1.0 / text_pages for page in range(1, page_count + 1)]
+    total = sum(weights)
+    count = min(page_count, MAX_UNITS, max(1, math.ceil(total / unit_pages - 1e-9)))
+    units: list[Unit] = []
+    first, running = 1, 0.0
+    for page, weight in enumerate(weights, start=1):
+        running += weight
+        cuts_left = count - 1 - len(units)
+        # cut where the running work passes the next k/count of the whole (or where each page left must be a unit)
+        if cuts_left and (running >= total * (len(units) + 1) / count - 1e-9 or page_count - page == cuts_left):
+            units.append(Unit(len(units), first, page))
+            first = page + 1
+    units.append(Unit(len(units), first, page_count))
     return units
 
 
@@ -82,11 +109,100 @@ def plan(conn: psycopg.Connection, run_id: int, content_hash: str, units: list[U
         (run_id, [u.number for u in units], [u.first_page for u in units], [u.last_page for u in units],
          content_hash))
     conn.execute("UPDATE staging_units SET reused = true WHERE run_id = %s AND state = 'done'", (run_id,))
+    # planned by whoever holds the file now: a reader of an earlier attempt lost it (a unit it still writes is
+    # kept, being written once)
+    conn.execute("UPDATE staging_units SET leased_by = NULL, heartbeat_at = NULL WHERE run_id = %s AND state = "
+                 "'pending'", (run_id,))
     with conn.cursor() as cur:
         cur.executemany(
             """INSERT INTO staging_units (run_id, unit_number, first_page, last_page, content_hash)
                VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id, unit_number) DO NOTHING""",
             [(run_id, u.number, u.first_page, u.last_page, content_hash) for u in units])
+
+
+# -- a unit's lease: the worker reading it renews it; stale, the unit goes to the next reader ------------------
+
+HEARTBEAT_SECONDS = 5.0
+# Six missed beats: a Postgres restart or a 10 s network cut does not hand a live reader's unit to another
+# (which would only cost a second read: a unit is written once whoever reads it).
+STALE_SECONDS = 30.0
+
+
+def take(conn: psycopg.Connection, run_id: int, number: int, holder: str,
+         stale_seconds: float = STALE_SECONDS) -> str:
+    """Lease the unit to ``holder``: ``"taken"``; ``"done"`` when it is read already; ``"busy"`` while another
+    reader renews its lease."""
+    row = conn.execute(
+        """UPDATE staging_units SET leased_by = %s, heartbeat_at = now()
+            WHERE run_id = %s AND unit_number = %s AND state = 'pending'
+              AND (leased_by IS NULL OR leased_by = %s OR heartbeat_at < now() - make_interval(secs => %s))
+        RETURNING unit_number""", (holder, run_id, number, holder, stale_seconds)).fetchone()
+    if row is not None:
+        return "taken"
+    state = conn.execute("SELECT state FROM staging_units WHERE run_id = %s AND unit_number = %s",
+                         (run_id, number)).fetchone()
+    return "busy" if state is not None and state["state"] == "pending" else "done"
+
+
+def beat(conn: psycopg.Connection, run_id: int, number: int, holder: str) -> bool:
+    """Renew the lease; False when the unit is no longer ``holder``'s (read meanwhile, or handed on as stale)."""
+    return conn.execute(
+        """UPDATE staging_units SET heartbeat_at = now()
+            WHERE run_id = %s AND unit_number = %s AND state = 'pending' AND leased_by = %s
+        RETURNING unit_number""", (run_id, number, holder)).fetchone() is not None
+
+
+def release(conn: psycopg.Connection, run_id: int, number: int, holder: str) -> None:
+    """Give the unit up unread (its reading failed): the next reader need not wait for the lease to go stale."""
+    conn.execute("""UPDATE staging_units SET leased_by = NULL, heartbeat_at = NULL
+                     WHERE run_id = %s AND unit_number = %s AND state = 'pending' AND leased_by = %s""",
+                 (run_id, number, holder))
+
+
+def hand_back_stale(conn: psycopg.Connection, stale_seconds: float = STALE_SECONDS) -> list[dict]:
+    """The janitor's part: units whose reader stopped renewing its lease are free to read again (which pages,
+    and who had them)."""
+    return conn.execute(
+        """UPDATE staging_units s SET leased_by = NULL, heartbeat_at = NULL
+             FROM (SELECT run_id, unit_number, leased_by FROM staging_units
+                    WHERE state = 'pending' AND leased_by IS NOT NULL
+                      AND heartbeat_at < now() - make_interval(secs => %s) FOR UPDATE SKIP LOCKED) stale
+            WHERE s.run_id = stale.run_id AND s.unit_number = stale.unit_number
+        RETURNING s.run_id, s.unit_number, s.first_page, s.last_page, stale.leased_by""",
+        (stale_seconds,)).fetchall()
+
+
+class UnitLease:
+    """Hold a taken unit while it is read: a daemon thread renews the lease every ``HEARTBEAT_SECONDS`` (errors
+    logged, retried at the next beat); leaving with an error gives the unit up."""
+
+    def __init__(self, db, run_id: int, number: int, holder: str, every: float = HEARTBEAT_SECONDS) -> None:
+        self.db, self.run_id, self.number, self.holder, self.every = db, run_id, number, holder, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"unit-lease-{run_id}-{number}", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                with self.db.transaction() as conn:
+                    if not beat(conn, self.run_id, self.number, self.holder):
+                        return  # read by someone else meanwhile: whoever writes first keeps it
+            except Exception as exc:
+                _log.warning("lease of unit %d of file %d not renewed: %s", self.number, self.run_id, exc)
+
+    def __enter__(self) -> UnitLease:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, _exc, _tb) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if exc_type is not None:
+            try:
+                with self.db.transaction() as conn:
+                    release(conn, self.run_id, self.number, self.holder)
+            except Exception as exc:  # the lease goes stale instead
+                _log.warning("unit %d of file %d not given up: %s", self.number, self.run_id, exc)
 
 
 def pending(conn: psycopg.Connection, run_id: int) -> list[Unit]:
@@ -100,7 +216,8 @@ def finish(conn: psycopg.Connection, run_id: int, unit: Unit, pages: PdfPages, *
            extract_ms: int) -> bool:
     """Keep a unit's result; False when it was done already (a second delivery: nothing is written)."""
     row = conn.execute(
-        """UPDATE staging_units SET state = 'done', result = %s, done_by = %s, done_at = now(), extract_ms = %s
+        """UPDATE staging_units SET state = 'done', result = %s, done_by = %s, done_at = now(), extract_ms = %s,
+                   leased_by = NULL, heartbeat_at = NULL
             WHERE run_id = %s AND unit_number = %s AND state = 'pending' RETURNING unit_number""",
         (Jsonb(to_json(pages)), done_by, extract_ms, run_id, unit.number)).fetchone()
     return row is not None
@@ -124,7 +241,8 @@ def done(conn: psycopg.Connection, run_id: int) -> tuple[int, list[PdfPages], di
 
 def progress(conn: psycopg.Connection, run_id: int) -> dict | None:
     """A file's units as they are read (None for a file not read in units): units and pages done of all, pages
-    read per second by this attempt's units, and the ETA at that rate."""
+    read per second by this attempt's units, the ETA at that rate, and the units being read now (by whom, and
+    how long ago their reader last renewed its lease: past ``STALE_SECONDS`` it is handed on)."""
     row = conn.execute(
         """SELECT count(*) AS units_total, count(*) FILTER (WHERE state = 'done') AS units_done,
                   coalesce(sum(last_page - first_page + 1), 0) AS pages_total,
@@ -139,6 +257,12 @@ def progress(conn: psycopg.Connection, run_id: int) -> dict | None:
     seconds = float(row["seconds"] or 0)
     rate = row["pages_read"] / seconds if seconds > 0 else None
     left = row["pages_total"] - row["pages_done"]
+    reading = conn.execute(
+        """SELECT unit_number AS unit, first_page, last_page, leased_by AS reader,
+                  round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float AS beat_seconds_ago
+             FROM staging_units WHERE run_id = %s AND state = 'pending' AND leased_by IS NOT NULL
+            ORDER BY unit_number""", (run_id,)).fetchall()
     return {"units_done": row["units_done"], "units_total": row["units_total"], "pages_done": row["pages_done"],
             "pages_total": row["pages_total"], "pages_per_s": None if rate is None else round(rate, 2),
-            "eta_s": 0.0 if left == 0 else (None if rate is None else round(left / rate, 1))}
+            "eta_s": 0.0 if left == 0 else (None if rate is None else round(left / rate, 1)),
+            "reading": [dict(r) for r in reading]}

@@ -27,8 +27,9 @@ def _chunks(db, tenant: str) -> list[dict]:
 
 def test_a_pdf_in_units_becomes_the_version_the_whole_file_makes(instance, database, db, corpus_dir, monkeypatch):
     olap = corpus_dir / "documents" / "fr_olap.pdf"  # 12 pages
-    ingest(instance, database, "whole", olap)  # 12 pages are one unit under the default of 12
+    ingest(instance, database, "whole", olap)  # 12 text pages are a tenth of a unit's work by default
     monkeypatch.setenv("INGESTION_UNIT_PAGES", "3")
+    monkeypatch.setenv("INGESTION_UNIT_TEXT_PAGES", "1")  # a text PDF cut by its pages
     ingest(instance, database, "split", olap)
     runs = {r["tenant_id"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
     assert {r["status"] for r in runs.values()} == {"succeeded"}
@@ -50,6 +51,7 @@ def test_a_pdf_in_units_becomes_the_version_the_whole_file_makes(instance, datab
 @pytest.mark.integration
 def test_a_retried_file_reads_only_the_units_it_had_not_read(instance, database, db, corpus_dir, monkeypatch):
     monkeypatch.setenv("INGESTION_UNIT_PAGES", "3")
+    monkeypatch.setenv("INGESTION_UNIT_TEXT_PAGES", "1")  # a text PDF cut by its pages
     monkeypatch.setenv("INGESTION_BATCH_LANES", "1")  # units in page order
     monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0.2,0.2")
     submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
@@ -74,6 +76,57 @@ def test_a_retried_file_reads_only_the_units_it_had_not_read(instance, database,
     assert ordinals == list(range(version["chunk_count"]))  # no chunk twice
 
 
+
+@pytest.mark.integration
+def test_a_unit_another_live_worker_reads_is_waited_for_not_read_twice(instance, database, db, corpus_dir,
+                                                                      monkeypatch):
+    """A second delivery: another worker holds unit 2's lease and renews it while it reads; the run waits for
+    that unit instead of reading it, and the version is the whole file's."""
+    import threading
+    import time
+
+    from ingestion_pipeline.documents import units
+    from ingestion_pipeline.documents.extraction import extract_pdf_pages
+
+    monkeypatch.setenv("INGESTION_UNIT_PAGES", "3")
+    monkeypatch.setenv("INGESTION_UNIT_TEXT_PAGES", "1")
+    monkeypatch.setenv("INGESTION_BATCH_LANES", "1")
+    olap = corpus_dir / "documents" / "fr_olap.pdf"
+    submit(database, "acme", olap)
+    original = IsolatedExtractor.__call__
+    reads: list[tuple[int, int]] = []
+    other: list[threading.Thread] = []
+
+    def the_other_worker(run_id: int) -> None:
+        with units.UnitLease(database, run_id, 1, "other-host:1", every=0.2):
+            time.sleep(2.0)  # past several of the run's looks at the unit
+            with database.transaction() as conn:
+                units.finish(conn, run_id, units.Unit(1, 4, 6), extract_pdf_pages(olap, 4, 6),
+                             done_by="other-host:1", extract_ms=2000)
+
+    def recording(self, path, extension, reusable_ocr=(), pages=None):
+        if pages is not None:
+            reads.append(pages)
+            if pages == (1, 3):  # another worker takes unit 2 now, while this one reads unit 1
+                run_id = table(db, "SELECT run_id FROM staging_units LIMIT 1")[0]["run_id"]
+                with database.transaction() as conn:
+                    assert units.take(conn, run_id, 1, "other-host:1") == "taken"
+                other.append(threading.Thread(target=the_other_worker, args=(run_id,)))
+                other[0].start()
+        return original(self, path, extension, reusable_ocr, pages)
+
+    monkeypatch.setattr(IsolatedExtractor, "__call__", recording)
+    process_in_process(instance, database)
+    other[0].join()
+    [run] = table(db, "SELECT * FROM ingestion_runs")
+    assert (run["status"], run["attempts"]) == ("succeeded", 1), run["error"]
+    assert reads == [(1, 3), (7, 9), (10, 12)]  # unit 2 was the other worker's
+    assert table(db, "SELECT count(*) AS n FROM document_versions")[0]["n"] == 1
+    monkeypatch.setenv("INGESTION_UNIT_PAGES", "100")
+    ingest(instance, database, "whole", olap)
+    assert _chunks(db, "acme") == _chunks(db, "whole")
+
+
 def _fanned_out_assets():
     """The document assets as a code location under INGESTION_EXECUTOR=celery has them: document_elements and
     document_embeddings are graphs whose units and shares fan out (run here with the in-process executor: the
@@ -91,6 +144,7 @@ def test_units_fan_out_as_mapped_steps_and_assemble_into_the_whole_files_version
     olap, memo = corpus_dir / "documents" / "fr_olap.pdf", corpus_dir / "documents" / "fake-memo.pdf"
     ingest(instance, database, "whole", olap, memo)
     monkeypatch.setenv("INGESTION_UNIT_PAGES", "5")  # 12 pages: units 1-4, 5-8, 9-12; the memo is read whole
+    monkeypatch.setenv("INGESTION_UNIT_TEXT_PAGES", "1")  # a text PDF cut by its pages
     monkeypatch.setenv("INGESTION_EMBEDDING_SHARE_CHUNKS", "10")
     submit(database, "split", olap, memo)
     [key] = batch_queued(database)
@@ -142,6 +196,7 @@ def test_a_reexecution_from_failure_runs_only_the_failed_unit_again(instance, da
     from ingestion_pipeline_tests.helpers import batch_queued
 
     monkeypatch.setenv("INGESTION_UNIT_PAGES", "5")
+    monkeypatch.setenv("INGESTION_UNIT_TEXT_PAGES", "1")  # a text PDF cut by its pages
     submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
     [key] = batch_queued(database)
     instance.add_dynamic_partitions("document_batches", [key])

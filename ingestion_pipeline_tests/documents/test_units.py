@@ -7,8 +7,8 @@ import pytest
 
 from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents import staging, units
-from ingestion_pipeline.documents.extraction import assemble_pdf, extract, extract_pdf_pages, pdf_page_count
-from ingestion_pipeline.documents.extraction.elements import Element, PdfPages
+from ingestion_pipeline.documents.extraction import assemble_pdf, extract, extract_pdf_pages, pdf_survey
+from ingestion_pipeline.documents.extraction.elements import Element, PdfPages, PdfSurvey
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.extraction.isolation import ExtractorPool
 from ingestion_pipeline_tests.helpers import submit, table
@@ -25,8 +25,38 @@ def test_units_cover_every_page_once_in_even_ranges():
         units.plan_units(0, 12)
 
 
+def test_units_hold_even_work_where_ocr_is_the_work():
+    # a 619-page text PDF (1.5 s to read) is one unit; the same pages scanned are 78 units of ~8 pages
+    assert units.plan_units(619, 8, scanned=[], text_pages=100) == [units.Unit(0, 1, 619)]
+    assert len(units.plan_units(619, 8, scanned=range(1, 620), text_pages=100)) == 78
+    # 50 text pages then 50 scanned ones: the text pages ride with the first scanned pages
+    mixed = units.plan_units(100, 8, scanned=range(51, 101), text_pages=100)
+    assert [(u.first_page, u.last_page) for u in mixed] == [(1, 57), (58, 64), (65, 72), (73, 79), (80, 86),
+                                                            (87, 93), (94, 100)]
+    # a scan of 100,000 pages: units grow rather than become 12,500 steps
+    huge = units.plan_units(100_000, 8)
+    assert len(huge) == units.MAX_UNITS and huge[-1].last_page == 100_000
+    assert {u.last_page - u.first_page + 1 for u in huge} == {200}
+    # every page is a unit before any is empty
+    assert [(u.first_page, u.last_page) for u in units.plan_units(3, 1, scanned=[3], text_pages=1)] == [
+        (1, 1), (2, 2), (3, 3)]
+
+
+def test_the_survey_finds_the_pages_without_text(corpus_dir, tmp_path):
+    from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
+
+    assert pdf_survey(corpus_dir / "documents" / "DA-619p.pdf", 8) == PdfSurvey(619, [])
+    assert pdf_survey(corpus_dir / "documents" / "DA-619p.pdf", 1000) == PdfSurvey(619, None)
+    scan = write_scanned_pages(tmp_path / "scan.pdf", [["Minutes of the meeting"]] * 3)
+    assert pdf_survey(scan) == PdfSurvey(3, [1, 2, 3])
+    # the pages it counts as work are those extraction finds without a text layer (an empty page included)
+    path = corpus_dir / "documents" / "layout-parser-paper-with-empty-pages.pdf"
+    whole = extract_pdf_pages(path, 1, pdf_survey(path).page_count)
+    assert pdf_survey(path).scanned == sorted([p.page_number for p in whole.read_pages] + whole.unread) == [2, 3]
+
+
 def _in_units(path: Path, unit_pages: int):
-    pages = pdf_page_count(path)
+    pages = pdf_survey(path).page_count
     parts = [units.from_json({"first_page": u.first_page, "last_page": u.last_page,
                               "result": units.to_json(extract_pdf_pages(path, u.first_page, u.last_page))})
              for u in units.plan_units(pages, unit_pages)]
@@ -71,7 +101,7 @@ def test_the_pool_reads_units_in_separate_workers_side_by_side(corpus_dir):
 
     path = corpus_dir / "documents" / "fr_olap.pdf"
     with ExtractorPool(ExtractionLimits(), 2) as pool:
-        assert pool.page_count(path) == 12
+        assert pool.survey(path, 12) == PdfSurvey(12, None)  # 12 pages: not looked at beyond the count
         results, barrier = {}, threading.Barrier(2)
 
         def read(first, last):
@@ -127,3 +157,63 @@ def test_chunks_to_encode_are_cut_into_shares_of_the_set_size():
     assert cut_into_shares(runs, 4) == [[[7, 0, 3]], [[7, 4, 4], [7, 9, 11]], [[7, 12, 12], [8, 0, 2]]]
     assert cut_into_shares(runs, 100) == [[[7, 0, 4], [7, 9, 12], [8, 0, 2]]]
     assert cut_into_shares([], 4) == []
+
+
+def _backdate(db, run_id: int, seconds: float) -> None:
+    db.execute("UPDATE staging_units SET heartbeat_at = now() - make_interval(secs => %s) WHERE run_id = %s",
+               (seconds, run_id))
+
+
+def test_a_unit_is_leased_to_one_reader_and_handed_on_when_its_lease_goes_stale(database, db, corpus_dir):
+    submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
+    [row] = table(db, "SELECT run_id FROM ingestion_runs")
+    run_id = row["run_id"]
+    plan = units.plan_units(6, 3)
+    with database.transaction() as conn:
+        staging.ensure_staging_row(conn, run_id, "acme")
+        units.plan(conn, run_id, "sha-a", plan)
+        assert units.take(conn, run_id, 0, "host-a:1") == "taken"
+        assert units.take(conn, run_id, 0, "host-a:1") == "taken"  # its own lease again (a retry in place)
+        assert units.take(conn, run_id, 0, "host-b:2") == "busy"  # a second delivery while host-a renews it
+        assert units.beat(conn, run_id, 0, "host-a:1") and not units.beat(conn, run_id, 0, "host-b:2")
+    with database.connection() as conn:
+        [reading] = units.progress(conn, run_id)["reading"]
+    assert (reading["unit"], reading["reader"], reading["first_page"]) == (0, "host-a:1", 1)
+    assert reading["beat_seconds_ago"] < units.STALE_SECONDS
+    _backdate(db, run_id, units.STALE_SECONDS + 1)  # host-a died: no beat for longer than a lease
+    with database.transaction() as conn:
+        assert units.take(conn, run_id, 0, "host-b:2") == "taken"  # handed on by the next reader
+        assert not units.beat(conn, run_id, 0, "host-a:1")  # host-a, back, learns it has lost the unit
+        assert units.take(conn, run_id, 1, "host-a:1") == "taken"
+        units.release(conn, run_id, 1, "host-a:1")  # its read failed: free at once
+        assert units.take(conn, run_id, 1, "host-c:3") == "taken"
+        assert units.finish(conn, run_id, plan[0], PdfPages(1, 3, []), done_by="host-b:2", extract_ms=1)
+        assert units.take(conn, run_id, 0, "host-c:3") == "done"
+    # the janitor hands back units whose reader went silent, and only those
+    _backdate(db, run_id, units.STALE_SECONDS + 1)
+    with database.transaction() as conn:
+        stale = units.hand_back_stale(conn)
+        assert [(u["unit_number"], u["leased_by"]) for u in stale] == [(1, "host-c:3")]
+        assert units.hand_back_stale(conn) == []
+    rows = table(db, "SELECT unit_number, state, leased_by FROM staging_units WHERE run_id = %s ORDER BY 1", run_id)
+    assert rows == [{"unit_number": 0, "state": "done", "leased_by": None},
+                    {"unit_number": 1, "state": "pending", "leased_by": None}]
+
+
+def test_the_janitor_reports_the_units_it_handed_back(database, db, corpus_dir):
+    import dagster as dg
+
+    from ingestion_pipeline.core.settings import ReliabilitySettings
+    from ingestion_pipeline.defs.ledger.janitor import run_janitor
+
+    submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
+    [row] = table(db, "SELECT run_id FROM ingestion_runs")
+    with database.transaction() as conn:
+        staging.ensure_staging_row(conn, row["run_id"], "acme")
+        units.plan(conn, row["run_id"], "sha-a", units.plan_units(6, 3))
+        units.take(conn, row["run_id"], 1, "host-a:1")
+    _backdate(db, row["run_id"], units.STALE_SECONDS + 1)
+    with dg.instance_for_test() as instance:
+        report = run_janitor(instance, database, ReliabilitySettings())
+    assert f"1 unit(s) whose reader stopped renewing its lease handed back: file {row['run_id']} pages 4-6" \
+        in report.describe()

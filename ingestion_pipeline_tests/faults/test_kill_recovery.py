@@ -143,7 +143,7 @@ def test_sigterm_on_process_gives_its_files_back(harness, database_url, db, corp
 def test_a_worker_killed_mid_document_costs_the_units_it_had_not_kept(harness, database_url, db, corpus_dir):
     """SIGKILL `process` right after it kept the first unit of a 12-page PDF read in units of 3: the next
     `process` reads the other three units only, and the file becomes one version with every chunk once."""
-    harness.env.update(INGESTION_UNIT_PAGES="3", INGESTION_BATCH_LANES="1")
+    harness.env.update(INGESTION_UNIT_PAGES="3", INGESTION_UNIT_TEXT_PAGES="1", INGESTION_BATCH_LANES="1")
     olap = corpus_dir / "documents" / "fr_olap.pdf"
     assert harness.cli("submit", str(olap), "--tenant", "acme").returncode == 0
     assert harness.kill_process(point="extract.unit_done").reached

@@ -12,7 +12,8 @@ holding every slot of the run queue (``max_concurrent_runs``), where its own run
    unless a Dagster retry of their run is about to continue them;
 3. queued work that no run picked up for ``INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS`` (1 h) gets a new
    launch generation, so the sensors launch its batch again;
-4. heartbeats of runs that are over are forgotten.
+4. units of big PDFs whose reader stopped renewing its lease are free to be read again;
+5. heartbeats of runs that are over are forgotten.
 """
 
 
@@ -27,7 +28,7 @@ from ingestion_pipeline.core.ledger import DOCUMENT_FILES, TABLES
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.defs.ledger.finalization import owner_of, retry_follows, table_for_run
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
-from ingestion_pipeline.documents import file_ledger
+from ingestion_pipeline.documents import file_ledger, units
 
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
@@ -39,10 +40,11 @@ class JanitorReport:
     dead_runs: list[str] = field(default_factory=list)
     expired: list[dict] = field(default_factory=list)  # ledger rows handed back (or dead-lettered)
     relaunched: list[str] = field(default_factory=list)  # partitions whose launch generation went up
+    stale_units: list[dict] = field(default_factory=list)  # units of big PDFs whose reader stopped renewing
 
     @property
     def is_empty(self) -> bool:
-        return not (self.dead_runs or self.expired or self.relaunched)
+        return not (self.dead_runs or self.expired or self.relaunched or self.stale_units)
 
     def describe(self) -> str:
         if self.is_empty:
@@ -53,6 +55,10 @@ class JanitorReport:
         if self.expired:
             dead = sum(1 for r in self.expired if r["status"] == "dead_letter")
             parts.append(f"{len(self.expired)} expired claim(s) handed back ({dead} dead-lettered)")
+        if self.stale_units:
+            parts.append(f"{len(self.stale_units)} unit(s) whose reader stopped renewing its lease handed back: "
+                         + ", ".join(f"file {u['run_id']} pages {u['first_page']}-{u['last_page']}"
+                                     for u in self.stale_units[:5]))
         if self.relaunched:
             parts.append(f"{len(self.relaunched)} batch(es) relaunched: {', '.join(self.relaunched[:5])}")
         return "; ".join(parts)
@@ -116,6 +122,7 @@ def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilityS
             report.expired += expired
             report.relaunched += ledger.relaunch_stale_queued(
                 conn, t, older_than_seconds=policy.relaunch_queued_after_seconds, keep_partitions=in_flight)
+        report.stale_units = units.hand_back_stale(conn)
         leases.forget_older_than(conn, max(policy.lease_seconds * 10, 3600.0))
         step_values.drop_older_than(conn)
     return report

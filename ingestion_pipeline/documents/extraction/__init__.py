@@ -45,7 +45,7 @@ def _extractors() -> dict:
     }
 
 __all__ = ["EXTRACTOR_VERSION", "Element", "ExtractedDocument", "ExtractionError", "InProcessExtractor", "ReadPage",
-           "assemble_pdf", "extract", "extract_pdf_pages", "load_extractors", "pdf_page_count"]
+           "assemble_pdf", "extract", "extract_pdf_pages", "load_extractors", "pdf_survey"]
 
 
 def load_extractors() -> None:
@@ -77,11 +77,11 @@ def extract_pdf_pages(path: Path, first_page: int, last_page: int,
     return read_pdf_pages(Path(path), first_page, last_page, reusable_ocr)
 
 
-def pdf_page_count(path: Path) -> int:
-    """A PDF's page count (PDFium opens it; no page is read)."""
-    from ingestion_pipeline.documents.extraction.pdf import pdf_page_count as count
+def pdf_survey(path: Path, look_beyond: int = 0):
+    """A PDF's page count and, past ``look_beyond`` pages, the pages without text (``pdf.pdf_survey``)."""
+    from ingestion_pipeline.documents.extraction.pdf import pdf_survey as survey
 
-    return count(Path(path))
+    return survey(Path(path), look_beyond)
 
 
 class InProcessExtractor:
@@ -96,8 +96,8 @@ class InProcessExtractor:
             return extract(path, extension, self.limits, reusable_ocr)
         return extract_pdf_pages(path, *pages, reusable_ocr)
 
-    def page_count(self, path: Path) -> int:
-        return pdf_page_count(path)
+    def survey(self, path: Path, look_beyond: int = 0):
+        return pdf_survey(path, look_beyond)
 
 
 def assemble_pdf(parts: Sequence, page_count: int, limits: ExtractionLimits | None = None) -> ExtractedDocument:

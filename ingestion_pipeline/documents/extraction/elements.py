@@ -66,6 +66,15 @@ class PdfPages:
     copy_protected: bool = False
 
 
+@dataclass(frozen=True)
+class PdfSurvey:
+    """A cheap look at a PDF before it is read (``pdf.pdf_survey``): how many pages, and which draw no text
+    (``None``: not looked at, the file being small)."""
+
+    page_count: int
+    scanned: list[int] | None = None
+
+
 MAX_TITLE_CHARS = 200
 
 

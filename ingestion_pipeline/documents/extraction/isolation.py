@@ -23,8 +23,8 @@ from pathlib import Path
 
 from ingestion_pipeline.core.failures import TransientError
 from ingestion_pipeline.core.settings import ExtractionLimits
-from ingestion_pipeline.documents.extraction import extract, extract_pdf_pages, load_extractors, pdf_page_count
-from ingestion_pipeline.documents.extraction.elements import ExtractedDocument, PdfPages, ReadPage
+from ingestion_pipeline.documents.extraction import extract, extract_pdf_pages, load_extractors, pdf_survey
+from ingestion_pipeline.documents.extraction.elements import ExtractedDocument, PdfPages, PdfSurvey, ReadPage
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 
 _log = logging.getLogger("ingestion_pipeline.extraction")
@@ -55,8 +55,8 @@ def _serve(conn, memory_mb: int) -> None:
             return
         path, extension, limits, reusable_ocr, pages = task
         try:
-            if pages == "count":
-                reply = ("ok", pdf_page_count(Path(path)))
+            if isinstance(pages, tuple) and pages[0] == "survey":
+                reply = ("ok", pdf_survey(Path(path), pages[1]))
             elif pages is None:
                 reply = ("ok", extract(Path(path), extension, limits, reusable_ocr))
             else:
@@ -149,9 +149,10 @@ class IsolatedExtractor:
         """The whole file's document; or, with ``pages`` (first, last), that unit of a PDF (``PdfPages``)."""
         return self._ask((str(path), extension, self.limits, list(reusable_ocr), pages))
 
-    def page_count(self, path: Path) -> int:
-        """A PDF's page count, looked up by the worker (PDFium parses the file: untrusted input)."""
-        return self._ask((str(path), ".pdf", self.limits, [], "count"))
+    def survey(self, path: Path, look_beyond: int = 0) -> PdfSurvey:
+        """A PDF's page count and pages without text (``pdf.pdf_survey``), looked up by the worker (PDFium parses
+        the file: untrusted input)."""
+        return self._ask((str(path), ".pdf", self.limits, [], ("survey", look_beyond)))
 
     def _ask(self, task: tuple):
         if not self._alive():
@@ -231,10 +232,10 @@ class ExtractorPool:
         finally:
             self._give_back(extractor)
 
-    def page_count(self, path: Path) -> int:
+    def survey(self, path: Path, look_beyond: int = 0) -> PdfSurvey:
         extractor = self._borrow()
         try:
-            return extractor.page_count(path)
+            return extractor.survey(path, look_beyond)
         finally:
             self._give_back(extractor)
 

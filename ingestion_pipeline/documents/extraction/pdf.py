@@ -24,6 +24,7 @@ from ingestion_pipeline.documents.extraction.elements import (
     ExtractedDocument,
     Kind,
     PdfPages,
+    PdfSurvey,
     ReadPage,
     clean_text,
 )
@@ -113,11 +114,42 @@ def _looks_like_heading(line: str) -> bool:
     return len(letters) >= 4 and all(c.isupper() for c in letters) and not line.endswith((".", ","))
 
 
-def pdf_page_count(path: Path) -> int:
-    """The number of pages (a cheap look at the file: no page is read)."""
+def _has_text_objects(objects: int, get) -> bool:
+    """Whether a page (or a form XObject on it) draws any text: PDFium parses its content stream, but builds
+    no text page (a third of the cost of reading the text)."""
+    for index in range(objects):
+        obj = get(index)
+        kind = pdfium_c.FPDFPageObj_GetType(obj)
+        if kind == pdfium_c.FPDF_PAGEOBJ_TEXT:
+            return True
+        if kind == pdfium_c.FPDF_PAGEOBJ_FORM and _has_text_objects(
+                pdfium_c.FPDFFormObj_CountObjects(obj), lambda i, form=obj: pdfium_c.FPDFFormObj_GetObject(form, i)):
+            return True
+    return False
+
+
+def pdf_survey(path: Path, look_beyond: int = 0) -> PdfSurvey:
+    """The page count, and — for a PDF of more than ``look_beyond`` pages — the pages that draw no text (scans:
+    OCR reads them, at ~400 times the cost of a text page), so a big PDF is cut into units of even work. No text
+    is read: 0.8 ms a page (619 pages in 0.5 s; reading their text takes 1.5 s)."""
     pdf = _open(path)
     try:
-        return len(pdf)
+        count = len(pdf)
+        if count <= look_beyond:
+            return PdfSurvey(count, None)
+        scanned = []
+        for index in range(count):
+            try:
+                page = pdf[index]
+            except pdfium.PdfiumError:  # read (and failed, saying where) by the unit that holds it
+                continue
+            try:
+                if not _has_text_objects(pdfium_c.FPDFPage_CountObjects(page.raw),
+                                         lambda i, raw=page.raw: pdfium_c.FPDFPage_GetObject(raw, i)):
+                    scanned.append(index + 1)
+            finally:
+                page.close()
+        return PdfSurvey(count, scanned)
     finally:
         pdf.close()
 

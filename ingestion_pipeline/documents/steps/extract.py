@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -46,13 +47,18 @@ def _extension(row: dict) -> str:
     return (row["config"] or {}).get("extension") or Path(filename(row)).suffix
 
 
-def _big_pdf_pages(run: StepRunner, path: Path, extension: str) -> int:
-    """The page count of a PDF over the unit size (0 for anything else): it is read in units."""
-    page_count = getattr(run.extract_file, "page_count", None)
-    if page_count is None or extension.lower() != ".pdf":
-        return 0
-    pages = page_count(path)
-    return pages if pages > run.settings.limits.unit_pages else 0
+def _units_of(run: StepRunner, path: Path, extension: str) -> list[units.Unit] | None:
+    """The units a PDF of more than a unit's work is read in (None: read whole). The extraction worker surveys
+    the file (PDFium parses it: untrusted input): its pages, and which need OCR."""
+    survey = getattr(run.extract_file, "survey", None)
+    if survey is None or extension.lower() != ".pdf":
+        return None
+    limits = run.settings.limits
+    found = survey(path, limits.unit_pages)
+    if found.scanned is None:  # no more pages than a unit
+        return None
+    planned = units.plan_units(found.page_count, limits.unit_pages, found.scanned, limits.unit_text_pages)
+    return planned if len(planned) > 1 else None
 
 
 def _extract_one(run: StepRunner, row: dict) -> FileOutcome:
@@ -68,10 +74,10 @@ def _extract_one(run: StepRunner, row: dict) -> FileOutcome:
         raise StoredObjectMissing("no stored copy recorded")
     # an S3 store's object is downloaded once per attempt, here (hashed on the way); a local file is read in place
     with run.store.local_copy(row["raw_path"], row["content_hash"]) as raw:
-        pages = _big_pdf_pages(run, raw.path, extension)
-        if pages:
-            _read_units_on_lanes(run, row, raw.path, pages, reusable)
-            return _assemble(run, row, pages, ms(start), raw.fetched_bytes)
+        planned = _units_of(run, raw.path, extension)
+        if planned:
+            _read_units_on_lanes(run, row, raw.path, planned, reusable)
+            return _assemble(run, row, planned[-1].last_page, ms(start), raw.fetched_bytes)
         document = run.extract_file(raw.path, extension, reusable)
     return _stage(run, row, document, ms(start), raw.fetched_bytes)
 
@@ -97,9 +103,8 @@ def _stage(run: StepRunner, row: dict, document: ExtractedDocument, elapsed: int
 
 # -- units of a big PDF ------------------------------------------------------------------------------------------
 
-def _plan_units(run: StepRunner, row: dict, page_count: int) -> tuple[int, list[units.Unit]]:
-    """Record the file's units (done ones kept); how many there are and the ones still to read."""
-    planned = units.plan_units(page_count, run.settings.limits.unit_pages)
+def _plan_units(run: StepRunner, row: dict, planned: list[units.Unit]) -> list[units.Unit]:
+    """Record the file's units (done ones kept); the ones still to read."""
     with run.db.transaction() as conn:
         file_ledger.hold(conn, row["run_id"], run.owner)
         staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
@@ -108,31 +113,52 @@ def _plan_units(run: StepRunner, row: dict, page_count: int) -> tuple[int, list[
     if len(todo) < len(planned):
         log.info("%s: %d of %d units already read, %d to read", filename(row), len(planned) - len(todo),
                  len(planned), len(todo))
-    return len(planned), todo
+    return todo
+
+
+def _take(run: StepRunner, row: dict, unit: units.Unit, holder: str) -> bool:
+    """Lease the unit to this reader; False when it is read already. A unit another live reader holds (a second
+    delivery of its step) is waited for: read by then, or handed on once that reader stops renewing its lease."""
+    waited = False
+    while True:
+        with run.db.transaction() as conn:  # the file's hold first: a run that lost the file reads nothing
+            file_ledger.hold(conn, row["run_id"], run.owner)
+            taken = units.take(conn, row["run_id"], unit.number, holder)
+        if taken != "busy":
+            return taken == "taken"
+        if not waited:
+            log.info("%s: %s is being read by another worker: waiting for it", filename(row), unit.pages)
+            waited = True
+        time.sleep(1.0)
 
 
 def _read_unit(run: StepRunner, row: dict, path: Path, unit: units.Unit, reusable: list[ReadPage]) -> units.Unit:
-    """Read one unit and keep it (a unit someone else kept meanwhile is not written again)."""
+    """Read one unit under its lease and keep it (a unit someone else kept meanwhile is not written again)."""
+    holder = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+    if not _take(run, row, unit, holder):
+        return unit
     start = time.perf_counter()
-    try:
-        pages = run.extract_file(path, ".pdf", reusable, (unit.first_page, unit.last_page))
-    except ExtractionError as exc:  # the file's failure, saying where
-        raise ExtractionError(f"{unit.pages}: {exc}", code=exc.code, suggestion=exc.suggestion) from exc
-    with run.db.transaction() as conn:  # the file's hold first: a run that lost the file writes nothing
-        file_ledger.hold(conn, row["run_id"], run.owner)
-        units.finish(conn, row["run_id"], unit, pages, done_by=f"{socket.gethostname()}:{os.getpid()}",
-                     extract_ms=ms(start))
+    with units.UnitLease(run.db, row["run_id"], unit.number, holder):
+        try:
+            pages = run.extract_file(path, ".pdf", reusable, (unit.first_page, unit.last_page))
+        except ExtractionError as exc:  # the file's failure, saying where
+            raise ExtractionError(f"{unit.pages}: {exc}", code=exc.code, suggestion=exc.suggestion) from exc
+        with run.db.transaction() as conn:  # the file's hold first: a run that lost the file writes nothing
+            file_ledger.hold(conn, row["run_id"], run.owner)
+            units.finish(conn, row["run_id"], unit, pages, done_by=f"{socket.gethostname()}:{os.getpid()}",
+                         extract_ms=ms(start))
     failpoint("extract.unit_done")
     return unit
 
 
-def _read_units_on_lanes(run: StepRunner, row: dict, path: Path, page_count: int,
+def _read_units_on_lanes(run: StepRunner, row: dict, path: Path, planned: list[units.Unit],
                          reusable: list[ReadPage]) -> None:
     """Read a big PDF's units not done yet side by side on the step's lanes, each kept the moment it is read."""
-    count, todo = _plan_units(run, row, page_count)
+    todo = _plan_units(run, row, planned)
+    page_count = planned[-1].last_page
     pages_left = sum(unit.last_page - unit.first_page + 1 for unit in todo)
-    progress = UnitProgress(f"extract {filename(row)}", count, page_count, sinks=run.progress_sinks)
-    progress.advance(count - len(todo), page_count - pages_left, read=False)
+    progress = UnitProgress(f"extract {filename(row)}", len(planned), page_count, sinks=run.progress_sinks)
+    progress.advance(len(planned) - len(todo), page_count - pages_left, read=False)
     in_pool([functools.partial(_read_unit, run, row, path, unit, reusable) for unit in todo], run.lanes,
             on_done=lambda unit: progress.advance(1, unit.last_page - unit.first_page + 1))
     progress.finish()
@@ -183,13 +209,14 @@ def plan_extraction(run: StepRunner, partition_key: str) -> tuple[list[str], lis
             raise StoredObjectMissing("no stored copy recorded")
         # from an S3 store, a big PDF is fetched here and by each unit's step (hosts share no disk)
         with run.store.local_copy(row["raw_path"], row["content_hash"]) as raw:
-            pages = _big_pdf_pages(run, raw.path, ".pdf")
-        if not pages:
+            planned = _units_of(run, raw.path, ".pdf")
+        if not planned:
             return FileOutcome.of(row, STEP_DONE, "extracted whole")
-        count, todo = _plan_units(run, row, pages)
+        todo = _plan_units(run, row, planned)
         keys.extend(unit_key(row["run_id"], unit) for unit in todo)
-        return FileOutcome.of(row, STEP_DONE, f"{count} units of {pages} pages, {len(todo)} to read",
-                              {"units": count, "pages": pages})
+        pages = planned[-1].last_page
+        return FileOutcome.of(row, STEP_DONE, f"{len(planned)} units of {pages} pages, {len(todo)} to read",
+                              {"units": len(planned), "pages": pages})
 
     outcomes = run.for_each(partition_key, plan_one, "plan units")
     return [WHOLE_FILES, *keys], outcomes
