@@ -102,3 +102,26 @@ def test_unreachable_database_is_a_clear_error(tmp_path):
     result = subprocess.run(CLI + ["files"], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 3, result.stderr
     assert result.stderr.startswith("error: the database is unavailable") and "Traceback" not in result.stderr
+
+
+@pytest.mark.integration
+def test_files_show_tells_how_far_a_big_pdf_is_and_who_reads_its_units(database, project_dagster_home, db,
+                                                                          corpus_dir):
+    from ingestion_pipeline.documents import staging, units
+    from ingestion_pipeline.documents.extraction.elements import PdfPages
+
+    [row] = json_lines(run_cli("submit", str(corpus_dir / "documents" / "fr_olap.pdf"), "--tenant", "acme",
+                               "--json").stdout)
+    file_id = row["file_id"]
+    db.execute("UPDATE ingestion_runs SET status = 'running' WHERE run_id = %s", (file_id,))
+    plan = units.plan_units(12, 4)
+    with database.transaction() as conn:
+        staging.ensure_staging_row(conn, file_id, "acme")
+        units.plan(conn, file_id, "sha", plan)
+        units.finish(conn, file_id, plan[0], PdfPages(1, 4, []), done_by="worker1:10", extract_ms=900)
+        assert units.take(conn, file_id, 1, "worker2:20:1") == "taken"
+    text = run_cli("files", "show", str(file_id)).stdout
+    assert "units: 1/3 read, pages 4/12" in text, text
+    assert "unit 1 (pages 5-8) read by worker2:20:1, lease renewed 0 s ago" in text, text
+    shown = json_lines(run_cli("files", "show", str(file_id), "--json").stdout)[0]
+    assert [(r["unit"], r["reader"]) for r in shown["units"]["reading"]] == [(1, "worker2:20:1")]

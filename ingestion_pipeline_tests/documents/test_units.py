@@ -3,11 +3,12 @@ the whole file gives; their markers in staging_units take a second delivery with
 
 from pathlib import Path
 
+import pypdfium2 as pdfium
 import pytest
 
 from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents import staging, units
-from ingestion_pipeline.documents.extraction import assemble_pdf, extract, extract_pdf_pages, pdf_survey
+from ingestion_pipeline.documents.extraction import assemble_pdf, extract, extract_pdf_pages, ocr, pdf_survey
 from ingestion_pipeline.documents.extraction.elements import Element, PdfPages, PdfSurvey
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.extraction.isolation import ExtractorPool
@@ -47,8 +48,15 @@ def test_the_survey_finds_the_pages_without_text(corpus_dir, tmp_path):
 
     assert pdf_survey(corpus_dir / "documents" / "DA-619p.pdf", 8) == PdfSurvey(619, [])
     assert pdf_survey(corpus_dir / "documents" / "DA-619p.pdf", 1000) == PdfSurvey(619, None)
-    scan = write_scanned_pages(tmp_path / "scan.pdf", [["Minutes of the meeting"]] * 3)
+    lines = [[f"Minutes of meeting {n}"] for n in range(1, 4)]
+    scan = write_scanned_pages(tmp_path / "scan.pdf", lines)
     assert pdf_survey(scan) == PdfSurvey(3, [1, 2, 3])
+    # its revision with page 2 changed: the unchanged pages' text is reused, so only page 2 is work
+    revised = write_scanned_pages(tmp_path / "revised.pdf", [lines[0], ["Minutes, amended"], lines[2]])
+    pdf = pdfium.PdfDocument(str(scan))
+    known = [ocr.source_digest(pdf[i]) for i in range(3)]
+    pdf.close()
+    assert pdf_survey(revised, 0, known) == PdfSurvey(3, [2], known=2)
     # the pages it counts as work are those extraction finds without a text layer (an empty page included)
     path = corpus_dir / "documents" / "layout-parser-paper-with-empty-pages.pdf"
     whole = extract_pdf_pages(path, 1, pdf_survey(path).page_count)
@@ -217,3 +225,29 @@ def test_the_janitor_reports_the_units_it_handed_back(database, db, corpus_dir):
         report = run_janitor(instance, database, ReliabilitySettings())
     assert f"1 unit(s) whose reader stopped renewing its lease handed back: file {row['run_id']} pages 4-6" \
         in report.describe()
+
+
+def test_a_process_that_executes_step_after_step_keeps_its_extraction_workers(corpus_dir, monkeypatch):
+    """A Celery worker's steps (a big PDF's units among them) reuse the process's extraction workers: a step's
+    pipeline closed leaves them running for the next step."""
+    from ingestion_pipeline.defs import resources
+
+    path = corpus_dir / "documents" / "fr_olap.pdf"
+    limits = ExtractionLimits()
+    separate = resources.step_extractors(limits, 1)
+    assert separate is not resources.step_extractors(limits, 1)  # by default a step's workers are its own
+    separate.close()
+    monkeypatch.setattr(resources, "_keep_across_steps", True)
+    resources._process_extractors.cache_clear()
+    first = resources.step_extractors(limits, 1)
+    try:
+        first.survey(path)
+        [worker] = first._idle
+        pid = worker._process.pid
+        first.close()  # the step is over
+        second = resources.step_extractors(limits, 1)
+        assert second is first and second.survey(path).page_count == 12
+        assert second._idle[0]._process.pid == pid and second._idle[0]._process.poll() is None
+    finally:
+        ExtractorPool.close(first)
+        resources._process_extractors.cache_clear()

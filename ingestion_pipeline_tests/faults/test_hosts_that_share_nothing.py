@@ -3,9 +3,11 @@
 db (Postgres + pgvector on its address, password auth), s3 (moto server), broker (redis-server), api (the HTTP
 API), dagster (`dagster dev`: code server, daemon with the sensors, webserver), worker1 and worker2
 (`ingestion-pipeline worker`, INGESTION_EXECUTOR=celery). Every process has its own data folder and reaches the
-others only by their addresses. 40 files posted to the API become searchable while worker1 is SIGKILLed (every
-process of the host) inside an embedding step and the db host's link is down for 10 s; a metric export posted
-to the API is promoted once. Prints each host's CPU seconds and the bytes fetched from S3 per file.
+others only by their addresses. A 6-page scan (three units, each a step of its own) and 40 files posted to the API
+become searchable while worker1 is SIGKILLed (every process of the host) twice — just after it kept one unit of
+the scan, then, restarted, inside an embedding step — and the db host's link is down for 10 s; the scan has
+exactly one active version and no chunk twice, its kept unit is not read again; a metric export posted to the API
+is promoted once. Prints each host's CPU seconds and the bytes fetched from S3 per file.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import psycopg
 import pytest
 
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
+from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
 from ingestion_pipeline_tests.faults.harness import CLI, ActiveVersionWatcher, invariant_violations, unfinished
 from ingestion_pipeline_tests.faults.hosts import Network, usable, wait_for
 
@@ -57,7 +60,7 @@ def test_hosts_that_share_nothing(tmp_path):
             INGESTION_UPLOAD_STORE_ENDPOINT_URL=s3, INGESTION_EMBEDDING_PRECISION="f32",
             JWT_SECRET=jwt,
             INGESTION_WORKER_REDELIVER_SECONDS="20", INGESTION_LEASE_SECONDS="120", INGESTION_BATCH_MAX_FILES="10",
-            INGESTION_RETRY_BACKOFF="2,4,8,16")
+            INGESTION_RETRY_BACKOFF="2,4,8,16", INGESTION_UNIT_PAGES="2")
 
         def env_of(name: str, **extra: str) -> dict[str, str]:
             """The host's own folders: data, Dagster home, and its model cache (a copy, as an image would carry)."""
@@ -78,9 +81,13 @@ def test_hosts_that_share_nothing(tmp_path):
                   log=folders["api"] / "api.log")
         markers = folders["worker1"] / "failpoints"
         markers.mkdir()
-        net.start(hosts["worker1"], [CLI, "worker", "--name", "worker1@%h"],
-                  env=env_of("worker1", INGESTION_FAILPOINT="embed.unit", INGESTION_ALLOW_FAILPOINTS="1",
-                             INGESTION_FAILPOINT_DIR=str(markers)), log=folders["worker1"] / "worker.log")
+
+        def start_worker1(point: str) -> None:
+            net.start(hosts["worker1"], [CLI, "worker", "--name", "worker1@%h"],
+                      env=env_of("worker1", INGESTION_FAILPOINT=point, INGESTION_ALLOW_FAILPOINTS="1",
+                                 INGESTION_FAILPOINT_DIR=str(markers)), log=folders["worker1"] / "worker.log")
+
+        start_worker1("extract.unit_done")
         net.start(hosts["dagster"], [CLI, "dev", "--port", "3000", "--api-port", "0"], env=env_of("dagster"),
                   log=folders["dagster"] / "dagster.log")
 
@@ -88,7 +95,10 @@ def test_hosts_that_share_nothing(tmp_path):
         token = wait_for(lambda: httpx.post(f"{api}/v1/auth/token", json={
             "email": "ops@acme.example", "password": "a long password"}).json()["access_token"], "the API", 180)
         auth = {"Authorization": f"Bearer {token}"}
-        files = _files(tmp_path, 40)
+        scan = write_scanned_pages(tmp_path / "harbour-minutes.pdf", [
+            [f"Harbour minutes, page {page}", f"The pilots of berth {page} report calm water in spring {page}."]
+            for page in range(1, 7)])
+        files = [scan, *_files(tmp_path, 40)]
         watcher = ActiveVersionWatcher(url, interval=0.1)  # at every moment one active version per document
         watcher.start()
         for path in files:
@@ -96,9 +106,14 @@ def test_hosts_that_share_nothing(tmp_path):
                 r = httpx.post(f"{api}/v1/ingest", headers=auth, files={"file": (path.name, body)}, timeout=60)
             assert r.status_code == 202, r.text
 
-        # worker1 dies inside an embedding step: every process of the host, at once
+        # worker1 dies just after it kept a unit of the scan, the others not read yet: every process of the host
+        wait_for(lambda: list(markers.glob("*.extract.unit_done")), "worker1 to keep a unit of the scan", 600)
+        worker1_cpu = hosts["worker1"].cpu_seconds()
+        net.kill_host(hosts["worker1"])
+        # restarted, it dies again inside an embedding step
+        start_worker1("embed.unit")
         wait_for(lambda: list(markers.glob("*.embed.unit")), "worker1 in an embedding step", 600)
-        worker1_cpu = hosts["worker1"].cpu_seconds()  # what it had used when it died
+        worker1_cpu += hosts["worker1"].cpu_seconds()  # what it had used when it died
         net.kill_host(hosts["worker1"])
         # worker2's worker starts now: with both from the start, worker2 could take every embedding step and
         # worker1 would never be caught inside one
@@ -136,13 +151,14 @@ def test_hosts_that_share_nothing(tmp_path):
             upload = conn.execute("SELECT status, promoted_rows FROM data_uploads").fetchall()
             events = conn.execute("SELECT count(*) FROM ingestion_events").fetchone()[0]
             hits = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-        assert [r[0] for r in rows] == ["succeeded"] * 40, rows
-        assert len(active) == 40 and {n for _, n in active} == {1}  # one active version each, none lost
+        assert [r[0] for r in rows] == ["succeeded"] * 41, rows
+        assert len(active) == 41 and {n for _, n in active} == {1}  # one active version each, none lost
         assert upload == [("completed", 40)] and events == 1  # the export promoted once
         assert hits > 0
         search = httpx.get(f"{api}/v1/search", headers=auth, params={"q": "rollout of the office"}, timeout=60)
         assert search.status_code == 200 and search.json()["hits"], search.text
         assert not unfinished(url) and not invariant_violations(url)
+        _the_scans_units_survived_the_kill(url, common["DAGSTER_PG_URL"])
         watcher.stop()
         assert watcher.samples > 0 and watcher.violations == []
         # worker1 took tasks before it died; worker2 finished what it left
@@ -151,12 +167,15 @@ def test_hosts_that_share_nothing(tmp_path):
         shared = [v for k, v in env_of("worker2").items() if "127.0.0.1" in v or "localhost" in v]
         assert shared == []  # nothing is addressed as this machine's loopback across hosts
 
-        fetched = [(r[2] or {}).get("raw_fetched_bytes", 0) for r in rows]
-        assert fetched == [r[3] for r in rows]  # the extracting step downloaded the whole file
-        # what the S3 host served: each document object's GETs, from its request log (one per attempt, not per step)
+        whole_files = [r for r in rows if "units" not in (r[2] or {})]
+        fetched = [(r[2] or {}).get("raw_fetched_bytes", 0) for r in whole_files]
+        assert len(whole_files) == 40 and fetched == [r[3] for r in whole_files]  # the extracting step downloaded it
+        # what the S3 host served: each document object's GETs, from its request log (one per attempt, not per step;
+        # the scan's units each fetch it on their worker)
         gets = Counter(re.findall(r'"GET /store/uploads/documents/acme/([0-9a-f]{64})',
                                   (folders["s3"] / "moto.log").read_text(errors="replace")))
-        assert len(gets) == 40 and max(gets.values()) <= max(r[1] for r in rows), gets
+        assert len(gets) == 41, gets
+        assert sorted(gets.values())[-2] <= max(r[1] for r in whole_files), gets
         cpu = {name: round(h.cpu_seconds(), 1) for name, h in hosts.items()}
         cpu["worker1"] = round(worker1_cpu, 1)
         print("CPU seconds by host (worker1: until it was killed):", cpu)
@@ -166,6 +185,28 @@ def test_hosts_that_share_nothing(tmp_path):
     finally:
         net.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _the_scans_units_survived_the_kill(url: str, dagster_url: str) -> None:
+    """The scan became one version of all its pages, each chunk once; its units were steps on both workers, and
+    the unit worker1 kept before it died was found kept when the step was delivered again (not read twice)."""
+    with psycopg.connect(url) as conn:
+        [(stats, version_id)] = conn.execute(
+            """SELECT r.stats, v.version_id FROM ingestion_runs r JOIN document_versions v
+                   ON v.ingestion_run_id = r.run_id WHERE r.config->>'filename' = 'harbour-minutes.pdf'""").fetchall()
+        ordinals = [o for (o,) in conn.execute("SELECT ordinal FROM chunks WHERE version_id = %s ORDER BY 1",
+                                               (version_id,))]
+        pages = {p for (p,) in conn.execute("SELECT DISTINCT page_start FROM chunks WHERE version_id = %s",
+                                            (version_id,))}
+    assert (stats["units"], stats["ocr_pages_read"]) == (3, 6), stats
+    assert ordinals == list(range(len(ordinals))) and pages == set(range(1, 7))
+    with psycopg.connect(dagster_url.replace("postgresql+psycopg2://", "postgresql://")) as conn:
+        events = conn.execute("SELECT step_key, event FROM event_logs WHERE step_key LIKE %s",
+                              ("%extract_unit[file_%",)).fetchall()
+    workers = {(key, name) for key, event in events for name in re.findall(r"(worker[12])@", event)
+               if "Celery worker" in event}
+    assert {name for _, name in workers} == {"worker1", "worker2"}, workers
+    assert any("already read" in event for _, event in events), "the kept unit was read again"
 
 
 def _files(folder: Path, n: int) -> list[Path]:

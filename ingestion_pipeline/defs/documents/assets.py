@@ -244,6 +244,8 @@ def _fanned_out_elements() -> dg.AssetsDefinition:
             _log_failures(context, run(context, lambda pipeline: pipeline.extract_whole_files(context.partition_key)))
         else:
             outcome = run(context, lambda pipeline: pipeline.extract_unit(context.partition_key, work))
+            if outcome is not None and outcome.status != "failed":  # "pages 9-16 read", or "already read"
+                context.log.info(f"{outcome.filename} (file {outcome.file_id}): {outcome.detail}")
             _log_failures(context, [outcome] if outcome is not None else [])
         return work
 

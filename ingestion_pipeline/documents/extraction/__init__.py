@@ -77,11 +77,12 @@ def extract_pdf_pages(path: Path, first_page: int, last_page: int,
     return read_pdf_pages(Path(path), first_page, last_page, reusable_ocr)
 
 
-def pdf_survey(path: Path, look_beyond: int = 0):
-    """A PDF's page count and, past ``look_beyond`` pages, the pages without text (``pdf.pdf_survey``)."""
+def pdf_survey(path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()):
+    """A PDF's page count and, past ``look_beyond`` pages, the pages without text not among ``known_sources``
+    (``pdf.pdf_survey``)."""
     from ingestion_pipeline.documents.extraction.pdf import pdf_survey as survey
 
-    return survey(Path(path), look_beyond)
+    return survey(Path(path), look_beyond, frozenset(known_sources))
 
 
 class InProcessExtractor:
@@ -96,8 +97,8 @@ class InProcessExtractor:
             return extract(path, extension, self.limits, reusable_ocr)
         return extract_pdf_pages(path, *pages, reusable_ocr)
 
-    def survey(self, path: Path, look_beyond: int = 0):
-        return pdf_survey(path, look_beyond)
+    def survey(self, path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()):
+        return pdf_survey(path, look_beyond, known_sources)
 
 
 def assemble_pdf(parts: Sequence, page_count: int, limits: ExtractionLimits | None = None) -> ExtractedDocument:

@@ -68,11 +68,13 @@ class PdfPages:
 
 @dataclass(frozen=True)
 class PdfSurvey:
-    """A cheap look at a PDF before it is read (``pdf.pdf_survey``): how many pages, and which draw no text
-    (``None``: not looked at, the file being small)."""
+    """A cheap look at a PDF before it is read (``pdf.pdf_survey``): how many pages, which draw no text and need
+    OCR (``None``: not looked at, the file being small), and how many more draw none but are an earlier version's
+    unchanged pages (their text is reused)."""
 
     page_count: int
     scanned: list[int] | None = None
+    known: int = 0
 
 
 MAX_TITLE_CHARS = 200

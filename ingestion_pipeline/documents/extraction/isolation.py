@@ -56,7 +56,7 @@ def _serve(conn, memory_mb: int) -> None:
         path, extension, limits, reusable_ocr, pages = task
         try:
             if isinstance(pages, tuple) and pages[0] == "survey":
-                reply = ("ok", pdf_survey(Path(path), pages[1]))
+                reply = ("ok", pdf_survey(Path(path), pages[1], pages[2]))
             elif pages is None:
                 reply = ("ok", extract(Path(path), extension, limits, reusable_ocr))
             else:
@@ -149,10 +149,10 @@ class IsolatedExtractor:
         """The whole file's document; or, with ``pages`` (first, last), that unit of a PDF (``PdfPages``)."""
         return self._ask((str(path), extension, self.limits, list(reusable_ocr), pages))
 
-    def survey(self, path: Path, look_beyond: int = 0) -> PdfSurvey:
-        """A PDF's page count and pages without text (``pdf.pdf_survey``), looked up by the worker (PDFium parses
-        the file: untrusted input)."""
-        return self._ask((str(path), ".pdf", self.limits, [], ("survey", look_beyond)))
+    def survey(self, path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()) -> PdfSurvey:
+        """A PDF's page count and pages to OCR (``pdf.pdf_survey``), looked up by the worker (PDFium parses the
+        file: untrusted input)."""
+        return self._ask((str(path), ".pdf", self.limits, [], ("survey", look_beyond, list(known_sources))))
 
     def _ask(self, task: tuple):
         if not self._alive():
@@ -232,10 +232,10 @@ class ExtractorPool:
         finally:
             self._give_back(extractor)
 
-    def survey(self, path: Path, look_beyond: int = 0) -> PdfSurvey:
+    def survey(self, path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()) -> PdfSurvey:
         extractor = self._borrow()
         try:
-            return extractor.survey(path, look_beyond)
+            return extractor.survey(path, look_beyond, known_sources)
         finally:
             self._give_back(extractor)
 

@@ -47,14 +47,16 @@ def _extension(row: dict) -> str:
     return (row["config"] or {}).get("extension") or Path(filename(row)).suffix
 
 
-def _units_of(run: StepRunner, path: Path, extension: str) -> list[units.Unit] | None:
+def _units_of(run: StepRunner, path: Path, extension: str,
+              reusable: list[ReadPage]) -> list[units.Unit] | None:
     """The units a PDF of more than a unit's work is read in (None: read whole). The extraction worker surveys
-    the file (PDFium parses it: untrusted input): its pages, and which need OCR."""
+    the file (PDFium parses it: untrusted input): its pages, and which need OCR — not an earlier version's
+    unchanged scanned pages, whose text is reused (a revision with 2 of 60 pages changed is 2 pages of work)."""
     survey = getattr(run.extract_file, "survey", None)
     if survey is None or extension.lower() != ".pdf":
         return None
     limits = run.settings.limits
-    found = survey(path, limits.unit_pages)
+    found = survey(path, limits.unit_pages, sorted({p.source_sha256 for p in reusable if p.source_sha256}))
     if found.scanned is None:  # no more pages than a unit
         return None
     planned = units.plan_units(found.page_count, limits.unit_pages, found.scanned, limits.unit_text_pages)
@@ -74,7 +76,7 @@ def _extract_one(run: StepRunner, row: dict) -> FileOutcome:
         raise StoredObjectMissing("no stored copy recorded")
     # an S3 store's object is downloaded once per attempt, here (hashed on the way); a local file is read in place
     with run.store.local_copy(row["raw_path"], row["content_hash"]) as raw:
-        planned = _units_of(run, raw.path, extension)
+        planned = _units_of(run, raw.path, extension, reusable)
         if planned:
             _read_units_on_lanes(run, row, raw.path, planned, reusable)
             return _assemble(run, row, planned[-1].last_page, ms(start), raw.fetched_bytes)
@@ -208,8 +210,10 @@ def plan_extraction(run: StepRunner, partition_key: str) -> tuple[list[str], lis
         if not row["raw_path"]:
             raise StoredObjectMissing("no stored copy recorded")
         # from an S3 store, a big PDF is fetched here and by each unit's step (hosts share no disk)
+        with run.db.connection() as conn:
+            reusable = _reusable_pages(run, conn, row, ".pdf")
         with run.store.local_copy(row["raw_path"], row["content_hash"]) as raw:
-            planned = _units_of(run, raw.path, ".pdf")
+            planned = _units_of(run, raw.path, ".pdf", reusable)
         if not planned:
             return FileOutcome.of(row, STEP_DONE, "extracted whole")
         todo = _plan_units(run, row, planned)
