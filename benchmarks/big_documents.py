@@ -105,7 +105,9 @@ def measure(work: Path, env: dict, pages: int, changed_count: int) -> list[tuple
         stats = file["stats"]
         rows.append((label, wall, stats["timings_ms"]["extract"] / 1000, stats.get("ocr_pages_read", 0),
                      stats.get("ocr_pages_reused", 0)))
-        print(f"  {label}: {wall:.1f} s", flush=True)
+        steps = ", ".join(f"{step} {ms / 1000:.1f}" for step, ms in stats["timings_ms"].items())
+        print(f"  {label}: {wall:.1f} s (steps, s: {steps}; the rest is the command's start, Dagster's run and "
+              "the model's load)", flush=True)
     return rows, first
 
 
