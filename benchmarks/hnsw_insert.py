@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import statistics
 import sys
 import time
@@ -25,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from search_latency import DIM, load, synthetic_vectors, tenant_sizes  # noqa: E402
 from throwaway_database import throwaway_database  # noqa: E402
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "documents"
+# the sample corpus: INGESTION_CORPUS_DIR as the tests read it, else beside the checkout
+CORPUS = Path(os.environ.get("INGESTION_CORPUS_DIR") or Path(__file__).resolve().parents[2] / "shared" / "corpus"
+              ) / "documents"
 
 
 def stage_new_vectors(conn, count: int, rng: np.random.Generator) -> list[int]:

@@ -25,7 +25,7 @@ def versions_with_embedding_mismatch(conn: psycopg.Connection, version_ids: list
                   count(e.chunk_id) FILTER (WHERE vector_dims(e.embedding) <> %s) AS wrong_dimension
              FROM document_versions v
              LEFT JOIN chunks c ON c.version_id = v.version_id
-             LEFT JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id
+             LEFT JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id AND e.tenant_id = c.tenant_id
             WHERE v.version_id = ANY(%s)
             GROUP BY v.version_id, v.chunk_count
            HAVING count(c.chunk_id) <> count(e.chunk_id) OR count(c.chunk_id) <> v.chunk_count

@@ -17,8 +17,21 @@ def index_name(dimension: int) -> str:
     return f"chunk_embeddings_hnsw_{int(dimension)}"
 
 
+def partition_index_name(partition: str, dimension: int) -> str:
+    """The index of ``dimension`` on one partition of chunk_embeddings (sql/038): ``chunk_embeddings_p03_hnsw_384``."""
+    return f"{partition}_hnsw_{int(dimension)}"
+
+
+_INDEX = "CREATE INDEX {name} ON {only}{table} USING hnsw ((embedding::vector({dim})) vector_cosine_ops) " \
+         "WHERE vector_dims(embedding) = {dim}"
+
+
 def ensure_vector_index(conn: psycopg.Connection, dimension: int) -> bool:
-    """Create the index of ``dimension`` if it does not exist yet (True if it was created)."""
+    """Create the index of ``dimension`` if it does not exist yet (True if it was created).
+
+    chunk_embeddings is partitioned by tenant (sql/038): the index is made on the parent alone and one per
+    partition, named by the partition and the dimension, then attached, so that an operator reading a plan or
+    ``pg_indexes`` sees which tenant partition and which dimension an index serves."""
     dimension = int(dimension)
     if not 1 <= dimension <= 2000:  # pgvector indexes vectors of up to 2,000 dimensions
         raise ValueError(f"embedding dimension {dimension} cannot be indexed (pgvector: 1 to 2000)")
@@ -27,11 +40,22 @@ def ensure_vector_index(conn: psycopg.Connection, dimension: int) -> bool:
         exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (index_name(dimension),)).fetchone()
         created = not exists["present"]
         if created:
-            conn.execute(sql.SQL(
-                "CREATE INDEX {name} ON chunk_embeddings USING hnsw ((embedding::vector({dim})) vector_cosine_ops) "
-                "WHERE vector_dims(embedding) = {dim}").format(name=sql.Identifier(index_name(dimension)),
-                                                               dim=sql.Literal(dimension)))
+            dim = sql.Literal(dimension)
+            conn.execute(sql.SQL(_INDEX).format(name=sql.Identifier(index_name(dimension)), only=sql.SQL("ONLY "),
+                                                table=sql.Identifier("chunk_embeddings"), dim=dim))
+            for partition in partitions(conn):
+                child = sql.Identifier(partition_index_name(partition, dimension))
+                conn.execute(sql.SQL(_INDEX).format(name=child, only=sql.SQL(""), table=sql.Identifier(partition),
+                                                    dim=dim))
+                conn.execute(sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(
+                    sql.Identifier(index_name(dimension)), child))
     return created
+
+
+def partitions(conn: psycopg.Connection) -> list[str]:
+    """chunk_embeddings' partitions, by name."""
+    return [r["name"] for r in conn.execute(
+        "SELECT relid::regclass::text AS name FROM pg_partition_tree('chunk_embeddings') WHERE isleaf ORDER BY 1")]
 
 
 def of_dimension(text: str, dimension: int) -> sql.Composed:

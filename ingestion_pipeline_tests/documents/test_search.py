@@ -1,5 +1,7 @@
 """Hybrid search: citations, tenant isolation, latest-only."""
 
+import json
+
 import dagster as dg
 import pytest
 
@@ -93,7 +95,8 @@ def test_a_tenant_whose_neighbourhood_belongs_to_another_tenant_still_gets_its_c
             ids.append(chunk)
         return ids
 
-    add("crowd", query + rng.normal(scale=0.02, size=(3000, 384)))  # every near vector is another tenant's
+    # every near vector is another tenant's, in the loner's own partition (sql/038: one HNSW index per partition)
+    add(tenant_beside(db, "loner"), query + rng.normal(scale=0.02, size=(3000, 384)))
     mine = add("loner", query + rng.normal(scale=0.6, size=(5, 384)))
     db.execute("ANALYZE")
     # At this size the planner would rather scan the tenant's rows than use the index; at production sizes
@@ -103,16 +106,31 @@ def test_a_tenant_whose_neighbourhood_belongs_to_another_tenant_still_gets_its_c
     hits = hybrid_search(db, tenant_id="loner", query="nothing matches this", query_vector=query.astype(np.float32),
                          k=5, model="m")
     assert sorted(h.chunk_id for h in hits) == sorted(mine)
-    # the vector stage reads the dimension's own HNSW index (sql/013: partial, on embedding::vector(384))
+    # the vector stage reads the dimension's own HNSW index (sql/013) of the tenant's partition only (sql/038)
     from ingestion_pipeline.documents.search import _VECTOR_ANN_SQL
-    from ingestion_pipeline.documents.vector_index import of_dimension
+    from ingestion_pipeline.documents.vector_index import of_dimension, partitions
 
     with db.transaction():
         db.execute("SELECT set_config('hnsw.ef_search', '400', true)")
-        plan = db.execute(of_dimension("EXPLAIN " + _VECTOR_ANN_SQL, 384),
-                          {"tenant": "loner", "vector": query.astype(np.float32), "model": "m", "candidates": 50}
-                          ).fetchall()
-    assert "chunk_embeddings_hnsw_384" in " ".join(r["QUERY PLAN"] for r in plan)
+        [[plan]] = db.execute(of_dimension("EXPLAIN (FORMAT JSON) " + _VECTOR_ANN_SQL, 384),
+                              {"tenant": "loner", "vector": query.astype(np.float32), "model": "m", "candidates": 50}
+                              ).fetchone().values()
+    text = json.dumps(plan)
+    partition = db.execute("SELECT tableoid::regclass::text AS p FROM chunk_embeddings WHERE tenant_id = 'loner' "
+                           "LIMIT 1").fetchone()["p"]
+    assert {p for p in partitions(db) if f'"{p}"' in text} == {partition}
+    assert f'"{partition}_hnsw_384"' in text
+
+
+def tenant_beside(conn, tenant: str) -> str:
+    """A tenant name whose vectors hash to ``tenant``'s partition of chunk_embeddings."""
+    for i in range(1000):
+        name = f"crowd{i}"
+        if conn.execute("SELECT bool_or(satisfies_hash_partition('chunk_embeddings'::regclass, 16, r, %s::text) "
+                        "AND satisfies_hash_partition('chunk_embeddings'::regclass, 16, r, %s::text)) AS same "
+                        "FROM generate_series(0, 15) r", (tenant, name)).fetchone()["same"]:
+            return name
+    raise AssertionError(f"no name found beside {tenant}")
 
 
 def test_a_question_whose_words_are_not_all_in_the_passage_still_ranks_it_by_text(db, database, two_tenants):
