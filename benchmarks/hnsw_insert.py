@@ -31,41 +31,43 @@ CORPUS = Path(os.environ.get("INGESTION_CORPUS_DIR") or Path(__file__).resolve()
               ) / "documents"
 
 
-def stage_new_vectors(conn, count: int, rng: np.random.Generator) -> list[int]:
-    """A tenant with ``count`` chunk rows and their vectors in a temporary table, not yet promoted."""
-    conn.execute("INSERT INTO tenants (tenant_id) VALUES ('new')")
-    doc = conn.execute("INSERT INTO documents (tenant_id, source_uri, title) VALUES ('new', 'bench://new', 'new') "
-                       "RETURNING doc_id").fetchone()["doc_id"]
+def stage_new_vectors(conn, count: int, rng: np.random.Generator, tenant: str = "new") -> list[int]:
+    """A tenant with ``count`` chunk rows and their vectors in a table of its own (``pending_<tenant>``), not yet
+    promoted."""
+    conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s)", (tenant,))
+    doc = conn.execute("INSERT INTO documents (tenant_id, source_uri, title) VALUES (%s, 'bench://' || %s, 'new') "
+                       "RETURNING doc_id", (tenant, tenant)).fetchone()["doc_id"]
     version = conn.execute(
         """INSERT INTO document_versions (tenant_id, doc_id, version_number, content_hash, pipeline_fingerprint,
                is_active, size_bytes, chunk_count, token_count, activated_at)
-           VALUES ('new', %s, 1, 'h', 'bench', true, 1, %s, %s, now()) RETURNING version_id""",
-        (doc, count, count)).fetchone()["version_id"]
+           VALUES (%s, %s, 1, 'h', 'bench', true, 1, %s, %s, now()) RETURNING version_id""",
+        (tenant, doc, count, count)).fetchone()["version_id"]
     ids = [r["chunk_id"] for r in conn.execute(
         """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, token_count, content_hash)
-           SELECT 'new', %s, %s, g, 'new chunk ' || g, 2, 'h' FROM generate_series(1, %s) g RETURNING chunk_id""",
-        (version, doc, count)).fetchall()]
+           SELECT %s, %s, %s, g, 'new chunk ' || g, 2, 'h' FROM generate_series(1, %s) g RETURNING chunk_id""",
+        (tenant, version, doc, count)).fetchall()]
     centers = rng.normal(size=(200, DIM))
     vectors = synthetic_vectors(count, centers / np.linalg.norm(centers, axis=1, keepdims=True), rng)
-    conn.execute("CREATE TABLE pending (chunk_id bigint PRIMARY KEY, embedding vector(384))")
+    conn.execute(f'CREATE TABLE "pending_{tenant}" (chunk_id bigint PRIMARY KEY, embedding vector(384))')
     buffer = io.StringIO()
     for chunk_id, vector in zip(ids, vectors, strict=True):
         buffer.write(f"{chunk_id}\t[{','.join(f'{x:.6f}' for x in vector)}]\n")
-    with conn.cursor().copy("COPY pending (chunk_id, embedding) FROM STDIN") as copy:
+    with conn.cursor().copy(f'COPY "pending_{tenant}" (chunk_id, embedding) FROM STDIN') as copy:
         copy.write(buffer.getvalue())
     return ids
 
 
-def timed_inserts(conn, ids: list[int], batch: int) -> list[float]:
-    """Seconds per vector of each transaction of ``batch`` inserts."""
+def timed_inserts(conn, ids: list[int], batch: int, tenant: str = "new") -> list[float]:
+    """Seconds per vector of each transaction of ``batch`` inserts (promotion's statement: one version's vectors
+    from staging)."""
     per_vector = []
     for start in range(0, len(ids), batch):
         part = ids[start:start + batch]
         began = time.perf_counter()
         with conn.transaction():
-            conn.execute("""INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding)
-                            SELECT chunk_id, 'new', 'bench', embedding FROM pending
-                             WHERE chunk_id BETWEEN %s AND %s""", (part[0], part[-1]))
+            conn.execute(f"""INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding)
+                             SELECT chunk_id, %s, 'bench', embedding FROM "pending_{tenant}"
+                              WHERE chunk_id BETWEEN %s AND %s""", (tenant, part[0], part[-1]))
         per_vector.append((time.perf_counter() - began) / len(part))
     return per_vector
 

@@ -11,9 +11,12 @@ no chunk contains, so that the fused ranking is the vector ranking. Runs in a th
 embedded server (dropped at the end). Not part of the tests.
 
     .venv/bin/python benchmarks/search_latency.py [--chunks 1000000] [--tenants 50] [--queries 200] [--sweep]
+        [--halfvec] [--promoting 20000]
 
 ``--sweep`` then measures every tenant under each candidate setting of the vector stage (``SWEEP``: the HNSW
-scan's ef_search, order and scan budget, the exact-ranking threshold), beside the current one.
+scan's ef_search, order and scan budget, the exact-ranking threshold), beside the current one. ``--halfvec``
+measures an HNSW index over the vectors in half precision (``halfvec``) in place of the pipeline's;
+``--promoting N`` searches while another connection promotes N vectors of a new tenant.
 """
 
 from __future__ import annotations
@@ -67,8 +70,9 @@ def _word(i: int) -> str:
 VOCABULARY = [_word(i) for i in range(20_000)]
 
 
-def load(conn, sizes: list[int], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """One document with one active version per 50 chunks; COPY everything, then build the indexes."""
+def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = False) -> dict[str, np.ndarray]:
+    """One document with one active version per 50 chunks; COPY everything, then build the indexes (``halfvec``:
+    the HNSW index over the vectors in half precision instead of the pipeline's own, see ``use_halfvec``)."""
     from psycopg import sql
 
     from ingestion_pipeline.documents.vector_index import ensure_vector_index, index_name
@@ -119,11 +123,24 @@ def load(conn, sizes: list[int], rng: np.random.Generator) -> dict[str, np.ndarr
     print(f"full-text rows and GIN index over {chunk_id:,} chunks in {time.perf_counter() - started:.0f} s, "
           f"index {relation_mb(conn, 'chunk_fts_gin'):,.0f} MB", flush=True)
     started = time.perf_counter()
-    ensure_vector_index(conn, DIM)  # the pipeline's own index of this dimension (sql/013)
+    if halfvec:
+        conn.execute(f"CREATE INDEX {index_name(DIM)} ON chunk_embeddings USING hnsw "
+                     f"((embedding::halfvec({DIM})) halfvec_cosine_ops) WHERE vector_dims(embedding) = {DIM}")
+    else:
+        ensure_vector_index(conn, DIM)  # the pipeline's own index of this dimension (sql/013, sql/038)
     print(f"HNSW index over {chunk_id:,} vectors built in {time.perf_counter() - started:.0f} s, "
           f"{relation_mb(conn, index_name(DIM)):,.0f} MB", flush=True)
     conn.execute("VACUUM ANALYZE")
     return vectors_by_tenant
+
+
+def use_halfvec() -> None:
+    """The search's index scan ordered by the half-precision distance, as a ``halfvec`` index needs (an exact
+    ranking stays full precision). A candidate measured, not the pipeline's setting."""
+    from ingestion_pipeline.documents import search
+
+    search._VECTOR_ANN_SQL = search._VECTOR_ANN_SQL.replace(
+        "ORDER BY {vector} <=> %(vector)s", "ORDER BY e.embedding::halfvec({dim}) <=> %(vector)s::halfvec({dim})")
 
 
 def relation_mb(conn, name: str) -> float:
@@ -153,7 +170,7 @@ def measure(conn, tenant: str, vectors: np.ndarray, queries: int, rng: np.random
         recalls.append(len(exact & {h.chunk_id for h in hits}) / 10)
     latencies.sort()
     return {"p50_ms": statistics.median(latencies), "p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
-            "recall_at_10": statistics.mean(recalls), "min_recall": min(recalls)}
+            "recall_at_10": statistics.mean(recalls), "min_recall": min(recalls), "latencies": latencies}
 
 
 def insert_cost(conn, count: int, rng: np.random.Generator) -> tuple[float, float]:
@@ -168,6 +185,59 @@ def insert_cost(conn, count: int, rng: np.random.Generator) -> tuple[float, floa
     conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = 'new'")
     conn.execute(f'DROP INDEX "{index_name(DIM)}"')
     return with_index, statistics.median(timed_inserts(conn, ids, 500))
+
+
+def under_promotion(url: str, conn, vectors: dict[str, np.ndarray], count: int, queries: int,
+                    rng: np.random.Generator) -> None:
+    """Searches while another connection promotes ``count`` vectors of a new tenant (transactions of 500, as
+    promotion inserts a version's vectors): p50/p95 of a tenant sharing the new tenant's partition and of one in
+    another partition, idle and then under the load, and the rate the promotion kept meanwhile."""
+    import threading
+
+    from hnsw_insert import stage_new_vectors, timed_inserts
+
+    from ingestion_pipeline.core.db import connect
+
+    tenant = "promoting"
+    ids = stage_new_vectors(conn, count, rng, tenant=tenant)
+    partition_of = {r["t"]: r["p"] for r in conn.execute(
+        "SELECT tenant_id AS t, min(tableoid::regclass::text) AS p FROM chunk_embeddings GROUP BY tenant_id")}
+    target = next((r["p"] for r in conn.execute(
+        "SELECT relid::regclass::text AS p FROM pg_partition_tree('chunk_embeddings') WHERE isleaf AND "
+        "satisfies_hash_partition('chunk_embeddings'::regclass, 16, "
+        "  (regexp_match(relid::regclass::text, '_p(\\d+)$'))[1]::int, %s::text)", (tenant,))), None)
+    beside = [t for t in vectors if partition_of.get(t) == target]
+    apart = [t for t in vectors if partition_of.get(t) != target]
+    chosen = {"beside it": max(beside, key=lambda t: len(vectors[t])) if beside else None,
+              "elsewhere": max(apart, key=lambda t: len(vectors[t]))}
+    idle = {label: measure(conn, t, vectors[t], queries, rng) for label, t in chosen.items() if t}
+    rate: list[float] = []
+
+    def promote() -> None:
+        with connect(url, autocommit=True) as other:
+            per_vector = timed_inserts(other, ids, 500, tenant=tenant)
+        rate.append(1 / statistics.median(per_vector))
+
+    worker = threading.Thread(target=promote)
+    began = time.perf_counter()
+    worker.start()
+    loaded = {}
+    while worker.is_alive():  # search for as long as the promotion runs
+        for label, t in chosen.items():
+            if t:
+                loaded.setdefault(label, []).append(measure(conn, t, vectors[t], 10, rng))
+    worker.join()
+    print(f"\nsearch while {count:,} vectors are promoted into the partition {target} "
+          f"({time.perf_counter() - began:.0f} s, {rate[0]:,.0f} vectors/s):")
+    for label, t in chosen.items():
+        if not t or label not in loaded:
+            continue
+        pooled = sorted(ms for m in loaded[label] for ms in m["latencies"])
+        print(f"  {label:<10} {t} ({len(vectors[t]):,} chunks, {partition_of[t]}): "
+              f"idle p50 {idle[label]['p50_ms']:.1f} / p95 {idle[label]['p95_ms']:.1f} ms; promoting p50 "
+              f"{statistics.median(pooled):.1f} / p95 {pooled[int(0.95 * (len(pooled) - 1))]:.1f} ms "
+              f"({len(pooled)} searches)", flush=True)
+    conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = %s", (tenant,))
 
 
 # (label, settings of documents/search.py) measured by --sweep; the first is the code's own
@@ -211,6 +281,10 @@ def main() -> None:
     parser.add_argument("--insert", type=int, default=5_000, help="vectors promoted into the loaded table")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sweep", action="store_true", help="also every tenant under each vector-stage setting")
+    parser.add_argument("--promoting", type=int, default=0, metavar="N",
+                        help="also search while N vectors of another tenant are promoted")
+    parser.add_argument("--halfvec", action="store_true",
+                        help="measure an HNSW index over half-precision vectors instead of the pipeline's")
     args = parser.parse_args()
 
     from hnsw_insert import encode_seconds_per_chunk
@@ -226,7 +300,9 @@ def main() -> None:
             version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
             print(f"pgvector {version['extversion']} (iterative index scans: "
                   f"{'yes' if _supports_iterative_scan(conn) else 'no'})", flush=True)
-            vectors = load(conn, sizes, rng)
+            if args.halfvec:
+                use_halfvec()
+            vectors = load(conn, sizes, rng, halfvec=args.halfvec)
             large, small = "t00", f"t{args.tenants - 1:02d}"
             print(f"{args.chunks:,} chunks in {args.tenants} tenants; largest {large}: {sizes[0]:,} chunks, "
                   f"smallest {small}: {sizes[-1]:,} chunks; {args.queries} queries each", flush=True)
@@ -245,6 +321,8 @@ def main() -> None:
                 f"{len(vectors[t]):,}: {m['p95_ms']:.0f}, {m['recall_at_10']:.2f}" for t, m in every.items()))
             if args.sweep:
                 sweep(conn, vectors, rng)
+            if args.promoting:
+                under_promotion(url, conn, vectors, args.promoting, 30, rng)
             indexed, plain = insert_cost(conn, args.insert, rng)
     print(f"promoting one more vector into {args.chunks:,}: {indexed * 1000:.2f} ms with the HNSW index, "
           f"{plain * 1000:.2f} ms without; index maintenance {(indexed - plain) * 1000:.2f} ms", flush=True)
