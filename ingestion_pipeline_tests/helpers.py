@@ -5,14 +5,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import signal
 import subprocess
+import uuid
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import pytest
 
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.migrations import apply_migrations, migration_files
 from ingestion_pipeline.core.settings import BatchSettings, load_settings
 from ingestion_pipeline.defs.documents.assets import (
     document_chunks,
@@ -97,6 +101,43 @@ def ingest(instance: dg.DagsterInstance, database: Database, tenant: str, *paths
     for key in keys:
         materialize_batch(instance, key)
     return keys
+
+
+def add_tenant_vectors(conn, tenant: str, vectors: np.ndarray, model: str = "m") -> list[int]:
+    """A tenant with one active version holding ``vectors`` (normalised), one chunk each; their chunk ids."""
+    conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING", (tenant,))
+    doc = conn.execute("INSERT INTO documents (tenant_id, source_uri, title) VALUES (%s, %s, 'd') RETURNING doc_id",
+                       (tenant, f"test://{tenant}/{uuid.uuid4().hex}")).fetchone()["doc_id"]
+    version = conn.execute(
+        """INSERT INTO document_versions (tenant_id, doc_id, version_number, content_hash, pipeline_fingerprint,
+                                          is_active, size_bytes, chunk_count, token_count, activated_at)
+           VALUES (%s, %s, 1, 'h', 'f', true, 1, %s, 1, now()) RETURNING version_id""",
+        (tenant, doc, len(vectors))).fetchone()["version_id"]
+    ids = []
+    for i, vector in enumerate(vectors):
+        chunk = conn.execute(
+            """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, token_count, content_hash)
+               VALUES (%s, %s, %s, %s, %s, 1, 'h') RETURNING chunk_id""",
+            (tenant, version, doc, i, f"{tenant} chunk {i}")).fetchone()["chunk_id"]
+        conn.execute("INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding) VALUES (%s, %s, %s, %s)",
+                     (chunk, tenant, model, (vector / np.linalg.norm(vector)).astype(np.float32)))
+        ids.append(chunk)
+    return ids
+
+
+def database_migrated_before(pg_server_url: str, folder: Path, first_left_out: str) -> str:
+    """A new database migrated as an earlier release left it: every migration whose file name sorts before
+    ``first_left_out`` (e.g. "038"); its URL. ``folder`` receives the copied migration files."""
+    from ingestion_pipeline_tests.conftest import _create_database
+
+    earlier = folder / "sql"
+    earlier.mkdir()
+    for path in migration_files():
+        if path.name < first_left_out:
+            shutil.copy(path, earlier / path.name)
+    url = _create_database(pg_server_url, f"t_{uuid.uuid4().hex[:12]}")
+    apply_migrations(url, earlier)
+    return url
 
 
 def table(conn, query: str, *params) -> list[dict]:

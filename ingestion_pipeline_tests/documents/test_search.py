@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from ingestion_pipeline.documents.search import hybrid_search
-from ingestion_pipeline_tests.helpers import ingest, pipeline_for
+from ingestion_pipeline_tests.helpers import add_tenant_vectors, ingest, pipeline_for
 
 
 def _search(db, database, tenant, query, k=5):
@@ -75,29 +75,9 @@ def test_a_tenant_whose_neighbourhood_belongs_to_another_tenant_still_gets_its_c
     query = rng.normal(size=384)
     query /= np.linalg.norm(query)
 
-    def add(tenant: str, vectors: np.ndarray) -> list[int]:
-        db.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING", (tenant,))
-        doc = db.execute("INSERT INTO documents (tenant_id, source_uri, title) VALUES (%s, %s, 'd') RETURNING doc_id",
-                         (tenant, f"bench://{tenant}")).fetchone()["doc_id"]
-        version = db.execute(
-            """INSERT INTO document_versions (tenant_id, doc_id, version_number, content_hash, pipeline_fingerprint,
-                   is_active, size_bytes, chunk_count, token_count, activated_at)
-               VALUES (%s, %s, 1, 'h', 'f', true, 1, %s, 1, now()) RETURNING version_id""",
-            (tenant, doc, len(vectors))).fetchone()["version_id"]
-        ids = []
-        for i, vector in enumerate(vectors):
-            chunk = db.execute(
-                """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, token_count, content_hash)
-                   VALUES (%s, %s, %s, %s, %s, 1, 'h') RETURNING chunk_id""",
-                (tenant, version, doc, i, f"{tenant} chunk {i}")).fetchone()["chunk_id"]
-            db.execute("INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding) VALUES (%s, %s, 'm', %s)",
-                       (chunk, tenant, (vector / np.linalg.norm(vector)).astype(np.float32)))
-            ids.append(chunk)
-        return ids
-
     # every near vector is another tenant's, in the loner's own partition (sql/038: one HNSW index per partition)
-    add(tenant_beside(db, "loner"), query + rng.normal(scale=0.02, size=(3000, 384)))
-    mine = add("loner", query + rng.normal(scale=0.6, size=(5, 384)))
+    add_tenant_vectors(db, tenant_beside(db, "loner"), query + rng.normal(scale=0.02, size=(3000, 384)))
+    mine = add_tenant_vectors(db, "loner", query + rng.normal(scale=0.6, size=(5, 384)))
     db.execute("ANALYZE")
     # At this size the planner would rather scan the tenant's rows than use the index; at production sizes
     # it uses the index (benchmarks/search_latency.py). Make it use the index here too.

@@ -5,44 +5,20 @@ partition only: ``test_search.py``.)"""
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 
 import numpy as np
 import psycopg
 
 from ingestion_pipeline.core.db import connect
-from ingestion_pipeline.core.migrations import apply_migrations, migration_files
+from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.documents.search import hybrid_search
 from ingestion_pipeline.documents.vector_index import ensure_vector_index, partitions
-from ingestion_pipeline_tests.conftest import _create_database
+from ingestion_pipeline_tests.helpers import add_tenant_vectors, database_migrated_before
 
 
 def _kind(conn: psycopg.Connection) -> str:
     """chunk_embeddings' relkind: 'r' a plain table, 'p' a partitioned one."""
     return conn.execute("SELECT relkind FROM pg_class WHERE relname = 'chunk_embeddings'").fetchone()["relkind"]
-
-
-def _add_tenant(conn: psycopg.Connection, tenant: str, vectors: np.ndarray) -> list[int]:
-    """A tenant with one active version holding ``vectors`` (normalised), one chunk each."""
-    conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING", (tenant,))
-    doc = conn.execute("INSERT INTO documents (tenant_id, source_uri, title) VALUES (%s, %s, 't') RETURNING doc_id",
-                       (tenant, f"test://{tenant}/{uuid.uuid4().hex}")).fetchone()["doc_id"]
-    version = conn.execute(
-        """INSERT INTO document_versions (tenant_id, doc_id, version_number, content_hash, pipeline_fingerprint,
-                                          is_active, size_bytes, chunk_count, token_count, activated_at)
-           VALUES (%s, %s, 1, 'h', 'f', true, 1, %s, 1, now()) RETURNING version_id""",
-        (tenant, doc, len(vectors))).fetchone()["version_id"]
-    ids = []
-    for i, vector in enumerate(vectors):
-        chunk = conn.execute(
-            """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, token_count, content_hash)
-               VALUES (%s, %s, %s, %s, %s, 1, 'h') RETURNING chunk_id""",
-            (tenant, version, doc, i, f"{tenant} chunk {i}")).fetchone()["chunk_id"]
-        conn.execute("INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding) VALUES (%s, %s, 'm', %s)",
-                     (chunk, tenant, (vector / np.linalg.norm(vector)).astype(np.float32)))
-        ids.append(chunk)
-    return ids
 
 
 def test_a_new_dimensions_index_is_one_per_partition_named_by_it(db):
@@ -57,21 +33,15 @@ def test_a_new_dimensions_index_is_one_per_partition_named_by_it(db):
 
 
 def test_an_unpartitioned_table_upgrades_with_every_vector_and_each_dimensions_index(pg_server_url, tmp_path):
-    before = tmp_path / "sql"
-    before.mkdir()
-    for path in migration_files():
-        if path.name < "038":
-            shutil.copy(path, before / path.name)
-    url = _create_database(pg_server_url, f"t_{uuid.uuid4().hex[:12]}")
-    apply_migrations(url, before)
+    url = database_migrated_before(pg_server_url, tmp_path, "038")
     rng = np.random.default_rng(5)
     with connect(url, autocommit=True) as conn:
         assert _kind(conn) == "r"
-        acme = _add_tenant(conn, "acme", rng.normal(size=(30, 384)))
-        globex = _add_tenant(conn, "globex", rng.normal(size=(20, 384)))
+        acme = add_tenant_vectors(conn, "acme", rng.normal(size=(30, 384)))
+        globex = add_tenant_vectors(conn, "globex", rng.normal(size=(20, 384)))
         conn.execute("CREATE INDEX chunk_embeddings_hnsw_8 ON chunk_embeddings "
                      "USING hnsw ((embedding::vector(8)) vector_cosine_ops) WHERE vector_dims(embedding) = 8")
-        small = _add_tenant(conn, "tiny", rng.normal(size=(4, 8)))  # another model's dimension
+        small = add_tenant_vectors(conn, "tiny", rng.normal(size=(4, 8)))  # another model's dimension
         stored = {r["chunk_id"]: r["embedding"] for r in conn.execute("SELECT chunk_id, embedding::text FROM "
                                                                        "chunk_embeddings")}
     apply_migrations(url)

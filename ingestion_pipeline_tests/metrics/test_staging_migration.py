@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
-import uuid
-
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from ingestion_pipeline.core.migrations import apply_migrations, migration_files
+from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.metrics.promotion import promote_upload
 from ingestion_pipeline.metrics.uploads import MetricUpload
-from ingestion_pipeline_tests.conftest import _create_database
+from ingestion_pipeline_tests.helpers import database_migrated_before
 
 
 def test_rows_staged_as_jsonb_are_converted_and_promote(pg_server_url, tmp_path):
-    before = tmp_path / "sql"
-    before.mkdir()
-    for path in migration_files():
-        if path.name < "010":
-            shutil.copy(path, before / path.name)
-    url = _create_database(pg_server_url, f"t_{uuid.uuid4().hex[:12]}")
-    apply_migrations(url, before)
+    url = database_migrated_before(pg_server_url, tmp_path, "010")
     with psycopg.connect(url, row_factory=dict_row) as conn:
         upload = conn.execute(
             """INSERT INTO data_uploads (workspace_id, platform, filename, file_format, content_hash, size_bytes,
