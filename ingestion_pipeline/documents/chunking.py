@@ -7,7 +7,8 @@ Rules, in order:
   lines (a table repeats its header row at the top of every part), then by tokens;
 - prose longer than ``target`` is split at sentence ends;
 - text read by OCR and text from a text layer never share a chunk (an OCR chunk is marked as such);
-- every chunk is re-counted at the end: none exceeds ``hard_max`` (<= the model's max sequence length
+- every chunk is counted at the end (its pieces' counts summed where the tokenizer's counts add up, see
+  ``tokens.TokenCounter``): none exceeds ``hard_max`` (<= the model's max sequence length
   minus its two special tokens), so nothing is silently truncated when embedded;
 - a run of more than ``MAX_RUN_CHARS`` characters without a space is broken into pieces of that length first:
   the tokenizer counts such a run as one unknown token, so a 19-million-character "word" would otherwise be
@@ -185,11 +186,10 @@ def _split_oversized(el: Element, tokens: int, target: int, hard_max: int, count
             current_tokens += n
         if current:
             texts.append("\n".join(current))
-        texts = [part for t in texts for part in counter.split(t, target)]
+        pieces = [part for t in texts for part in counter.split_counted(t, target)]
     else:
-        texts = counter.split(el.text, target)
-    counts = counter.count_many(texts)
-    return [_Piece(t, n, el.type, el.page_number, el.section_path) for t, n in zip(texts, counts, strict=True)]
+        pieces = counter.split_counted(el.text, target)
+    return [_Piece(t, n, el.type, el.page_number, el.section_path) for t, n in pieces]
 
 
 class TooManyTokens(ValueError):
@@ -244,9 +244,10 @@ def chunk_elements(
 
 
 def _enforce_hard_max(chunks: list[Chunk], counter: TokenCounter, hard_max: int) -> list[Chunk]:
-    """Re-count the final texts with the real tokenizer; split anything over the caps (tokens, characters);
-    number them."""
-    actual = counter.count_many([c.text for c in chunks])
+    """Re-count the final texts with the real tokenizer (its pieces' counts add up for an ``additive`` one: a chunk
+    is its pieces joined by newlines); split anything over the caps (tokens, characters); number them."""
+    actual = ([c.token_count for c in chunks] if counter.additive
+              else counter.count_many([c.text for c in chunks]))
     result: list[Chunk] = []
     for chunk, n in zip(chunks, actual, strict=True):
         if n <= hard_max and len(chunk.text) <= MAX_CHUNK_CHARS:

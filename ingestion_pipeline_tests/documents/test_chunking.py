@@ -98,3 +98,38 @@ def test_chunk_carries_hash_and_ordinals(counter, corpus_dir):
     chunks = chunk_elements(extract(path, ".pdf").elements, counter, target=200, hard_max=254)
     assert [c.ordinal for c in chunks] == list(range(len(chunks)))
     assert all(len(c.content_hash) == 64 and c.page_start for c in chunks)
+
+
+def test_the_models_tokenizer_counts_text_joined_at_whitespace_as_the_sum_of_its_parts(counter, corpus_dir):
+    """What lets chunking add its pieces' counts instead of encoding every chunk again (``TokenCounter.additive``)."""
+    assert counter.additive
+    path = corpus_dir / "documents" / "example-10k.html"
+    texts = [e.text for e in extract(path, path.suffix).elements][:400]
+    for size in (2, 5, 17):
+        groups = [texts[i:i + size] for i in range(0, len(texts), size)]
+        joined = counter.count_many(["\n".join(g) for g in groups])
+        assert joined == [sum(counter.count_many(g)) for g in groups]
+
+
+def test_pieces_cut_inside_a_word_are_counted_again(counter):
+    # a 68-letter "word" of WordPiece tokens cut between two of them: the next piece starts mid-word and
+    # re-tokenizes otherwise (here into 6 tokens, not the 5 between the cuts)
+    text = f"A sentence before. {'supercalifragilisticexpialidocious' * 2} and after."
+    pieces = counter.split_counted(text, 5)
+    assert [n for _, n in pieces] == counter.count_many([p for p, _ in pieces])
+    assert max(n for _, n in pieces) == 6
+
+
+def test_a_tokenizer_whose_counts_do_not_add_up_has_every_chunk_counted_whole(counter, corpus_dir):
+    from tokenizers import Tokenizer, pre_tokenizers
+
+    from ingestion_pipeline.documents.tokens import TokenCounter
+
+    tokenizer = Tokenizer.from_str(counter._tokenizer.to_str())
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()  # SentencePiece's: words keep their leading space
+    other = TokenCounter(tokenizer, 256)
+    assert not other.additive
+    path = corpus_dir / "documents" / "example-10k.html"
+    chunks = chunk_elements(extract(path, path.suffix).elements, other, target=120, hard_max=200)
+    assert [c.token_count for c in chunks] == other.count_many([c.text for c in chunks])
+    assert max(c.token_count for c in chunks) <= 200
