@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 
 import psycopg
 
 from ingestion_pipeline.core import ledger
+from ingestion_pipeline.core.beats import Beat
 from ingestion_pipeline.core.db import Database
 
 _log = logging.getLogger("ingestion_pipeline.leases")
@@ -53,37 +53,28 @@ def forget_older_than(conn: psycopg.Connection, seconds: float) -> int:
 
 
 class LeaseKeeper:
-    """A daemon thread that beats every ``lease_seconds / 3`` until ``stop()``; errors are logged and
-    retried at the next beat (a database restart costs a few beats, not the claims)."""
+    """Beats (``core/beats.py``) every ``lease_seconds / 3`` until ``stop()``; a failed beat is logged and retried
+    at the next (a database restart costs a few beats, not the claims)."""
 
     def __init__(self, url: str, *, dagster_run_id: str, owner: str, lease_seconds: float) -> None:
         self.dagster_run_id = dagster_run_id
         self.owner = owner
         self.lease_seconds = lease_seconds
         self._db = Database(url, max_size=1, name=f"lease-keeper-{dagster_run_id[:8]}")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+        self._beat = Beat(self._beat_once, max(0.2, lease_seconds / 3), name="lease-keeper",
+                          what=f"heartbeat of run {dagster_run_id}")
 
     def _beat_once(self) -> None:
         with self._db.transaction() as conn:
             beat(conn, dagster_run_id=self.dagster_run_id, owner=self.owner, lease_seconds=self.lease_seconds)
 
-    def _run(self) -> None:
-        interval = max(0.2, self.lease_seconds / 3)
-        while not self._stop.wait(interval):
-            try:
-                self._beat_once()
-            except Exception as exc:  # keep beating: the next beat may reach the database again
-                _log.warning("heartbeat of run %s failed: %s", self.dagster_run_id, exc)
-
     def start(self) -> LeaseKeeper:
         self._beat_once()
-        self._thread.start()
+        self._beat.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        self._beat.stop()
         try:
             with self._db.connection() as conn:
                 forget(conn, self.dagster_run_id)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ingestion_pipeline.core.beats import Beat
 from ingestion_pipeline.documents.extraction.elements import Element, PdfPages, ReadPage
 
 _log = logging.getLogger("ingestion_pipeline.documents")
@@ -173,30 +173,24 @@ def hand_back_stale(conn: psycopg.Connection, stale_seconds: float = STALE_SECON
 
 
 class UnitLease:
-    """Hold a taken unit while it is read: a daemon thread renews the lease every ``HEARTBEAT_SECONDS`` (errors
-    logged, retried at the next beat); leaving with an error gives the unit up."""
+    """Hold a taken unit while it is read: its lease is renewed every ``HEARTBEAT_SECONDS`` (``core/beats.py``:
+    a failed renewal is logged and retried at the next); leaving with an error gives the unit up."""
 
     def __init__(self, db, run_id: int, number: int, holder: str, every: float = HEARTBEAT_SECONDS) -> None:
-        self.db, self.run_id, self.number, self.holder, self.every = db, run_id, number, holder, every
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"unit-lease-{run_id}-{number}", daemon=True)
+        self.db, self.run_id, self.number, self.holder = db, run_id, number, holder
+        self._beat = Beat(self._renew, every, name=f"unit-lease-{run_id}-{number}",
+                          what=f"lease of unit {number} of file {run_id}")
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            try:
-                with self.db.transaction() as conn:
-                    if not beat(conn, self.run_id, self.number, self.holder):
-                        return  # read by someone else meanwhile: whoever writes first keeps it
-            except Exception as exc:
-                _log.warning("lease of unit %d of file %d not renewed: %s", self.number, self.run_id, exc)
+    def _renew(self) -> bool:
+        with self.db.transaction() as conn:
+            return beat(conn, self.run_id, self.number, self.holder)  # False: read by someone else meanwhile
 
     def __enter__(self) -> UnitLease:
-        self._thread.start()
+        self._beat.start()
         return self
 
     def __exit__(self, exc_type, _exc, _tb) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        self._beat.stop()
         if exc_type is not None:
             try:
                 with self.db.transaction() as conn:

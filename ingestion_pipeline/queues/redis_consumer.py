@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
+from ingestion_pipeline.core.beats import Beat
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import is_transient
@@ -113,11 +114,11 @@ class RedisJobConsumer:
     def consume(self, max_jobs: int) -> ConsumeReport:
         """Take up to ``max_jobs`` jobs, accept each into the ledger, acknowledge it; then write statuses."""
         report = ConsumeReport()
-        stop = threading.Event()
         self._beat()
         self.redis.sadd(redis_contract.CONSUMERS, self.consumer_id)
-        beating = threading.Thread(target=self._keep_beating, args=(stop,), daemon=True, name="redis-heartbeat")
-        beating.start()
+        # a missed beat only risks a job taken twice, which is recognised
+        beating = Beat(self._beat, self.heartbeat_seconds / 3, name="redis-heartbeat",
+                       what=f"Redis consumer {self.consumer_id}").start()
         try:
             report.returned = self.return_abandoned()
             report.due = self.return_due()
@@ -136,20 +137,13 @@ class RedisJobConsumer:
                     raise
                 _log.warning("job statuses not written this round (%s); the next round writes them", exc)
         finally:
-            stop.set()
-            beating.join()
+            beating.stop()
             self._leave()
         return report
 
     def _beat(self) -> None:
         self.redis.set(redis_contract.heartbeat(self.consumer_id), utc_timestamp(),
                        px=max(1, int(self.heartbeat_seconds * 1000)))
-
-    def _keep_beating(self, stop: threading.Event) -> None:
-        while not stop.wait(self.heartbeat_seconds / 3):
-            # a missed beat only risks a job taken twice, which is recognised
-            with contextlib.suppress(Exception):
-                self._beat()
 
     def _leave(self) -> None:
         """Say goodbye if nothing is held (a job still held after a Redis error stays for the janitor).
