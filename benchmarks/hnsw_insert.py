@@ -44,7 +44,8 @@ def stage_new_vectors(conn, count: int, rng: np.random.Generator, tenant: str = 
         (tenant, doc, count, count)).fetchone()["version_id"]
     ids = [r["chunk_id"] for r in conn.execute(
         """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, token_count, content_hash)
-           SELECT %s, %s, %s, g, 'new chunk ' || g, 2, 'h' FROM generate_series(1, %s) g RETURNING chunk_id""",
+           SELECT %s, %s, %s, g, 'new chunk ' || g, 2, encode(sha256(convert_to('new chunk ' || g, 'UTF8')), 'hex')
+             FROM generate_series(1, %s) g RETURNING chunk_id""",
         (tenant, version, doc, count)).fetchall()]
     centers = rng.normal(size=(200, DIM))
     vectors = synthetic_vectors(count, centers / np.linalg.norm(centers, axis=1, keepdims=True), rng)

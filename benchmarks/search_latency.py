@@ -75,6 +75,7 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
     the HNSW index over the vectors in half precision instead of the pipeline's own, see ``use_halfvec``)."""
     from psycopg import sql
 
+    from ingestion_pipeline.documents.chunking import text_hash
     from ingestion_pipeline.documents.vector_index import ensure_vector_index, index_name
 
     centers = rng.normal(size=(200, DIM))
@@ -104,8 +105,10 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
         with conn.cursor().copy("COPY chunks (chunk_id, tenant_id, version_id, doc_id, ordinal, text, token_count, "
                                 "content_hash) FROM STDIN") as copy:
             for i in range(size):
+                # each text's own hash, as promotion stores it: the reuse lookup's plan follows its statistics (one
+                # hash shared by every row made the planner expect 50,000 matches a lookup and scan every partition)
                 copy.write_row((chunk_id + i + 1, tenant, version_ids[i // 50], doc_ids[i // 50], i % 50, texts[i],
-                                40, "h"))
+                                40, text_hash(texts[i])))
         with conn.cursor().copy("COPY chunk_embeddings (chunk_id, tenant_id, model, embedding) FROM STDIN "
                                 "WITH (FORMAT BINARY)") as copy:
             copy.set_types(["int8", "text", "text", "vector"])
