@@ -70,9 +70,11 @@ def _word(i: int) -> str:
 VOCABULARY = [_word(i) for i in range(20_000)]
 
 
-def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = False) -> dict[str, np.ndarray]:
+def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = False,
+         model: str = "bench") -> dict[str, np.ndarray]:
     """One document with one active version per 50 chunks; COPY everything, then build the indexes (``halfvec``:
-    the HNSW index over the vectors in half precision instead of the pipeline's own, see ``use_halfvec``)."""
+    the HNSW index over the vectors in half precision instead of the pipeline's own, see ``use_halfvec``). The
+    vectors are stored as ``model``'s (a search through the API finds them under the deployment's own model)."""
     from psycopg import sql
 
     from ingestion_pipeline.documents.chunking import text_hash
@@ -113,7 +115,7 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
                                 "WITH (FORMAT BINARY)") as copy:
             copy.set_types(["int8", "text", "text", "vector"])
             for i, vector in enumerate(vectors):
-                copy.write_row((chunk_id + i + 1, tenant, "bench", vector))
+                copy.write_row((chunk_id + i + 1, tenant, model, vector))
         chunk_id += size
         if t % 10 == 9:
             print(f"  loaded {t + 1} tenants, {chunk_id:,} chunks, {time.perf_counter() - started:.0f} s", flush=True)
