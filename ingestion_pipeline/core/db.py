@@ -11,6 +11,7 @@ connections thousands of times a second (the check was a round trip each: 3,400 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,6 +123,8 @@ class Database:
             name=name,
             open=True,
         )
+        self._in_use: set[psycopg.Connection] = set()  # lent out now: their statements can be cancelled
+        self._in_use_lock = threading.Lock()
 
     @property
     def max_size(self) -> int:
@@ -131,14 +134,43 @@ class Database:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A pooled connection in autocommit mode (each statement commits on its own)."""
-        with self._pool.connection() as conn:
+        with self._pool.connection() as conn, self._lent(conn):
             yield conn
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection]:
         """One transaction on a pooled connection: committed at the end, rolled back if the block raises."""
-        with self._pool.connection() as conn, conn.transaction():
+        with self._pool.connection() as conn, self._lent(conn), conn.transaction():
             yield conn
+
+    @contextmanager
+    def _lent(self, conn: psycopg.Connection) -> Iterator[None]:
+        with self._in_use_lock:
+            self._in_use.add(conn)
+        try:
+            yield
+        finally:
+            with self._in_use_lock:
+                self._in_use.discard(conn)
+
+    def cancel_statements(self) -> int:
+        """Ask the server to cancel the statement each lent-out connection is running now; how many were.
+
+        For an interrupted process: its lanes' threads get no ``KeyboardInterrupt`` (psycopg cancels a statement
+        itself only on the thread that gets one), so a lane in the middle of a long statement held the process's
+        exit — and the release of its files — until the statement ended. Cancelled, the statement raises
+        ``QueryCanceled`` in its lane and its transaction rolls back."""
+        with self._in_use_lock:
+            lent = list(self._in_use)
+        cancelled = 0
+        for conn in lent:
+            if conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:  # a statement in flight
+                try:
+                    conn.cancel_safe(timeout=5.0)
+                    cancelled += 1
+                except psycopg.Error:  # the connection broke meanwhile: its lane meets that
+                    continue
+        return cancelled
 
     def close(self) -> None:
         self._pool.close()

@@ -10,7 +10,8 @@ A failpoint arms only inside a test (pytest's ``PYTEST_CURRENT_TEST`` is set) or
 ``INGESTION_FAILPOINT`` in a production environment is reported once and never stalls a worker.
 
 Points: ``model.load``, ``extract.file``, ``extract.unit_done`` (a unit of a big PDF kept, the others not
-yet), ``embed.unit``, ``promote.transaction``, ``metrics.stage``, ``metrics.promote``, ``queue.taken`` (a Redis
+yet), ``embed.unit``, ``promote.transaction``, ``promote.statement`` (a statement in flight inside the promotion
+transaction: ``failpoint_statement``), ``metrics.stage``, ``metrics.promote``, ``queue.taken`` (a Redis
 job taken, nothing committed), ``queue.accepted`` (its ledger row committed, the message not yet acknowledged).
 """
 
@@ -30,17 +31,34 @@ def armed() -> bool:
     return os.environ.get("INGESTION_ALLOW_FAILPOINTS") == "1" or "PYTEST_CURRENT_TEST" in os.environ
 
 
-def failpoint(name: str) -> None:
+def _reached_first(name: str) -> bool:
+    """Whether ``name`` is the armed failpoint, reached here first (then its marker is written)."""
     if os.environ.get("INGESTION_FAILPOINT") != name or name in _reached:
-        return
+        return False
     _reached.add(name)
     if not armed():
         _log.warning("INGESTION_FAILPOINT=%s is set but ignored: failpoints arm only in tests or with "
                      "INGESTION_ALLOW_FAILPOINTS=1", name)
-        return
+        return False
     folder = os.environ.get("INGESTION_FAILPOINT_DIR")
     if folder:
         if any(Path(folder).glob(f"*.{name}")):
-            return  # once across processes: a retry that comes after the kill runs through
+            return False  # once across processes: a retry that comes after the kill runs through
         Path(folder, f"{os.getpid()}.{name}").touch()
-    time.sleep(float(os.environ.get("INGESTION_FAILPOINT_SLEEP", "120")))
+    return True
+
+
+def _sleep_seconds() -> float:
+    return float(os.environ.get("INGESTION_FAILPOINT_SLEEP", "120"))
+
+
+def failpoint(name: str) -> None:
+    if _reached_first(name):
+        time.sleep(_sleep_seconds())
+
+
+def failpoint_statement(name: str, conn) -> None:
+    """``failpoint(name)`` whose wait is a statement in flight on ``conn`` (``pg_sleep``): the process is
+    stopped while the database works for it, as in a long statement."""
+    if _reached_first(name):
+        conn.execute("SELECT pg_sleep(%s)", (_sleep_seconds(),))

@@ -140,6 +140,49 @@ def test_sigterm_on_process_gives_its_files_back(harness, database_url, db, corp
 
 
 @pytest.mark.timeout(300)
+def test_sigterm_cancels_a_lanes_statement_in_flight(harness, database_url, db, corpus_dir):
+    """SIGTERM while a lane (not the thread the signal interrupts) waits on a long statement inside a promotion
+    transaction: the statement is cancelled, `process` exits at once rather than when the statement would
+    end, and the files go back to the queue; the next `process` promotes each once."""
+    import signal
+    import subprocess
+    import time
+
+    from ingestion_pipeline_tests.faults.harness import CLI
+
+    files = [corpus_dir / "documents" / name for name in ("norwich-city.txt", "example-10k-1p.html")]
+    assert harness.cli("submit", *map(str, files), "--tenant", "acme").returncode == 0
+    env = {**harness.env, "INGESTION_BATCH_LANES": "2", "INGESTION_FAILPOINT": "promote.statement",
+           "INGESTION_ALLOW_FAILPOINTS": "1", "INGESTION_FAILPOINT_DIR": str(harness.markers),
+           "INGESTION_FAILPOINT_SLEEP": "600"}
+    proc = subprocess.Popen([CLI, "process"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not any(harness.markers.glob("*.promote.statement")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert table(db, "SELECT count(*) AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%%' "
+                         "AND state = 'active'")[0]["n"] == 1
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)  # the statement would run 600 s
+    finally:
+        if proc.poll() is None:  # it did not end: the test fails, and leaves no process behind
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 130 and "interrupted" in stderr, stderr[-3000:]
+    assert time.monotonic() - signalled < 60
+    assert table(db, "SELECT count(*) AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%%' "
+                     "AND state = 'active'")[0]["n"] == 0
+    runs = table(db, "SELECT status, owner FROM ingestion_runs ORDER BY run_id")
+    assert ("queued", None) in [(r["status"], r["owner"]) for r in runs], runs  # the interrupted file is back
+    assert all(r["status"] == "succeeded" or (r["status"], r["owner"]) == ("queued", None) for r in runs), runs
+    harness.converge()
+    assert [r["status"] for r in table(db, "SELECT status FROM ingestion_runs")] == ["succeeded"] * 2
+    assert table(db, "SELECT count(*) AS n FROM document_versions WHERE is_active")[0]["n"] == 2
+    assert invariant_violations(database_url) == []
+
+
+@pytest.mark.timeout(300)
 def test_a_worker_killed_mid_document_costs_the_units_it_had_not_kept(harness, database_url, db, corpus_dir):
     """SIGKILL `process` right after it kept the first unit of a 12-page PDF read in units of 3: the next
     `process` reads the other three units only, and the file becomes one version with every chunk once."""

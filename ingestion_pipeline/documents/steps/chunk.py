@@ -69,7 +69,8 @@ def chunk_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
                                                          if o.status == STEP_DONE))
 
     for done in in_pool([functools.partial(_chunk_group, run, group) for group in groups],
-                         min(run.lanes, run.db.max_size), on_done=counted):
+                         min(run.lanes, run.db.max_size), on_done=counted,
+                         on_interrupt=run.db.cancel_statements):
         outcomes += done
     if rows:
         run.progress.finish()

@@ -162,7 +162,8 @@ def _read_units_on_lanes(run: StepRunner, row: dict, path: Path, planned: list[u
     progress = UnitProgress(f"extract {filename(row)}", len(planned), page_count, sinks=run.progress_sinks)
     progress.advance(len(planned) - len(todo), page_count - pages_left, read=False)
     in_pool([functools.partial(_read_unit, run, row, path, unit, reusable) for unit in todo], run.lanes,
-            on_done=lambda unit: progress.advance(1, unit.last_page - unit.first_page + 1))
+            on_done=lambda unit: progress.advance(1, unit.last_page - unit.first_page + 1),
+            on_interrupt=run.db.cancel_statements)
     progress.finish()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from ingestion_pipeline.core.failpoints import failpoint_statement
 from ingestion_pipeline.documents import file_ledger, serving_models, staging
 from ingestion_pipeline.documents.promotion import PromotionError, Superseded, promote_document_version
 from ingestion_pipeline.documents.steps.runner import SKIPPED, FileOutcome, StepRunner
@@ -25,6 +26,7 @@ def _promote_one(run: StepRunner, row: dict) -> FileOutcome:
     try:
         with run.db.transaction() as conn:
             state = staging.staging_state(conn, row["run_id"])
+            failpoint_statement("promote.statement", conn)
             if state is None or not state["embeddings_done"]:
                 raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
             version = promote_document_version(

@@ -75,10 +75,13 @@ class FileOutcome:
         return cls.of(row, LOST, reason)
 
 
-def in_pool(tasks: list[Callable[[], T]], lanes: int, *, on_done: Callable[[T], None]) -> list[T]:
+def in_pool(tasks: list[Callable[[], T]], lanes: int, *, on_done: Callable[[T], None],
+            on_interrupt: Callable[[], object] | None = None) -> list[T]:
     """Run ``tasks`` on up to ``lanes`` threads ("file-lane"), ``on_done`` for each result as it finishes (on
     the calling thread); results in the tasks' order. An error stops the lanes: tasks not begun are cancelled
-    and the error is raised."""
+    and the error is raised once the running ones end. An interruption (Ctrl-C, SIGTERM, Dagster's interrupt:
+    what is not an ``Exception``) calls ``on_interrupt`` first, which ends the running ones sooner (the
+    database's ``cancel_statements``)."""
     if min(lanes, len(tasks)) <= 1:
         results = []
         for task in tasks:
@@ -92,9 +95,12 @@ def in_pool(tasks: list[Callable[[], T]], lanes: int, *, on_done: Callable[[T], 
             for future in as_completed(futures):
                 results_at[futures[future]] = future.result()
                 on_done(results_at[futures[future]])
-        except BaseException:
+        except BaseException as exc:
             for future in futures:
                 future.cancel()
+            if on_interrupt is not None and not isinstance(exc, Exception):
+                cancelled = on_interrupt()
+                log.warning("interrupted: %s statement(s) of the running lanes cancelled", cancelled)
             raise
     return [results_at[i] for i in range(len(tasks))]
 
@@ -218,7 +224,8 @@ class StepRunner:
             return [(row["run_id"], self.guarded(row, work)) for row in files]
 
         finished = in_pool([functools.partial(document_files, files) for files in by_document.values()], lanes,
-                            on_done=lambda done: self.progress.advance(files=len(done)))
+                            on_done=lambda done: self.progress.advance(files=len(done)),
+                            on_interrupt=self.db.cancel_statements)
         by_run = dict(pair for document in finished for pair in document)
         return [by_run[row["run_id"]] for row in rows]
 
