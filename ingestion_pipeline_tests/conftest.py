@@ -58,15 +58,20 @@ def migrated_template(pg_server_url: str) -> str:
     return name
 
 
+def copy_database(server_url: str, template: str, prefix: str = "t") -> str:
+    """A new database copied from ``template`` (which nothing may be connected to), migrated; its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_with_database(server_url, "postgres"), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
+    url = _with_database(server_url, name)
+    apply_migrations(url)  # a no-op on the copy (10 ms), and what makes a template out of date impossible
+    return url
+
+
 @pytest.fixture
 def database_url(pg_server_url: str, migrated_template: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """A fresh, migrated application database (a copy of the migrated template); DATABASE_URL points at it."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_with_database(pg_server_url, "postgres"), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name),
-                                                                      sql.Identifier(migrated_template)))
-    url = _with_database(pg_server_url, name)
-    apply_migrations(url)  # a no-op on the copy (10 ms), and what makes a template out of date impossible
+    url = copy_database(pg_server_url, migrated_template)
     monkeypatch.setenv("DATABASE_URL", url)
     return url
 

@@ -25,6 +25,7 @@ def _chunks(db, tenant: str) -> list[dict]:
                           WHERE c.tenant_id = %s ORDER BY v.filename, c.ordinal""", tenant)
 
 
+@pytest.mark.integration  # two whole runs of a 12-page PDF, and searches (~20 s)
 def test_a_pdf_in_units_becomes_the_version_the_whole_file_makes(instance, database, db, corpus_dir, monkeypatch):
     olap = corpus_dir / "documents" / "fr_olap.pdf"  # 12 pages
     ingest(instance, database, "whole", olap)  # 12 text pages are a tenth of a unit's work by default
@@ -137,6 +138,7 @@ def _fanned_out_assets():
             assets._embeddings_asset(True), assets.promoted_documents]
 
 
+@pytest.mark.integration  # two whole runs, one fanned out into a step per unit and per share (~24 s)
 def test_units_fan_out_as_mapped_steps_and_assemble_into_the_whole_files_version(instance, database, db, corpus_dir,
                                                                                 monkeypatch):
     from ingestion_pipeline_tests.helpers import batch_queued, test_resources

@@ -56,6 +56,7 @@ def test_without_tesseract_a_scan_fails_with_how_to_enable_ocr(instance, databas
     assert "OCR is not available: install Tesseract (Debian/Ubuntu: apt-get install tesseract-ocr)" in run["error"]
 
 
+@pytest.mark.integration  # two whole runs with OCR (~11 s)
 @needs_tesseract
 def test_a_new_version_reads_only_its_changed_pages_and_serves_their_new_text(instance, database, db, tmp_path,
                                                                            monkeypatch):

@@ -5,7 +5,9 @@ import json
 import dagster as dg
 import pytest
 
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.documents.search import hybrid_search
+from ingestion_pipeline_tests.conftest import copy_database
 from ingestion_pipeline_tests.helpers import add_tenant_vectors, ingest, pipeline_for
 
 
@@ -15,15 +17,39 @@ def _search(db, database, tenant, query, k=5):
     return hybrid_search(db, tenant_id=tenant, query=query, query_vector=vector, k=k, model=embedder.info.name)
 
 
-@pytest.fixture
-def two_tenants(database, corpus_dir, tmp_path):
-    secret = tmp_path / "acme-secret.md"
+@pytest.fixture(scope="module")
+def two_tenants_template(pg_server_url, migrated_template, corpus_dir, tmp_path_factory) -> str:
+    """Two tenants' documents ingested through Dagster once per module (and test worker), into a database that
+    each test using ``two_tenants`` gets a copy of: the ingest took ~6 s a test."""
+    folder = tmp_path_factory.mktemp("two-tenants")
+    url = copy_database(pg_server_url, migrated_template, prefix="two_tenants")
+    secret = folder / "acme-secret.md"
     secret.write_text("# Launch plan\n\nProject Nightingale launches on the ninth of March in Lisbon.\n")
-    other = tmp_path / "globex.md"
+    other = folder / "globex.md"
     other.write_text("# Globex memo\n\nProject Nightingale is Globex's name for its payroll migration.\n")
-    with dg.instance_for_test() as instance:
-        ingest(instance, database, "acme", secret, corpus_dir / "documents" / "fake-memo.pdf")
-        ingest(instance, database, "globex", other)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DATABASE_URL", url)
+        patch.setenv("INGESTION_DATA_DIR", str(folder / "data"))
+        patch.setenv("INGESTION_UPLOAD_DIR", str(folder / "uploads"))
+        with Database(url) as database, dg.instance_for_test() as instance:
+            ingest(instance, database, "acme", secret, corpus_dir / "documents" / "fake-memo.pdf")
+            ingest(instance, database, "globex", other)
+    return url.partition("?")[0].rsplit("/", 1)[1]  # the database's name: a template now, nothing connected
+
+
+@pytest.fixture
+def database_url(request, pg_server_url, migrated_template, monkeypatch) -> str:
+    """The conftest's fresh database, or for a test using ``two_tenants`` a copy of their ingested one."""
+    template = (request.getfixturevalue("two_tenants_template") if "two_tenants" in request.fixturenames
+                else migrated_template)
+    url = copy_database(pg_server_url, template)
+    monkeypatch.setenv("DATABASE_URL", url)
+    return url
+
+
+@pytest.fixture
+def two_tenants(database_url):
+    """acme's memo and PDF, globex's memo: searchable (``database_url`` is a copy of ``two_tenants_template``)."""
 
 
 def test_search_returns_citations_from_the_callers_tenant_only(db, database, two_tenants):
