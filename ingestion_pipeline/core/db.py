@@ -140,18 +140,35 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection]:
         """One transaction on a pooled connection: committed at the end, rolled back if the block raises."""
-        with self._pool.connection() as conn, self._lent(conn), conn.transaction():
+        with self._pool.connection() as conn, conn.transaction(), self._lent(conn):
             yield conn
 
     @contextmanager
     def _lent(self, conn: psycopg.Connection) -> Iterator[None]:
+        """``conn`` counted as lent while the block runs; left by an interruption (Dagster's, which psycopg does
+        not take for one) in the middle of a statement, the statement is cancelled before the transaction ends:
+        otherwise the server ran it on, holding its locks, after the process had gone."""
         with self._in_use_lock:
             self._in_use.add(conn)
         try:
             yield
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                self._cancel(conn)
+            raise
         finally:
             with self._in_use_lock:
                 self._in_use.discard(conn)
+
+    @staticmethod
+    def _cancel(conn: psycopg.Connection) -> bool:
+        if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.ACTIVE:  # no statement in flight
+            return False
+        try:
+            conn.cancel_safe(timeout=5.0)
+            return True
+        except psycopg.Error:  # the connection broke meanwhile: whoever uses it meets that
+            return False
 
     def cancel_statements(self) -> int:
         """Ask the server to cancel the statement each lent-out connection is running now; how many were.
@@ -162,15 +179,7 @@ class Database:
         ``QueryCanceled`` in its lane and its transaction rolls back."""
         with self._in_use_lock:
             lent = list(self._in_use)
-        cancelled = 0
-        for conn in lent:
-            if conn.pgconn.transaction_status == psycopg.pq.TransactionStatus.ACTIVE:  # a statement in flight
-                try:
-                    conn.cancel_safe(timeout=5.0)
-                    cancelled += 1
-                except psycopg.Error:  # the connection broke meanwhile: its lane meets that
-                    continue
-        return cancelled
+        return sum(self._cancel(conn) for conn in lent)
 
     def close(self) -> None:
         self._pool.close()
