@@ -28,6 +28,7 @@ the units' summed read time, and the makespan ratio of two workers to one; then 
 same key on the two warm workers (the deployment's case: the model loaded, the code imported).
 
     .venv/bin/python benchmarks/big_documents.py [--pages 60] [--changed 2] [--units] [--celery] [--corpus DIR]
+    .venv/bin/python benchmarks/big_documents.py --celery-polls 1,0.2   # only the revision on Celery, by poll
 """
 
 from __future__ import annotations
@@ -60,11 +61,11 @@ def page_lines(page: int, revision: int = 0) -> list[str]:
     return lines
 
 
-def ingest(env: dict, path: Path, key: str, cores: str | None = None) -> float:
+def ingest(env: dict, path: Path, key: str, cores: str | None = None, tenant: str = "bench") -> float:
     start = time.perf_counter()
     pinned = ["taskset", "-c", cores] if cores else []
     done = subprocess.run([*pinned, str(Path(sys.executable).parent / "ingestion-pipeline"), "ingest", "--tenant",
-                           "bench", "--key", key, str(path)], env=env, capture_output=True, text=True)
+                           tenant, "--key", key, str(path)], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"ingest of {path.name} exited {done.returncode}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     return time.perf_counter() - start
@@ -78,8 +79,8 @@ def last_file(database_url: str) -> dict:
         return conn.execute("SELECT status, error, stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1").fetchone()
 
 
-def measure(work: Path, env: dict, pages: int, changed_count: int) -> list[tuple]:
-    """The three ingests in the throwaway data folder: (label, wall s, extract s, OCR read, reused) each."""
+def prepare(work: Path, env: dict, pages: int, changed_count: int) -> tuple[Path, Path]:
+    """The throwaway data folder's database and model, and the scan's two versions (first, revised)."""
     from ingestion_pipeline.core.db import resolve_database_url
     from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
 
@@ -94,7 +95,12 @@ def measure(work: Path, env: dict, pages: int, changed_count: int) -> list[tuple
                                                            for p in range(1, pages + 1)])
     print(f"a {pages}-page scanned PDF ({first.stat().st_size / 1e6:.1f} MB); the revision changes page(s) "
           f"{', '.join(map(str, changed))}", flush=True)
+    return first, revised
 
+
+def measure(env: dict, first: Path, revised: Path) -> list[tuple]:
+    """The three ingests in the throwaway data folder: (label, wall s, extract s, OCR read, reused) each."""
+    database_url = env["DATABASE_URL"]
     rows = []
     for label, path, key in (("first version", first, "manual.pdf"),
                              ("revision, same key (pages reused)", revised, "manual.pdf"),
@@ -109,7 +115,7 @@ def measure(work: Path, env: dict, pages: int, changed_count: int) -> list[tuple
         steps = ", ".join(f"{step} {ms / 1000:.1f}" for step, ms in stats["timings_ms"].items())
         print(f"  {label}: {wall:.1f} s (steps, s: {steps}; the rest is the command's start, Dagster's run and "
               "the model's load)", flush=True)
-    return rows, first
+    return rows
 
 
 UNIT_RUNS = (("unsplit, 1 core", "0", "1", "1000000"), ("units, 1 core", "0", "1", None),
@@ -214,6 +220,35 @@ def measure_celery(env: dict, work: Path, documents: list[Path], revision: Path 
     return rows
 
 
+def measure_celery_polls(env: dict, work: Path, first: Path, revised: Path, polls: list[float]) -> list[tuple]:
+    """On two warm pinned workers, for each Celery poll interval (``INGESTION_CELERY_POLL_SECONDS`` of the run's
+    process): the scan's first version, then its revision under the same key: (poll, first s, revision s, the
+    revision's steps' own seconds)."""
+    database_url = env["DATABASE_URL"]
+    warm = work / "warm.md"
+    warm.write_text("# Warm-up\n\n" + " ".join(f"Sentence {i} of the warm-up." for i in range(60)) + "\n")
+    workers = CeleryWorkers(env, work, 2)
+    rows = []
+    try:
+        for i in range(4):  # every worker process loads the model (a run has one embedding step)
+            ingest(workers.env, warm, f"warm-{i}")
+        for n, poll in enumerate(polls):
+            run_env = {**workers.env, "INGESTION_CELERY_POLL_SECONDS": str(poll)}
+            tenant = f"poll{n}"  # a tenant of its own: no page's text reused from an earlier round
+            first_wall = ingest(run_env, first, "manual.pdf", tenant=tenant)
+            wall = ingest(run_env, revised, "manual.pdf", tenant=tenant)
+            file = last_file(database_url)
+            if file["status"] != "succeeded":
+                sys.exit(f"revision, poll {poll}: {file['status']}: {file['error']}")
+            own = sum(file["stats"]["timings_ms"].values()) / 1000
+            rows.append((poll, first_wall, wall, own))
+            print(f"  poll {poll} s: first version {first_wall:.1f} s, revision {wall:.1f} s "
+                  f"({wall / first_wall:.0%}; its steps' own time {own:.1f} s)", flush=True)
+    finally:
+        workers.stop()
+    return rows
+
+
 def print_celery(rows: list[tuple]) -> None:
     revision = [r for r in rows if r[1] == "revision, 2 workers"]
     rows = [r for r in rows if r[1] != "revision, 2 workers"]
@@ -240,31 +275,44 @@ def main() -> None:
     parser.add_argument("--changed", type=int, default=2)
     parser.add_argument("--units", action="store_true", help="also measure units side by side (1 vs 2 cores)")
     parser.add_argument("--celery", action="store_true", help="also measure units on 1 vs 2 pinned Celery workers")
+    parser.add_argument("--celery-polls", type=lambda raw: [float(x) for x in raw.split(",")], metavar="S,S",
+                        help="only the scan's revision on two warm Celery workers, once per poll interval of the "
+                             "run's process (e.g. 1,0.2: dagster-celery's own, the project's)")
     parser.add_argument("--corpus", default=os.environ.get("INGESTION_CORPUS_DIR")
                         or str(ROOT.parent / "shared" / "corpus"), help="the sample corpus (DA-619p.pdf)")
     args = parser.parse_args()
 
     work, env = scratch_environment("bench-big-")
-    unit_rows, celery_rows = [], []
+    rows, unit_rows, celery_rows, poll_rows = [], [], [], []
     try:
-        rows, scan = measure(work, env, args.pages, args.changed)
+        scan, revised = prepare(work, env, args.pages, args.changed)
+        if args.celery_polls:
+            poll_rows = measure_celery_polls(env, work, scan, revised, args.celery_polls)
+        else:
+            rows = measure(env, scan, revised)
         big = [Path(args.corpus) / "documents" / "DA-619p.pdf", scan]
         if args.units:
             unit_rows = measure_units(env, big)
         if args.celery:
-            celery_rows = measure_celery(env, work, big, work / "manual-v2.pdf")
+            celery_rows = measure_celery(env, work, big, revised)
     finally:  # the throwaway data folder's own Postgres, then the folder
         from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
 
         stop_embedded_postgres(work / "data" / "pgdata")
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'':45} {'wall s':>8} {'extract s':>10} {'OCR read':>9} {'reused':>7}")
-    for label, wall, extract_s, read, reused in rows:
-        print(f"{label:45} {wall:8.1f} {extract_s:10.1f} {read:9} {reused:7}")
-    first_wall = rows[0][1]
-    print(f"\nrevision with pages reused: {rows[1][1] / first_wall:.0%} of the first ingest's wall time "
-          f"(without reuse: {rows[2][1] / first_wall:.0%}); extract step {rows[1][2] / rows[0][2]:.0%} "
-          f"(without reuse: {rows[2][2] / rows[0][2]:.0%})")
+    if poll_rows:
+        print("\nthe scan's revision on two warm Celery workers, by the run's poll interval")
+        print(f"{'poll s':>7} {'first s':>8} {'revision s':>11} {'share':>6} {'steps own s':>12}")
+        for poll, first_wall, wall, own in poll_rows:
+            print(f"{poll:7.2f} {first_wall:8.1f} {wall:11.1f} {wall / first_wall:6.0%} {own:12.1f}")
+    if rows:
+        print(f"\n{'':45} {'wall s':>8} {'extract s':>10} {'OCR read':>9} {'reused':>7}")
+        for label, wall, extract_s, read, reused in rows:
+            print(f"{label:45} {wall:8.1f} {extract_s:10.1f} {read:9} {reused:7}")
+        first_wall = rows[0][1]
+        print(f"\nrevision with pages reused: {rows[1][1] / first_wall:.0%} of the first ingest's wall time "
+              f"(without reuse: {rows[2][1] / first_wall:.0%}); extract step {rows[1][2] / rows[0][2]:.0%} "
+              f"(without reuse: {rows[2][2] / rows[0][2]:.0%})")
     if unit_rows:
         print_units(unit_rows)
     if celery_rows:

@@ -100,6 +100,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
                  "idle ahead of need (Dagster, the code location and the model loaded): a launched run starts at "
                  "once. `0`: every run starts a fresh interpreter, Dagster's default."),
         _setting("INGESTION_WORKER_REDELIVER_SECONDS"),
+        _setting("INGESTION_CELERY_POLL_SECONDS"),
     ),
     "Queues": (
         _setting("REDIS_URL"),

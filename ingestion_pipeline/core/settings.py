@@ -463,6 +463,12 @@ class ExecutorSettings(_Area):
                                  description="A step taken by a worker that vanished (its host died) goes to another "
                                              "worker after this long; keep it above the longest step and below "
                                              "INGESTION_LEASE_SECONDS.")
+    # dagster-celery's own loop looks once a second: half a second on average after each step of a run's chain
+    poll_seconds: float = env("INGESTION_CELERY_POLL_SECONDS", default=0.2, parse=_positive,
+                              expected="a number of seconds above 0",
+                              description="How often a Celery run's process looks for its finished steps (one "
+                                          "result-backend read per step in flight); the next step is sent at the "
+                                          "look that finds the one before it done.")
     # the fast lane (defs/fast_lane.py): a small batch's run launched at submit, not at the sensor's next loop
     dagster_url: str | None = env("INGESTION_DAGSTER_URL", parse=_http_url,
                                   expected="an http:// or https:// URL, or off",

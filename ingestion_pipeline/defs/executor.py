@@ -49,8 +49,13 @@ def embedding_step_tags(settings: ExecutorSettings | None = None) -> dict[str, s
 
 def executor_for(settings: ExecutorSettings) -> dg.ExecutorDefinition:
     if settings.executor == "celery":
-        from dagster_celery import celery_executor
+        from dagster_celery import celery_executor, core_execution_loop
 
+        # How often the run's process looks for finished steps (INGESTION_CELERY_POLL_SECONDS). dagster-celery's
+        # loop sleeps 1 s between looks, so each step of a run waited half a second on average after its task ended
+        # before the next was sent, and a fanned-out document run is a chain of about ten steps. The loop reads its
+        # module's constant at every pass; no parameter sets it.
+        core_execution_loop.TICK_SECONDS = settings.poll_seconds
         return celery_executor.configured(celery_config(settings), name="celery")
     return dg.in_process_executor
 
