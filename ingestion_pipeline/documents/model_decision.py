@@ -35,8 +35,8 @@ PREPARE_COMMAND = "ingestion-pipeline model prepare"
 
 
 class HostCannotEmbed(CodedError):
-    """This host cannot compute the vectors the deployment's recorded decision computes (a step fails with it
-    and its files stay held for a host that can; the CLI exits with ``EXIT_CODE``)."""
+    """This host cannot compute the vectors the deployment's recorded decision computes (a step fails with it;
+    `process` hands the run's files back uncounted, for a host that can, and the CLI exits with ``EXIT_CODE``)."""
 
     def __init__(self, decision: ModelDecision, why: str) -> None:
         super().__init__(

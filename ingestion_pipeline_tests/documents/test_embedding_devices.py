@@ -22,6 +22,7 @@ from ingestion_pipeline.documents.precision import CUDA_F16, CUDA_F32, Evaluatio
 from ingestion_pipeline.documents.quality_gate import Verdict
 from ingestion_pipeline.documents.torch_encoder import TorchEncoder
 from ingestion_pipeline_tests.cli.test_corpus_cli import run_cli
+from ingestion_pipeline_tests.helpers import table
 
 
 @pytest.fixture(autouse=True)
@@ -52,11 +53,17 @@ def test_cuda_on_a_host_without_a_gpu_is_an_error_that_says_what_is_missing(tmp_
 
 
 @pytest.mark.integration  # a CLI process
-def test_the_cli_exits_5_with_the_reason(database_url, project_dagster_home, monkeypatch):
+def test_the_cli_exits_5_with_the_reason(database_url, project_dagster_home, monkeypatch, db, tmp_path):
     monkeypatch.setenv("INGESTION_EMBEDDING_DEVICE", "cuda")
     result = run_cli("model", "prepare", check=False)
     assert result.returncode == 5, result.stderr
     assert "INGESTION_EMBEDDING_DEVICE=cuda, but this host cannot embed on CUDA: no NVIDIA driver" in result.stderr
+    # ingesting on it: the same exit, and the file waits for a host that can embed (no attempt spent)
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nA note for a host with a GPU.\n")
+    result = run_cli("ingest", str(note), "--tenant", "acme", check=False)
+    assert result.returncode == 5 and "cannot embed on CUDA" in result.stderr, result.stderr[-2000:]
+    assert table(db, "SELECT status, attempts FROM ingestion_runs") == [{"status": "queued", "attempts": 0}]
     monkeypatch.setenv("INGESTION_EMBEDDING_DEVICE", "tpu")
     refused = run_cli("model", "show", check=False)
     assert refused.returncode == 2 and "INGESTION_EMBEDDING_DEVICE must be auto, cpu or cuda" in refused.stderr

@@ -159,6 +159,13 @@ def test_the_command_line_exits_5_naming_the_decision_when_this_host_cannot_embe
         assert "cannot embed as the deployment decided" in refused.stderr
         assert "model prepare --precision f32 --change" in refused.stderr
     assert table(db, "SELECT count(*) AS n FROM chunk_embeddings")[0]["n"] == 0
+    # the host, not the file, is at fault: the file waits for a host that can, no attempt spent, not retried
+    # here into a dead letter
+    [row] = table(db, "SELECT status, attempts, owner FROM ingestion_runs")
+    assert row == {"status": "queued", "attempts": 0, "owner": None}
+    history = table(db, "SELECT event, message FROM ledger_history WHERE kind = 'document' ORDER BY history_id")
+    assert [h["event"] for h in history] == ["claimed", "released"]
+    assert "cannot embed as the deployment decided" in history[-1]["message"]
 
 
 def test_a_decision_round_trips_its_probe_vectors(database):

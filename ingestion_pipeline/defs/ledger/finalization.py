@@ -109,6 +109,23 @@ def interrupted_by_a_signal(instance: dg.DagsterInstance, run_id: str) -> bool:
     return False
 
 
+# The exceptions that say the host, not the file, is at fault: it cannot embed as the deployment decided
+# (documents/model_decision.py) or as it is set (documents/devices.py). Every document run on it fails alike.
+HOST_CANNOT_EMBED_ERRORS = ("HostCannotEmbed", "CudaUnavailable")
+
+
+def host_cannot_embed(instance: dg.DagsterInstance, run_id: str) -> str | None:
+    """Why the run failed, if a step failed because this host cannot embed (else None)."""
+    for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records:
+        event = record.event_log_entry.dagster_event
+        error = event.step_failure_data.error if event and event.step_failure_data else None
+        while error is not None:
+            if error.cls_name in HOST_CANNOT_EMBED_ERRORS:
+                return error.message.strip()
+            error = error.cause
+    return None
+
+
 def finalize_failed_run(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun,
                         policy: ReliabilitySettings) -> list[dict]:
     """The run failed and no Dagster retry follows: its unfinished work is a failed attempt."""
