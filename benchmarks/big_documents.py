@@ -244,9 +244,74 @@ def measure_celery_polls(env: dict, work: Path, first: Path, revised: Path, poll
             rows.append((poll, first_wall, wall, own))
             print(f"  poll {poll} s: first version {first_wall:.1f} s, revision {wall:.1f} s "
                   f"({wall / first_wall:.0%}; its steps' own time {own:.1f} s)", flush=True)
+            print_step_breakdown(database_url, wall)
     finally:
         workers.stop()
     return rows
+
+
+# Per step of the latest run, from Dagster's event log: when the run's process sent it, when a worker began it
+# (its instance, job and plan built), when the step's own code started and ended.
+_STEP_EVENTS_SQL = """
+WITH latest AS (SELECT run_id, create_timestamp FROM runs ORDER BY create_timestamp DESC LIMIT 1)
+SELECT e.step_key, e.dagster_event_type AS kind, e.timestamp,
+       coalesce(nullif(e.event::json->>'user_message', ''), e.event::json->'dagster_event'->>'message') AS message,
+       latest.create_timestamp AS created
+  FROM event_logs e JOIN latest ON latest.run_id = e.run_id
+ ORDER BY e.id
+"""
+
+
+def print_step_breakdown(database_url: str, wall: float) -> None:
+    """Where the latest run's seconds went between its steps: for each step, sent -> begun on a worker (the task's
+    trip and the worker's instance, job and plan), begun -> the step's code started, the step's code, and its end
+    -> the next step sent (the run's process noticing it)."""
+    import psycopg
+
+    from ingestion_pipeline.core.embedded_postgres import embedded_dagster_url
+
+    with psycopg.connect(embedded_dagster_url(database_url).replace("+psycopg2", "")) as conn:
+        events = conn.execute(_STEP_EVENTS_SQL).fetchall()
+    if not events:
+        return
+    marks: dict[str, dict[str, float]] = {}
+    run_start = run_end = None
+    for step, kind, at, message, _created in events:
+        t = at.timestamp()
+        if kind in ("RUN_START", "PIPELINE_START"):  # stored under the older names
+            run_start = t
+        elif kind in ("RUN_SUCCESS", "RUN_FAILURE", "PIPELINE_SUCCESS", "PIPELINE_FAILURE"):
+            run_end = t
+        if not step:
+            continue
+        m = marks.setdefault(step, {})
+        if kind == "ENGINE_EVENT" and message and message.startswith("Submitting celery task"):
+            m.setdefault("sent", t)
+        elif kind == "ENGINE_EVENT" and message and "Executing steps" in message:
+            m.setdefault("begun", t)
+        elif kind == "STEP_START":
+            m.setdefault("started", t)
+        elif kind in ("STEP_SUCCESS", "STEP_FAILURE"):
+            m["ended"] = t
+    steps = sorted((m for m in marks.values() if {"sent", "begun", "started", "ended"} <= m.keys()),
+                   key=lambda m: m["sent"])
+    sends = sorted(m["sent"] for m in steps)
+    totals = {"trip": 0.0, "setup": 0.0, "code": 0.0, "noticed": 0.0}
+    for m in steps:
+        later = [t for t in sends if t >= m["ended"]]
+        totals["trip"] += m["begun"] - m["sent"]
+        totals["setup"] += m["started"] - m["begun"]
+        totals["code"] += m["ended"] - m["started"]
+        totals["noticed"] += (later[0] - m["ended"]) if later else ((run_end or m["ended"]) - m["ended"])
+    n = len(steps)
+    print(f"    {n} Celery steps; summed over them: sent -> begun on a worker {totals['trip']:.1f} s, begun -> "
+          f"the step's code {totals['setup']:.1f} s, the code {totals['code']:.1f} s, ended -> the next sent "
+          f"{totals['noticed']:.1f} s (the steps overlap where they fan out)", flush=True)
+    if run_start and run_end:
+        first_sent = min(sends) if sends else run_start
+        print(f"    the run {run_end - run_start:.1f} s of the command's {wall:.1f} s (its first step sent "
+              f"{first_sent - run_start:.1f} s after it started; the rest before it is the command's start)",
+              flush=True)
 
 
 def print_celery(rows: list[tuple]) -> None:
