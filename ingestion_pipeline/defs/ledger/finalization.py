@@ -8,6 +8,8 @@ after the last attempt); a canceled run's rows are canceled and their staged wor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import dagster as dg
 
 from ingestion_pipeline.core import ledger
@@ -97,16 +99,20 @@ def failure_reason(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
     return event.message if event is not None and event.message else "the run failed"
 
 
-def interrupted_by_a_signal(instance: dg.DagsterInstance, run_id: str) -> bool:
-    """Did the run stop because its process got SIGINT/SIGTERM? (Dagster turns the signal into an error.)"""
+def _step_errors(instance: dg.DagsterInstance, run_id: str) -> Iterator:
+    """Every failed step's error of the run, and each error's causes (Dagster wraps the step's exception)."""
     for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records:
         event = record.event_log_entry.dagster_event
         error = event.step_failure_data.error if event and event.step_failure_data else None
         while error is not None:
-            if "DagsterExecutionInterruptedError" in error.cls_name or "KeyboardInterrupt" in error.cls_name:
-                return True
+            yield error
             error = error.cause
-    return False
+
+
+def interrupted_by_a_signal(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Did the run stop because its process got SIGINT/SIGTERM? (Dagster turns the signal into an error.)"""
+    return any("DagsterExecutionInterruptedError" in e.cls_name or "KeyboardInterrupt" in e.cls_name
+               for e in _step_errors(instance, run_id))
 
 
 # The exceptions that say the host, not the file, is at fault: it cannot embed as the deployment decided
@@ -116,14 +122,8 @@ HOST_CANNOT_EMBED_ERRORS = ("HostCannotEmbed", "CudaUnavailable")
 
 def host_cannot_embed(instance: dg.DagsterInstance, run_id: str) -> str | None:
     """Why the run failed, if a step failed because this host cannot embed (else None)."""
-    for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE).records:
-        event = record.event_log_entry.dagster_event
-        error = event.step_failure_data.error if event and event.step_failure_data else None
-        while error is not None:
-            if error.cls_name in HOST_CANNOT_EMBED_ERRORS:
-                return error.message.strip()
-            error = error.cause
-    return None
+    return next((e.message.strip() for e in _step_errors(instance, run_id) if e.cls_name in HOST_CANNOT_EMBED_ERRORS),
+                None)
 
 
 def finalize_failed_run(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun,
