@@ -36,16 +36,21 @@ from pathlib import Path
 
 import psycopg
 
+from ingestion_pipeline.core.run_tags import BULK_TENANT_TAG
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import process_cpu  # noqa: E402
 from dev_session import CLI, dev_session  # noqa: E402
+from process_cpu import SessionCpu  # noqa: E402
 
 
-def _active(url: str, tenant: str, filename: str) -> bool:
-    with psycopg.connect(url) as conn:
-        return conn.execute(
-            """SELECT 1 FROM ingestion_runs r JOIN document_versions v ON v.doc_id = r.doc_id AND v.is_active
-                WHERE r.tenant_id = %s AND r.config->>'filename' = %s AND r.status = 'succeeded'""",
-            (tenant, filename)).fetchone() is not None
+def _active(conn: psycopg.Connection, tenant: str, filename: str) -> bool:
+    """One probe on the benchmark's own connection: a new connection every 0.1 s would cost the server a
+    backend each time, CPU the bulk load beside it would be short of."""
+    return conn.execute(
+        """SELECT 1 FROM ingestion_runs r JOIN document_versions v ON v.doc_id = r.doc_id AND v.is_active
+            WHERE r.tenant_id = %s AND r.config->>'filename' = %s AND r.status = 'succeeded'""",
+        (tenant, filename)).fetchone() is not None
 
 
 def breakdown(instance, url: str, tenant: str, filename: str, submit_start: float, submit_end: float,
@@ -94,15 +99,40 @@ def _post(url: str, filename: str, content: bytes) -> None:
         response.read()
 
 
+def bulk_runs(instance, since: float, until: float) -> str:
+    """How the bulk tenant's runs of a phase went: their count, length, wait in the run queue, and how many ran
+    at once on average (the sum of their lengths over the phase's wall time)."""
+    from datetime import UTC, datetime
+
+    from dagster import RunsFilter
+
+    records = [r for r in instance.get_run_records(RunsFilter(
+        tags={BULK_TENANT_TAG: "bulk"}, created_after=datetime.fromtimestamp(since, UTC)))
+        if r.start_time and r.end_time and r.end_time <= until + 60]
+    if not records:
+        return "no bulk run"
+    lengths = [r.end_time - r.start_time for r in records]
+    waits = [r.start_time - r.create_timestamp.timestamp() for r in records]
+    step_seconds: dict[str, list[float]] = {}
+    for r in records:
+        for step in instance.get_run_step_stats(r.dagster_run.run_id):
+            if step.start_time and step.end_time:
+                step_seconds.setdefault(step.step_key, []).append(step.end_time - step.start_time)
+    steps = ", ".join(f"{key} {statistics.median(values):.1f}" for key, values in step_seconds.items()
+                      if statistics.median(values) >= 0.05)
+    return (f"{len(records)} bulk runs: {statistics.median(lengths):.1f} s each (median), queued "
+            f"{statistics.median(waits):.1f} s (median), {sum(lengths) / (until - since):.2f} running at once "
+            f"(mean); each step's seconds (median): {steps}")
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _succeeded(url: str, tenant: str) -> int:
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT count(*) FROM ingestion_runs WHERE tenant_id = %s AND status = 'succeeded'",
-                            (tenant,)).fetchone()[0]
+def _succeeded(conn: psycopg.Connection, tenant: str) -> int:
+    return conn.execute("SELECT count(*) FROM ingestion_runs WHERE tenant_id = %s AND status = 'succeeded'",
+                        (tenant,)).fetchone()[0]
 
 
 def _without_the_changes(env: dict[str, str], work: Path) -> None:
@@ -188,6 +218,10 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
 
         instance = DagsterInstance.get()
         counter = iter(range(10**6))
+        probe = stack.enter_context(psycopg.connect(dev.url, autocommit=True))
+        cpu = SessionCpu(dev.process.pid, dev.work / "data", database_url=dev.url)
+        cpu.start()
+        stack.callback(cpu.stop)
 
         def ingest(timeout: float = 300, record: list | None = None, via: str = "cli") -> float:
             i = next(counter)
@@ -205,15 +239,16 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
             submitted = time.time()
             while time.perf_counter() - start < timeout:
                 dev.check_alive()
-                if _active(dev.url, "dev", name):
+                if _active(probe, "dev", name):
                     seconds = time.perf_counter() - start
-                    if record is not None:
-                        record.append(breakdown(instance, dev.url, "dev", name, wall, submitted, time.time()))
+                    if record is not None:  # read once the phase is over: Dagster's records cost CPU to read
+                        record.append(("dev", name, wall, submitted, time.time()))
                     return seconds
                 time.sleep(0.1)
             raise SystemExit(f"{name} not searchable after {timeout} s:\n{dev.log_tail()}")
 
-        def show(stages_of: list[dict[str, float]], what: str) -> None:
+        def show(pending: list[tuple], what: str) -> list[dict[str, float]]:
+            stages_of = [breakdown(instance, dev.url, *args) for args in pending]
             print(f"[{label}] where the seconds go ({what}, median):")
             for name in stages_of[0] if stages_of else ():
                 values = [s.get(name, 0.0) for s in stages_of]
@@ -222,6 +257,7 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
                     continue
                 figures[f"stage {what}: {name}"] = statistics.median(values)
                 print(f"  {name:<40} {statistics.median(values):6.2f} s")
+            return stages_of
 
         def bulk(tag: str) -> list[str]:
             folder = dev.work / tag
@@ -242,9 +278,12 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
         print(f"[{label}] warm-up file (the daemon starting, the model's one-time export): {warm_up:.1f} s", flush=True)
         for via in intakes:
             times, stages = [], []
+            cpu.mark()
             for _ in range(files):
                 times.append(ingest(record=stages, via=via))
                 print(f"[{label}] idle, {via}: small file searchable after {times[-1]:.1f} s", flush=True)
+            process_cpu.show(f"[{label}] CPU of the small files, idle, by {via}", cpu.mark(), sum(times),
+                             {"small files": files})
             figures[f"idle {via} p50"], figures[f"idle {via} p95"] = (statistics.median(times),
                                                                       _percentile(times, 0.95))
             print(f"\n[{label}] submit to searchable, idle, by {via}: median {figures[f'idle {via} p50']:.1f} s, "
@@ -256,22 +295,32 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
         first, second, third = bulk("load-a"), bulk("load-b"), bulk("load-c")
 
         def alone(paths: list[str], done_before: int) -> float:
+            cpu.mark()
+            since = time.time()
             started = submit_bulk(paths)
-            while _succeeded(dev.url, "bulk") < done_before + load:
+            while _succeeded(probe, "bulk") < done_before + load:
                 dev.check_alive()
                 time.sleep(0.5)
-            return load / (time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            process_cpu.show(f"[{label}] CPU of the bulk load alone", cpu.mark(), seconds, {"bulk files": load})
+            print(f"[{label}] alone: {bulk_runs(instance, since, time.time())}")
+            return load / seconds
 
         rate_first = alone(first, 0)
         print(f"\n[{label}] bulk load of {load} files alone: {rate_first:.1f} files/s", flush=True)
+        cpu.mark()
+        since = time.time()
         started = submit_bulk(second)
         loaded_times, loaded_stages = [], []
-        while _succeeded(dev.url, "bulk") < 2 * load:
+        while _succeeded(probe, "bulk") < 2 * load:
             loaded_times.append(ingest(900, record=loaded_stages))
-            done = _succeeded(dev.url, "bulk") - load
+            done = _succeeded(probe, "bulk") - load
             print(f"[{label}] under load ({done}/{load} bulk files done): small file searchable after "
                   f"{loaded_times[-1]:.1f} s", flush=True)
         beside = load / (time.perf_counter() - started)
+        process_cpu.show(f"[{label}] CPU of the bulk load beside small files", cpu.mark(),
+                         time.perf_counter() - started, {"bulk files": load, "small files": len(loaded_times)})
+        print(f"[{label}] beside small files: {bulk_runs(instance, since, time.time())}")
         rate_third = alone(third, 2 * load)  # alone again: the index is as big as beside the small files
         print(f"[{label}] bulk load of {load} files alone again: {rate_third:.1f} files/s", flush=True)
         reference = (rate_first + rate_third) / 2
@@ -284,7 +333,7 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
               f"and after)")
         print(f"[{label}] small files during the load: median {figures['loaded p50']:.1f} s, "
               f"p95 {figures['loaded p95']:.1f} s ({len(loaded_times)} files)")
-        show(loaded_stages, "under load")
+        loaded_stages = show(loaded_stages, "under load")
         slowest = max(range(len(loaded_times)), key=loaded_times.__getitem__)
         print(f"[{label}] the slowest small file under load ({loaded_times[slowest]:.1f} s):")
         for name, value in loaded_stages[slowest].items():
