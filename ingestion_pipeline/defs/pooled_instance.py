@@ -6,7 +6,8 @@ and tested by ``defs/test_pooled_instance.py`` so that a Dagster upgrade that ch
 
 Dagster's Postgres storages open a new connection for every event they write unless told otherwise (a
 1M-row metric run opened ~170, about 1.5 s of forks and logins); the webserver tells them with
-``optimize_for_webserver``, and so does ``process``, which runs whole jobs in this one process.
+``optimize_for_webserver``, and so do ``process``, which runs whole jobs in this one process, and a warm run
+worker (``run_worker.py``), which runs one run after another with the same instance.
 
 A pooled connection outlives a database restart on the client side only: the first query on it fails
 with "server closed the connection unexpectedly", and that query is a run's event write. Dagster does
@@ -24,9 +25,13 @@ from sqlalchemy.pool import QueuePool
 
 def pooled_instance() -> dg.DagsterInstance:
     """The project's instance (``DAGSTER_HOME``), its storages each keeping open connections."""
+    return pool_connections(dg.DagsterInstance.get())
+
+
+def pool_connections(instance: dg.DagsterInstance) -> dg.DagsterInstance:
+    """``instance`` with its storages keeping open connections, each pinged when checked out; returned."""
     if not event.contains(QueuePool, "checkout", _ping):
         event.listen(QueuePool, "checkout", _ping)
-    instance = dg.DagsterInstance.get()
     instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
     return instance
 

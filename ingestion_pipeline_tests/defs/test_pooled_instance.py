@@ -50,3 +50,31 @@ def test_a_pooled_instance_serves_many_storage_calls_over_the_same_connections(p
         assert _storage_backends(dagster_pg_url) <= held  # the same server processes, no new logins
     finally:
         instance.dispose()
+
+
+def test_a_run_worker_keeps_one_pooled_instance_across_runs_of_the_same_instance(project_dagster_home, dagster_pg_url):
+    """A warm run worker (defs/run_worker.py) runs one run after another: the instance of the same ref is kept
+    with its connections, so a run's event writes do not each fork and log in a server process."""
+    from ingestion_pipeline.defs.run_worker import _Instances
+
+    ref = dg.serialize_value(dg.DagsterInstance.get().get_ref())
+    instances = _Instances()
+    try:
+        first = instances.of(ref)
+        first.get_runs_count()
+        held = _storage_backends(dagster_pg_url)
+        assert held, "the run worker's instance keeps no connection open"
+        for _ in range(20):  # the next runs of the same instance: the same instance, the same server processes
+            assert instances.of(ref) is first
+            first.get_runs_count()
+            first.get_run_records(limit=1)
+        assert _storage_backends(dagster_pg_url) <= held
+
+        plain_ref = dg.DagsterInstance.get().get_ref()
+        other = dg.serialize_value(plain_ref._replace(settings={**plain_ref.settings,
+                                                                "code_servers": {"local_startup_timeout": 61}}))
+        assert instances.of(other) is not first  # another instance: a new one, the old one's connections closed
+        del first
+    finally:
+        instances.close()
+    assert _backends_after_closing(dagster_pg_url) == set()
