@@ -36,7 +36,7 @@ from ingestion_pipeline.core.embedded_postgres import DataFolderFromAnotherVersi
 from ingestion_pipeline.core.migrations import SchemaOutOfDate
 from ingestion_pipeline.documents.devices import CudaUnavailable
 from ingestion_pipeline.documents.model_decision import EXIT_CODE as HOST_CANNOT_EMBED_EXIT
-from ingestion_pipeline.documents.model_decision import HostCannotEmbed
+from ingestion_pipeline.documents.model_decision import HostCannotEmbed, RunHostCannotEmbed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +68,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except ValueError as exc:  # bad input: say what is wrong, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except (HostCannotEmbed, CudaUnavailable) as exc:  # this host cannot embed as decided or set: say what to run
+    except (HostCannotEmbed, CudaUnavailable, RunHostCannotEmbed) as exc:  # a host cannot embed: say what to run
         print(f"error: {exc}\n{exc.suggestion}", file=sys.stderr)
         return HOST_CANNOT_EMBED_EXIT
     except (SchemaOutOfDate, DataFolderFromAnotherVersion) as exc:  # the database needs an operator's step first

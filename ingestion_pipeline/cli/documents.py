@@ -89,7 +89,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     from ingestion_pipeline.core.ledger import any_unfinished
     from ingestion_pipeline.documents.batching import documents_due
     from ingestion_pipeline.documents.devices import CudaUnavailable
-    from ingestion_pipeline.documents.model_decision import HostCannotEmbed
+    from ingestion_pipeline.documents.model_decision import HostCannotEmbed, RunHostCannotEmbed
 
     redis = _redis_jobs_first(ctx, args)
     with ctx.db.connection() as conn:
@@ -141,10 +141,13 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
         with interruptible() as interrupted, _following_job_statuses(ctx, redis):
             run_queued_in_process(pooled_instance(), defs(), ctx.db, ctx.settings, resources, on_run=report,
                                   interrupted=interrupted.is_set, reconstructable_jobs=reconstructable_jobs())
+    except RunHostCannotEmbed:
+        # this process's own model was the cause: its error says which decision and what to run (exit 5 either way)
+        if isinstance(ctx.embedder.load_error, (HostCannotEmbed, CudaUnavailable)):
+            raise ctx.embedder.load_error from None
+        raise
     finally:
         logging.getLogger("ingestion_pipeline.progress").removeHandler(reporter)
-    if isinstance(ctx.embedder.load_error, (HostCannotEmbed, CudaUnavailable)):  # the runs failed for it: exit 5
-        raise ctx.embedder.load_error
     return summaries
 
 

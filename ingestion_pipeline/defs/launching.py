@@ -38,6 +38,7 @@ from ingestion_pipeline.defs.ledger.finalization import (
 from ingestion_pipeline.defs.ledger.janitor import run_janitor
 from ingestion_pipeline.defs.partitions import document_batches, metric_uploads
 from ingestion_pipeline.documents.batching import next_due_at
+from ingestion_pipeline.documents.model_decision import RunHostCannotEmbed
 from ingestion_pipeline.documents.run_plan import plan_batch_runs
 from ingestion_pipeline.metrics.uploads import pending_partitions
 
@@ -118,7 +119,7 @@ def run_queued_in_process(
     replay failed files; a failed run's unfinished work is finalised here as the run-status sensor
     would. If ``interrupted()`` turns true, the current run's claims go back to the queue and
     ``Interrupted`` is raised. A run that failed because this host cannot embed (``host_cannot_embed``) hands
-    its files back uncounted and ends the loop: the runs after it would fail alike. With
+    its files back uncounted and raises ``RunHostCannotEmbed``: the runs after it would fail alike. With
     ``INGESTION_EXECUTOR=celery`` the runs go through ``reconstructable_jobs``
     (``definitions.reconstructable_jobs()``): their steps execute on the workers, this process waits.
     """
@@ -171,7 +172,7 @@ def run_queued_in_process(
                 if on_run is not None:
                     on_run(outcome)
                 if cannot_embed:
-                    return processed
+                    raise RunHostCannotEmbed(run_id, cannot_embed.splitlines()[0][:1000])
         if ran:
             continue
         with db.connection() as conn:

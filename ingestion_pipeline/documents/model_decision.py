@@ -49,6 +49,19 @@ class HostCannotEmbed(CodedError):
                        "queues a re-index)")
 
 
+class RunHostCannotEmbed(CodedError):
+    """A run's step failed because the host that executed it cannot embed (``HostCannotEmbed`` or
+    ``CudaUnavailable`` there: this process, or a Celery worker elsewhere). Its files went back to the queue
+    uncounted; the CLI exits with ``EXIT_CODE``."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(
+            "host_cannot_embed", f"run {run_id} stopped: the host of its embedding step cannot embed: {reason}",
+            suggestion="its files are back in the queue with no attempt counted; fix that host (its worker's log "
+                       "says the same) or take it out of the embedding queue, then run `ingestion-pipeline "
+                       "process` again")
+
+
 @dataclass(frozen=True)
 class ModelDecision:
     model_digest: str

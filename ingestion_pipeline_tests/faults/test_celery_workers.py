@@ -211,3 +211,23 @@ def test_a_scanned_documents_units_are_steps_that_both_workers_take(celery_env, 
     assert whole.returncode == 0, whole.stderr[-3000:]
     assert split == table(db, "SELECT ordinal, text, page_start FROM chunks WHERE tenant_id = 'whole' ORDER BY 1")
     assert not unfinished(database_url) and not invariant_violations(database_url)
+
+
+def test_a_worker_that_cannot_embed_hands_the_files_back_and_process_exits_5_with_its_reason(
+        celery_env, database_url, db, tmp_path):
+    """A Celery worker set to embed on CUDA on a host without one: its embedding step fails for the host, not the
+    files. `process` gives the batch's files back to the queue uncounted and exits 5 with the worker's reason and
+    what to run, instead of retrying them into dead letters or ending as if nothing were wrong."""
+    env, workers = celery_env
+    env.update(INGESTION_EMBEDDING_QUEUE="")
+    harness = FaultHarness(database_url, env, tmp_path / "faults")
+    workers.start("worker1", queues=("dagster",), INGESTION_EMBEDDING_DEVICE="cuda")
+    assert harness.cli("submit", str(_notes(tmp_path, 1)[0]), "--tenant", "acme").returncode == 0
+    done = harness.cli("process", timeout=600)
+    assert done.returncode == 5, done.stdout[-3000:] + done.stderr[-3000:] + workers.log("worker1")[-3000:]
+    [said] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert "cannot embed on CUDA" in said and "nothing was embedded" in said, done.stderr[-3000:]
+    assert "back in the queue with no attempt counted" in done.stderr
+    print(said)
+    [row] = table(db, "SELECT status, attempts, owner FROM ingestion_runs")
+    assert (row["status"], row["attempts"], row["owner"]) == ("queued", 0, None)
