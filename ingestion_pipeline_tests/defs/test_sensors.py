@@ -186,3 +186,36 @@ def test_the_fast_lane_launches_what_the_sensor_would(database, tmp_path):
     assert [(p.run_key, p.partition_key, p.tags) for p in planned] == \
         [(r.run_key, r.partition_key, r.tags) for r in requests]
     assert [p.interactive for p in planned] == [True]
+
+
+def test_a_run_whose_host_cannot_embed_hands_its_files_back_uncounted_and_held(database, db, tmp_path, monkeypatch):
+    """Under the daemon, a run that failed because its host cannot embed (here: set to CUDA without one) is the
+    host's fault, not the files': the run-failure sensor gives them back with no attempt counted, held for the
+    longest backoff so the sensor does not relaunch them at once on the same host, and never dead-letters them."""
+    monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "0,40")
+    monkeypatch.setenv("INGESTION_EMBEDDING_DEVICE", "cuda")  # this machine has no NVIDIA GPU
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nThe ferry leaves at nine.\n")
+    submit(database, "acme", note)
+    with dg.instance_for_test() as instance:
+        for _ in range(3):  # more failures than the attempts allowed: still never dead-lettered
+            [request] = _tick(instance).run_requests
+            result = materialize_batch(instance, request.partition_key, raise_on_error=False,
+                                       resources={"embedder": EmbedderResource()})  # the model as the settings say
+            assert not result.success
+            failure = next(e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE)
+            with dg.build_run_status_sensor_context(
+                sensor_name="ledger_on_run_failure", dagster_event=failure, dagster_instance=instance,
+                dagster_run=instance.get_run_by_id(result.run_id),
+                resources={"postgres": PostgresResource(), "settings": SettingsResource()},
+            ) as context:
+                ledger_on_run_failure(context.for_run_failure())
+            [row] = table(db, "SELECT status, attempts, owner, error_code, "
+                              "extract(epoch FROM next_attempt_at - now()) AS held FROM ingestion_runs")
+            assert (row["status"], row["attempts"], row["owner"], row["error_code"]) == ("queued", 0, None, None)
+            assert 30 < row["held"] <= 40
+            assert _tick(instance).run_requests == []  # held: the same host would fail it again at once
+            db.execute("UPDATE ingestion_runs SET next_attempt_at = now()")  # the hold has passed
+    history = table(db, "SELECT event, message FROM ledger_history ORDER BY history_id")
+    assert [h["event"] for h in history] == ["claimed", "released"] * 3
+    assert all("cannot embed on CUDA" in h["message"] for h in history if h["event"] == "released")

@@ -69,17 +69,19 @@ def fail_unclaimed(conn: psycopg.Connection, t: LedgerTable, item_id: int, failu
 
 
 def release(conn: psycopg.Connection, t: LedgerTable, *, owner: str, reason: str, event: str = "released",
-            item_ids: Sequence[int] | None = None) -> list[dict]:
-    """Give held rows back to the queue (interrupted or paused): this attempt is not counted."""
+            item_ids: Sequence[int] | None = None, hold_seconds: float = 0.0) -> list[dict]:
+    """Give held rows back to the queue (interrupted or paused): this attempt is not counted. ``hold_seconds``:
+    not launched again before then (the host that failed them would fail them alike at once)."""
     rows = conn.execute(
         table_sql("""UPDATE {table}
-                 SET status = %(queued)s, owner = NULL, lease_expires_at = NULL, next_attempt_at = now(),
+                 SET status = %(queued)s, owner = NULL, lease_expires_at = NULL,
+                     next_attempt_at = now() + make_interval(secs => %(hold)s),
                      attempts = greatest(attempts - 1, attempts_before_replay), launch_gen = launch_gen + 1,
                      updated_at = now()
                WHERE owner = %(owner)s AND status = ANY(%(working)s)
                  AND (%(ids)s::bigint[] IS NULL OR {key} = ANY(%(ids)s))
            RETURNING *""", t),
-        {"queued": t.queued, "owner": owner, "working": list(t.working),
+        {"queued": t.queued, "owner": owner, "working": list(t.working), "hold": hold_seconds,
          "ids": list(item_ids) if item_ids is not None else None},
     ).fetchall()
     record(conn, t, rows, event, message=reason)

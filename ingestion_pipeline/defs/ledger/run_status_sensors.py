@@ -1,13 +1,19 @@
 """Run-status sensors: when a document or metric run fails or is canceled, its unfinished work says so.
 
 A failed run with a Dagster retry coming (``dagster/will_retry``) is left alone: the retry is the same
-owner and continues the work from the staging tables. Otherwise the run's unfinished files (or its
-upload) are a failed attempt — retried with backoff, or dead-lettered after the last attempt.
+owner and continues the work from the staging tables. A document run that failed because its host cannot
+embed hands its files back uncounted (the host is at fault, not the files). Otherwise the run's unfinished
+files (or its upload) are a failed attempt — retried with backoff, or dead-lettered after the last attempt.
 """
 
 import dagster as dg
 
-from ingestion_pipeline.defs.ledger.finalization import cancel_run_work, finalize_failed_run, retry_follows
+from ingestion_pipeline.defs.ledger.finalization import (
+    cancel_run_work,
+    finalize_failed_run,
+    hand_back_from_a_host_that_cannot_embed,
+    retry_follows,
+)
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 
 
@@ -23,7 +29,13 @@ def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: Postgre
     if retry_follows(run):
         context.log.info(f"run {run.run_id} failed; a Dagster retry follows and continues its work")
         return
-    rows = finalize_failed_run(context.instance, postgres.db, run, settings.get().reliability)
+    policy = settings.get().reliability
+    handed_back = hand_back_from_a_host_that_cannot_embed(context.instance, postgres.db, run, policy)
+    if handed_back is not None:
+        context.log.warning(f"run {run.run_id}: its host cannot embed; {len(handed_back)} file(s) back in the queue "
+                            "with no attempt counted, launched again after the longest retry backoff")
+        return
+    rows = finalize_failed_run(context.instance, postgres.db, run, policy)
     context.log.info(f"run {run.run_id}: {len(rows)} unfinished file(s) or upload(s) retried later or dead-lettered")
 
 
