@@ -79,6 +79,15 @@ def last_file(database_url: str) -> dict:
         return conn.execute("SELECT status, error, stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1").fetchone()
 
 
+def sessions_opened(database_url: str) -> int:
+    """Sessions the server has opened so far, every database together (PostgreSQL 14+): each is a fork and a
+    login of a server process."""
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        return int(conn.execute("SELECT coalesce(sum(sessions), 0) FROM pg_stat_database").fetchone()[0])
+
+
 def prepare(work: Path, env: dict, pages: int, changed_count: int) -> tuple[Path, Path]:
     """The throwaway data folder's database and model, and the scan's two versions (first, revised)."""
     from ingestion_pipeline.core.db import resolve_database_url
@@ -236,14 +245,17 @@ def measure_celery_polls(env: dict, work: Path, first: Path, revised: Path, poll
             run_env = {**workers.env, "INGESTION_CELERY_POLL_SECONDS": str(poll)}
             tenant = f"poll{n}"  # a tenant of its own: no page's text reused from an earlier round
             first_wall = ingest(run_env, first, "manual.pdf", tenant=tenant)
+            sessions = sessions_opened(database_url)
             wall = ingest(run_env, revised, "manual.pdf", tenant=tenant)
+            sessions = sessions_opened(database_url) - sessions
             file = last_file(database_url)
             if file["status"] != "succeeded":
                 sys.exit(f"revision, poll {poll}: {file['status']}: {file['error']}")
             own = sum(file["stats"]["timings_ms"].values()) / 1000
             rows.append((poll, first_wall, wall, own))
             print(f"  poll {poll} s: first version {first_wall:.1f} s, revision {wall:.1f} s "
-                  f"({wall / first_wall:.0%}; its steps' own time {own:.1f} s)", flush=True)
+                  f"({wall / first_wall:.0%}; its steps' own time {own:.1f} s; Postgres opened {sessions} sessions "
+                  "during the revision)", flush=True)
             print_step_breakdown(database_url, wall)
     finally:
         workers.stop()

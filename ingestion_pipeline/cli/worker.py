@@ -45,10 +45,10 @@ def _check_reachable(broker_url: str, database_url: str) -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     from dagster_celery.executor import CeleryExecutor
     from dagster_celery.make_app import make_app
-    from dagster_celery.tasks import create_task
 
     from ingestion_pipeline.core.db import resolve_dagster_storage_url, resolve_database_url
     from ingestion_pipeline.core.settings import load_settings
+    from ingestion_pipeline.defs.celery_steps import create_pooled_task
     from ingestion_pipeline.defs.executor import celery_config
     from ingestion_pipeline.defs.resources import keep_embedders_across_steps
 
@@ -61,7 +61,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # (as the other commands do), inherited by the pool's processes
     resolve_dagster_storage_url()
     app = make_app(CeleryExecutor.for_cli(**celery_config(settings)).app_args())
-    create_task(app)  # the task dagster-celery's executor sends: execute one step of a run
+    create_pooled_task(app)  # the task dagster-celery's executor sends: execute one step of a run
     keep_embedders_across_steps()  # inherited by the pool's processes: each loads the model once
     name = args.name or f"ingestion-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     concurrency = args.concurrency or settings.concurrency

@@ -18,6 +18,9 @@ connection and open a new one). A ping is one more round trip per checkout, on t
 
 from __future__ import annotations
 
+import gc
+from typing import Any
+
 import dagster as dg
 from sqlalchemy import event, exc
 from sqlalchemy.pool import QueuePool
@@ -42,3 +45,30 @@ def _ping(dbapi_connection, _record, _proxy) -> None:
             cursor.execute("SELECT 1")
     except Exception as error:  # the driver's own error type: psycopg2 or psycopg
         raise exc.DisconnectionError(f"pooled Dagster storage connection is gone: {error}") from error
+
+
+class PooledInstances:
+    """One process's instance of each ref it is handed, kept with its connections pooled: a warm run worker runs
+    one run after another, a Celery worker's process one step after another, each with the ref of the run's
+    instance; building a new instance each time would log in anew for every event written."""
+
+    def __init__(self) -> None:
+        self._key: str | None = None
+        self._instance: dg.DagsterInstance | None = None
+
+    def of(self, ref: Any) -> dg.DagsterInstance:  # an InstanceRef (not exported by Dagster)
+        key = dg.serialize_value(ref)
+        if key != self._key or self._instance is None:
+            self.close()
+            self._instance = pool_connections(dg.DagsterInstance.from_ref(ref))
+            self._key = key
+        return self._instance
+
+    def close(self) -> None:
+        if self._instance is None:
+            return
+        self._instance.dispose()
+        self._instance, self._key = None, None
+        # Dagster's Postgres storages leave their engines open on dispose: the pooled connections close when the
+        # instance (a web of references) is collected
+        gc.collect()

@@ -19,7 +19,6 @@ run's trouble never reaches the next one. End of input (the launcher discarded i
 
 from __future__ import annotations
 
-import gc
 import importlib
 import json
 import os
@@ -90,49 +89,21 @@ def main(argv: list[str]) -> int:
     # the launcher reads "ready" lines from what was standard output; the run's own output goes to stderr
     status = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
+    from ingestion_pipeline.defs.pooled_instance import PooledInstances
+
     problems = _preload(argv) + _prepare()
-    instances = _Instances()
+    instances = PooledInstances()
     try:
         return _serve(status, instances, problems, started)
     finally:
         instances.close()
 
 
-class _Instances:
-    """The instance of the runs' ``instance_ref``, kept from one run to the next with its storage connections
-    pooled: Dagster's Postgres storages otherwise open a connection for every event a run writes, a fork and a
-    login of the server each time (a 200-file run writes hundreds), CPU taken from every run on the host."""
-
-    def __init__(self) -> None:
-        self._ref: str | None = None
-        self._instance = None
-
-    def of(self, ref: str):
-        from dagster import DagsterInstance, deserialize_value
-
-        from ingestion_pipeline.defs.pooled_instance import pool_connections
-
-        if ref != self._ref:
-            self.close()
-            self._instance = pool_connections(DagsterInstance.from_ref(deserialize_value(ref)))
-            self._ref = ref
-        return self._instance
-
-    def close(self) -> None:
-        if self._instance is None:
-            return
-        self._instance.dispose()
-        self._instance, self._ref = None, None
-        # Dagster's Postgres storages leave their engines open on dispose: the pooled connections close when the
-        # instance (a web of references) is collected
-        gc.collect()
-
-
-def _serve(status, instances: _Instances, problems: list[str], started: float) -> int:
+def _serve(status, instances, problems: list[str], started: float) -> int:
     """Run one request after another until the input ends or a run did not succeed."""
     # Dagster's own body of `dagster api execute_run`, and its signal handling (a SIGTERM becomes a canceled
     # run): not public API, so only here (ARCHITECTURE.md: Dagster beyond its documented API)
-    from dagster import DagsterRunStatus
+    from dagster import DagsterRunStatus, deserialize_value
     from dagster._cli.api import _execute_run_command_body
     from dagster._utils.interrupts import capture_interrupts
 
@@ -148,7 +119,9 @@ def _serve(status, instances: _Instances, problems: list[str], started: float) -
         nice = int(request.get("nice", 0))
         if nice:  # a bulk run: this process and its extraction worker yield the CPU to interactive runs
             lower_process_priority(nice)
-        instance = instances.of(request["instance_ref"])
+        # the same instance from one run to the next, its storage connections pooled: Dagster's Postgres storages
+        # otherwise log in anew for every event a run writes (a 200-file run writes hundreds)
+        instance = instances.of(deserialize_value(request["instance_ref"]))
         run = instance.get_run_by_id(run_id)
         if run is None:
             print(f"run worker: run {run_id} not found", file=sys.stderr)

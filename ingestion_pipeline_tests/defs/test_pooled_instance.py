@@ -52,13 +52,14 @@ def test_a_pooled_instance_serves_many_storage_calls_over_the_same_connections(p
         instance.dispose()
 
 
-def test_a_run_worker_keeps_one_pooled_instance_across_runs_of_the_same_instance(project_dagster_home, dagster_pg_url):
-    """A warm run worker (defs/run_worker.py) runs one run after another: the instance of the same ref is kept
-    with its connections, so a run's event writes do not each fork and log in a server process."""
-    from ingestion_pipeline.defs.run_worker import _Instances
+def test_a_worker_keeps_one_pooled_instance_across_runs_of_the_same_instance(project_dagster_home, dagster_pg_url):
+    """A warm run worker (defs/run_worker.py) runs one run after another, a Celery worker's process one step after
+    another (defs/celery_steps.py): the instance of the same ref is kept with its connections, so the event writes
+    do not each fork and log in a server process."""
+    from ingestion_pipeline.defs.pooled_instance import PooledInstances
 
-    ref = dg.serialize_value(dg.DagsterInstance.get().get_ref())
-    instances = _Instances()
+    ref = dg.DagsterInstance.get().get_ref()
+    instances = PooledInstances()
     try:
         first = instances.of(ref)
         first.get_runs_count()
@@ -71,8 +72,7 @@ def test_a_run_worker_keeps_one_pooled_instance_across_runs_of_the_same_instance
         assert _storage_backends(dagster_pg_url) <= held
 
         plain_ref = dg.DagsterInstance.get().get_ref()
-        other = dg.serialize_value(plain_ref._replace(settings={**plain_ref.settings,
-                                                                "code_servers": {"local_startup_timeout": 61}}))
+        other = plain_ref._replace(settings={**plain_ref.settings, "code_servers": {"local_startup_timeout": 61}})
         assert instances.of(other) is not first  # another instance: a new one, the old one's connections closed
         del first
     finally:
