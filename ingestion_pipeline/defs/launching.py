@@ -32,7 +32,7 @@ from ingestion_pipeline.core.run_tags import (
 from ingestion_pipeline.core.settings import BatchSettings, Settings
 from ingestion_pipeline.defs.ledger.finalization import (
     finalize_failed_run,
-    host_cannot_embed,
+    hand_back_from_a_host_that_cannot_embed,
     interrupted_by_a_signal,
 )
 from ingestion_pipeline.defs.ledger.janitor import run_janitor
@@ -118,7 +118,7 @@ def run_queued_in_process(
     launched by `process`, so Dagster does not retry them (no daemon may be watching) and they never
     replay failed files; a failed run's unfinished work is finalised here as the run-status sensor
     would. If ``interrupted()`` turns true, the current run's claims go back to the queue and
-    ``Interrupted`` is raised. A run that failed because this host cannot embed (``host_cannot_embed``) hands
+    ``Interrupted`` is raised. A run that failed because its host cannot embed (``host_cannot_embed``) hands
     its files back uncounted and raises ``RunHostCannotEmbed``: the runs after it would fail alike. With
     ``INGESTION_EXECUTOR=celery`` the runs go through ``reconstructable_jobs``
     (``definitions.reconstructable_jobs()``): their steps execute on the workers, this process waits.
@@ -158,15 +158,15 @@ def run_queued_in_process(
                             ledger.release(conn, t, owner=run_id, reason="`process` was interrupted")
                     raise Interrupted(f"interrupted during run {run_id}; its claims are back in the queue")
                 ran = True
-                cannot_embed = host_cannot_embed(instance, run_id) if not success else None
-                if cannot_embed:
-                    # The host, not the files, is at fault, and every document run here would fail alike: the
-                    # files go back to the queue for a host that can, no attempt spent, and this process stops
-                    # (the command exits 5 saying what to run) rather than retrying them into dead letters.
-                    with db.transaction() as conn:
-                        ledger.release(conn, DOCUMENT_FILES, owner=run_id, reason=cannot_embed[:2000])
-                elif not success:
-                    finalize_failed_run(instance, db, instance.get_run_by_id(run_id), policy)
+                cannot_embed = None
+                if not success:
+                    # The host, not the files, at fault: every document run here would fail alike, so the files
+                    # go back to the queue for a host that can, no attempt spent, and this process stops (the
+                    # command exits 5 saying what to run) rather than retrying them into dead letters.
+                    run = instance.get_run_by_id(run_id)
+                    cannot_embed = hand_back_from_a_host_that_cannot_embed(instance, db, run, hold_seconds=0.0)
+                    if cannot_embed is None:
+                        finalize_failed_run(instance, db, run, policy)
                 outcome = ProcessedRun(plan.job_name, request.partition_key, run_id, success)
                 processed.append(outcome)
                 if on_run is not None:

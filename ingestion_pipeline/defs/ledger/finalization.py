@@ -127,18 +127,17 @@ def host_cannot_embed(instance: dg.DagsterInstance, run_id: str) -> str | None:
 
 
 def hand_back_from_a_host_that_cannot_embed(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun,
-                                            policy: ReliabilitySettings) -> list[dict] | None:
+                                            hold_seconds: float) -> str | None:
     """A document run failed because its host cannot embed (``host_cannot_embed``): its files go back to the
-    queue with no attempt counted, held for the longest retry backoff (a launch at once would meet the same
-    host), and the reason in the ledger's history; the files never dead-letter for a host's fault and run as
-    soon as a host that can embed takes them. None when the run failed for another reason."""
+    queue with no attempt counted, not launched again for ``hold_seconds`` (the run-failure sensor's next launch
+    would meet the same host), the reason in the ledger's history; the files never dead-letter for a host's fault
+    and run as soon as a host that can embed takes them. The reason, or None when the run failed otherwise."""
     reason = host_cannot_embed(instance, run.run_id)
     if reason is None or table_for_run(run, instance) is not DOCUMENT_FILES:
         return None
-    hold = max(policy.retry_backoff_seconds, default=0.0)
     with db.transaction() as conn:
-        return ledger.release(conn, DOCUMENT_FILES, owner=owner_of(run), hold_seconds=hold,
-                              reason=f"run {run.run_id}: {reason}"[:2000])
+        ledger.release(conn, DOCUMENT_FILES, owner=owner_of(run), hold_seconds=hold_seconds, reason=reason[:2000])
+    return reason
 
 
 def finalize_failed_run(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun,

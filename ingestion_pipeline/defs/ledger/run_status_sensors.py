@@ -30,10 +30,10 @@ def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: Postgre
         context.log.info(f"run {run.run_id} failed; a Dagster retry follows and continues its work")
         return
     policy = settings.get().reliability
-    handed_back = hand_back_from_a_host_that_cannot_embed(context.instance, postgres.db, run, policy)
-    if handed_back is not None:
-        context.log.warning(f"run {run.run_id}: its host cannot embed; {len(handed_back)} file(s) back in the queue "
-                            "with no attempt counted, launched again after the longest retry backoff")
+    hold = max(policy.retry_backoff_seconds, default=0.0)
+    if hand_back_from_a_host_that_cannot_embed(context.instance, postgres.db, run, hold) is not None:
+        context.log.warning(f"run {run.run_id}: its host cannot embed; its files are back in the queue with no "
+                            f"attempt counted, launched again in {hold:g} s")
         return
     rows = finalize_failed_run(context.instance, postgres.db, run, policy)
     context.log.info(f"run {run.run_id}: {len(rows)} unfinished file(s) or upload(s) retried later or dead-lettered")
