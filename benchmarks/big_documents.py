@@ -80,12 +80,10 @@ def last_file(database_url: str) -> dict:
 
 
 def sessions_opened(database_url: str) -> int:
-    """Sessions the server has opened so far, every database together (PostgreSQL 14+): each is a fork and a
-    login of a server process."""
-    import psycopg
+    """Sessions the server has opened so far, every database together: each a fork and a login."""
+    from process_cpu import sessions_by_database
 
-    with psycopg.connect(database_url) as conn:
-        return int(conn.execute("SELECT coalesce(sum(sessions), 0) FROM pg_stat_database").fetchone()[0])
+    return sum(sessions_by_database(database_url).values())
 
 
 def prepare(work: Path, env: dict, pages: int, changed_count: int) -> tuple[Path, Path]:

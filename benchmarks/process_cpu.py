@@ -10,6 +10,7 @@ come from ``getrusage``. Linux only (reads /proc through psutil).
 
 from __future__ import annotations
 
+import os
 import resource
 import threading
 from pathlib import Path
@@ -123,19 +124,19 @@ class SessionCpu(threading.Thread):
         return by_role
 
     def _sessions_opened(self) -> dict[str, int]:
-        """Sessions the server has opened, every database together (PostgreSQL 14+): a process that connects
-        for each write makes the server fork and log in a backend each time, CPU the sampler cannot see."""
-        if self.database_url is None:
-            return {}
-        import psycopg
+        return sessions_by_database(self.database_url) if self.database_url else {}
 
-        with psycopg.connect(self.database_url) as conn:
-            return dict(conn.execute("SELECT datname, sessions FROM pg_stat_database WHERE sessions > 0").fetchall())
+
+def sessions_by_database(database_url: str) -> dict[str, int]:
+    """Sessions the server has opened so far, by database (PostgreSQL 14+): a process that connects for each
+    write makes the server fork and log in a backend each time, CPU a sampler of live processes cannot see."""
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        return dict(conn.execute("SELECT datname, sessions FROM pg_stat_database WHERE sessions > 0").fetchall())
 
 
 def _in_group(process: psutil.Process, pgid: int) -> bool:
-    import os
-
     try:
         return os.getpgid(process.pid) == pgid
     except ProcessLookupError:
