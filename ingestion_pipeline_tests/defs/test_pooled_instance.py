@@ -14,10 +14,13 @@ from ingestion_pipeline.defs.pooled_instance import pooled_instance
 
 
 def _storage_backends(dagster_pg_url: str) -> set[int]:
-    """The server processes connected to Dagster's database, this observer's own excepted."""
+    """The server processes of clients connected to Dagster's database, this observer's own excepted.
+
+    Only client backends: an autovacuum worker shows in pg_stat_activity with the database it is vacuuming, and
+    one that started mid-test made a new "connection" appear that no client opened (seen in CI)."""
     with psycopg.connect(dagster_pg_url.replace("postgresql+psycopg2://", "postgresql://", 1)) as conn:
         rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                            "AND pid <> pg_backend_pid()").fetchall()
+                            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()").fetchall()
     return {pid for (pid,) in rows}
 
 
