@@ -79,6 +79,13 @@ def last_file(database_url: str) -> dict:
         return conn.execute("SELECT status, error, stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1").fetchone()
 
 
+def encoded(stats: dict) -> str:
+    """A file's chunks encoded by the model and those whose stored vector was reused (the same text, name and
+    headings in the tenant)."""
+    return (f"chunks encoded {stats.get('embedded', 0)}, vectors reused {stats.get('embeddings_reused', 0)} "
+            f"of {stats.get('chunks', 0)}")
+
+
 def sessions_opened(database_url: str) -> int:
     """Sessions the server has opened so far, every database together: each a fork and a login."""
     from process_cpu import sessions_by_database
@@ -97,9 +104,14 @@ def prepare(work: Path, env: dict, pages: int, changed_count: int) -> tuple[Path
                    capture_output=True)
     prepare_model(env)
     changed = sorted(random.Random(7).sample(range(1, pages + 1), changed_count))
-    first = write_scanned_pages(work / "manual-v1.pdf", [page_lines(p) for p in range(1, pages + 1)])
-    revised = write_scanned_pages(work / "manual-v2.pdf", [page_lines(p, 1 if p in changed else 0)
-                                                           for p in range(1, pages + 1)])
+    # Both versions named manual.pdf, as a revision arrives (the same S3 key, an edited file uploaded again): the
+    # document's name is embedded with each chunk (chunking.context_line), so a revision under another file name
+    # is a renamed document whose every chunk is encoded again, not the page-level revision measured here.
+    (work / "first").mkdir(exist_ok=True)
+    (work / "revised").mkdir(exist_ok=True)
+    first = write_scanned_pages(work / "first" / "manual.pdf", [page_lines(p) for p in range(1, pages + 1)])
+    revised = write_scanned_pages(work / "revised" / "manual.pdf", [page_lines(p, 1 if p in changed else 0)
+                                                                    for p in range(1, pages + 1)])
     print(f"a {pages}-page scanned PDF ({first.stat().st_size / 1e6:.1f} MB); the revision changes page(s) "
           f"{', '.join(map(str, changed))}", flush=True)
     return first, revised
@@ -109,9 +121,11 @@ def measure(env: dict, first: Path, revised: Path) -> list[tuple]:
     """The three ingests in the throwaway data folder: (label, wall s, extract s, OCR read, reused) each."""
     database_url = env["DATABASE_URL"]
     rows = []
+    copy = revised.parent.parent / "manual-copy.pdf"  # another name: no stored vector matches its chunks either
+    shutil.copyfile(revised, copy)
     for label, path, key in (("first version", first, "manual.pdf"),
                              ("revision, same key (pages reused)", revised, "manual.pdf"),
-                             ("revision as a new document (nothing reused)", revised, "manual-copy.pdf")):
+                             ("revision as a new document (nothing reused)", copy, "manual-copy.pdf")):
         wall = ingest(env, path, key)
         file = last_file(database_url)
         if file["status"] != "succeeded":
@@ -121,7 +135,7 @@ def measure(env: dict, first: Path, revised: Path) -> list[tuple]:
                      stats.get("ocr_pages_reused", 0)))
         steps = ", ".join(f"{step} {ms / 1000:.1f}" for step, ms in stats["timings_ms"].items())
         print(f"  {label}: {wall:.1f} s (steps, s: {steps}; the rest is the command's start, Dagster's run and "
-              "the model's load)", flush=True)
+              f"the model's load); {encoded(stats)}", flush=True)
     return rows
 
 
@@ -253,7 +267,7 @@ def measure_celery_polls(env: dict, work: Path, first: Path, revised: Path, poll
             rows.append((poll, first_wall, wall, own))
             print(f"  poll {poll} s: first version {first_wall:.1f} s, revision {wall:.1f} s "
                   f"({wall / first_wall:.0%}; its steps' own time {own:.1f} s; Postgres opened {sessions} sessions "
-                  "during the revision)", flush=True)
+                  f"during the revision); {encoded(file['stats'])}", flush=True)
             print_step_breakdown(database_url, wall)
     finally:
         workers.stop()

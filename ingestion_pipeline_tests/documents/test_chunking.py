@@ -133,3 +133,31 @@ def test_a_tokenizer_whose_counts_do_not_add_up_has_every_chunk_counted_whole(co
     chunks = chunk_elements(extract(path, path.suffix).elements, other, target=120, hard_max=200)
     assert [c.token_count for c in chunks] == other.count_many([c.text for c in chunks])
     assert max(c.token_count for c in chunks) <= 200
+
+
+def test_an_edit_changes_the_chunks_near_it_not_every_chunk_after_it(counter):
+    """A revision reuses the stored vector of every chunk whose text is unchanged, so what a revision costs is how
+    far an edit moves chunk boundaries. In prose without a heading to start over at, packing paragraphs up to the
+    target meets the old boundaries again a few chunks after the edit (benchmarks/chunk_boundaries.py measures it
+    on the corpus's large documents)."""
+    import random
+    from collections import Counter
+
+    rng = random.Random(11)
+    words = ["harbour", "ferry", "winter", "channel", "budget", "tide", "council", "vote", "pilot", "cargo",
+             "quay", "lock", "storm", "repair", "levy"]
+    paragraphs = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 120))).capitalize() + "."
+                  for _ in range(300)]
+
+    def chunk_texts(texts: list[str]) -> list[str]:
+        elements = _elements(*(Element(NARRATIVE_TEXT, t, 1 + i // 5) for i, t in enumerate(texts)))
+        return [c.text for c in chunk_elements(elements, counter, target=200, hard_max=254)]
+
+    before = chunk_texts(paragraphs)
+    revised = list(paragraphs)
+    revised[20] += " A sentence added in the revision, some twenty words long, that the first version did not have."
+    del revised[150]
+    after = chunk_texts(revised)
+    new = sum((Counter(after) - Counter(before)).values())  # chunks whose text the first version lacks
+    assert len(before) > 100 and 2 <= new <= 10, (len(before), new)
+    assert after[-len(before) // 3:] == before[-len(before) // 3:]  # the last third untouched
