@@ -102,7 +102,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
             ctx.embedder.warm_up()
             start_spare_worker(ctx.settings.limits)
 
-    from ingestion_pipeline.definitions import defs, reconstructable_jobs
+    from ingestion_pipeline.definitions import code_location, reconstructable_jobs
     from ingestion_pipeline.defs.launching import ProcessedRun, run_queued_in_process
     from ingestion_pipeline.defs.partitions import METRIC_JOB
     from ingestion_pipeline.defs.pooled_instance import pooled_instance
@@ -139,7 +139,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     reporter = install_terminal_reporter()  # files, chunks, rate, ETA of each step, on stderr
     try:
         with interruptible() as interrupted, _following_job_statuses(ctx, redis):
-            run_queued_in_process(pooled_instance(), defs(), ctx.db, ctx.settings, resources, on_run=report,
+            run_queued_in_process(pooled_instance(), code_location(), ctx.db, ctx.settings, resources, on_run=report,
                                   interrupted=interrupted.is_set, reconstructable_jobs=reconstructable_jobs())
     except RunHostCannotEmbed:
         # this process's own model was the cause: its error says which decision and what to run (exit 5 either way)
