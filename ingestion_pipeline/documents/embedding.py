@@ -97,24 +97,56 @@ def model_info(model_path: str) -> ModelInfo:
     return ModelInfo(name=name, dimension=int(dimension), max_seq_length=max_seq, digest=model_digest(directory))
 
 
+# A file changed less than this long ago may change again within the same timestamp tick: its digest is not
+# kept on disk (git's "racy" entries, the same reasoning).
+_SETTLED_SECONDS = 2.0
+
+
 def model_digest(directory: Path) -> str:
-    """SHA-256 over the model's identity files (names and contents); cached while the files are unchanged."""
+    """SHA-256 over the model's identity files (names and contents); cached while the files are unchanged.
+
+    Each process that needs the fingerprint (a `submit`, a run, a worker) read ~90 MB for it, ~75 ms; the digest
+    is kept under the data folder by the files' stamps (path, size, inode, mtime and ctime, which no tool sets
+    back: a file written again, even with its old mtime restored, has a new ctime)."""
     present = [directory / name for name in _IDENTITY_FILES if (directory / name).is_file()]
     if not any(p.name in ("model.safetensors", "pytorch_model.bin") for p in present):
         raise ValueError(f"no model weights (model.safetensors or pytorch_model.bin) in {directory}")
-    stamp = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in present)
+    stats = [(p, p.stat()) for p in present]
+    stamp = tuple((str(p), st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) for p, st in stats)
     return _digest(stamp)
 
 
 @functools.lru_cache(maxsize=8)
-def _digest(stamp: tuple[tuple[str, int, int], ...]) -> str:
+def _digest(stamp: tuple[tuple[str, int, int, int, int], ...]) -> str:
+    kept = data_dir() / "models" / "digests" / hashlib.sha256(repr(stamp).encode()).hexdigest()[:32]
+    try:
+        known = kept.read_text().strip()
+        if len(known) == 64 and set(known) <= set("0123456789abcdef"):
+            return known
+    except OSError:
+        pass
     digest = hashlib.sha256()
-    for path, _, _ in stamp:
+    for path, *_ in stamp:
         digest.update(Path(path).name.encode() + b"\0")
         with open(path, "rb") as stream:
             while block := stream.read(1 << 20):
                 digest.update(block)
-    return digest.hexdigest()
+    value = digest.hexdigest()
+    if time.time_ns() - max(max(s[3], s[4]) for s in stamp) > _SETTLED_SECONDS * 1e9:
+        _keep(kept, value)
+    return value
+
+
+def _keep(path: Path, value: str) -> None:
+    """Write ``value`` to ``path`` whole (a reader sees the old file or the new one); a folder that cannot be
+    written (a read-only data folder) only means the digest is computed again."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(value)
+        os.replace(partial, path)
+    except OSError as exc:
+        _log.debug("model digest not kept in %s: %s", path.parent, exc)
 
 
 def build_embedder(model_path: str | None = None, batch_size: int | None = None, *,

@@ -36,8 +36,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from redis.exceptions import RedisError
-
 from ingestion_pipeline.core.beats import Beat
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failpoints import failpoint
@@ -149,6 +147,8 @@ class RedisJobConsumer:
         """Say goodbye if nothing is held (a job still held after a Redis error stays for the janitor).
         Runs in ``consume``'s ``finally``: a Redis that fails here too is left to the heartbeat's expiry, so
         the error that ended the round is the one raised, not this one."""
+        from redis.exceptions import RedisError  # here: a command that never reaches a queue does not import redis
+
         try:
             held = sum(self.redis.llen(redis_contract.processing(self.consumer_id, p))
                        for p in redis_contract.PRIORITIES)

@@ -46,3 +46,54 @@ def test_a_folder_without_weights_is_refused(tmp_path):
     (empty / "model.safetensors").unlink()
     with pytest.raises(ValueError, match="no model weights"):
         model_info(str(empty))
+
+
+def test_the_digest_is_kept_for_the_next_process_and_a_rewritten_file_is_read_again(tmp_path, monkeypatch):
+    """A `submit` reads the model's digest kept under the data folder instead of ~90 MB; a weights file written
+    again with its size and mtime restored (``cp -p``, rsync) is still seen as changed: its ctime moved."""
+    import hashlib
+    import os
+    import time
+
+    from ingestion_pipeline.documents import embedding
+
+    monkeypatch.setenv("INGESTION_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(embedding, "_SETTLED_SECONDS", 0.0)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 4}')
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"a" * 4096)
+    time.sleep(0.05)
+
+    def fresh() -> str:  # a new process: nothing in memory
+        embedding._digest.cache_clear()
+        return embedding.model_digest(model)
+
+    first = fresh()
+    [kept] = (tmp_path / "data" / "models" / "digests").iterdir()
+    assert kept.read_text() == first
+    kept.write_text("f" * 64)  # what the next process reads, not the files
+    assert fresh() == "f" * 64
+
+    before = weights.stat()
+    weights.write_bytes(b"b" * 4096)
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert weights.stat().st_mtime_ns == before.st_mtime_ns and weights.stat().st_size == before.st_size
+    expected = hashlib.sha256()
+    for path in (weights, model / "config.json"):
+        expected.update(path.name.encode() + b"\0" + path.read_bytes())
+    assert fresh() == expected.hexdigest() != first
+
+
+def test_a_model_written_moments_ago_is_not_kept(tmp_path, monkeypatch):
+    """Within a timestamp tick a file may change again unseen: its digest is computed, not kept."""
+    from ingestion_pipeline.documents import embedding
+
+    monkeypatch.setenv("INGESTION_DATA_DIR", str(tmp_path / "data"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"a" * 64)
+    embedding._digest.cache_clear()
+    assert len(embedding.model_digest(model)) == 64
+    assert not (tmp_path / "data" / "models" / "digests").exists()
