@@ -77,6 +77,15 @@ def _positive(raw: str) -> float:
     return value
 
 
+def _poll_interval(raw: str) -> float:
+    """Seconds between two looks of a polling loop: at least 0.01 (below, the loop is a busy wait on the result
+    backend with hundreds of steps in flight)."""
+    value = _finite(raw)
+    if value < 0.01:
+        raise ValueError(raw)
+    return value
+
+
 def _not_negative(raw: str) -> float:
     value = _finite(raw)
     if value < 0:
@@ -464,8 +473,8 @@ class ExecutorSettings(_Area):
                                              "worker after this long; keep it above the longest step and below "
                                              "INGESTION_LEASE_SECONDS.")
     # dagster-celery's own loop looks once a second: half a second on average after each step of a run's chain
-    poll_seconds: float = env("INGESTION_CELERY_POLL_SECONDS", default=0.2, parse=_positive,
-                              expected="a number of seconds above 0",
+    poll_seconds: float = env("INGESTION_CELERY_POLL_SECONDS", default=0.2, parse=_poll_interval,
+                              expected="a number of seconds of at least 0.01",
                               description="How often a Celery run's process looks for its finished steps (one "
                                           "result-backend read per step in flight); the next step is sent at the "
                                           "look that finds the one before it done.")

@@ -20,8 +20,9 @@ def test_the_celery_run_looks_for_finished_steps_as_often_as_set(monkeypatch):
     assert core_execution_loop.TICK_SECONDS == 0.05
 
 
-@pytest.mark.parametrize("raw", ["0", "-1", "soon", "nan"])
-def test_a_poll_interval_that_is_not_a_positive_number_is_refused_by_name(monkeypatch, raw):
+@pytest.mark.parametrize("raw", ["0", "-1", "soon", "nan", "0.001"])
+def test_a_poll_interval_under_a_hundredth_of_a_second_is_refused_by_name(monkeypatch, raw):
+    """0.001 s would be a busy loop reading the result backend once per step in flight, 1,000 times a second."""
     monkeypatch.setenv("INGESTION_CELERY_POLL_SECONDS", raw)
-    with pytest.raises(ValueError, match="INGESTION_CELERY_POLL_SECONDS"):
+    with pytest.raises(ValueError, match="INGESTION_CELERY_POLL_SECONDS.*at least 0.01"):
         load_settings()
