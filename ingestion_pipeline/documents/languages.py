@@ -8,7 +8,7 @@ A language Postgres has no stemmer for is indexed with ``simple`` (words as they
 
 from __future__ import annotations
 
-import functools
+import threading
 from collections import Counter
 from collections.abc import Sequence
 
@@ -32,11 +32,26 @@ CONFIGS = {
 TEXT_SEARCH_CONFIGS = frozenset(CONFIGS.values()) | {FALLBACK_CONFIG}
 
 
-@functools.cache
-def _identifier():
-    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+_identifier_lock = threading.Lock()
+_loaded: list = []  # the process's one identifier, once loaded
 
-    return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+
+def _identifier():
+    """py3langid's identifier, loaded once per process: its model is an xz-compressed file, ~0.4 s to read."""
+    with _identifier_lock:
+        if not _loaded:
+            from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+            _loaded.append(LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True))
+        return _loaded[0]
+
+
+def warm_up() -> None:
+    """Start loading the identifier on a background thread (xz decompression releases the GIL), so that a run's
+    chunk step does not wait ~0.4 s for it after the extract step: called where a run's work starts, as the
+    embedding model's warm-up is."""
+    if not _loaded:
+        threading.Thread(target=_identifier, name="language-identifier-warm-up", daemon=True).start()
 
 
 def detect_language(text: str) -> tuple[str, float]:

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES
 from ingestion_pipeline.core.upload_store import StoredFile, StoredObjectMissing
-from ingestion_pipeline.documents import file_ledger, reindex, staging
+from ingestion_pipeline.documents import file_ledger, languages, reindex, staging
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.promotion import superseded_reason
 from ingestion_pipeline.documents.steps.runner import (
@@ -58,9 +58,11 @@ def claim_batch(run: StepRunner, partition_key: str, *, replay_finished: bool = 
     # files go on to be embedded: the model loads while they are extracted, unless the embedding steps run on
     # Celery workers of their own queue (INGESTION_EMBEDDING_QUEUE: GPU hosts), where this process never embeds
     executor = run.settings.executor
-    if any(o.status == STEP_DONE for o in outcomes) and not (executor.executor == "celery"
-                                                              and executor.embedding_queue):
+    going_on = any(o.status == STEP_DONE for o in outcomes)
+    if going_on and not (executor.executor == "celery" and executor.embedding_queue):
         run.embedder.warm_up()
+    if going_on:  # the chunk step's language identifier, likewise (~0.4 s to load)
+        languages.warm_up()
     return [_not_claimed(run, r, active.get(r["doc_id"])) for r in others] + outcomes
 
 
