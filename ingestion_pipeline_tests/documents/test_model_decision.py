@@ -164,7 +164,7 @@ def test_the_command_line_exits_5_naming_the_decision_when_this_host_cannot_embe
     [row] = table(db, "SELECT status, attempts, owner FROM ingestion_runs")
     assert row == {"status": "queued", "attempts": 0, "owner": None}
     history = table(db, "SELECT event, message FROM ledger_history WHERE kind = 'document' ORDER BY history_id")
-    assert [h["event"] for h in history] == ["claimed", "released"]
+    assert [h["event"] for h in history] == ["claimed", "host_cannot_embed"]
     assert "cannot embed as the deployment decided" in history[-1]["message"]
 
 

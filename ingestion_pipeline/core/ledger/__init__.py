@@ -50,6 +50,7 @@ from ingestion_pipeline.core.ledger.retries import (
     fail,
     fail_unclaimed,
     finalize_run,
+    hold_longer_each_time,
     relaunch_stale_queued,
     release,
 )
@@ -70,6 +71,6 @@ __all__ = [
     "DOCUMENT_FILES", "METRIC_UPLOADS", "REPLAY_FAILED_TAG", "TABLES", "LeaseLost", "LedgerTable", "NothingToDo",
     "Worker", "advance", "any_unfinished", "cancel", "claim", "expire_leases", "extend_leases", "fail",
     "fail_unclaimed", "field_assignments", "finalize_run", "finish", "heartbeat", "heartbeat_many", "held_by",
-    "history", "hold", "hold_many", "nothing_to_do", "partition_states", "record", "relaunch_stale_queued",
-    "release", "requeue", "select_replayable", "states", "table_sql", "update_fields",
+    "history", "hold", "hold_longer_each_time", "hold_many", "nothing_to_do", "partition_states", "record",
+    "relaunch_stale_queued", "release", "requeue", "select_replayable", "states", "table_sql", "update_fields",
 ]

@@ -88,6 +88,33 @@ def release(conn: psycopg.Connection, t: LedgerTable, *, owner: str, reason: str
     return rows
 
 
+def hold_longer_each_time(conn: psycopg.Connection, t: LedgerTable, rows: Sequence[Mapping], *, event: str,
+                          base_seconds: float, cap_seconds: float,
+                          window_seconds: float = 86_400.0) -> dict[int, float]:
+    """Hold rows just released with ``event`` for ``base_seconds`` doubled for each earlier ``event`` of theirs in
+    the last ``window_seconds`` (at most ``cap_seconds``): a cause that persists (no host can embed) relaunches them
+    after 30 s, 60 s, 2 min … an hour, not every 30 s. Each row's hold in seconds."""
+    ids = [r[t.key] for r in rows]
+    if not ids:
+        return {}
+    held = conn.execute(
+        table_sql("""WITH times AS (
+                     SELECT item_id, count(*) AS n FROM ledger_history
+                      WHERE kind = %(kind)s AND item_id = ANY(%(ids)s) AND event = %(event)s
+                        AND at > now() - make_interval(secs => %(window)s)
+                      GROUP BY item_id)
+                 UPDATE {table} r
+                    SET next_attempt_at = now() + make_interval(
+                            secs => least(%(cap)s, %(base)s * power(2, least(greatest(times.n - 1, 0), 30))))
+                   FROM times
+                  WHERE r.{key} = times.item_id
+              RETURNING r.{key} AS item_id, extract(epoch FROM r.next_attempt_at - now()) AS held""", t),
+        {"kind": t.kind, "ids": ids, "event": event, "window": window_seconds, "cap": cap_seconds,
+         "base": base_seconds},
+    ).fetchall()
+    return {row["item_id"]: float(row["held"]) for row in held}
+
+
 def expire_leases(conn: psycopg.Connection, t: LedgerTable, policy: ReliabilitySettings, *,
                   keep_owners: Iterable[str] = ()) -> list[dict]:
     """Rows whose owner stopped heartbeating go back to the queue as a failed attempt (or dead_letter).

@@ -126,17 +126,30 @@ def host_cannot_embed(instance: dg.DagsterInstance, run_id: str) -> str | None:
                 None)
 
 
+# The ledger's history event of a file handed back by a host that cannot embed (`files show` lists it), and the
+# longest it is then held: its hold doubles with each hand-back of the day, from the longest retry backoff, so
+# that a deployment with no host able to embed relaunches it a few times an hour, not every 30 s, and a host
+# fixed or added takes it within 15 minutes.
+HANDED_BACK = "host_cannot_embed"
+LONGEST_HAND_BACK_HOLD_SECONDS = 900.0
+
+
 def hand_back_from_a_host_that_cannot_embed(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun,
                                             hold_seconds: float) -> str | None:
     """A document run failed because its host cannot embed (``host_cannot_embed``): its files go back to the
     queue with no attempt counted, not launched again for ``hold_seconds`` (the run-failure sensor's next launch
-    would meet the same host), the reason in the ledger's history; the files never dead-letter for a host's fault
-    and run as soon as a host that can embed takes them. The reason, or None when the run failed otherwise."""
+    would meet the same host), doubled for each earlier hand-back of the day up to 15 minutes, the reason in the
+    ledger's history; the files never dead-letter for a host's fault and run once a host that can embed takes
+    them. The reason, or None when the run failed otherwise."""
     reason = host_cannot_embed(instance, run.run_id)
     if reason is None or table_for_run(run, instance) is not DOCUMENT_FILES:
         return None
     with db.transaction() as conn:
-        ledger.release(conn, DOCUMENT_FILES, owner=owner_of(run), hold_seconds=hold_seconds, reason=reason[:2000])
+        rows = ledger.release(conn, DOCUMENT_FILES, owner=owner_of(run), hold_seconds=hold_seconds,
+                              reason=reason[:2000], event=HANDED_BACK)
+        if hold_seconds > 0:  # while no host can embed, each relaunch meets the same fault
+            ledger.hold_longer_each_time(conn, DOCUMENT_FILES, rows, event=HANDED_BACK, base_seconds=hold_seconds,
+                                         cap_seconds=max(hold_seconds, LONGEST_HAND_BACK_HOLD_SECONDS))
     return reason
 
 
