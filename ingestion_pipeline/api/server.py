@@ -55,13 +55,6 @@ def serve(host: str, port: int, *, url: str, settings, api: ApiSettings) -> None
     database = Database(url, max_size=8, name="api", timeout=5.0)
     services = ApiServices(database, settings, api)
     app = create_app(services, close_on_shutdown=True)
-    # The query's model and language identifier load in the background as the server starts: the first search
-    # after a start paid both (1.2 s against 0.02 s for the next). A load that fails (the database not up yet)
-    # is tried again by the first search, which reports why it cannot.
-    from ingestion_pipeline.documents import languages
-
-    services.embedder.warm_up()
-    languages.warm_up()
     print(f"API on http://{host}:{port} (docs at /docs){'' if api.auth_enabled else ' - AUTH DISABLED'}",
           file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
