@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
 _log = logging.getLogger(__name__)
 _reached: set[str] = set()
+# Check and mark under one lock: two file lanes (threads) could both pass the check and both stop, the second's
+# pg_sleep beginning after the first's was cancelled, and the process under test then waited the whole sleep.
+_reached_lock = threading.Lock()
 
 
 def armed() -> bool:
@@ -33,9 +37,12 @@ def armed() -> bool:
 
 def _reached_first(name: str) -> bool:
     """Whether ``name`` is the armed failpoint, reached here first (then its marker is written)."""
-    if os.environ.get("INGESTION_FAILPOINT") != name or name in _reached:
+    if os.environ.get("INGESTION_FAILPOINT") != name:
         return False
-    _reached.add(name)
+    with _reached_lock:  # two file lanes at the same point: one stops, the other runs through
+        if name in _reached:
+            return False
+        _reached.add(name)
     if not armed():
         _log.warning("INGESTION_FAILPOINT=%s is set but ignored: failpoints arm only in tests or with "
                      "INGESTION_ALLOW_FAILPOINTS=1", name)

@@ -40,3 +40,35 @@ def test_inside_a_test_a_failpoint_arms_and_other_names_pass(failpoint_env):
     assert list(failpoint_env.iterdir()) == []
     failpoints.failpoint("embed.unit")
     assert len(list(failpoint_env.iterdir())) == 1
+
+
+def test_two_lanes_at_the_same_failpoint_stop_one_of_them(failpoint_env, monkeypatch):
+    """Two file lanes (threads of one process) that reach a failpoint together: one stops, the other runs through.
+    The set's lookup yields to the other thread here, as a busy machine's thread switch may: checked and marked
+    apart, both lanes passed the check and both stopped."""
+    import threading
+    import time
+
+    class Yielding(set):
+        def __contains__(self, item) -> bool:
+            found = super().__contains__(item)
+            time.sleep(0.05)  # the other lane runs meanwhile
+            return found
+
+    monkeypatch.setattr(failpoints, "_reached", Yielding())
+    # without a marker folder the process's own record is the only guard (with one, the marker narrows the race
+    # to the moment between looking for it and writing it: the likely cause of a SIGTERM test that hung in CI)
+    monkeypatch.delenv("INGESTION_FAILPOINT_DIR")
+    start = threading.Barrier(2)
+    stopped: list[bool] = []
+
+    def lane() -> None:
+        start.wait()
+        stopped.append(failpoints._reached_first("embed.unit"))
+
+    lanes = [threading.Thread(target=lane) for _ in range(2)]
+    for t in lanes:
+        t.start()
+    for t in lanes:
+        t.join()
+    assert sorted(stopped) == [False, True]
