@@ -38,6 +38,8 @@ _loaded: list = []  # the process's one identifier, once loaded
 
 def _identifier():
     """py3langid's identifier, loaded once per process: its model is an xz-compressed file, ~0.4 s to read."""
+    if _loaded:  # every chunk asks: no lock once loaded
+        return _loaded[0]
     with _identifier_lock:
         if not _loaded:
             from py3langid.langid import MODEL_FILE, LanguageIdentifier

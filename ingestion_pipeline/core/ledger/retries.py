@@ -89,15 +89,13 @@ def release(conn: psycopg.Connection, t: LedgerTable, *, owner: str, reason: str
 
 
 def hold_longer_each_time(conn: psycopg.Connection, t: LedgerTable, rows: Sequence[Mapping], *, event: str,
-                          base_seconds: float, cap_seconds: float,
-                          window_seconds: float = 86_400.0) -> dict[int, float]:
+                          base_seconds: float, cap_seconds: float, window_seconds: float = 86_400.0) -> None:
     """Hold rows just released with ``event`` for ``base_seconds`` doubled for each earlier ``event`` of theirs in
-    the last ``window_seconds`` (at most ``cap_seconds``): a cause that persists (no host can embed) relaunches them
-    after 30 s, 60 s, 2 min … an hour, not every 30 s. Each row's hold in seconds."""
-    ids = [r[t.key] for r in rows]
-    if not ids:
-        return {}
-    held = conn.execute(
+    the last ``window_seconds``, at most ``cap_seconds``: a cause that persists relaunches them less and less
+    often, not at every ``base_seconds``."""
+    if not rows:
+        return
+    conn.execute(
         table_sql("""WITH times AS (
                      SELECT item_id, count(*) AS n FROM ledger_history
                       WHERE kind = %(kind)s AND item_id = ANY(%(ids)s) AND event = %(event)s
@@ -107,12 +105,10 @@ def hold_longer_each_time(conn: psycopg.Connection, t: LedgerTable, rows: Sequen
                     SET next_attempt_at = now() + make_interval(
                             secs => least(%(cap)s, %(base)s * power(2, least(greatest(times.n - 1, 0), 30))))
                    FROM times
-                  WHERE r.{key} = times.item_id
-              RETURNING r.{key} AS item_id, extract(epoch FROM r.next_attempt_at - now()) AS held""", t),
-        {"kind": t.kind, "ids": ids, "event": event, "window": window_seconds, "cap": cap_seconds,
-         "base": base_seconds},
-    ).fetchall()
-    return {row["item_id"]: float(row["held"]) for row in held}
+                  WHERE r.{key} = times.item_id""", t),
+        {"kind": t.kind, "ids": [r[t.key] for r in rows], "event": event, "window": window_seconds,
+         "cap": cap_seconds, "base": base_seconds},
+    )
 
 
 def expire_leases(conn: psycopg.Connection, t: LedgerTable, policy: ReliabilitySettings, *,

@@ -9,6 +9,7 @@ files (or its upload) are a failed attempt — retried with backoff, or dead-let
 import dagster as dg
 
 from ingestion_pipeline.defs.ledger.finalization import (
+    LONGEST_HAND_BACK_HOLD_SECONDS,
     cancel_run_work,
     finalize_failed_run,
     hand_back_from_a_host_that_cannot_embed,
@@ -33,7 +34,8 @@ def ledger_on_run_failure(context: dg.RunFailureSensorContext, postgres: Postgre
     hold = max(policy.retry_backoff_seconds, default=0.0)
     if hand_back_from_a_host_that_cannot_embed(context.instance, postgres.db, run, hold) is not None:
         context.log.warning(f"run {run.run_id}: its host cannot embed; its files are back in the queue with no "
-                            f"attempt counted, launched again in {hold:g} s")
+                            f"attempt counted, launched again after {hold:g} s, twice as long at each hand-back of "
+                            f"the day ({LONGEST_HAND_BACK_HOLD_SECONDS:g} s at most)")
         return
     rows = finalize_failed_run(context.instance, postgres.db, run, policy)
     context.log.info(f"run {run.run_id}: {len(rows)} unfinished file(s) or upload(s) retried later or dead-lettered")
