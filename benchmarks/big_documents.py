@@ -27,8 +27,15 @@ the document is ingested as a new one: wall time, the extract makespan (first un
 the units' summed read time, and the makespan ratio of two workers to one; then the scan's revision under the
 same key on the two warm workers (the deployment's case: the model loaded, the code imported).
 
+With ``--dev``, the first version and its revisions go through a running deployment instead of one ``ingest``
+command each: ``ingestion-pipeline dev`` (``dev_session.py``: the daemon's sensors, the run queue, a warm run
+worker with the code imported), warmed up by one small file, each version submitted with ``submit --key`` and
+timed from the command's start until its version is active; where each one's seconds went is printed from the
+ledger's and Dagster's records (``dev_latency.breakdown``). A revision there pays no command start: what a
+person who uploads a revised scan into a running deployment waits.
+
     .venv/bin/python benchmarks/big_documents.py [--pages 60] [--changed 2] [--revisions 5] [--units] [--celery]
-        [--corpus DIR]
+        [--dev] [--corpus DIR]
     .venv/bin/python benchmarks/big_documents.py --celery-polls 1,0.2   # only the revision on Celery, by poll
 """
 
@@ -149,6 +156,73 @@ def measure(env: dict, first: Path, revised: Path, revisions: int = 1) -> list[t
     rows.append(runs[len(runs) // 2])
     rows.append(one("revision as a new document (nothing reused)", copy, "manual-copy.pdf"))
     return rows
+
+
+def measure_dev(pages: int, changed_count: int, revisions: int) -> list[tuple]:
+    """The first version and ``revisions`` revisions (alternating, as ``measure``) through ``make dev``: (label, wall
+    s, extract s, OCR read, reused) each, the revision's row the median's; each one's stages printed."""
+    import psycopg
+    from dev_latency import breakdown
+    from dev_session import CLI, dev_session
+
+    from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
+
+    with dev_session("bench-big-dev-") as dev:
+        os.environ.update(DAGSTER_HOME=dev.env["DAGSTER_HOME"], DAGSTER_PG_URL=subprocess.run(
+            [CLI, "db", "url", "--dagster"], env=dev.env, check=True, capture_output=True, text=True).stdout.strip())
+        from dagster import DagsterInstance
+
+        instance = DagsterInstance.get()
+        changed = sorted(random.Random(7).sample(range(1, pages + 1), changed_count))
+        versions = []
+        for name, revision_of in (("first", lambda p: 0), ("revised", lambda p: 1 if p in changed else 0)):
+            (dev.work / name).mkdir()
+            versions.append(write_scanned_pages(dev.work / name / "manual.pdf",
+                                                [page_lines(p, revision_of(p)) for p in range(1, pages + 1)]))
+        print(f"a {pages}-page scanned PDF ({versions[0].stat().st_size / 1e6:.1f} MB); the revision changes "
+              f"page(s) {', '.join(map(str, changed))}; through `ingestion-pipeline dev`", flush=True)
+        probe = psycopg.connect(dev.url, autocommit=True)
+
+        def submit(path: Path, key: str, label: str, timeout: float = 900) -> tuple:
+            before = probe.execute("SELECT coalesce(max(run_id), 0) FROM ingestion_runs").fetchone()[0]
+            start, wall = time.perf_counter(), time.time()
+            subprocess.run([CLI, "submit", "--tenant", "bench", "--key", key, str(path)], env=dev.env, check=True,
+                           capture_output=True)
+            submitted = time.time()
+            while time.perf_counter() - start < timeout:
+                dev.check_alive()
+                row = probe.execute(
+                    """SELECT status, error, stats FROM ingestion_runs WHERE run_id > %s
+                        AND status IN ('succeeded', 'failed', 'dead_letter') ORDER BY run_id DESC LIMIT 1""",
+                    (before,)).fetchone()
+                if row is not None:
+                    seconds, seen = time.perf_counter() - start, time.time()
+                    break
+                time.sleep(0.1)
+            else:
+                raise SystemExit(f"{label} not done after {timeout} s:\n{dev.log_tail()}")
+            status, error, stats = row
+            if status != "succeeded":
+                raise SystemExit(f"{label}: {status}: {error}")
+            stages = breakdown(instance, dev.url, "bench", path.name, wall, submitted, seen)
+            where = ", ".join(f"{k.strip()} {v:.1f}" for k, v in stages.items() if not k.startswith("runs of"))
+            print(f"  {label}: {seconds:.1f} s ({where}); {encoded(stats)}", flush=True)
+            return (label, seconds, stats["timings_ms"]["extract"] / 1000, stats.get("ocr_pages_read", 0),
+                    stats.get("ocr_pages_reused", 0))
+
+        warm = dev.work / "warm-up.md"
+        warm.write_text("# Warm-up\n\nThe deployment's code server, run worker and model, loaded once.\n")
+        submit(warm, "warm-up.md", "warm-up (a small file; not counted)")
+        rows = [submit(versions[0], "manual.pdf", "first version")]
+        label = "revision, same key (pages reused)"
+        runs = sorted((submit(versions[1] if n % 2 == 0 else versions[0], "manual.pdf", label)
+                       for n in range(revisions)), key=lambda row: row[1])
+        if revisions > 1:
+            print(f"  {revisions} revisions: wall s {', '.join(f'{r[1]:.1f}' for r in runs)}; the median is kept",
+                  flush=True)
+        rows.append(runs[len(runs) // 2])
+        probe.close()
+        return rows
 
 
 UNIT_RUNS = (("unsplit, 1 core", "0", "1", "1000000"), ("units, 1 core", "0", "1", None),
@@ -382,10 +456,20 @@ def main() -> None:
     parser.add_argument("--celery-polls", type=lambda raw: [float(x) for x in raw.split(",")], metavar="S,S",
                         help="only the scan's revision on two warm Celery workers, once per poll interval of the "
                              "run's process (e.g. 1,0.2: dagster-celery's own, the project's)")
+    parser.add_argument("--dev", action="store_true",
+                        help="only the scan and its revisions, through a running `ingestion-pipeline dev`")
     parser.add_argument("--corpus", default=os.environ.get("INGESTION_CORPUS_DIR")
                         or str(ROOT.parent / "shared" / "corpus"), help="the sample corpus (DA-619p.pdf)")
     args = parser.parse_args()
 
+    if args.dev:
+        rows = measure_dev(args.pages, args.changed, args.revisions)
+        print(f"\n{'through `dev`':45} {'wall s':>8} {'extract s':>10} {'OCR read':>9} {'reused':>7}")
+        for label, wall, extract_s, read, reused in rows:
+            print(f"{label:45} {wall:8.1f} {extract_s:10.1f} {read:9} {reused:7}")
+        print(f"\nrevision with pages reused: {rows[1][1] / rows[0][1]:.0%} of the first version's submit -> active; "
+              f"extract step {rows[1][2] / rows[0][2]:.0%}")
+        return
     work, env = scratch_environment("bench-big-")
     rows, unit_rows, celery_rows, poll_rows = [], [], [], []
     try:
