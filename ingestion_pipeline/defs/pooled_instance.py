@@ -1,4 +1,4 @@
-"""The Dagster instance `process` runs its jobs with: storage connections pooled, and checked on checkout.
+"""The project's Dagster instance: storage connections pooled for the instance's life, checked on checkout.
 
 The one place the project relies on Dagster beyond its documented API (``optimize_for_webserver`` is what
 dagster-webserver calls; it is not documented for users), kept here alone because its cost was measured,
@@ -6,8 +6,13 @@ and tested by ``defs/test_pooled_instance.py`` so that a Dagster upgrade that ch
 
 Dagster's Postgres storages open a new connection for every event they write unless told otherwise (a
 1M-row metric run opened ~170, about 1.5 s of forks and logins); the webserver tells them with
-``optimize_for_webserver``, and so do ``process``, which runs whole jobs in this one process, and a warm run
-worker (``run_worker.py``), which runs one run after another with the same instance.
+``optimize_for_webserver``. Every other process of a deployment does the same through ``ProjectInstance``, the
+instance class ``dagster_home/dagster.yaml`` names (``instance_class``): the daemon above all, whose threads (the
+run queue every second, the sensors, run monitoring) opened ~13 sessions a second idle and ~44 during a bulk
+load, each a server process forked and logged in (~3 ms of the server's CPU); the code server's sensor ticks;
+``process``; and a warm run worker (``run_worker.py``), which runs one run after another with the same instance.
+A ``ProjectInstance`` closes its connections when it is disposed (Dagster's storages leave theirs to the garbage
+collector), so an instance built for one sensor tick holds none after it.
 
 A pooled connection outlives a database restart on the client side only: the first query on it fails
 with "server closed the connection unexpectedly", and that query is a run's event write. Dagster does
@@ -32,11 +37,49 @@ def pooled_instance() -> dg.DagsterInstance:
 
 
 def pool_connections(instance: dg.DagsterInstance) -> dg.DagsterInstance:
-    """``instance`` with its storages keeping open connections, each pinged when checked out; returned."""
+    """``instance`` with its storages keeping open connections, each pinged when checked out; returned. Once per
+    instance: pooling again would leave the first pool's connections to the garbage collector."""
+    if getattr(instance, "_ingestion_pooled", False):
+        return instance
     if not event.contains(QueuePool, "checkout", _ping):
         event.listen(QueuePool, "checkout", _ping)
     instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+    instance._ingestion_pooled = True  # noqa: SLF001 - our own mark on the instance
     return instance
+
+
+def close_connections(instance: dg.DagsterInstance) -> None:
+    """Close the connections ``instance``'s Postgres storages hold (each engine's pool); a later call opens anew."""
+    for storage in (instance._run_storage, instance._event_storage, instance._schedule_storage):  # noqa: SLF001
+        engine = getattr(storage, "_engine", None)
+        if engine is not None:
+            engine.dispose()
+
+
+class ProjectInstance(dg.DagsterInstance):
+    """The instance of every process that reads ``dagster_home/dagster.yaml``: Dagster's own, its storages pooled
+    from the start (``pool_connections``) and their connections closed on ``dispose``. dagster-webserver pools them
+    again with its own statement timeout, as it does any instance."""
+
+    # Dagster asks a custom instance class for its own settings and for the defaults of the instance's parts: it has
+    # no settings, and Dagster's defaults.
+    @classmethod
+    def config_schema(cls) -> dict:
+        return {}
+
+    @staticmethod
+    def config_defaults(base_dir: str) -> Any:
+        from dagster._core.instance.ref import InstanceRef
+
+        return InstanceRef.config_defaults(base_dir)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        pool_connections(self)
+
+    def dispose(self) -> None:
+        super().dispose()
+        close_connections(self)
 
 
 def _ping(dbapi_connection, _record, _proxy) -> None:

@@ -33,8 +33,15 @@ def _backends_after_closing(dagster_pg_url: str, seconds: float = 5.0) -> set[in
     return left
 
 
+def _dagsters_own_instance() -> dg.DagsterInstance:
+    """The project's instance as Dagster's own class builds it, without the project's ``instance_class``."""
+    ref = dg.DagsterInstance.get().get_ref()
+    return dg.DagsterInstance.from_ref(ref._replace(custom_instance_class_data=None))
+
+
 def test_a_pooled_instance_serves_many_storage_calls_over_the_same_connections(project_dagster_home, dagster_pg_url):
-    plain = dg.DagsterInstance.get()
+    plain = _dagsters_own_instance()
+    assert type(plain) is dg.DagsterInstance
     try:
         for _ in range(3):
             plain.get_runs_count()
@@ -80,4 +87,34 @@ def test_a_worker_keeps_one_pooled_instance_across_runs_of_the_same_instance(pro
         del first
     finally:
         instances.close()
+    assert _backends_after_closing(dagster_pg_url) == set()
+
+
+def test_every_process_reading_the_project_instance_pools_and_closes_on_dispose(project_dagster_home,
+                                                                                 dagster_pg_url):
+    """``dagster_home/dagster.yaml`` names ``ProjectInstance``: the daemon, the code server and every other process
+    that builds the instance from it pool its storages without being told; disposing it (a sensor tick's instance
+    is disposed when the tick ends) closes what it held, where Dagster's own leaves it to the garbage collector."""
+    from ingestion_pipeline.defs.pooled_instance import ProjectInstance
+
+    instance = dg.DagsterInstance.get()
+    assert isinstance(instance, ProjectInstance)
+    from_ref = dg.DagsterInstance.from_ref(instance.get_ref())  # how the daemon and a sensor tick build it
+    assert isinstance(from_ref, ProjectInstance)
+    from_ref.dispose()
+
+    def calls() -> None:  # the run storage's and the event log's (each storage keeps its own connection)
+        instance.get_runs_count()
+        instance.get_run_records(limit=1)
+        instance.get_latest_materialization_event(dg.AssetKey("raw_documents"))
+
+    try:
+        calls()
+        held = _storage_backends(dagster_pg_url)
+        assert len(held) >= 2
+        for _ in range(20):
+            calls()
+        assert _storage_backends(dagster_pg_url) <= held
+    finally:
+        instance.dispose()
     assert _backends_after_closing(dagster_pg_url) == set()
