@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.settings import EmbeddingSettings, data_dir, load_settings
 from ingestion_pipeline.documents.devices import runs_on_cuda, validate_device
@@ -28,6 +26,8 @@ from ingestion_pipeline.documents.tokens import TokenCounter, load_token_counter
 from ingestion_pipeline.documents.torch_encoder import TorchEncoder
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ingestion_pipeline.documents.model_decision import ModelDecision
 
 # No hub traffic, no telemetry (invariant 8). Set before transformers is imported anywhere.
@@ -374,6 +374,8 @@ class Embedder:
             return self._token_counter
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         if not texts:
             return np.zeros((0, self.file_info.dimension), dtype=np.float32)
         return self.model.encode(texts, self.batch_size).astype(np.float32, copy=False)

@@ -18,13 +18,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-import numpy as np
 import psycopg
 from psycopg.rows import dict_row
 
 from ingestion_pipeline.core.failures import CodedError
 from ingestion_pipeline.documents.precision import Candidate, Evaluation
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # A host agrees with the deciding host when every probe vector it computes has at least this cosine with the
 # recorded one: float32 on OpenVINO, ONNX Runtime and torch agree to 0.9999; a reduced precision computed by
@@ -195,6 +198,8 @@ def _insert(conn: psycopg.Connection, decision: ModelDecision, on_conflict: str)
 
 
 def _probe_bytes(probes: np.ndarray) -> bytes:
+    import numpy as np
+
     probes = np.ascontiguousarray(probes, dtype=np.float32)
     return json.dumps(list(probes.shape)).encode() + b"\n" + probes.tobytes()
 
@@ -202,6 +207,8 @@ def _probe_bytes(probes: np.ndarray) -> bytes:
 def _probes(data: bytes | None) -> np.ndarray | None:
     if data is None:
         return None
+    import numpy as np
+
     header, _, body = bytes(data).partition(b"\n")
     return np.frombuffer(body, dtype=np.float32).reshape(json.loads(header))
 

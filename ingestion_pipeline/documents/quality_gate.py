@@ -20,9 +20,10 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 GATE_FILE = Path(__file__).with_name("quality_gate.json")
 GATE_MIN_COSINE = 0.98
@@ -52,6 +53,8 @@ def load_gate_texts(path: Path = GATE_FILE) -> GateTexts:
 
 def passages(chunks: list[str]) -> tuple[list[str], np.ndarray]:
     """The known-item passages of ``chunks`` and, for each, the index of the chunk it came from."""
+    import numpy as np
+
     out: list[str] = []
     for text in chunks:
         words = text.split()
@@ -61,12 +64,16 @@ def passages(chunks: list[str]) -> tuple[list[str], np.ndarray]:
 
 def own_chunk_ranks(passage_vectors: np.ndarray, chunk_vectors: np.ndarray, owners: np.ndarray) -> np.ndarray:
     """For each passage, how many chunks score strictly higher than the one it came from (0: found first)."""
+    import numpy as np
+
     scores = passage_vectors @ chunk_vectors.T
     return (scores > scores[np.arange(len(owners)), owners][:, None]).sum(axis=1)
 
 
 def top_k(query_vectors: np.ndarray, chunk_vectors: np.ndarray, k: int = 10) -> np.ndarray:
     """Each query's ``k`` best chunks (indexes), best first; ties broken by index so a ranking is stable."""
+    import numpy as np
+
     scores = query_vectors @ chunk_vectors.T
     return np.lexsort((np.broadcast_to(np.arange(scores.shape[1]), scores.shape), -scores), axis=1)[:, :k]
 
@@ -83,6 +90,8 @@ class Measurement:
 
 
 def measure(encoder: Encoder, texts: GateTexts, probes: list[str], batch_size: int = 16) -> Measurement:
+    import numpy as np
+
     encoder.encode(texts.chunks[:batch_size], batch_size)  # a first call may compile or allocate: not timed
     started = time.perf_counter()
     chunk_vectors = encoder.encode(texts.chunks, batch_size)
@@ -122,6 +131,8 @@ class Verdict:
 
 
 def judge(reference: Measurement, candidate: Measurement) -> Verdict:
+    import numpy as np
+
     min_cosine = float((reference.probe_vectors * candidate.probe_vectors).sum(axis=1).min())
     overlap = float(np.mean([len(set(a) & set(b)) / len(a) for a, b in zip(reference.top10, candidate.top10,
                                                                              strict=True)]))

@@ -23,8 +23,10 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 _log = logging.getLogger(__name__)
 INT8_OPENVINO = "int8-openvino/model.xml"  # relative to the export's folder

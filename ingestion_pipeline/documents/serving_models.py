@@ -23,14 +23,16 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
 import psycopg
 
 from ingestion_pipeline.core.failures import CodedError
 from ingestion_pipeline.documents.chunking import context_line, document_label, embedding_input
 from ingestion_pipeline.documents.embedding import Embedder, ModelInfo, model_info
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _log = logging.getLogger("ingestion_pipeline.search")
 
@@ -184,6 +186,8 @@ class QueryEmbedders:
             found = [self._passages.get(key) for key in keys]
         if any(v is None for v in found):  # pushed out by another search in between: embed those again
             found = [v if v is not None else self.embedder.embed([t])[0] for v, t in zip(found, texts, strict=True)]
+        import numpy as np
+
         return np.stack(found) if found else np.zeros((0, self.embedder.info.dimension), dtype=np.float32)
 
     def other(self, name: str) -> Embedder | None:

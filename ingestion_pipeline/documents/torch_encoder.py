@@ -6,9 +6,12 @@ export (OpenVINO, ONNX Runtime) and never import it.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ingestion_pipeline.documents.devices import CUDA_BATCH_SIZE
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class TorchEncoder:
@@ -28,4 +31,6 @@ class TorchEncoder:
             batch_size = max(batch_size, CUDA_BATCH_SIZE)
         vectors = self._model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
                                      show_progress_bar=False)
+        import numpy as np
+
         return vectors.astype(np.float32, copy=False)
