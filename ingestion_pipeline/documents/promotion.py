@@ -150,8 +150,8 @@ def promote_document_version(
     # each chunk's words in its own language's configuration (documents/languages.py); the version records
     # the set, which search parses a query in
     conn.execute(
-        """INSERT INTO chunk_fts (chunk_id, tenant_id, text_search_config, tsv)
-            SELECT chunk_id, tenant_id, text_search_config,
+        """INSERT INTO chunk_fts (chunk_id, tenant_id, version_id, text_search_config, tsv)
+            SELECT chunk_id, tenant_id, version_id, text_search_config,
                    setweight(to_tsvector(text_search_config::regconfig, array_to_string(section_path, ' ')), 'B')
                    || setweight(to_tsvector(text_search_config::regconfig, text), 'A')
               FROM chunks WHERE version_id = %(version)s""",

@@ -317,10 +317,9 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
     if exact:
         return [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim), params).fetchall()]
     if _supports_iterative_scan(conn):
-        conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", (HNSW_SCAN_ORDER,))
-        conn.execute("SELECT set_config('hnsw.max_scan_tuples', %s, true)", (str(HNSW_MAX_SCAN_TUPLES),))
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true)",
-                     (str(max(HNSW_EF_SEARCH, min(candidates * 4, 1000))),))
+        conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true), set_config('hnsw.max_scan_tuples', %s, true),"
+                     " set_config('hnsw.ef_search', %s, true)",
+                     (HNSW_SCAN_ORDER, str(HNSW_MAX_SCAN_TUPLES), str(max(HNSW_EF_SEARCH, min(candidates * 4, 1000)))))
     else:
         conn.execute("SELECT set_config('hnsw.ef_search', '1000', true)")
     ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_ANN_SQL, dim), params).fetchall()]

@@ -44,7 +44,8 @@ lexemes AS (
     SELECT DISTINCT configs.cfg, configs.weight, t.lexeme
       FROM configs, unnest(to_tsvector(configs.cfg::regconfig, %(query)s)) t
 ),
-counted AS (
+-- MATERIALIZED: each word counted once (inlined into terms, every use of df counted it again: three times)
+counted AS MATERIALIZED (
     SELECT l.cfg, l.weight, l.lexeme, quote_literal(l.lexeme)::tsquery AS tq,
            (SELECT count(*) FROM (
                 SELECT 1 FROM chunk_fts f
@@ -72,14 +73,20 @@ SELECT DISTINCT cfg, tq::text, share * idf, share >= 1 FROM phrases WHERE idf > 
 # Candidates hold one of the rarest words (``seeds``); the best SEEDED_POOL of them by those words are then
 # scored by all the words.
 _TEXT_HITS_SQL = """
-WITH seeded AS (
-    SELECT f.chunk_id, sum(s.idf * ts_rank(f.tsv, s.tq, %(normalization)s)) AS seed_score
+WITH active AS MATERIALIZED (
+    SELECT version_id FROM document_versions WHERE tenant_id = %(tenant)s AND is_active
+),
+matched AS MATERIALIZED (
+    SELECT f.chunk_id, f.version_id, s.idf * ts_rank(f.tsv, s.tq, %(normalization)s) AS score
       FROM unnest(%(seed_cfgs)s::text[], %(seed_tqs)s::tsquery[], %(seed_idfs)s::float8[]) AS s(cfg, tq, idf)
       JOIN chunk_fts f ON f.tsv @@ s.tq AND f.tenant_id = %(tenant)s AND f.text_search_config = s.cfg
-      JOIN chunks c ON c.chunk_id = f.chunk_id AND c.tenant_id = %(tenant)s
-      JOIN document_versions v ON v.version_id = c.version_id AND v.is_active AND v.tenant_id = %(tenant)s
-     GROUP BY f.chunk_id
-     ORDER BY seed_score DESC, f.chunk_id
+),
+seeded AS (
+    SELECT m.chunk_id, sum(m.score) AS seed_score
+      FROM matched m
+     WHERE m.version_id IN (SELECT version_id FROM active)
+     GROUP BY m.chunk_id
+     ORDER BY seed_score DESC, m.chunk_id
      LIMIT %(pool)s
 )
 SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
@@ -97,10 +104,9 @@ SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
 _TEXT_ALL_WORDS_SQL = """
 SELECT f.chunk_id, ts_rank_cd(f.tsv, q.query) AS score
   FROM chunk_fts f
-  JOIN chunks c ON c.chunk_id = f.chunk_id
-  JOIN document_versions v ON v.version_id = c.version_id AND v.is_active,
+  JOIN document_versions v ON v.version_id = f.version_id AND v.is_active,
        websearch_to_tsquery('english', %(query)s) AS q(query)
- WHERE f.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s AND f.tsv @@ q.query
+ WHERE f.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s AND f.tsv @@ q.query
  ORDER BY score DESC, f.chunk_id
  LIMIT %(candidates)s
 """

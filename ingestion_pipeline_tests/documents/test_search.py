@@ -78,6 +78,22 @@ def test_deactivated_versions_are_not_served(db, database, two_tenants):
     assert all("Lisbon" not in h.text for h in hits)
 
 
+def test_the_text_arm_finds_no_chunk_of_an_inactive_version(db, database, two_tenants):
+    """The text arm filters by the version each full-text row names (chunk_fts.version_id), not through chunks:
+    a deactivated version's chunks take no candidate's place."""
+    from ingestion_pipeline.documents.text_ranking import text_candidates
+    from ingestion_pipeline_tests.helpers import table
+
+    secret = {r["chunk_id"] for r in table(
+        db, "SELECT c.chunk_id FROM chunks c JOIN document_versions v USING (version_id) "
+            "WHERE v.title = 'acme-secret'")}
+    assert secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
+    assert table(db, "SELECT count(*) AS n FROM chunk_fts f JOIN chunks c USING (chunk_id) "
+                     "WHERE f.version_id <> c.version_id")[0]["n"] == 0
+    db.execute("UPDATE document_versions SET is_active = false WHERE title = 'acme-secret'")
+    assert not secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
+
+
 def test_bad_queries_are_refused(db, database):
     with pytest.raises(ValueError, match="empty"):
         _search(db, database, "acme", "   ")
