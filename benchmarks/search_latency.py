@@ -11,12 +11,13 @@ no chunk contains, so that the fused ranking is the vector ranking. Runs in a th
 embedded server (dropped at the end). Not part of the tests.
 
     .venv/bin/python benchmarks/search_latency.py [--chunks 1000000] [--tenants 50] [--queries 200] [--sweep]
-        [--halfvec] [--promoting 20000]
+        [--halfvec] [--promoting 20000] [--text-arm-of REV]
 
 ``--sweep`` then measures every tenant under each candidate setting of the vector stage (``SWEEP``: the HNSW
 scan's ef_search, order and scan budget, the exact-ranking threshold), beside the current one. ``--halfvec``
 measures an HNSW index over the vectors in half precision (``halfvec``) in place of the pipeline's;
-``--promoting N`` searches while another connection promotes N vectors of a new tenant.
+``--promoting N`` searches while another connection promotes N vectors of a new tenant. ``--text-arm-of REV``
+then searches every tenant with the full-text arm of git revision REV and with the current one, alternating.
 """
 
 from __future__ import annotations
@@ -122,8 +123,9 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
     conn.execute("SELECT setval('chunks_chunk_id_seq', %s)", (chunk_id,))
     conn.execute("SET maintenance_work_mem = '4GB'")
     started = time.perf_counter()
-    conn.execute("""INSERT INTO chunk_fts (chunk_id, tenant_id, tsv)
-                    SELECT chunk_id, tenant_id, setweight(to_tsvector('english', text), 'A') FROM chunks""")
+    conn.execute("""INSERT INTO chunk_fts (chunk_id, tenant_id, version_id, tsv)
+                    SELECT chunk_id, tenant_id, version_id, setweight(to_tsvector('english', text), 'A')
+                      FROM chunks""")
     conn.execute("CREATE INDEX chunk_fts_gin ON chunk_fts USING gin (tsv)")
     print(f"full-text rows and GIN index over {chunk_id:,} chunks in {time.perf_counter() - started:.0f} s, "
           f"index {relation_mb(conn, 'chunk_fts_gin'):,.0f} MB", flush=True)
@@ -245,6 +247,58 @@ def under_promotion(url: str, conn, vectors: dict[str, np.ndarray], count: int, 
     conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = %s", (tenant,))
 
 
+def text_arm_of(revision: str):
+    """``text_candidates`` (the full-text arm) as ``documents/text_ranking.py`` was at git ``revision``."""
+    import subprocess
+    import types
+
+    path = "ingestion_pipeline/documents/text_ranking.py"
+    source = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=Path(__file__).resolve().parent.parent,
+                            check=True, capture_output=True, text=True).stdout
+    module = types.ModuleType(f"text_ranking_at_{revision}")
+    exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)
+    return module.text_candidates
+
+
+def compare_text_arms(conn, vectors: dict[str, np.ndarray], revision: str, seed: int, queries: int) -> None:
+    """Every tenant searched with the full-text arm of ``revision`` and with the current one, the same queries
+    in the same order, alternating: p50/p95 of the whole search for each, and whether the text arm's candidates
+    came out the same (the ranking must not move when only the statements' speed should)."""
+    from ingestion_pipeline.documents import search
+
+    before, current = text_arm_of(revision), search.text_candidates
+    differing = 0
+    timed: dict[str, dict[str, list[float]]] = {t: {"before": [], "after": []} for t in vectors}
+    for i, (tenant, tenant_vectors) in enumerate(vectors.items()):
+        rng = np.random.default_rng([seed, i])
+        for _ in range(queries):
+            query = tenant_vectors[rng.integers(0, len(tenant_vectors))]
+            words = " ".join(VOCABULARY[int(w)] for w in np.minimum(rng.zipf(1.2, size=2), 2000) + 20)
+            differing += before(conn, tenant, words, 50) != current(conn, tenant, words, 50)
+            for label, arm in (("before", before), ("after", current)):
+                search.text_candidates = arm
+                try:
+                    started = time.perf_counter()
+                    search.hybrid_search(conn, tenant_id=tenant, query=words, query_vector=query, k=10, model="bench")
+                    timed[tenant][label].append((time.perf_counter() - started) * 1000)
+                finally:
+                    search.text_candidates = current
+
+    def p(values: list[float], q: float) -> float:
+        values = sorted(values)
+        return values[int(q * (len(values) - 1))]
+
+    print(f"\nthe full-text arm of {revision} (before) against the current one (after), {queries} queries a tenant:")
+    for label in ("before", "after"):
+        largest, smallest = next(iter(vectors)), list(vectors)[-1]
+        worst = max(vectors, key=lambda t: p(timed[t][label], 0.95))
+        print(f"  {label:<6} largest {largest} p50 {p(timed[largest][label], 0.5):.1f} / p95 "
+              f"{p(timed[largest][label], 0.95):.1f} ms; smallest {smallest} p50 {p(timed[smallest][label], 0.5):.1f}"
+              f" / p95 {p(timed[smallest][label], 0.95):.1f} ms; highest p95 {worst} "
+              f"({len(vectors[worst]):,} chunks) {p(timed[worst][label], 0.95):.1f} ms", flush=True)
+    print(f"  text candidates differing: {differing} of {queries * len(vectors)} queries")
+
+
 # (label, settings of documents/search.py) measured by --sweep; the first is the code's own
 SWEEP = (
     ("current", {}),
@@ -298,6 +352,8 @@ def main() -> None:
                         help="also search while N vectors of another tenant are promoted")
     parser.add_argument("--halfvec", action="store_true",
                         help="measure an HNSW index over half-precision vectors instead of the pipeline's")
+    parser.add_argument("--text-arm-of", metavar="REVISION",
+                        help="also measure the full-text arm as it was at this git revision (before/after)")
     args = parser.parse_args()
 
     from hnsw_insert import encode_seconds_per_chunk
@@ -332,6 +388,8 @@ def main() -> None:
                       f"chunks) recall@10 {m['recall_at_10']:.3f}, p50 {m['p50_ms']:.1f} ms, p95 {m['p95_ms']:.1f} ms")
             print("  by tenant size (chunks: p95 ms, recall@10): " + ", ".join(
                 f"{len(vectors[t]):,}: {m['p95_ms']:.0f}, {m['recall_at_10']:.2f}" for t, m in every.items()))
+            if args.text_arm_of:
+                compare_text_arms(conn, vectors, args.text_arm_of, args.seed, 60)
             if args.sweep:
                 sweep(conn, vectors, args.seed, args.sweep_queries)
             if args.promoting:
