@@ -128,9 +128,25 @@ SELECT e.chunk_id
  ORDER BY {vector} <=> %(vector)s
  LIMIT %(candidates)s
 """
-# The same ranking computed exactly over the tenant's own rows ("+ 0" keeps the planner off the index).
-_VECTOR_EXACT_SQL = _VECTOR_ANN_SQL.replace("ORDER BY {vector} <=> %(vector)s",
-                                            "ORDER BY ({vector} <=> %(vector)s) + 0")
+# The same ranking computed exactly over the tenant's own rows ("+ 0" keeps the planner off the index): the
+# %(nearest)s nearest of its vectors by distance alone, then only those checked for an active version (NULL: all of
+# them). Checking every row's version through its chunk was most of the statement (a 2,752-chunk tenant: 6.5 ms,
+# two index lookups a row); a ranking that keeps fewer than asked is computed again over every row.
+_VECTOR_EXACT_SQL = """
+WITH nearest AS MATERIALIZED (
+    SELECT e.chunk_id, ({vector} <=> %(vector)s) + 0 AS distance
+      FROM chunk_embeddings e
+     WHERE e.tenant_id = %(tenant)s AND vector_dims(e.embedding) = {dim} AND e.model = %(model)s
+     ORDER BY distance
+     LIMIT %(nearest)s
+)
+SELECT n.chunk_id
+  FROM nearest n
+  JOIN chunks c ON c.chunk_id = n.chunk_id AND c.tenant_id = %(tenant)s
+  JOIN document_versions v ON v.version_id = c.version_id AND v.is_active AND v.tenant_id = %(tenant)s
+ ORDER BY n.distance
+ LIMIT %(candidates)s
+"""
 # Bounded: how many chunks the tenant has, counted up to a limit (an index-only scan of chunks_reuse_idx)
 _TENANT_CHUNKS_SQL = "SELECT count(*) AS n FROM (SELECT 1 FROM chunks WHERE tenant_id = %(tenant)s LIMIT %(limit)s) x"
 _ACTIVE_CHUNKS_SQL = """
@@ -315,7 +331,7 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
         exact = conn.execute(_TENANT_CHUNKS_SQL, {"tenant": tenant_id, "limit": EXACT_SEARCH_MAX_CHUNKS + 1}
                              ).fetchone()["n"] <= EXACT_SEARCH_MAX_CHUNKS
     if exact:
-        return [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim), params).fetchall()]
+        return _exact_candidates(conn, params, dim, nearest=4 * candidates + 50)
     if _supports_iterative_scan(conn):
         conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true), set_config('hnsw.max_scan_tuples', %s, true),"
                      " set_config('hnsw.ef_search', %s, true)",
@@ -324,5 +340,15 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
         conn.execute("SELECT set_config('hnsw.ef_search', '1000', true)")
     ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_ANN_SQL, dim), params).fetchall()]
     if len(ids) < k and conn.execute(of_dimension(_ACTIVE_CHUNKS_SQL, dim), params).fetchone()["n"] > len(ids):
-        ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim), params).fetchall()]
+        ids = _exact_candidates(conn, params, dim, nearest=None)
+    return ids
+
+
+def _exact_candidates(conn: psycopg.Connection, params: dict, dim: int, nearest: int | None) -> list[int]:
+    """The exact ranking, its version check on the ``nearest`` nearest vectors (None: all); again on all of them
+    when fewer than the candidates asked for were active among those."""
+    ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim),
+                                               {**params, "nearest": nearest}).fetchall()]
+    if nearest is not None and len(ids) < params["candidates"]:
+        return _exact_candidates(conn, params, dim, None)
     return ids

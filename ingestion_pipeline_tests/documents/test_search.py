@@ -155,6 +155,28 @@ def tenant_beside(conn, tenant: str) -> str:
     raise AssertionError(f"no name found beside {tenant}")
 
 
+def test_a_small_tenants_exact_ranking_finds_its_active_chunks_behind_many_nearer_inactive_ones(db, database):
+    """A small tenant is ranked exactly: its nearest vectors first, then only those checked for an active version.
+    When the nearest are a replaced version's (hundreds nearer the query than any active chunk), the ranking is
+    computed again over every row, and the active chunks nearest the query come back, nearest first."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    query = rng.normal(size=384)
+    query /= np.linalg.norm(query)
+    replaced = add_tenant_vectors(db, "reviser", query + rng.normal(scale=0.05, size=(300, 384)))
+    db.execute("UPDATE document_versions SET is_active = false WHERE version_id = "
+               "(SELECT version_id FROM chunks WHERE chunk_id = %s)", (replaced[0],))
+    active_vectors = query + rng.normal(scale=0.8, size=(20, 384))
+    active = add_tenant_vectors(db, "reviser", active_vectors)
+    normalised = active_vectors / np.linalg.norm(active_vectors, axis=1, keepdims=True)
+    nearest_first = [active[i] for i in np.argsort(-(normalised @ query))]
+
+    hits = hybrid_search(db, tenant_id="reviser", query="nothing matches this", query_vector=query.astype(np.float32),
+                         k=5, model="m")
+    assert [h.chunk_id for h in hits] == nearest_first[:5]
+
+
 def test_a_question_whose_words_are_not_all_in_the_passage_still_ranks_it_by_text(db, database, two_tenants):
     # "days", "until" and "Portugal" are in no chunk: every-word matching found nothing for such a question
     hits = _search(db, database, "acme", "How many days until the Nightingale launch in Portugal?")
