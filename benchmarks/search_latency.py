@@ -11,12 +11,13 @@ no chunk contains, so that the fused ranking is the vector ranking. Runs in a th
 embedded server (dropped at the end). Not part of the tests.
 
     .venv/bin/python benchmarks/search_latency.py [--chunks 1000000] [--tenants 50] [--queries 200] [--sweep]
-        [--halfvec] [--promoting 20000] [--text-arm-of REV]
+        [--halfvec] [--promoting 20000 [--clients 8]] [--text-arm-of REV]
 
 ``--sweep`` then measures every tenant under each candidate setting of the vector stage (``SWEEP``: the HNSW
 scan's ef_search, order and scan budget, the exact-ranking threshold), beside the current one. ``--halfvec``
 measures an HNSW index over the vectors in half precision (``halfvec``) in place of the pipeline's;
-``--promoting N`` searches while another connection promotes N vectors of a new tenant. ``--text-arm-of REV``
+``--promoting N`` searches while another connection promotes N vectors of a new tenant (``--clients C``: C
+connections searching at once, alone and then while promoting). ``--text-arm-of REV``
 then searches every tenant with the full-text arm of git revision REV and with the current one, alternating.
 """
 
@@ -247,6 +248,76 @@ def under_promotion(url: str, conn, vectors: dict[str, np.ndarray], count: int, 
     conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = %s", (tenant,))
 
 
+def clients_under_promotion(url: str, conn, vectors: dict[str, np.ndarray], count: int, clients: int,
+                            seed: int, idle_seconds: float = 30.0) -> None:
+    """``clients`` connections searching at once, each one search after another on a tenant drawn at random:
+    first for ``idle_seconds`` alone, then while another connection promotes ``count`` vectors of a new tenant
+    (transactions of 500). p50/p95 over every search, and by the tenant's size."""
+    import threading
+
+    from hnsw_insert import stage_new_vectors, timed_inserts
+
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.documents.search import hybrid_search
+
+    tenant = "promoting_at_once"
+    ids = stage_new_vectors(conn, count, np.random.default_rng(seed), tenant=tenant)
+    names = list(vectors)
+
+    def searches(stop: threading.Event) -> list[tuple[str, float]]:
+        timed: list[tuple[str, float]] = []
+
+        def client(i: int) -> None:
+            rng = np.random.default_rng([seed, 100 + i])
+            with connect(url, autocommit=True) as own:
+                while not stop.is_set():
+                    name = names[int(rng.integers(0, len(names)))]
+                    query = vectors[name][rng.integers(0, len(vectors[name]))]
+                    words = " ".join(VOCABULARY[int(w)] for w in np.minimum(rng.zipf(1.2, size=2), 2000) + 20)
+                    started = time.perf_counter()
+                    hybrid_search(own, tenant_id=name, query=words, query_vector=query, k=10, model="bench")
+                    timed.append((name, (time.perf_counter() - started) * 1000))
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        for thread in threads:
+            thread.start()
+        stop.wait()
+        for thread in threads:
+            thread.join()
+        return timed
+
+    def report(label: str, timed: list[tuple[str, float]], seconds: float) -> None:
+        def line(values: list[float]) -> str:
+            values = sorted(values)
+            return (f"p50 {statistics.median(values):.1f} / p95 {values[int(0.95 * (len(values) - 1))]:.1f} ms "
+                    f"({len(values)})") if values else "none"
+
+        sizes = {name: len(v) for name, v in vectors.items()}
+        print(f"  {label}: {len(timed) / seconds:.0f} searches/s; every search {line([ms for _, ms in timed])}; "
+              f"tenants over 50,000 chunks {line([ms for n, ms in timed if sizes[n] > 50_000])}, 5,000-50,000 "
+              f"{line([ms for n, ms in timed if 5_000 < sizes[n] <= 50_000])}, up to 5,000 "
+              f"{line([ms for n, ms in timed if sizes[n] <= 5_000])}", flush=True)
+
+    print(f"\n{clients} search clients at once, tenants drawn at random:")
+    stop = threading.Event()
+    threading.Timer(idle_seconds, stop.set).start()
+    report(f"alone ({idle_seconds:.0f} s)", searches(stop), idle_seconds)
+    rate: list[float] = []
+    stop = threading.Event()
+
+    def promote() -> None:
+        with connect(url, autocommit=True) as other:
+            rate.append(1 / statistics.median(timed_inserts(other, ids, 500, tenant=tenant)))
+        stop.set()
+
+    began = time.perf_counter()
+    threading.Thread(target=promote).start()
+    timed = searches(stop)
+    seconds = time.perf_counter() - began
+    report(f"while {count:,} vectors are promoted ({seconds:.0f} s, {rate[0]:,.0f} vectors/s)", timed, seconds)
+    conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = %s", (tenant,))
+
+
 def text_arm_of(revision: str):
     """``text_candidates`` (the full-text arm) as ``documents/text_ranking.py`` was at git ``revision``."""
     import subprocess
@@ -352,6 +423,8 @@ def main() -> None:
                         help="also search while N vectors of another tenant are promoted")
     parser.add_argument("--halfvec", action="store_true",
                         help="measure an HNSW index over half-precision vectors instead of the pipeline's")
+    parser.add_argument("--clients", type=int, default=0, metavar="N",
+                        help="with --promoting: N connections searching at once (alone, then while promoting)")
     parser.add_argument("--text-arm-of", metavar="REVISION",
                         help="also measure the full-text arm as it was at this git revision (before/after)")
     args = parser.parse_args()
@@ -392,7 +465,9 @@ def main() -> None:
                 compare_text_arms(conn, vectors, args.text_arm_of, args.seed, 60)
             if args.sweep:
                 sweep(conn, vectors, args.seed, args.sweep_queries)
-            if args.promoting:
+            if args.promoting and args.clients:
+                clients_under_promotion(url, conn, vectors, args.promoting, args.clients, args.seed)
+            elif args.promoting:
                 under_promotion(url, conn, vectors, args.promoting, 30, rng)
             indexed, plain = insert_cost(conn, args.insert, rng)
     print(f"promoting one more vector into {args.chunks:,}: {indexed * 1000:.2f} ms with the HNSW index, "
