@@ -94,6 +94,30 @@ def test_the_text_arm_finds_no_chunk_of_an_inactive_version(db, database, two_te
     assert not secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
 
 
+def test_full_text_rows_of_an_earlier_release_are_upgraded_with_their_versions(pg_server_url, tmp_path):
+    """sql/039 gives each existing full-text row its chunk's version, so the text arm keeps finding them."""
+    import numpy as np
+
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.core.migrations import apply_migrations
+    from ingestion_pipeline.documents.text_ranking import text_candidates
+    from ingestion_pipeline_tests.helpers import add_tenant_vectors, database_migrated_before
+
+    url = database_migrated_before(pg_server_url, tmp_path, "039")
+    with connect(url, autocommit=True) as conn:
+        chunks = add_tenant_vectors(conn, "acme", np.random.default_rng(2).normal(size=(3, 384)))
+        add_tenant_vectors(conn, "acme", np.random.default_rng(3).normal(size=(2, 384)))  # a second version
+        conn.execute("""INSERT INTO chunk_fts (chunk_id, tenant_id, tsv)
+                        SELECT chunk_id, tenant_id, to_tsvector('english', text) FROM chunks""")
+    apply_migrations(url)
+    with connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT f.version_id AS kept, c.version_id FROM chunk_fts f JOIN chunks c USING (chunk_id)"
+                            ).fetchall()
+        assert len(rows) == 5 and all(r["kept"] == r["version_id"] for r in rows)
+        assert len({r["kept"] for r in rows}) == 2
+        assert set(chunks) <= set(text_candidates(conn, "acme", "acme chunk", 10))
+
+
 def test_bad_queries_are_refused(db, database):
     with pytest.raises(ValueError, match="empty"):
         _search(db, database, "acme", "   ")
