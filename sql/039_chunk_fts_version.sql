@@ -3,7 +3,8 @@
 -- through chunks, that was an index lookup and a heap row per match, most of the arm's time at 200,000 chunks
 -- (benchmarks/search_latency.py); the version read with the words is one lookup in document_versions.
 -- A chunk never changes version, so the copy cannot go stale. Upgrading rewrites every full-text row once.
+-- Nullable: a release before this one, still promoting during a rolling upgrade, writes rows without it, and the
+-- text arm reads such a row's version through its chunk (documents/text_ranking.py).
 ALTER TABLE chunk_fts ADD COLUMN version_id bigint;
 UPDATE chunk_fts f SET version_id = c.version_id FROM chunks c WHERE c.chunk_id = f.chunk_id;
-ALTER TABLE chunk_fts ALTER COLUMN version_id SET NOT NULL;
 ANALYZE chunk_fts;

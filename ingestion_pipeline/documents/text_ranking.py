@@ -84,7 +84,8 @@ matched AS MATERIALIZED (
 seeded AS (
     SELECT m.chunk_id, sum(m.score) AS seed_score
       FROM matched m
-     WHERE m.version_id IN (SELECT version_id FROM active)
+     WHERE coalesce(m.version_id, (SELECT c.version_id FROM chunks c WHERE c.chunk_id = m.chunk_id))
+           IN (SELECT version_id FROM active)
      GROUP BY m.chunk_id
      ORDER BY seed_score DESC, m.chunk_id
      LIMIT %(pool)s
@@ -104,7 +105,8 @@ SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
 _TEXT_ALL_WORDS_SQL = """
 SELECT f.chunk_id, ts_rank_cd(f.tsv, q.query) AS score
   FROM chunk_fts f
-  JOIN document_versions v ON v.version_id = f.version_id AND v.is_active,
+  JOIN document_versions v ON v.is_active
+   AND v.version_id = coalesce(f.version_id, (SELECT c.version_id FROM chunks c WHERE c.chunk_id = f.chunk_id)),
        websearch_to_tsquery('english', %(query)s) AS q(query)
  WHERE f.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s AND f.tsv @@ q.query
  ORDER BY score DESC, f.chunk_id

@@ -89,7 +89,10 @@ def test_the_text_arm_finds_no_chunk_of_an_inactive_version(db, database, two_te
             "WHERE v.title = 'acme-secret'")}
     assert secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
     assert table(db, "SELECT count(*) AS n FROM chunk_fts f JOIN chunks c USING (chunk_id) "
-                     "WHERE f.version_id <> c.version_id")[0]["n"] == 0
+                     "WHERE f.version_id IS DISTINCT FROM c.version_id")[0]["n"] == 0
+    # rows without it, as a release before sql/039 promotes them during a rolling upgrade: read through the chunk
+    db.execute("UPDATE chunk_fts SET version_id = NULL WHERE chunk_id = ANY(%s)", (list(secret),))
+    assert secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
     db.execute("UPDATE document_versions SET is_active = false WHERE title = 'acme-secret'")
     assert not secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
 
