@@ -17,8 +17,8 @@ embedded server (dropped at the end). Not part of the tests.
 scan's ef_search, order and scan budget, the exact-ranking threshold), beside the current one. ``--halfvec``
 measures an HNSW index over the vectors in half precision (``halfvec``) in place of the pipeline's;
 ``--promoting N`` searches while another connection promotes N vectors of a new tenant (``--clients C``: C
-connections searching at once, alone and then while promoting). ``--text-arm-of REV``
-then searches every tenant with the full-text arm of git revision REV and with the current one, alternating.
+connections searching at once, alone and then while promoting). ``--text-arm-of REV`` then searches every
+tenant with the full-text arm of git revision REV and with the current one, alternating.
 """
 
 from __future__ import annotations
@@ -306,14 +306,18 @@ def clients_under_promotion(url: str, conn, vectors: dict[str, np.ndarray], coun
     stop = threading.Event()
 
     def promote() -> None:
-        with connect(url, autocommit=True) as other:
-            rate.append(1 / statistics.median(timed_inserts(other, ids, 500, tenant=tenant)))
-        stop.set()
+        try:
+            with connect(url, autocommit=True) as other:
+                rate.append(1 / statistics.median(timed_inserts(other, ids, 500, tenant=tenant)))
+        finally:
+            stop.set()  # the clients stop with the promotion, whether it finished or failed
 
     began = time.perf_counter()
     threading.Thread(target=promote).start()
     timed = searches(stop)
     seconds = time.perf_counter() - began
+    if not rate:
+        raise SystemExit("the promotion failed (its error is printed above)")
     report(f"while {count:,} vectors are promoted ({seconds:.0f} s, {rate[0]:,.0f} vectors/s)", timed, seconds)
     conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = %s", (tenant,))
 
