@@ -181,6 +181,8 @@ def promote_document_version(
          "version_id": version_id, "version_number": version["version_number"]},
     )
     discard(conn, run_id)
+    # last: the tenant's serving totals (sql/040) folded while this transaction holds them the shortest
+    conn.execute("SELECT fold_tenant_serving_totals(%s)", (tenant_id,))
     failpoint("promote.transaction")  # everything written, nothing committed
     return PromotedVersion(version_id, version["version_number"], totals["chunks"], int(totals["tokens"]),
                            previous["version_id"] if previous else None)
@@ -201,4 +203,5 @@ def deactivate_document(conn: psycopg.Connection, tenant_id: str, doc_id: int) -
                 WHERE tenant_id = %s AND doc_id = %s AND is_active RETURNING version_id""",
             (tenant_id, doc_id),
         ).fetchone()
+        conn.execute("SELECT fold_tenant_serving_totals(%s)", (tenant_id,))
     return row["version_id"] if row else None

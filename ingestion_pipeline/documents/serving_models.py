@@ -75,12 +75,20 @@ class Passage:
     text: str
 
 
+# The active versions counted by model, of one tenant (or of all: NULL), kept by a trigger (sql/040).
+_MODEL_TOTALS_SQL = """
+SELECT name, sum(versions)::bigint AS versions, sum(chunks)::bigint AS chunks
+  FROM tenant_serving_totals
+ WHERE kind = 'model' AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
+ GROUP BY name HAVING sum(versions) > 0
+ ORDER BY chunks DESC, name
+"""
+
+
 def in_use(conn: psycopg.Connection, tenant_id: str) -> list[ModelInUse]:
-    """The models of the tenant's active versions, most chunks first (an index-only scan)."""
-    rows = conn.execute(
-        """SELECT embedding_model AS name, count(*) AS versions, coalesce(sum(chunk_count), 0) AS chunks
-             FROM document_versions WHERE tenant_id = %s AND is_active
-            GROUP BY embedding_model ORDER BY chunks DESC, embedding_model""", (tenant_id,)).fetchall()
+    """The models of the tenant's active versions, most chunks first (from their totals, sql/040: a search reads
+    a few rows, not every active version)."""
+    rows = conn.execute(_MODEL_TOTALS_SQL, {"tenant": tenant_id}).fetchall()
     return [ModelInUse(r["name"], r["versions"], int(r["chunks"])) for r in rows]
 
 
@@ -133,10 +141,7 @@ class MigrationProgress:
 def migration_progress(conn: psycopg.Connection, current_model: str, tenant_id: str | None = None
                        ) -> MigrationProgress:
     """The active versions (of one tenant, or all) counted by the model whose vectors they hold."""
-    rows = conn.execute(
-        """SELECT embedding_model AS name, count(*) AS versions, coalesce(sum(chunk_count), 0) AS chunks
-             FROM document_versions WHERE is_active AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
-            GROUP BY embedding_model ORDER BY chunks DESC, embedding_model""", {"tenant": tenant_id}).fetchall()
+    rows = conn.execute(_MODEL_TOTALS_SQL, {"tenant": tenant_id}).fetchall()
     return MigrationProgress(current_model, {r["name"]: ModelInUse(r["name"], r["versions"], int(r["chunks"]))
                                              for r in rows})
 

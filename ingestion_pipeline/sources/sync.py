@@ -232,6 +232,8 @@ def _sweep_deleted(conn: psycopg.Connection, source: Source, pass_number: int) -
     ).fetchall()
     for row in gone:
         _deactivate(conn, source, row["key"], row["doc_id"])
+    if gone:
+        conn.execute("SELECT fold_tenant_serving_totals(%s)", (source.tenant_id,))
     return len(gone)
 
 

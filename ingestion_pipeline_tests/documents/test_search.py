@@ -78,10 +78,15 @@ def test_deactivated_versions_are_not_served(db, database, two_tenants):
     assert all("Lisbon" not in h.text for h in hits)
 
 
-def test_the_text_arm_finds_no_chunk_of_an_inactive_version(db, database, two_tenants):
+@pytest.mark.parametrize("lookup_cost", [0.0, 1e12], ids=["looked-up", "hashed"])
+def test_the_text_arm_finds_no_chunk_of_an_inactive_version(db, database, two_tenants, lookup_cost, monkeypatch):
     """The text arm filters by the version each full-text row names (chunk_fts.version_id), not through chunks:
-    a deactivated version's chunks take no candidate's place."""
+    a deactivated version's chunks take no candidate's place, whether each match's version is looked up or the
+    tenant's active versions are hashed (``LOOKUP_COST`` picks by the matches and the tenant's versions)."""
+    from ingestion_pipeline.documents import text_ranking
     from ingestion_pipeline.documents.text_ranking import text_candidates
+
+    monkeypatch.setattr(text_ranking, "LOOKUP_COST", lookup_cost)
     from ingestion_pipeline_tests.helpers import table
 
     secret = {r["chunk_id"] for r in table(
