@@ -5,13 +5,13 @@ time and size and the cost of promoting one more vector at that size.
 Synthetic but shaped like the pipeline's data: clustered unit vectors (384 dimensions), chunk texts of 40
 words drawn from a 20,000-word vocabulary with Zipf's frequencies, the pipeline's own HNSW index
 (sql/013) and full-text index (``chunk_fts``, GIN, as promotion fills it), one active version per 50
-chunks, tenants whose sizes fall geometrically from the largest to the smallest, which holds 0.1 % of the
-chunks. Latency is measured with two-word queries (text and vector stages both work); recall with a text
-no chunk contains, so that the fused ranking is the vector ranking. Runs in a throwaway database on the
-embedded server (dropped at the end). Not part of the tests.
+chunks (``--chunks-per-version``), tenants whose sizes fall geometrically from the largest to the smallest,
+which holds 0.1 % of the chunks. Latency is measured with two-word queries (text and vector stages both
+work); recall with a text no chunk contains, so that the fused ranking is the vector ranking. Runs in a
+throwaway database on the embedded server (dropped at the end). Not part of the tests.
 
     .venv/bin/python benchmarks/search_latency.py [--chunks 1000000] [--tenants 50] [--queries 200] [--sweep]
-        [--halfvec] [--promoting 20000 [--clients 8]] [--text-arm-of REV]
+        [--halfvec] [--promoting 20000 [--clients 8]] [--text-arm-of REV] [--chunks-per-version 50]
 
 ``--sweep`` then measures every tenant under each candidate setting of the vector stage (``SWEEP``: the HNSW
 scan's ef_search, order and scan budget, the exact-ranking threshold), beside the current one. ``--halfvec``
@@ -73,8 +73,9 @@ VOCABULARY = [_word(i) for i in range(20_000)]
 
 
 def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = False,
-         model: str = "bench") -> dict[str, np.ndarray]:
-    """One document with one active version per 50 chunks; COPY everything, then build the indexes (``halfvec``:
+         model: str = "bench", per_version: int = 50) -> dict[str, np.ndarray]:
+    """One document with one active version per ``per_version`` chunks (1: a tenant of many one-chunk documents,
+    tickets or FAQ entries); COPY everything, then build the indexes (``halfvec``:
     the HNSW index over the vectors in half precision instead of the pipeline's own, see ``use_halfvec``). The
     vectors are stored as ``model``'s (a search through the API finds them under the deployment's own model)."""
     from psycopg import sql
@@ -94,16 +95,19 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
         vectors = synthetic_vectors(size, centers, rng)
         vectors_by_tenant[tenant] = vectors
         conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s)", (tenant,))
-        docs = (size + 49) // 50
+        docs = (size + per_version - 1) // per_version
+        counts = [min(per_version, size - d * per_version) for d in range(docs)]
         doc_rows = conn.execute(
             """INSERT INTO documents (tenant_id, source_uri, title)
                SELECT %s, 'bench://' || %s || '/' || g, 'doc ' || g FROM generate_series(1, %s) g
                RETURNING doc_id""", (tenant, tenant, docs)).fetchall()
         version_ids = [r["version_id"] for r in conn.execute(
             """INSERT INTO document_versions (tenant_id, doc_id, version_number, content_hash,
-                   pipeline_fingerprint, is_active, size_bytes, chunk_count, token_count, activated_at)
-               SELECT %s, doc_id, 1, 'h', 'bench', true, 1, 50, 100, now() FROM unnest(%s::bigint[]) AS d(doc_id)
-               RETURNING version_id""", (tenant, [d["doc_id"] for d in doc_rows])).fetchall()]
+                   pipeline_fingerprint, is_active, size_bytes, chunk_count, token_count, activated_at,
+                   embedding_model)
+               SELECT %s, d.doc_id, 1, 'h', 'bench', true, 1, d.chunks, 2 * d.chunks, now(), %s
+                 FROM unnest(%s::bigint[], %s::int[]) AS d(doc_id, chunks)
+               RETURNING version_id""", (tenant, model, [d["doc_id"] for d in doc_rows], counts)).fetchall()]
         doc_ids = [d["doc_id"] for d in doc_rows]
         texts = chunk_texts(size, rng)
         with conn.cursor().copy("COPY chunks (chunk_id, tenant_id, version_id, doc_id, ordinal, text, token_count, "
@@ -111,7 +115,8 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
             for i in range(size):
                 # each text's own hash, as promotion stores it: the reuse lookup's plan follows its statistics (one
                 # hash shared by every row made the planner expect 50,000 matches a lookup and scan every partition)
-                copy.write_row((chunk_id + i + 1, tenant, version_ids[i // 50], doc_ids[i // 50], i % 50, texts[i],
+                copy.write_row((chunk_id + i + 1, tenant, version_ids[i // per_version], doc_ids[i // per_version],
+                                i % per_version, texts[i],
                                 40, text_hash(texts[i])))
         with conn.cursor().copy("COPY chunk_embeddings (chunk_id, tenant_id, model, embedding) FROM STDIN "
                                 "WITH (FORMAT BINARY)") as copy:
@@ -119,6 +124,7 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
             for i, vector in enumerate(vectors):
                 copy.write_row((chunk_id + i + 1, tenant, model, vector))
         chunk_id += size
+        conn.execute("SELECT fold_tenant_serving_totals(%s)", (tenant,))  # one row per model, as promotion leaves it
         if t % 10 == 9:
             print(f"  loaded {t + 1} tenants, {chunk_id:,} chunks, {time.perf_counter() - started:.0f} s", flush=True)
     conn.execute("SELECT setval('chunks_chunk_id_seq', %s)", (chunk_id,))
@@ -429,6 +435,8 @@ def main() -> None:
                         help="measure an HNSW index over half-precision vectors instead of the pipeline's")
     parser.add_argument("--clients", type=int, default=0, metavar="N",
                         help="with --promoting: N connections searching at once (alone, then while promoting)")
+    parser.add_argument("--chunks-per-version", type=int, default=50, metavar="N",
+                        help="chunks of each document (1: tenants of many one-chunk documents)")
     parser.add_argument("--text-arm-of", metavar="REVISION",
                         help="also measure the full-text arm as it was at this git revision (before/after)")
     args = parser.parse_args()
@@ -448,10 +456,13 @@ def main() -> None:
                   f"{'yes' if _supports_iterative_scan(conn) else 'no'})", flush=True)
             if args.halfvec:
                 use_halfvec()
-            vectors = load(conn, sizes, rng, halfvec=args.halfvec)
+            if args.chunks_per_version < 1:
+                parser.error("--chunks-per-version must be at least 1")
+            vectors = load(conn, sizes, rng, halfvec=args.halfvec, per_version=args.chunks_per_version)
             large, small = "t00", f"t{args.tenants - 1:02d}"
-            print(f"{args.chunks:,} chunks in {args.tenants} tenants; largest {large}: {sizes[0]:,} chunks, "
-                  f"smallest {small}: {sizes[-1]:,} chunks; {args.queries} queries each", flush=True)
+            print(f"{args.chunks:,} chunks in {args.tenants} tenants, {args.chunks_per_version} a document; largest "
+                  f"{large}: {sizes[0]:,} chunks, smallest {small}: {sizes[-1]:,} chunks; {args.queries} queries each",
+                  flush=True)
             for tenant in (large, small):
                 measure(conn, tenant, vectors[tenant], 5, rng)  # warm the caches
                 m = measure(conn, tenant, vectors[tenant], args.queries, rng)
