@@ -19,13 +19,13 @@ _PHRASE = re.compile(r'"([^"]+)"')
 _WORDS = re.compile(r"[^\W_]+")
 
 
-# The tenant's languages (the configurations its active versions were indexed in), its active chunks and
-# versions: from the totals a trigger keeps (sql/040), not from every active version.
+# The tenant's languages (the configurations its active versions were indexed in) and its active chunks: from
+# the totals a trigger keeps (sql/040), not from every active version.
 _TENANT_TEXT_SQL = """
 SELECT (SELECT array_agg(name ORDER BY name) FROM (
             SELECT name FROM tenant_serving_totals WHERE tenant_id = %(tenant)s AND kind = 'language'
              GROUP BY name HAVING sum(versions) > 0) languages) AS configs,
-       coalesce(sum(chunks), 0)::bigint AS chunks, coalesce(sum(versions), 0)::bigint AS versions
+       coalesce(sum(chunks), 0)::bigint AS chunks
   FROM tenant_serving_totals WHERE tenant_id = %(tenant)s AND kind = 'model'
 """
 
@@ -33,9 +33,9 @@ SELECT (SELECT array_agg(name ORDER BY name) FROM (
 # is among the tenant's chunks (BM25's idf) times Postgres's saturating term-frequency rank (ts_rank of that
 # word alone). The query is parsed in each of the tenant's languages it is likely to be in, a word's weight
 # scaled by that likelihood (languages.query_language_weights); a word parsed in one language matches, and
-# is counted among, the chunks indexed in that language. A document frequency counts the tenant's chunks of
-# every version (a statistic, read without a join) up to %(df_cap)s, past which a word could not seed
-# candidates anyway. A quoted phrase weighs the sum of its words' weights once more (and brings candidates); two
+# is counted among, the chunks indexed in that language. A document frequency counts the tenant's served chunks
+# (the full-text rows are theirs only, sql/041) up to %(df_cap)s, past which a word could not seed candidates
+# anyway. A quoted phrase weighs the sum of its words' weights once more (and brings candidates); two
 # neighbouring words of the query found side by side weigh ``adjacency_weight`` of theirs more: the proximity
 # that ranking each word alone would lose ("lighthouse lamp" is the cell "Lighthouse lamp | 340").
 _TEXT_TERMS_SQL = """
@@ -57,38 +57,36 @@ counted AS MATERIALIZED (
       FROM lexemes l
 ),
 terms AS (
-    SELECT cfg, lexeme, tq, df, weight * ln(1 + (%(population)s - df + 0.5) / (df + 0.5)) AS idf
+    SELECT cfg, lexeme, tq, weight * ln(1 + (%(population)s - df + 0.5) / (df + 0.5)) AS idf
       FROM counted WHERE df > 0
 ),
 phrases AS (
-    SELECT configs.cfg, phraseto_tsquery(configs.cfg::regconfig, ph.text) AS tq, ph.share, words.idf, words.df
-      FROM configs, unnest(%(phrases)s::text[], %(shares)s::float8[]) AS ph(text, share),
-           LATERAL (SELECT coalesce(sum(t.idf), 0) AS idf, min(t.df) AS df FROM terms t
-                     WHERE t.cfg = configs.cfg
-                       AND t.lexeme IN (SELECT u.lexeme FROM unnest(to_tsvector(configs.cfg::regconfig, ph.text)) u)
-                   ) words
+    SELECT configs.cfg, phraseto_tsquery(configs.cfg::regconfig, ph.text) AS tq, ph.share,
+           (SELECT coalesce(sum(t.idf), 0) FROM terms t
+             WHERE t.cfg = configs.cfg
+               AND t.lexeme IN (SELECT u.lexeme FROM unnest(to_tsvector(configs.cfg::regconfig, ph.text)) u)) AS idf
+      FROM configs, unnest(%(phrases)s::text[], %(shares)s::float8[]) AS ph(text, share)
 )
-SELECT cfg, tq::text AS tq, idf, df, false AS phrase FROM terms
+SELECT cfg, tq::text AS tq, idf, false AS phrase FROM terms
 UNION ALL
-SELECT DISTINCT cfg, tq::text, share * idf, df, share >= 1 FROM phrases WHERE idf > 0 AND numnode(tq) > 1
+SELECT DISTINCT cfg, tq::text, share * idf, share >= 1 FROM phrases WHERE idf > 0 AND numnode(tq) > 1
 """
 
 # Candidates hold one of the rarest words (``seeds``); the best SEEDED_POOL of them by those words are then
-# scored by all the words. Only chunks of active versions count: {active_check} is one of the two below.
+# scored by all the words. Every full-text row is a served chunk's (sql/041: a version's rows go when it is
+# deactivated), so no match needs its version checked. A match is scored before the matches are grouped, so the
+# grouping sorts numbers, not the rows' words.
 _TEXT_HITS_SQL = """
-WITH {active}matched AS MATERIALIZED (
-    SELECT f.chunk_id, coalesce(f.version_id, (SELECT c.version_id FROM chunks c WHERE c.chunk_id = f.chunk_id))
-               AS version_id,
-           s.idf * ts_rank(f.tsv, s.tq, %(normalization)s) AS score
+WITH matched AS MATERIALIZED (
+    SELECT f.chunk_id, s.idf * ts_rank(f.tsv, s.tq, %(normalization)s) AS score
       FROM unnest(%(seed_cfgs)s::text[], %(seed_tqs)s::tsquery[], %(seed_idfs)s::float8[]) AS s(cfg, tq, idf)
       JOIN chunk_fts f ON f.tsv @@ s.tq AND f.tenant_id = %(tenant)s AND f.text_search_config = s.cfg
 ),
 seeded AS (
-    SELECT m.chunk_id, sum(m.score) AS seed_score
-      FROM matched m
-     WHERE {active_check}
-     GROUP BY m.chunk_id
-     ORDER BY seed_score DESC, m.chunk_id
+    SELECT chunk_id, sum(score) AS seed_score
+      FROM matched
+     GROUP BY chunk_id
+     ORDER BY seed_score DESC, chunk_id
      LIMIT %(pool)s
 )
 SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
@@ -100,19 +98,6 @@ SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
  ORDER BY score DESC, f.chunk_id
  LIMIT %(candidates)s
 """
-# Few matches among many active versions (a tenant of many small documents): each match's version looked up by
-# its key. Many matches: the tenant's active versions hashed once and each match probed (an index lookup per
-# match of a common word was most of the arm). A lookup costs about LOOKUP_COST hashed versions
-# (benchmarks/search_latency.py --chunks-per-version).
-_ACTIVE_HASHED = _TEXT_HITS_SQL.format(
-    active="active AS MATERIALIZED (\n"
-           "    SELECT version_id FROM document_versions WHERE tenant_id = %(tenant)s AND is_active\n),\n",
-    active_check="m.version_id IN (SELECT version_id FROM active)")
-_ACTIVE_LOOKED_UP = _TEXT_HITS_SQL.format(
-    active="",
-    active_check="(SELECT v.is_active FROM document_versions v WHERE v.version_id = m.version_id "
-                 "AND v.tenant_id = %(tenant)s)")
-LOOKUP_COST = 6.0
 
 
 # Every word must match (websearch_to_tsquery), ranked by ts_rank_cd: kept as a setting to measure against.
@@ -147,9 +132,7 @@ def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candid
     words = sorted((t for t in terms if not t["phrase"]), key=lambda t: -t["idf"])
     seeds = [t for t in words if t["idf"] >= MIN_SEEDING_IDF][:SEED_WORDS] or words[:SEED_WORDS]
     seeds += [t for t in terms if t["phrase"]]
-    matches = sum(t["df"] for t in seeds)  # at most: a word's df counts inactive versions' chunks too
-    statement = _ACTIVE_LOOKED_UP if matches * LOOKUP_COST < tenant["versions"] else _ACTIVE_HASHED
-    return [r["chunk_id"] for r in conn.execute(statement, {
+    return [r["chunk_id"] for r in conn.execute(_TEXT_HITS_SQL, {
         **params, "pool": SEEDED_POOL, "normalization": normalization,
         "cfgs": [t["cfg"] for t in terms], "tqs": [t["tq"] for t in terms], "idfs": [t["idf"] for t in terms],
         "seed_cfgs": [t["cfg"] for t in seeds], "seed_tqs": [t["tq"] for t in seeds],

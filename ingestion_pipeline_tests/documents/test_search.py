@@ -78,28 +78,60 @@ def test_deactivated_versions_are_not_served(db, database, two_tenants):
     assert all("Lisbon" not in h.text for h in hits)
 
 
-@pytest.mark.parametrize("lookup_cost", [0.0, 1e12], ids=["looked-up", "hashed"])
-def test_the_text_arm_finds_no_chunk_of_an_inactive_version(db, database, two_tenants, lookup_cost, monkeypatch):
-    """The text arm filters by the version each full-text row names (chunk_fts.version_id), not through chunks:
-    a deactivated version's chunks take no candidate's place, whether each match's version is looked up or the
-    tenant's active versions are hashed (``LOOKUP_COST`` picks by the matches and the tenant's versions)."""
-    from ingestion_pipeline.documents import text_ranking
+def test_a_deactivated_versions_full_text_rows_go_with_it_and_come_back_with_it(db, database, two_tenants):
+    """The full-text rows are the served versions' only (sql/041): deactivating a version removes its rows in the
+    same transaction, whoever deactivates it, so no match of the text arm is an inactive chunk's and no word's
+    document frequency counts one; made active again, its rows come back as promotion made them."""
     from ingestion_pipeline.documents.text_ranking import text_candidates
-
-    monkeypatch.setattr(text_ranking, "LOOKUP_COST", lookup_cost)
     from ingestion_pipeline_tests.helpers import table
+
+    def rows() -> list[dict]:
+        return table(db, "SELECT f.chunk_id, f.version_id, f.text_search_config, f.tsv::text FROM chunk_fts f "
+                         "JOIN chunks c USING (chunk_id) JOIN document_versions v ON v.version_id = c.version_id "
+                         "WHERE v.title = 'acme-secret' ORDER BY f.chunk_id")
 
     secret = {r["chunk_id"] for r in table(
         db, "SELECT c.chunk_id FROM chunks c JOIN document_versions v USING (version_id) "
             "WHERE v.title = 'acme-secret'")}
+    promoted = rows()
+    assert {r["chunk_id"] for r in promoted} == secret
     assert secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
     assert table(db, "SELECT count(*) AS n FROM chunk_fts f JOIN chunks c USING (chunk_id) "
                      "WHERE f.version_id IS DISTINCT FROM c.version_id")[0]["n"] == 0
-    # rows without it, as a release before sql/039 promotes them during a rolling upgrade: read through the chunk
+    db.execute("UPDATE document_versions SET is_active = false WHERE title = 'acme-secret'")
+    assert rows() == []
+    assert not secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
+    db.execute("UPDATE document_versions SET is_active = true WHERE title = 'acme-secret'")
+    assert rows() == promoted
+    # rows without a version, as a release before sql/039 promotes them during a rolling upgrade, go too
     db.execute("UPDATE chunk_fts SET version_id = NULL WHERE chunk_id = ANY(%s)", (list(secret),))
     assert secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
     db.execute("UPDATE document_versions SET is_active = false WHERE title = 'acme-secret'")
-    assert not secret & set(text_candidates(db, "acme", "Nightingale Lisbon launch", 10))
+    assert rows() == []
+
+
+def test_an_earlier_releases_full_text_rows_of_inactive_versions_are_removed(pg_server_url, tmp_path):
+    """sql/041 removes the full-text rows of versions no longer served and keeps the active ones'; the chunks and
+    vectors of every version stay."""
+    import numpy as np
+
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.core.migrations import apply_migrations
+    from ingestion_pipeline_tests.helpers import add_tenant_vectors, database_migrated_before
+
+    url = database_migrated_before(pg_server_url, tmp_path, "041")
+    with connect(url, autocommit=True) as conn:
+        served = add_tenant_vectors(conn, "acme", np.random.default_rng(2).normal(size=(3, 384)))
+        retired = add_tenant_vectors(conn, "acme", np.random.default_rng(3).normal(size=(2, 384)))
+        conn.execute("""INSERT INTO chunk_fts (chunk_id, tenant_id, version_id, tsv)
+                        SELECT chunk_id, tenant_id, version_id, to_tsvector('english', text) FROM chunks""")
+        conn.execute("UPDATE document_versions SET is_active = false WHERE version_id = "
+                     "(SELECT version_id FROM chunks WHERE chunk_id = %s)", (retired[0],))
+    apply_migrations(url)
+    with connect(url, autocommit=True) as conn:
+        assert [r["chunk_id"] for r in conn.execute("SELECT chunk_id FROM chunk_fts ORDER BY chunk_id")] == served
+        assert conn.execute("SELECT count(*) AS n FROM chunks").fetchone()["n"] == 5
+        assert conn.execute("SELECT count(*) AS n FROM chunk_embeddings").fetchone()["n"] == 5
 
 
 def test_full_text_rows_of_an_earlier_release_are_upgraded_with_their_versions(pg_server_url, tmp_path):

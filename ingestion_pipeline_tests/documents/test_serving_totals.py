@@ -27,8 +27,9 @@ def _counted(conn, tenant: str) -> dict:
 
 def _kept(conn, tenant: str) -> dict:
     text = conn.execute(_TENANT_TEXT_SQL, {"tenant": tenant}).fetchone()
-    return {"models": [(m.name, m.versions, m.chunks) for m in serving_models.in_use(conn, tenant)],
-            "configs": text["configs"], "chunks": text["chunks"], "versions": text["versions"]}
+    models = serving_models.in_use(conn, tenant)
+    return {"models": [(m.name, m.versions, m.chunks) for m in models], "configs": text["configs"],
+            "chunks": text["chunks"], "versions": sum(m.versions for m in models)}
 
 
 def _version(conn, tenant: str, chunks: int, model: str | None = "m1") -> int:
@@ -54,6 +55,7 @@ def test_the_totals_follow_every_change_of_a_tenants_active_versions(db):
         "UPDATE document_versions SET chunk_count = 9 WHERE version_id = {second}",
         "UPDATE document_versions SET is_active = true WHERE version_id = {first}",
         "UPDATE document_versions SET title = 'renamed' WHERE version_id = {first}",  # counts nothing
+        "DELETE FROM chunk_fts WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE version_id = {first});"
         "DELETE FROM chunk_embeddings WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE version_id = {first});"
         "DELETE FROM chunks WHERE version_id = {first}; DELETE FROM document_versions WHERE version_id = {first}",
     ]

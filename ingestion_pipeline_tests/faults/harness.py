@@ -126,12 +126,14 @@ def invariant_violations(url: str) -> list[str]:
                              JOIN document_versions v USING (doc_id) GROUP BY d.doc_id"""):
         if r["active"] != 1:
             problems.append(f"document {r['doc_id']} has {r['active']} active versions")
-    for r in _query(url, """SELECT v.version_id, v.chunk_count, count(c.chunk_id) AS chunks,
+    # every version keeps its chunks and vectors; the full-text rows are the served versions' only (sql/041)
+    for r in _query(url, """SELECT v.version_id, v.chunk_count, v.is_active, count(c.chunk_id) AS chunks,
                                    count(e.chunk_id) AS embeddings, count(f.chunk_id) AS fts
                               FROM document_versions v LEFT JOIN chunks c USING (version_id)
                               LEFT JOIN chunk_embeddings e USING (chunk_id) LEFT JOIN chunk_fts f USING (chunk_id)
-                             GROUP BY v.version_id, v.chunk_count"""):
-        if not r["chunk_count"] == r["chunks"] == r["embeddings"] == r["fts"]:
+                             GROUP BY v.version_id, v.chunk_count, v.is_active"""):
+        served = r["chunk_count"] if r["is_active"] else 0
+        if not (r["chunk_count"] == r["chunks"] == r["embeddings"] and r["fts"] == served):
             problems.append(f"version {r['version_id']}: {r['chunk_count']} chunks declared, {r['chunks']} stored, "
                             f"{r['embeddings']} embeddings, {r['fts']} text vectors")
     for r in _query(url, """SELECT doc_id, content_hash, pipeline_fingerprint, count(*) AS n FROM document_versions
