@@ -12,6 +12,7 @@ throwaway database on the embedded server (dropped at the end). Not part of the 
 
     .venv/bin/python benchmarks/search_latency.py [--chunks 1000000] [--tenants 50] [--queries 200] [--sweep]
         [--halfvec] [--promoting 20000 [--clients 8]] [--text-arm-of REV] [--chunks-per-version 50]
+        [--revisions 1]
 
 ``--sweep`` then measures every tenant under each candidate setting of the vector stage (``SWEEP``: the HNSW
 scan's ef_search, order and scan budget, the exact-ranking threshold), beside the current one. ``--halfvec``
@@ -73,11 +74,12 @@ VOCABULARY = [_word(i) for i in range(20_000)]
 
 
 def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = False,
-         model: str = "bench", per_version: int = 50) -> dict[str, np.ndarray]:
+         model: str = "bench", per_version: int = 50, revisions: int = 1) -> dict[str, np.ndarray]:
     """One document with one active version per ``per_version`` chunks (1: a tenant of many one-chunk documents,
-    tickets or FAQ entries); COPY everything, then build the indexes (``halfvec``:
-    the HNSW index over the vectors in half precision instead of the pipeline's own, see ``use_halfvec``). The
-    vectors are stored as ``model``'s (a search through the API finds them under the deployment's own model)."""
+    tickets or FAQ entries), and ``revisions - 1`` inactive versions before it; COPY everything, then build the
+    indexes (``halfvec``: the HNSW index over the vectors in half precision instead of the pipeline's own, see
+    ``use_halfvec``). The vectors are stored as ``model``'s (a search through the API finds them under the
+    deployment's own model)."""
     from psycopg import sql
 
     from ingestion_pipeline.documents.chunking import text_hash
@@ -101,38 +103,43 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
             """INSERT INTO documents (tenant_id, source_uri, title)
                SELECT %s, 'bench://' || %s || '/' || g, 'doc ' || g FROM generate_series(1, %s) g
                RETURNING doc_id""", (tenant, tenant, docs)).fetchall()
-        version_ids = [r["version_id"] for r in conn.execute(
-            """INSERT INTO document_versions (tenant_id, doc_id, version_number, content_hash,
-                   pipeline_fingerprint, is_active, size_bytes, chunk_count, token_count, activated_at,
-                   embedding_model)
-               SELECT %s, d.doc_id, 1, 'h', 'bench', true, 1, d.chunks, 2 * d.chunks, now(), %s
-                 FROM unnest(%s::bigint[], %s::int[]) AS d(doc_id, chunks)
-               RETURNING version_id""", (tenant, model, [d["doc_id"] for d in doc_rows], counts)).fetchall()]
         doc_ids = [d["doc_id"] for d in doc_rows]
         texts = chunk_texts(size, rng)
-        with conn.cursor().copy("COPY chunks (chunk_id, tenant_id, version_id, doc_id, ordinal, text, token_count, "
-                                "content_hash) FROM STDIN") as copy:
-            for i in range(size):
-                # each text's own hash, as promotion stores it: the reuse lookup's plan follows its statistics (one
-                # hash shared by every row made the planner expect 50,000 matches a lookup and scan every partition)
-                copy.write_row((chunk_id + i + 1, tenant, version_ids[i // per_version], doc_ids[i // per_version],
-                                i % per_version, texts[i],
-                                40, text_hash(texts[i])))
-        with conn.cursor().copy("COPY chunk_embeddings (chunk_id, tenant_id, model, embedding) FROM STDIN "
-                                "WITH (FORMAT BINARY)") as copy:
-            copy.set_types(["int8", "text", "text", "vector"])
-            for i, vector in enumerate(vectors):
-                copy.write_row((chunk_id + i + 1, tenant, model, vector))
-        chunk_id += size
+        # the earlier versions first, inactive, each chunk's text and vector as the active one has them (what a
+        # revision that changed little leaves behind: "deletion is deactivation", nothing is removed)
+        for number in range(1, revisions + 1):
+            version_ids = [r["version_id"] for r in conn.execute(
+                """INSERT INTO document_versions (tenant_id, doc_id, version_number, content_hash,
+                       pipeline_fingerprint, is_active, size_bytes, chunk_count, token_count, activated_at,
+                       embedding_model)
+                   SELECT %s, d.doc_id, %s, 'h', 'bench', %s, 1, d.chunks, 2 * d.chunks, now(), %s
+                     FROM unnest(%s::bigint[], %s::int[]) AS d(doc_id, chunks)
+                   RETURNING version_id""",
+                (tenant, number, number == revisions, model, doc_ids, counts)).fetchall()]
+            with conn.cursor().copy("COPY chunks (chunk_id, tenant_id, version_id, doc_id, ordinal, text, "
+                                    "token_count, content_hash) FROM STDIN") as copy:
+                for i in range(size):
+                    # each text's own hash, as promotion stores it: the reuse lookup's plan follows its statistics
+                    # (one hash shared by every row made the planner expect 50,000 matches a lookup and scan every
+                    # partition)
+                    copy.write_row((chunk_id + i + 1, tenant, version_ids[i // per_version],
+                                    doc_ids[i // per_version], i % per_version, texts[i], 40, text_hash(texts[i])))
+            with conn.cursor().copy("COPY chunk_embeddings (chunk_id, tenant_id, model, embedding) FROM STDIN "
+                                    "WITH (FORMAT BINARY)") as copy:
+                copy.set_types(["int8", "text", "text", "vector"])
+                for i, vector in enumerate(vectors):
+                    copy.write_row((chunk_id + i + 1, tenant, model, vector))
+            chunk_id += size
         conn.execute("SELECT fold_tenant_serving_totals(%s)", (tenant,))  # one row per model, as promotion leaves it
         if t % 10 == 9:
             print(f"  loaded {t + 1} tenants, {chunk_id:,} chunks, {time.perf_counter() - started:.0f} s", flush=True)
     conn.execute("SELECT setval('chunks_chunk_id_seq', %s)", (chunk_id,))
     conn.execute("SET maintenance_work_mem = '4GB'")
     started = time.perf_counter()
+    # the served versions' words only, as promotion and deactivation keep them (sql/041)
     conn.execute("""INSERT INTO chunk_fts (chunk_id, tenant_id, version_id, tsv)
-                    SELECT chunk_id, tenant_id, version_id, setweight(to_tsvector('english', text), 'A')
-                      FROM chunks""")
+                    SELECT c.chunk_id, c.tenant_id, c.version_id, setweight(to_tsvector('english', c.text), 'A')
+                      FROM chunks c JOIN document_versions v ON v.version_id = c.version_id AND v.is_active""")
     conn.execute("CREATE INDEX chunk_fts_gin ON chunk_fts USING gin (tsv)")
     print(f"full-text rows and GIN index over {chunk_id:,} chunks in {time.perf_counter() - started:.0f} s, "
           f"index {relation_mb(conn, 'chunk_fts_gin'):,.0f} MB", flush=True)
@@ -167,7 +174,8 @@ def measure(conn, tenant: str, vectors: np.ndarray, queries: int, rng: np.random
     from ingestion_pipeline.documents.search import hybrid_search
 
     chunk_ids = conn.execute(
-        "SELECT chunk_id FROM chunks WHERE tenant_id = %s ORDER BY chunk_id", (tenant,)).fetchall()
+        """SELECT c.chunk_id FROM chunks c JOIN document_versions v ON v.version_id = c.version_id AND v.is_active
+            WHERE c.tenant_id = %s ORDER BY c.chunk_id""", (tenant,)).fetchall()
     ids = np.array([r["chunk_id"] for r in chunk_ids])
     latencies, recalls = [], []
     for _ in range(queries):
@@ -437,6 +445,8 @@ def main() -> None:
                         help="with --promoting: N connections searching at once (alone, then while promoting)")
     parser.add_argument("--chunks-per-version", type=int, default=50, metavar="N",
                         help="chunks of each document (1: tenants of many one-chunk documents)")
+    parser.add_argument("--revisions", type=int, default=1, metavar="N",
+                        help="versions of each document, the last active (earlier ones keep their rows, inactive)")
     parser.add_argument("--text-arm-of", metavar="REVISION",
                         help="also measure the full-text arm as it was at this git revision (before/after)")
     args = parser.parse_args()
@@ -456,11 +466,13 @@ def main() -> None:
                   f"{'yes' if _supports_iterative_scan(conn) else 'no'})", flush=True)
             if args.halfvec:
                 use_halfvec()
-            if args.chunks_per_version < 1:
-                parser.error("--chunks-per-version must be at least 1")
-            vectors = load(conn, sizes, rng, halfvec=args.halfvec, per_version=args.chunks_per_version)
+            if args.chunks_per_version < 1 or args.revisions < 1:
+                parser.error("--chunks-per-version and --revisions must be at least 1")
+            vectors = load(conn, sizes, rng, halfvec=args.halfvec, per_version=args.chunks_per_version,
+                           revisions=args.revisions)
             large, small = "t00", f"t{args.tenants - 1:02d}"
-            print(f"{args.chunks:,} chunks in {args.tenants} tenants, {args.chunks_per_version} a document; largest "
+            print(f"{args.chunks:,} active chunks in {args.tenants} tenants, {args.chunks_per_version} a document, "
+                  f"{args.revisions} version(s) of each; largest "
                   f"{large}: {sizes[0]:,} chunks, smallest {small}: {sizes[-1]:,} chunks; {args.queries} queries each",
                   flush=True)
             for tenant in (large, small):
