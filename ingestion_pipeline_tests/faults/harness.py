@@ -136,6 +136,26 @@ def invariant_violations(url: str) -> list[str]:
         if not (r["chunk_count"] == r["chunks"] == r["embeddings"] and r["fts"] == served):
             problems.append(f"version {r['version_id']}: {r['chunk_count']} chunks declared, {r['chunks']} stored, "
                             f"{r['embeddings']} embeddings, {r['fts']} text vectors")
+    # the totals every search reads (sql/040) say what counting the active versions says, however the writes ended
+    for r in _query(url, """WITH kept AS (
+                                 SELECT tenant_id, kind, name, sum(versions) AS versions, sum(chunks) AS chunks
+                                   FROM tenant_serving_totals GROUP BY 1, 2, 3
+                                 HAVING sum(versions) <> 0 OR sum(chunks) <> 0),
+                             counted AS (
+                                 SELECT tenant_id, 'model' AS kind, embedding_model AS name, count(*) AS versions,
+                                        sum(chunk_count) AS chunks FROM document_versions WHERE is_active GROUP BY 1, 3
+                                 UNION ALL
+                                 SELECT tenant_id, 'language', cfg, count(*), 0
+                                   FROM document_versions, unnest(text_search_configs) AS cfg
+                                  WHERE is_active GROUP BY 1, 3)
+                             SELECT coalesce(k.tenant_id, c.tenant_id) AS tenant_id, coalesce(k.kind, c.kind) AS kind,
+                                    coalesce(k.name, c.name) AS name, k.versions AS kept, c.versions AS counted,
+                                    k.chunks AS kept_chunks, c.chunks AS counted_chunks
+                               FROM kept k FULL JOIN counted c ON c.tenant_id = k.tenant_id AND c.kind = k.kind
+                                AND c.name IS NOT DISTINCT FROM k.name
+                              WHERE k.versions IS DISTINCT FROM c.versions OR k.chunks IS DISTINCT FROM c.chunks"""):
+        problems.append(f"tenant {r['tenant_id']}'s {r['kind']} {r['name']}: totals say {r['kept']} version(s), "
+                        f"{r['kept_chunks']} chunk(s); the active versions are {r['counted']}, {r['counted_chunks']}")
     for r in _query(url, """SELECT doc_id, content_hash, pipeline_fingerprint, count(*) AS n FROM document_versions
                              GROUP BY 1, 2, 3 HAVING count(*) > 1"""):
         problems.append(f"document {r['doc_id']} was promoted {r['n']} times from the same content")
