@@ -100,14 +100,12 @@ SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
 """
 
 
-# Every word must match (websearch_to_tsquery), ranked by ts_rank_cd: kept as a setting to measure against.
+# Every word must match (websearch_to_tsquery), ranked by ts_rank_cd: kept as a setting to measure against. Like
+# the statements above it reads served chunks only (sql/041).
 _TEXT_ALL_WORDS_SQL = """
 SELECT f.chunk_id, ts_rank_cd(f.tsv, q.query) AS score
-  FROM chunk_fts f
-  JOIN document_versions v ON v.is_active
-   AND v.version_id = coalesce(f.version_id, (SELECT c.version_id FROM chunks c WHERE c.chunk_id = f.chunk_id)),
-       websearch_to_tsquery('english', %(query)s) AS q(query)
- WHERE f.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s AND f.tsv @@ q.query
+  FROM chunk_fts f, websearch_to_tsquery('english', %(query)s) AS q(query)
+ WHERE f.tenant_id = %(tenant)s AND f.tsv @@ q.query
  ORDER BY score DESC, f.chunk_id
  LIMIT %(candidates)s
 """
