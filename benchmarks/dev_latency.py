@@ -14,12 +14,16 @@ bucket bound to the tenant and registered as its source), ``--files`` of each (`
 ``--load N``: a bulk load of N files of another tenant is ingested alone, then a second one of N while small
 files are submitted one at a time, then a third alone again: each small file's time (p50, p95) and where it
 went, and the bulk load's rate beside small files against its rate alone (the mean of the loads before and
-after, which meet a smaller and a bigger index). ``--compare`` runs everything twice in one go: first on the
-instance file without the run launcher's loaded workers and without the fair shares of the run slots,
-and without the fast lane (``before``), then on the project's own (``after``); the sensor interval is the
-code's in both.
+after, which meet a smaller and a bigger index). ``--paces`` sets how the small files arrive during a load: 0
+(the default), each as soon as the previous is searchable, the most a stream of small files can take from the
+load, so the faster they are the more of them there are; 5, one every 5 s, a rate that does not follow their
+speed. Each pace gets a load beside small files of its own, followed by one alone. ``--compare`` runs
+everything twice in one go: first on the instance file without the run launcher's loaded workers and without the
+fair shares of the run slots, and without the fast lane (``before``), then on the project's own (``after``); the
+sensor interval is the code's in both.
 
-    .venv/bin/python benchmarks/dev_latency.py [--files 5] [--intakes cli,http,s3] [--load 2000] [--compare]
+    .venv/bin/python benchmarks/dev_latency.py [--files 5] [--intakes cli,http,s3] [--load 2000] [--paces 0,5]
+        [--compare]
 """
 
 from __future__ import annotations
@@ -195,7 +199,12 @@ class EventBucket:
         self.server.stop()
 
 
-def session(label: str, files: int, load: int, before: bool, intakes: tuple[str, ...]) -> dict[str, float]:
+def _pace_name(pace: float) -> str:
+    return f"one every {pace:g} s" if pace else "one after another"
+
+
+def session(label: str, files: int, load: int, before: bool, intakes: tuple[str, ...],
+            paces: tuple[float, ...] = (0.0,)) -> dict[str, float]:
     """One `make dev` session: small files idle, then (``load``) beside a bulk load. Figures by name."""
     figures: dict[str, float] = {}
     events = EventBucket() if "s3" in intakes else None
@@ -292,52 +301,86 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
         if not load:
             return figures
 
-        first, second, third = bulk("load-a"), bulk("load-b"), bulk("load-c")
+        done = 0  # the bulk tenant's files succeeded so far, over every load of the session
 
-        def alone(paths: list[str], done_before: int) -> float:
+        def alone(tag: str) -> tuple[float, float]:
+            """The load's rate alone (files/s) and the whole host's busy CPU-seconds meanwhile."""
+            nonlocal done
+            paths = bulk(tag)
             cpu.mark()
             since = time.time()
             started = submit_bulk(paths)
-            while _succeeded(probe, "bulk") < done_before + load:
+            while _succeeded(probe, "bulk") < done + load:
                 dev.check_alive()
                 time.sleep(0.5)
             seconds = time.perf_counter() - started
-            process_cpu.show(f"[{label}] CPU of the bulk load alone", cpu.mark(), seconds, {"bulk files": load})
+            done += load
+            phase = cpu.mark()
+            process_cpu.show(f"[{label}] CPU of the bulk load alone", phase, seconds, {"bulk files": load})
             print(f"[{label}] alone: {bulk_runs(instance, since, time.time())}")
-            return load / seconds
+            print(f"\n[{label}] bulk load of {load} files alone: {load / seconds:.1f} files/s", flush=True)
+            return load / seconds, phase[process_cpu.HOST]
 
-        rate_first = alone(first, 0)
-        print(f"\n[{label}] bulk load of {load} files alone: {rate_first:.1f} files/s", flush=True)
-        cpu.mark()
-        since = time.time()
-        started = submit_bulk(second)
-        loaded_times, loaded_stages = [], []
-        while _succeeded(probe, "bulk") < 2 * load:
-            loaded_times.append(ingest(900, record=loaded_stages))
-            done = _succeeded(probe, "bulk") - load
-            print(f"[{label}] under load ({done}/{load} bulk files done): small file searchable after "
-                  f"{loaded_times[-1]:.1f} s", flush=True)
-        beside = load / (time.perf_counter() - started)
-        process_cpu.show(f"[{label}] CPU of the bulk load beside small files", cpu.mark(),
-                         time.perf_counter() - started, {"bulk files": load, "small files": len(loaded_times)})
-        print(f"[{label}] beside small files: {bulk_runs(instance, since, time.time())}")
-        rate_third = alone(third, 2 * load)  # alone again: the index is as big as beside the small files
-        print(f"[{label}] bulk load of {load} files alone again: {rate_third:.1f} files/s", flush=True)
-        reference = (rate_first + rate_third) / 2
-        figures["bulk files/s alone"], figures["bulk files/s beside small files"] = reference, beside
-        figures["bulk beside / alone %"] = 100 * beside / reference
-        figures["loaded p50"], figures["loaded p95"] = (statistics.median(loaded_times),
-                                                        _percentile(loaded_times, 0.95))
-        print(f"[{label}] bulk load of {load} files beside {len(loaded_times)} small files: {beside:.1f} files/s "
-              f"({100 * beside / reference:.0f} % of its rate alone, {reference:.1f} files/s: the mean of before "
-              f"and after)")
-        print(f"[{label}] small files during the load: median {figures['loaded p50']:.1f} s, "
-              f"p95 {figures['loaded p95']:.1f} s ({len(loaded_times)} files)")
-        loaded_stages = show(loaded_stages, "under load")
-        slowest = max(range(len(loaded_times)), key=loaded_times.__getitem__)
-        print(f"[{label}] the slowest small file under load ({loaded_times[slowest]:.1f} s):")
-        for name, value in loaded_stages[slowest].items():
-            print(f"  {name:<40} {value:6.2f}" + ("" if name.startswith("runs of") else " s"))
+        def beside(tag: str, pace: float) -> tuple[float, float, list[float], list[tuple]]:
+            """The bulk load beside small files: one after another as each becomes searchable (``pace`` 0), or
+            one every ``pace`` seconds from the previous one's submission (the next waits for the previous to be
+            searchable, which is well under the pace here): an arrival rate that does not follow the small
+            files' own speed, as people's uploads do not."""
+            nonlocal done
+            paths = bulk(tag)
+            cpu.mark()
+            since = time.time()
+            started = submit_bulk(paths)
+            times, stages = [], []
+            while _succeeded(probe, "bulk") < done + load:
+                submitted = time.perf_counter()
+                times.append(ingest(900, record=stages))
+                print(f"[{label}] under load ({_succeeded(probe, 'bulk') - done}/{load} bulk files done): small "
+                      f"file searchable after {times[-1]:.1f} s", flush=True)
+                while pace and time.perf_counter() - submitted < pace and _succeeded(probe, "bulk") < done + load:
+                    dev.check_alive()
+                    time.sleep(0.1)
+            seconds = time.perf_counter() - started
+            done += load
+            phase = cpu.mark()
+            process_cpu.show(f"[{label}] CPU of the bulk load beside small files ({_pace_name(pace)})", phase,
+                             seconds, {"bulk files": load, "small files": len(times)})
+            print(f"[{label}] beside small files: {bulk_runs(instance, since, time.time())}")
+            return load / seconds, phase[process_cpu.HOST], times, stages
+
+        rate_before, host_before = alone("load-0")
+        for n, pace in enumerate(paces):
+            rate, host, loaded_times, loaded_stages = beside(f"load-{2 * n + 1}", pace)
+            rate_after, host_after = alone(f"load-{2 * n + 2}")  # the index is as big as beside the small files
+            reference = (rate_before + rate_after) / 2
+            # The small files' own work, their `submit` commands included: what the host did beside the load
+            # beyond what the same load cost it alone. The load's rate over the CPU those files left it tells a
+            # load held back by the small files' work from one held back by anything else.
+            small_cpu = host - (host_before + host_after) / 2
+            left = 1 - small_cpu / host if host > 0 else 1.0
+            rate_before, host_before = rate_after, host_after
+            key = "" if n == 0 else f" ({_pace_name(pace)})"  # the first pace keeps the names --compare prints
+            figures[f"bulk files/s alone{key}"], figures[f"bulk files/s beside small files{key}"] = reference, rate
+            figures[f"bulk beside / alone %{key}"] = 100 * rate / reference
+            figures[f"small files' share of the host %{key}"] = 100 * (1 - left)
+            figures[f"bulk beside / (alone x what was left) %{key}"] = 100 * rate / (reference * left)
+            figures[f"loaded p50{key}"] = statistics.median(loaded_times)
+            figures[f"loaded p95{key}"] = _percentile(loaded_times, 0.95)
+            print(f"[{label}] bulk load of {load} files beside {len(loaded_times)} small files "
+                  f"({_pace_name(pace)}): {rate:.1f} files/s ({100 * rate / reference:.0f} % of its rate alone, "
+                  f"{reference:.1f} files/s: the mean of before and after)")
+            print(f"[{label}] the small files' own work ({_pace_name(pace)}): {small_cpu:.1f} CPU-s "
+                  f"({small_cpu / max(len(loaded_times), 1):.2f} a file, their submit commands included), "
+                  f"{100 * (1 - left):.0f} % of the host's busy time beside the load; the load kept "
+                  f"{100 * rate / (reference * left):.0f} % of its rate alone on the CPU they left it")
+            print(f"[{label}] small files during the load ({_pace_name(pace)}): median "
+                  f"{figures[f'loaded p50{key}']:.1f} s, p95 {figures[f'loaded p95{key}']:.1f} s "
+                  f"({len(loaded_times)} files)")
+            loaded_stages = show(loaded_stages, f"under load, {_pace_name(pace)}")
+            slowest = max(range(len(loaded_times)), key=loaded_times.__getitem__)
+            print(f"[{label}] the slowest small file under load ({_pace_name(pace)}, {loaded_times[slowest]:.1f} s):")
+            for name, value in loaded_stages[slowest].items():
+                print(f"  {name:<40} {value:6.2f}" + ("" if name.startswith("runs of") else " s"))
         return figures
 
 
@@ -348,6 +391,10 @@ def main() -> None:
     parser.add_argument("--intakes", default="cli,http,s3",
                         help="comma-separated: cli (submit), http (POST /v1/ingest), s3 (an object put, its event "
                              "through SQS)")
+    parser.add_argument("--paces", default="0",
+                        help="comma-separated seconds between the small files' submissions during a load, one "
+                             "load beside small files each: 0 submits the next as soon as the previous is "
+                             "searchable (the most the small files can take), 5 one every 5 s")
     parser.add_argument("--compare", action="store_true",
                         help="first without loaded run workers and fair shares (before), then as configured")
     args = parser.parse_args()
@@ -356,7 +403,10 @@ def main() -> None:
     unknown = set(intakes) - {"cli", "http", "s3"}
     if unknown:
         parser.error(f"unknown intakes: {', '.join(sorted(unknown))}")
-    results = {label: session(label, args.files, args.load, before, intakes) for label, before in runs}
+    paces = tuple(float(p) for p in args.paces.split(",") if p)
+    if not paces or any(p < 0 for p in paces):
+        parser.error("--paces takes seconds >= 0, e.g. 0,5")
+    results = {label: session(label, args.files, args.load, before, intakes, paces) for label, before in runs}
     if args.compare:
         print("\nbefore and after, side by side:")
         for name in results["after"]:
