@@ -13,10 +13,10 @@ from collections import Counter
 from collections.abc import Sequence
 
 MIN_DETECT_CHARS = 60
-# py3langid reads a text byte by byte in Python: its cost grows with the sample. On the corpus's 8,856 chunks,
-# the first 600 characters decided as the first 2,000 did for every chunk (400: 3 differed, all in the 100-language
-# declaration), in two thirds of the time (benchmarks/pipeline_ceiling.py: chunking is a third of the pipeline
-# when the model costs nothing).
+# The identifier's automaton reads a text byte by byte: its cost grows with the sample. On the corpus's 8,856
+# chunks, the first 600 characters decided as the first 2,000 did for every chunk (400: 3 differed, all in the
+# 100-language declaration), in two thirds of the time (benchmarks/pipeline_ceiling.py: chunking is a third of the
+# pipeline when the model costs nothing).
 DETECT_SAMPLE_CHARS = 600
 MIN_QUERY_WEIGHT = 0.2
 MIN_CHUNK_CONFIDENCE = 0.9
@@ -34,6 +34,7 @@ TEXT_SEARCH_CONFIGS = frozenset(CONFIGS.values()) | {FALLBACK_CONFIG}
 
 _identifier_lock = threading.Lock()
 _loaded: list = []  # the process's one identifier, once loaded
+_batched: list = []  # ``BatchIdentifier`` over it
 
 
 def _identifier():
@@ -56,10 +57,17 @@ def warm_up() -> None:
         threading.Thread(target=_identifier, name="language-identifier-warm-up", daemon=True).start()
 
 
-def detect_language(text: str) -> tuple[str, float]:
-    """ISO 639-1 code and probability of ``text``'s language."""
-    code, probability = _identifier().classify(text)
-    return code, float(probability)
+def detect_languages(texts: Sequence[str]) -> list[tuple[str, float]]:
+    """ISO 639-1 code and probability of each text's language: py3langid's, walked for all texts at once
+    (``batch_language_id``)."""
+    if not _batched:
+        from ingestion_pipeline.documents.batch_language_id import BatchIdentifier  # numpy: not on submit's path
+
+        identifier = _identifier()
+        with _identifier_lock:
+            if not _batched:
+                _batched.append(BatchIdentifier(identifier))
+    return _batched[0].classify_many(texts)
 
 
 def config_for(code: str) -> str:
@@ -68,20 +76,20 @@ def config_for(code: str) -> str:
 
 def text_search_configs(texts: Sequence[str]) -> list[str]:
     """The configuration of each text: its own language when it is long enough to tell, else the file's."""
+    letters = [sum(map(str.isalpha, text[:2000])) for text in texts]  # a text's weight in its file's language
+    long_enough = [i for i, n in enumerate(letters) if n >= MIN_DETECT_CHARS]
+    found = dict(zip(long_enough, detect_languages([texts[i][:DETECT_SAMPLE_CHARS] for i in long_enough]),
+                     strict=True))
     detected: list[str | None] = []
     weight: Counter[str] = Counter()
-    for text in texts:
-        letters = sum(map(str.isalpha, text[:2000]))  # the text's weight in its file's main language
-        if letters < MIN_DETECT_CHARS:
-            detected.append(None)
-            continue
-        code, probability = detect_language(text[:DETECT_SAMPLE_CHARS])
-        if probability < MIN_CHUNK_CONFIDENCE:
+    for i in range(len(texts)):
+        code, probability = found.get(i, (None, 0.0))
+        if code is None or probability < MIN_CHUNK_CONFIDENCE:
             detected.append(None)
             continue
         config = config_for(code)
         detected.append(config)
-        weight[config] += letters
+        weight[config] += letters[i]
     main = weight.most_common(1)[0][0] if weight else DEFAULT_CONFIG
     return [config or main for config in detected]
 
