@@ -8,9 +8,10 @@ run queue, a run worker process, the five steps. Prints each time, the median, a
 went, from the ledger's and Dagster's own records of the run: the submit command, the wait for the sensor's
 run, the run queue, the run worker's start, the resources before the first step, each step.
 
-Small files go in by the CLI (`submit`), by the HTTP API (`POST /v1/ingest`) and as objects put into an S3
+Small files go in by the CLI (`submit`), by the HTTP API (`POST /v1/ingest`), as objects put into an S3
 bucket whose event notifications go to an SQS queue the intake service polls (a moto server on 127.0.0.1, the
-bucket bound to the tenant and registered as its source), ``--files`` of each (``--intakes`` picks). With
+bucket bound to the tenant and registered as its source), and as SQS job messages naming an object under a
+prefix bound to the tenant (``sqs``, not among the defaults), ``--files`` of each (``--intakes`` picks). With
 ``--load N``: a bulk load of N files of another tenant is ingested alone, then a second one of N while small
 files are submitted one at a time, then a third alone again: each small file's time (p50, p95) and where it
 went, and the bulk load's rate beside small files against its rate alone (the mean of the loads before and
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import statistics
@@ -155,10 +158,11 @@ def _without_the_changes(env: dict[str, str], work: Path) -> None:
 
 
 class EventBucket:
-    """A moto server (S3 and SQS) with a bucket whose object events go to a queue: what `dev`'s intake service
-    polls (``env``), and where the benchmark puts objects."""
+    """A moto server (S3 and SQS) with a bucket whose object events under ``PREFIX`` go to a queue: what `dev`'s
+    intake service polls (``env``), where the benchmark puts objects, and sends job messages naming objects under
+    ``JOBS`` (a location bound to the tenant, watched by no source)."""
 
-    BUCKET, PREFIX = "dev-latency-kb", "kb/"
+    BUCKET, PREFIX, JOBS = "dev-latency-kb", "kb/", "jobs/"
 
     def __init__(self) -> None:
         import boto3
@@ -180,9 +184,12 @@ class EventBucket:
         queue = sqs.create_queue(QueueName="dev-latency-events")["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         self.s3.put_bucket_notification_configuration(Bucket=self.BUCKET, NotificationConfiguration={
-            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}]})
+            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*"], "Filter": {
+                "Key": {"FilterRules": [{"Name": "prefix", "Value": self.PREFIX}]}}}]})
         sqs.purge_queue(QueueUrl=queue)  # moto's test event for the configuration
-        self.env = credentials | {"AWS_ENDPOINT_URL_SQS": self.endpoint, "INGESTION_SQS_QUEUE_URLS": queue,
+        self.sqs, self.queue = sqs, queue
+        self.env = credentials | {"AWS_ENDPOINT_URL_SQS": self.endpoint, "AWS_ENDPOINT_URL_S3": self.endpoint,
+                                  "INGESTION_SQS_QUEUE_URLS": queue,
                                   "INGESTION_ALLOWED_S3_ENDPOINTS": self.endpoint}
 
     def register(self, env: dict[str, str], tenant: str) -> None:
@@ -191,9 +198,20 @@ class EventBucket:
         for command in (["tenant", "bind", tenant, uri], ["source", "add", uri, "--tenant", tenant]):
             subprocess.run([CLI, *command, "--endpoint-url", self.endpoint], env=env, check=True,
                            capture_output=True)
+        # a job's object is read through the AWS environment's endpoint (AWS_ENDPOINT_URL_S3): bound without one
+        subprocess.run([CLI, "tenant", "bind", tenant, f"s3://{self.BUCKET}/{self.JOBS}"], env=env, check=True,
+                       capture_output=True)
 
     def put(self, name: str, content: bytes) -> None:
         self.s3.put_object(Bucket=self.BUCKET, Key=self.PREFIX + name, Body=content)
+
+    def job(self, tenant: str, name: str, content: bytes) -> None:
+        """The object stored under ``JOBS``, then a job message naming it sent to the queue (docs/queues.md)."""
+        key = self.JOBS + name
+        self.s3.put_object(Bucket=self.BUCKET, Key=key, Body=content)
+        self.sqs.send_message(QueueUrl=self.queue, MessageBody=json.dumps({
+            "tenant": tenant, "upload_uri": f"s3://{self.BUCKET}/{key}", "filename": name,
+            "content_hash": hashlib.sha256(content).hexdigest()}))
 
     def stop(self) -> None:
         self.server.stop()
@@ -207,7 +225,7 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
             paces: tuple[float, ...] = (0.0,)) -> dict[str, float]:
     """One `make dev` session: small files idle, then (``load``) beside a bulk load. Figures by name."""
     figures: dict[str, float] = {}
-    events = EventBucket() if "s3" in intakes else None
+    events = EventBucket() if {"s3", "sqs"} & set(intakes) else None
 
     def prepare(env: dict[str, str], work: Path) -> None:
         if before:
@@ -242,6 +260,8 @@ def session(label: str, files: int, load: int, before: bool, intakes: tuple[str,
                 _post(f"{dev.api_url}/v1/ingest?tenant_id=dev", name, path.read_bytes())
             elif via == "s3":
                 events.put(name, path.read_bytes())
+            elif via == "sqs":
+                events.job("dev", name, path.read_bytes())
             else:
                 subprocess.run([CLI, "submit", "--tenant", "dev", str(path)], env=dev.env, check=True,
                                capture_output=True)
@@ -390,7 +410,7 @@ def main() -> None:
     parser.add_argument("--load", type=int, default=0, help="files of the other tenant's bulk load (0: none)")
     parser.add_argument("--intakes", default="cli,http,s3",
                         help="comma-separated: cli (submit), http (POST /v1/ingest), s3 (an object put, its event "
-                             "through SQS)")
+                             "through SQS), sqs (a job message on SQS naming an object)")
     parser.add_argument("--paces", default="0",
                         help="comma-separated seconds between the small files' submissions during a load, one "
                              "load beside small files each: 0 submits the next as soon as the previous is "
@@ -400,7 +420,7 @@ def main() -> None:
     args = parser.parse_args()
     runs = [("before", True), ("after", False)] if args.compare else [("now", False)]
     intakes = tuple(i for i in args.intakes.split(",") if i)
-    unknown = set(intakes) - {"cli", "http", "s3"}
+    unknown = set(intakes) - {"cli", "http", "s3", "sqs"}
     if unknown:
         parser.error(f"unknown intakes: {', '.join(sorted(unknown))}")
     paces = tuple(float(p) for p in args.paces.split(",") if p)
