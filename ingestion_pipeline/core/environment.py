@@ -164,8 +164,8 @@ def markdown() -> str:
              "Every setting is an environment variable with a default that works on a fresh clone. This page is "
              "generated from `ingestion_pipeline/core/environment.py` "
              "(`python -m ingestion_pipeline.core.environment > docs/configuration.md`). S3 credentials and "
-             "endpoints are boto3's standard `AWS_*` variables, or the `s3` resource's fields (dagster-aws's "
-             "`S3Resource`).", ""]
+             "endpoints are boto3's standard `AWS_*` variables, or the `s3` resource's fields (those of "
+             "dagster-aws's `S3Resource`).", ""]
     for area, variables in AREAS.items():
         lines += [f"## {area}", "", "| variable | default | |", "|---|---|---|"]
         lines += [f"| `{v.name}` | {v.default} | {v.meaning} |" for v in variables]

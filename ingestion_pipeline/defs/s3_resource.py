@@ -1,27 +1,49 @@
-"""The code location's ``s3`` resource: dagster-aws's S3 configuration (``ResourceWithS3Configuration``, the
-fields its ``S3Resource`` has), as a plain ``ConfigurableResource``.
+"""The code location's ``s3`` resource: the configuration fields of dagster-aws's ``S3Resource`` (the same names,
+types, defaults and meanings, so run config and Helm values written for it hold), declared here as a plain
+``ConfigurableResource``.
 
-It adds what dagster-aws's lacks for a batch that fetches many objects on several threads: clients from one
-boto3 session per process (``core/s3_clients.py``; a session per client cost 60-170 ms each), with the
-retry policy every other part of the pipeline uses too.
+dagster-aws is not installed: its package ``__init__`` loads every dagster-aws component (Secrets Manager, ECS,
+Redshift…) and Dagster's test utilities, and ``load_from_defs_folder`` imports every installed package's component
+entry point, so with it the code location took 2.5-3.0 s to load instead of 1.8-1.9 (a code server, `dg list
+defs`; an `ingest` command, which imports much of the same Dagster anyway, ~0.2 s) for ten field declarations.
+The clients were never dagster-aws's anyway: they come from one boto3 session per process
+(``core/s3_clients.py``; a session per client cost 60-170 ms each), with the retry policy every other part of the
+pipeline uses too.
 
-A step gets the resource itself, not a client: dagster-aws's ``S3Resource`` attaches a client to every step
-that requires it (~0.2 s each), and our steps build one only when a file does come from S3. Not subclassing
-that class keeps Dagster's default (the resource is what a step receives) without overriding its hook.
+A step gets the resource itself, not a client: dagster-aws's ``S3Resource`` attaches a client to every step that
+requires it (~0.2 s each), and our steps build one only when a file does come from S3.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dagster_aws.s3.resources import ResourceWithS3Configuration
+import dagster as dg
+from pydantic import Field
 
 from ingestion_pipeline.core.s3_clients import S3ClientSettings, build_client
 
 
-class S3Resource(ResourceWithS3Configuration):
+class S3Resource(dg.ConfigurableResource):
     """boto3 S3 clients; unset fields fall back to the standard AWS environment (``AWS_ENDPOINT_URL``,
     ``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE`` …), as boto3 reads it."""
+
+    use_unsigned_session: bool = Field(default=False, description="Specifies whether to use an unsigned S3 session.")
+    region_name: str | None = Field(default=None, description="Specifies a custom region for the S3 session.")
+    endpoint_url: str | None = Field(default=None, description="Specifies a custom endpoint for the S3 session.")
+    max_attempts: int = Field(default=5, description=(
+        "This provides Boto3's retry handler with a value of maximum retry attempts, where the initial call "
+        "counts toward the max_attempts value that you provide."))
+    profile_name: str | None = Field(default=None, description="Specifies a profile to connect that session.")
+    use_ssl: bool = Field(default=True, description="Whether or not to use SSL. By default, SSL is used.")
+    verify: bool | None = Field(default=None, description=(
+        "Whether or not to verify SSL certificates. By default SSL certificates are verified."))
+    aws_access_key_id: str | None = Field(
+        default=None, description="AWS access key ID to use when creating the boto3 session.")
+    aws_secret_access_key: str | None = Field(
+        default=None, description="AWS secret access key to use when creating the boto3 session.")
+    aws_session_token: str | None = Field(
+        default=None, description="AWS session token to use when creating the boto3 session.")
 
     def client_settings(self) -> S3ClientSettings:
         return S3ClientSettings(
