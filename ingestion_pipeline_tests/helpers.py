@@ -58,10 +58,11 @@ def pipeline_for(database: Database) -> DocumentPipeline:
     return DocumentPipeline(database, document_store(settings), shared_embedder(), settings)
 
 
-def submit(database: Database, tenant: str, *paths: Path, title: str | None = None) -> list[SubmitResult]:
+def submit(database: Database, tenant: str, *paths: Path, title: str | None = None,
+           key: str | None = None) -> list[SubmitResult]:
     pipeline = pipeline_for(database)
     return [
-        submit_upload(database, pipeline.store, tenant_id=tenant, path=Path(p), title=title,
+        submit_upload(database, pipeline.store, tenant_id=tenant, path=Path(p), title=title, key=key,
                       fingerprint=pipeline.fingerprint, max_bytes=pipeline.settings.upload.max_bytes)
         for p in paths
     ]
@@ -95,8 +96,9 @@ def materialize_batch(
     )
 
 
-def ingest(instance: dg.DagsterInstance, database: Database, tenant: str, *paths: Path) -> list[str]:
-    submit(database, tenant, *paths)
+def ingest(instance: dg.DagsterInstance, database: Database, tenant: str, *paths: Path,
+           key: str | None = None) -> list[str]:
+    submit(database, tenant, *paths, key=key)
     keys = batch_queued(database)
     for key in keys:
         materialize_batch(instance, key)

@@ -83,6 +83,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_MAX_COMPRESSION_RATIO"),
         _setting("INGESTION_UNIT_PAGES"),
         _setting("INGESTION_UNIT_TEXT_PAGES"),
+        _setting("INGESTION_UNIT_CHARACTERS"),
         Variable("INGESTION_TESSERACT", "`tesseract` on the PATH", "The Tesseract executable for OCR."),
     ),
     "S3 sources": (

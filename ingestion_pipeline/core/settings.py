@@ -40,10 +40,6 @@ def data_dir() -> Path:
     return Path(os.environ.get("INGESTION_DATA_DIR", project_root() / ".data")).resolve()
 
 
-
-
-
-
 def _at_least_one(raw: str) -> int:
     value = int(raw)
     if value < 1:
@@ -66,8 +62,6 @@ def _finite(raw: str) -> float:
     if not math.isfinite(value):  # float() takes "nan" and "inf": no setting means either
         raise ValueError(raw)
     return value
-
-
 
 
 def _positive(raw: str) -> float:
@@ -101,8 +95,6 @@ def _token_hours(raw: str) -> float:
     if not 0 < value <= MAX_TOKEN_HOURS or value * 3600 < 1:
         raise ValueError(raw)
     return value
-
-
 
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -454,6 +446,12 @@ class ExtractionLimits(_Area):
                                expected=WHOLE_AT_LEAST_ONE,
                                description="Pages with a text layer that weigh as much as one page to OCR when a "
                                            "PDF is cut into units (1: every page counts alike).")
+    # a tenth of War and Peace, ~60 pages of a manual: a revision re-chunks the sections it changed, not the rest
+    unit_characters: int = env("INGESTION_UNIT_CHARACTERS", default=100_000, parse=_at_least_one,
+                               expected=WHOLE_AT_LEAST_ONE, shown="100000",
+                               description="A document of more text than this (any format) is chunked in sections "
+                                           "of about this many characters, cut only at headings; a new version "
+                                           "of it reuses the chunks of every unchanged section.")
 
 
 class ExecutorSettings(_Area):

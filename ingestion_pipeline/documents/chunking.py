@@ -64,6 +64,7 @@ class Chunk:
     content_hash: str = field(default="")
     context: str = ""  # embedded before the text (``embedding_input``); not shown
     text_search_config: str = "english"  # the configuration its words are indexed with (documents/languages.py)
+    section_key: str | None = None  # its section's, in a document chunked by sections (documents/sections.py)
 
     def __post_init__(self) -> None:
         if not self.content_hash:

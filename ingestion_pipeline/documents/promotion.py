@@ -134,9 +134,9 @@ def promote_document_version(
     )
     conn.execute(
         """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, page_start, page_end, section_path,
-                               element_types, token_count, content_hash, text_search_config)
+                               element_types, token_count, content_hash, text_search_config, section_key)
            SELECT %s, %s, %s, ordinal, text, page_start, page_end, section_path, element_types, token_count,
-                  content_hash, text_search_config
+                  content_hash, text_search_config, section_key
              FROM staging_chunks WHERE run_id = %s ORDER BY ordinal""",
         (tenant_id, version_id, doc_id, run_id),
     )

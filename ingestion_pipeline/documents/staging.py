@@ -116,12 +116,14 @@ def write_chunks(conn: psycopg.Connection, chunks_by_file: dict[int, tuple[list[
     conn.execute("DELETE FROM staging_chunks WHERE run_id = ANY(%s)", (run_ids,))
     with conn.cursor().copy(
         """COPY staging_chunks (run_id, ordinal, text, page_start, page_end, section_path, element_types,
-                                token_count, content_hash, embedding_context, text_search_config) FROM STDIN"""
+                                token_count, content_hash, embedding_context, text_search_config, section_key)
+           FROM STDIN"""
     ) as copy:
         for run_id, (chunks, _) in chunks_by_file.items():
             for c in chunks:
                 copy.write_row((run_id, c.ordinal, c.text, c.page_start, c.page_end, c.section_path,
-                                c.element_types, c.token_count, c.content_hash, c.context, c.text_search_config))
+                                c.element_types, c.token_count, c.content_hash, c.context, c.text_search_config,
+                                c.section_key))
     conn.execute(
         """UPDATE staging_documents d SET chunks_done = true, stats = d.stats || f.stats, updated_at = now()
              FROM unnest(%s::bigint[], %s::jsonb[]) AS f(run_id, stats)

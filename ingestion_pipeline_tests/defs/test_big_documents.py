@@ -231,3 +231,52 @@ def test_a_reexecution_from_failure_runs_only_the_failed_unit_again(instance, da
     [version] = table(db, "SELECT chunk_count FROM document_versions")
     assert [c["ordinal"] for c in table(db, "SELECT ordinal FROM chunks ORDER BY 1")] == list(
         range(version["chunk_count"]))
+
+
+def _manual(path, changed: int | None = None):
+    """A Markdown manual of 40 chapters (~3,300 characters each); ``changed``: that chapter's second paragraph
+    reworded."""
+    parts = []
+    for chapter in range(40):
+        parts.append(f"# Chapter {chapter}: the {['harbour', 'ferry', 'dredger', 'lighthouse'][chapter % 4]}\n")
+        for p in range(3):
+            said = "was reworded in the revision" if (chapter, p) == (changed, 1) else "is as it was"
+            parts.append(f"Paragraph {p} of chapter {chapter} {said}. " + " ".join(
+                f"Berth {chapter * 10 + i} holds vessel {p * 7 + i} at tide {i % 5}." for i in range(25)) + "\n")
+    path.write_text("\n".join(parts))
+    return path
+
+
+SECTION_COLUMNS = CHUNK_COLUMNS + ", c.content_hash, c.text_search_config, c.section_key"
+
+
+@pytest.mark.integration  # four runs of a 130,000-character manual (~40 s)
+def test_a_revision_chunks_only_its_changed_section_and_stores_what_a_fresh_ingest_makes(
+        instance, database, db, tmp_path, monkeypatch):
+    monkeypatch.setenv("INGESTION_UNIT_CHARACTERS", "20000")
+    (tmp_path / "v1").mkdir(), (tmp_path / "v2").mkdir()
+    first, revised = _manual(tmp_path / "v1" / "manual.md"), _manual(tmp_path / "v2" / "manual.md", changed=17)
+    ingest(instance, database, "acme", first, key="manual")
+    ingest(instance, database, "acme", revised, key="manual")
+    ingest(instance, database, "fresh", revised, key="manual")  # the revision as a first version
+    runs = table(db, "SELECT tenant_id, status, stats FROM ingestion_runs ORDER BY run_id")
+    assert [r["status"] for r in runs] == ["succeeded"] * 3
+    first_stats, revision_stats, fresh_stats = (r["stats"] for r in runs)
+    assert first_stats["sections"] > 3 and first_stats["sections_reused"] == 0
+    assert revision_stats["sections"] == first_stats["sections"]
+    assert revision_stats["sections_reused"] == revision_stats["sections"] - 1  # the changed chapter's only
+    assert fresh_stats["sections_reused"] == 0  # another tenant's sections are never taken
+
+    served = f"""SELECT {SECTION_COLUMNS} FROM chunks c JOIN document_versions v USING (version_id)
+                  WHERE c.tenant_id = %s AND v.is_active ORDER BY c.ordinal"""
+    revision = table(db, served, "acme")
+    assert revision == table(db, served, "fresh")  # the same chunks, hashes, languages, keys and ordinals
+    assert any("was reworded" in c["text"] for c in revision)
+    assert sum("was reworded" in c["text"] for c in revision) == 1
+
+    monkeypatch.setenv("INGESTION_UNIT_CHARACTERS", "100000000")  # the revision chunked whole
+    ingest(instance, database, "whole", revised, key="manual")
+    whole = table(db, served, "whole")
+    assert {c["section_key"] for c in whole} == {None}
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "section_key"} for r in rows]  # noqa: E731
+    assert strip(revision) == strip(whole)

@@ -7,7 +7,7 @@ import time
 
 from ingestion_pipeline.core.failures import classify
 from ingestion_pipeline.core.progress import Progress
-from ingestion_pipeline.documents import file_ledger, staging
+from ingestion_pipeline.documents import file_ledger, sections, staging
 from ingestion_pipeline.documents.chunking import (
     CONTEXT_TOKENS,
     Chunk,
@@ -124,20 +124,47 @@ def _chunk_file(run: StepRunner, row: dict, state: dict | None,
     hard_max -= CONTEXT_TOKENS  # the context line is embedded with the text, under the model's cap
     target = min(target, hard_max)
     limits = run.settings.limits
-    try:
-        chunks = chunk_elements(elements, counter, target=target, hard_max=hard_max, max_tokens=limits.max_tokens)
-    except TooManyTokens as exc:
-        raise ExtractionError(f"{exc}, over the limit of {limits.max_tokens:,} tokens "
-                              "(INGESTION_MAX_TOKENS_PER_FILE raises it)", code="file_too_much_text") from exc
-    if not chunks:
-        raise ExtractionError("the file produced no text chunks", code="no_chunks")
     config = row.get("config") or {}
     label = document_label(config.get("title"), config.get("filename"))
-    for chunk, language in zip(chunks, text_search_configs([c.text for c in chunks]), strict=True):
+    planned = sections.plan_sections(elements, limits.unit_characters, sections.recipe(
+        target=target, hard_max=hard_max, model_digest=run.embedder.file_info.digest, label=label))
+    stored: dict[str, list[Chunk]] = {}
+    if len(planned) > 1:  # a revision takes its unchanged sections' chunks from the served version
+        with run.db.connection() as conn:
+            stored = sections.stored_chunks(conn, row["tenant_id"], row.get("doc_id"), [s.key for s in planned])
+    chunks: list[Chunk] = []
+    fresh: list[Chunk] = []  # the chunks made here: their language is identified, a stored one's is kept
+    spent = 0  # tokens of the sections before
+    try:
+        for section in planned:
+            made = stored.get(section.key)
+            if made is None:
+                made = chunk_elements(elements[section.start:section.end], counter, target=target,
+                                      hard_max=hard_max, max_tokens=limits.max_tokens - spent)
+                fresh += made
+            if len(planned) > 1:
+                for chunk in made:
+                    chunk.section_key = section.key
+            chunks += made
+            spent += sum(c.token_count for c in made)
+    except TooManyTokens as exc:
+        raise ExtractionError(f"{TooManyTokens(spent + exc.counted, limits.max_tokens)}, over the limit of "
+                              f"{limits.max_tokens:,} tokens (INGESTION_MAX_TOKENS_PER_FILE raises it)",
+                              code="file_too_much_text") from exc
+    if not chunks:
+        raise ExtractionError("the file produced no text chunks", code="no_chunks")
+    for ordinal, chunk in enumerate(chunks):
+        chunk.ordinal = ordinal
         chunk.with_context(context_line(label, chunk.section_path, counter))
+    for chunk, language in zip(fresh, text_search_configs([c.text for c in fresh]), strict=True):
         chunk.text_search_config = language
     stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
              "max_chunk_tokens": max(c.token_count for c in chunks)}
+    if len(planned) > 1:
+        reused = sum(s.key in stored for s in planned)
+        stats |= {"sections": len(planned), "sections_reused": reused}
+        log.info("%s: %d sections, %d unchanged since the served version (their %d chunks reused)",
+                 config.get("filename") or row["run_id"], len(planned), reused, len(chunks) - len(fresh))
     if stats["chunks"] > limits.max_chunks or stats["tokens"] > limits.max_tokens:
         raise ExtractionError(
             f"the file makes {stats['chunks']:,} chunks of {stats['tokens']:,} tokens, over the limit of "
