@@ -32,16 +32,23 @@ command each: ``ingestion-pipeline dev`` (``dev_session.py``: the daemon's senso
 worker with the code imported), warmed up by one small file, each version submitted with ``submit --key`` and
 timed from the command's start until its version is active; where each one's seconds went is printed from the
 ledger's and Dagster's records (``dev_latency.breakdown``). A revision there pays no command start: what a
-person who uploads a revised scan into a running deployment waits.
+person who uploads a revised scan into a running deployment waits. ``--dev-celery-workers N`` runs that
+deployment with ``INGESTION_EXECUTOR=celery`` on N workers pinned to a core each (warmed up by four small files,
+so that each worker process has loaded the model): the run worker orchestrates, each step is a Celery task.
+
+With ``--sections``, the corpus's long text (War and Peace) and 872-page DOCX, then a revision of each with one
+sentence added mid-document, under the same key: chunked in sections (``INGESTION_UNIT_CHARACTERS``, the
+default) and whole, each way in a tenant of its own; the chunk step's seconds, sections and sections reused.
 
     .venv/bin/python benchmarks/big_documents.py [--pages 60] [--changed 2] [--revisions 5] [--units] [--celery]
-        [--dev] [--corpus DIR]
+        [--dev [--dev-celery-workers 2]] [--sections] [--corpus DIR]
     .venv/bin/python benchmarks/big_documents.py --celery-polls 1,0.2   # only the revision on Celery, by poll
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import shutil
@@ -158,16 +165,28 @@ def measure(env: dict, first: Path, revised: Path, revisions: int = 1) -> list[t
     return rows
 
 
-def measure_dev(pages: int, changed_count: int, revisions: int) -> list[tuple]:
+def measure_dev(pages: int, changed_count: int, revisions: int, celery_workers: int = 0) -> list[tuple]:
     """The first version and ``revisions`` revisions (alternating, as ``measure``) through ``make dev``: (label, wall
-    s, extract s, OCR read, reused) each, the revision's row the median's; each one's stages printed."""
+    s, extract s, OCR read, reused) each, the revision's row the median's; each one's stages printed. With
+    ``celery_workers``, the deployment runs ``INGESTION_EXECUTOR=celery`` on that many workers pinned to a core
+    each: the run worker only orchestrates, every step is a Celery task."""
     import psycopg
     from dev_latency import breakdown
     from dev_session import CLI, dev_session
 
     from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
 
-    with dev_session("bench-big-dev-") as dev:
+    def on_celery(env: dict, work: Path) -> None:
+        env["INGESTION_EXECUTOR"] = "celery"
+
+    workers = None
+    with contextlib.ExitStack() as stack:
+        dev = stack.enter_context(dev_session("bench-big-dev-", redis=bool(celery_workers),
+                                              before_dev=on_celery if celery_workers else None))
+        if celery_workers:
+            workers = CeleryWorkers(dev.env, dev.work, celery_workers, redis_url=dev.env["REDIS_URL"])
+            stack.callback(workers.stop)
+            print(f"on {celery_workers} Celery worker(s), one core each", flush=True)
         os.environ.update(DAGSTER_HOME=dev.env["DAGSTER_HOME"], DAGSTER_PG_URL=subprocess.run(
             [CLI, "db", "url", "--dagster"], env=dev.env, check=True, capture_output=True, text=True).stdout.strip())
         from dagster import DagsterInstance
@@ -207,12 +226,18 @@ def measure_dev(pages: int, changed_count: int, revisions: int) -> list[tuple]:
             stages = breakdown(instance, dev.url, "bench", path.name, wall, submitted, seen)
             where = ", ".join(f"{k.strip()} {v:.1f}" for k, v in stages.items() if not k.startswith("runs of"))
             print(f"  {label}: {seconds:.1f} s ({where}); {encoded(stats)}", flush=True)
+            if celery_workers:
+                print_step_breakdown(dev.url, seconds)
             return (label, seconds, stats["timings_ms"]["extract"] / 1000, stats.get("ocr_pages_read", 0),
                     stats.get("ocr_pages_reused", 0))
 
-        warm = dev.work / "warm-up.md"
-        warm.write_text("# Warm-up\n\nThe deployment's code server, run worker and model, loaded once.\n")
-        submit(warm, "warm-up.md", "warm-up (a small file; not counted)")
+        # on Celery, each worker process loads the model in the first embedding step it takes: text of its own
+        # each, so that every warm-up encodes
+        for n in range(1 + 3 * bool(celery_workers)):
+            warm = dev.work / f"warm-up-{n}.md"
+            warm.write_text(f"# Warm-up {n}\n\nThe deployment's code server, run worker and model, loaded once "
+                            f"({n}).\n")
+            submit(warm, warm.name, "warm-up (a small file; not counted)")
         rows = [submit(versions[0], "manual.pdf", "first version")]
         label = "revision, same key (pages reused)"
         runs = sorted((submit(versions[1] if n % 2 == 0 else versions[0], "manual.pdf", label)
@@ -223,6 +248,70 @@ def measure_dev(pages: int, changed_count: int, revisions: int) -> list[tuple]:
         rows.append(runs[len(runs) // 2])
         probe.close()
         return rows
+
+
+def revised_copy(source: Path, work: Path) -> tuple[Path, Path]:
+    """``source`` and a revision of it, both under its own name in folders of their own: one sentence added to the
+    paragraph at the middle of the text (a DOCX's paragraph through python-docx, a text file's line)."""
+    first, revised = work / "sections-first" / source.name, work / "sections-revised" / source.name
+    for path in (first, revised):
+        path.parent.mkdir(exist_ok=True)
+    shutil.copy(source, first)
+    added = " A sentence the revision added."
+    if source.suffix == ".docx":
+        import docx
+
+        document = docx.Document(str(source))
+        paragraphs = [p for p in document.paragraphs if len(p.text) > 200]
+        paragraphs[len(paragraphs) // 2].add_run(added)
+        document.save(str(revised))
+    else:
+        lines = source.read_text(encoding="utf-8").split("\n")
+        long = [i for i, line in enumerate(lines) if len(line) > 60]
+        lines[long[len(long) // 2]] += added
+        revised.write_text("\n".join(lines), encoding="utf-8")
+    return first, revised
+
+
+def measure_sections(env: dict, work: Path, documents: list[Path], revisions: int) -> list[tuple]:
+    """Each document ingested, then ``revisions`` revisions under the same key (the revised and the first
+    version in turn: each differs from the one served by one sentence): chunked in sections (the default
+    ``INGESTION_UNIT_CHARACTERS``) and whole (a unit larger than any file), each in a tenant of its own. Rows:
+    (document, how, version, wall s, chunk step s, sections, sections reused, chunks, encoded), the revisions'
+    the run of median wall time."""
+    rows = []
+    for source in documents:
+        first, revised = revised_copy(source, work)
+        for how, unit in (("whole", "1000000000"), ("sections", None)):
+            run_env = {k: v for k, v in env.items() if k != "INGESTION_UNIT_CHARACTERS"}
+            if unit:
+                run_env["INGESTION_UNIT_CHARACTERS"] = unit
+            tenant = f"{how}-{source.stem[:20]}".replace(".", "-").lower()
+            runs = []
+            for n in range(revisions + 1):
+                path = revised if n % 2 else first
+                wall = ingest(run_env, path, source.name, tenant=tenant)
+                file = last_file(env["DATABASE_URL"])
+                if file["status"] != "succeeded":
+                    sys.exit(f"{source.name}, {how}, run {n}: {file['status']}: {file['error']}")
+                stats = file["stats"]
+                runs.append((source.name, how, "revision" if n else "first", wall,
+                             stats["timings_ms"]["chunk"] / 1000, stats.get("sections", 1),
+                             stats.get("sections_reused", 0), stats["chunks"], stats.get("embedded", 0)))
+                steps = ", ".join(f"{step} {ms / 1000:.2f}" for step, ms in stats["timings_ms"].items())
+                print(f"  {source.name}, {how}, {runs[-1][2]}: {wall:.1f} s ({steps}), {runs[-1][5]} section(s), "
+                      f"{runs[-1][6]} reused; {encoded(stats)}", flush=True)
+            rows.append(runs[0])
+            rows.append(sorted(runs[1:], key=lambda row: row[3])[len(runs[1:]) // 2])
+    return rows
+
+
+def print_sections(rows: list[tuple]) -> None:
+    print(f"\n{'document':30} {'chunked':9} {'version':9} {'wall s':>7} {'chunk s':>8} {'sections':>9} "
+          f"{'reused':>7} {'chunks':>7} {'encoded':>8}")
+    for name, how, version, wall, chunk_s, count, reused, chunks, embedded in rows:
+        print(f"{name:30} {how:9} {version:9} {wall:7.1f} {chunk_s:8.2f} {count:9} {reused:7} {chunks:7} "
+              f"{embedded:8}")
 
 
 UNIT_RUNS = (("unsplit, 1 core", "0", "1", "1000000"), ("units, 1 core", "0", "1", None),
@@ -263,11 +352,12 @@ def print_units(rows: list[tuple]) -> None:
 class CeleryWorkers:
     """``count`` `ingestion-pipeline worker` processes, worker i pinned to core i, and a redis-server broker."""
 
-    def __init__(self, env: dict, work: Path, count: int) -> None:
+    def __init__(self, env: dict, work: Path, count: int, redis_url: str | None = None) -> None:
         from ingestion_pipeline.core.redis_server import RedisServer, free_port
 
-        self.redis = RedisServer(work / f"redis-{count}", port=free_port()).start()
-        self.env = {**env, "INGESTION_EXECUTOR": "celery", "REDIS_URL": self.redis.url}
+        # a broker of their own, unless the deployment they serve has one (``redis_url``: not stopped here)
+        self.redis = None if redis_url else RedisServer(work / f"redis-{count}", port=free_port()).start()
+        self.env = {**env, "INGESTION_EXECUTOR": "celery", "REDIS_URL": redis_url or self.redis.url}
         cli = str(Path(sys.executable).parent / "ingestion-pipeline")
         self.procs = [subprocess.Popen(["taskset", "-c", str(i), cli, "worker", "--concurrency", "1", "--name",
                                         f"bench{i}@%h"], env=self.env, stdout=subprocess.DEVNULL,
@@ -284,7 +374,8 @@ class CeleryWorkers:
                 proc.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-        self.redis.stop()
+        if self.redis is not None:
+            self.redis.stop()
 
 
 def measure_celery(env: dict, work: Path, documents: list[Path], revision: Path | None = None) -> list[tuple]:
@@ -458,23 +549,33 @@ def main() -> None:
                              "run's process (e.g. 1,0.2: dagster-celery's own, the project's)")
     parser.add_argument("--dev", action="store_true",
                         help="only the scan and its revisions, through a running `ingestion-pipeline dev`")
+    parser.add_argument("--sections", action="store_true",
+                        help="only the corpus's long text and DOCX and a revision of each (one sentence added), "
+                             "chunked in sections and whole")
+    parser.add_argument("--dev-celery-workers", type=int, default=0, metavar="N",
+                        help="with --dev: the deployment on N Celery workers pinned to a core each")
     parser.add_argument("--corpus", default=os.environ.get("INGESTION_CORPUS_DIR")
                         or str(ROOT.parent / "shared" / "corpus"), help="the sample corpus (DA-619p.pdf)")
     args = parser.parse_args()
 
     if args.dev:
-        rows = measure_dev(args.pages, args.changed, args.revisions)
-        print(f"\n{'through `dev`':45} {'wall s':>8} {'extract s':>10} {'OCR read':>9} {'reused':>7}")
+        rows = measure_dev(args.pages, args.changed, args.revisions, args.dev_celery_workers)
+        where = f"`dev` on {args.dev_celery_workers} Celery workers" if args.dev_celery_workers else "through `dev`"
+        print(f"\n{where:45} {'wall s':>8} {'extract s':>10} {'OCR read':>9} {'reused':>7}")
         for label, wall, extract_s, read, reused in rows:
             print(f"{label:45} {wall:8.1f} {extract_s:10.1f} {read:9} {reused:7}")
         print(f"\nrevision with pages reused: {rows[1][1] / rows[0][1]:.0%} of the first version's submit -> active; "
               f"extract step {rows[1][2] / rows[0][2]:.0%}")
         return
     work, env = scratch_environment("bench-big-")
-    rows, unit_rows, celery_rows, poll_rows = [], [], [], []
+    rows, unit_rows, celery_rows, poll_rows, section_rows = [], [], [], [], []
     try:
-        scan, revised = prepare(work, env, args.pages, args.changed)
-        if args.celery_polls:
+        scan, revised = prepare(work, env, 2 if args.sections else args.pages, args.changed)
+        if args.sections:
+            section_rows = measure_sections(env, work, [Path(args.corpus) / "documents" / name for name in
+                                                        ("book-war-and-peace-1225p.txt", "handbook-872p.docx")],
+                                            args.revisions)
+        elif args.celery_polls:
             poll_rows = measure_celery_polls(env, work, scan, revised, args.celery_polls)
         else:
             rows = measure(env, scan, revised, args.revisions)
@@ -488,6 +589,8 @@ def main() -> None:
 
         stop_embedded_postgres(work / "data" / "pgdata")
         shutil.rmtree(work, ignore_errors=True)
+    if section_rows:
+        print_sections(section_rows)
     if poll_rows:
         print("\nthe scan's revision on two warm Celery workers, by the run's poll interval")
         print(f"{'poll s':>7} {'first s':>8} {'revision s':>11} {'share':>6} {'steps own s':>12}")
