@@ -104,6 +104,12 @@ def ingest_ours(ctx, files: list[Path]) -> dict:
                    fingerprint=ctx.fingerprint, max_bytes=ctx.settings.upload.max_bytes)
     with contextlib.redirect_stdout(io.StringIO()):
         process_queued(ctx, argparse.Namespace(json=True))
+    # what autovacuum does within minutes of a load (statistics, the visibility map): searched at once, the
+    # planner would still see the empty tables of the build's start (search p50 60 / p95 128 ms against 11 / 25)
+    import psycopg
+
+    with psycopg.connect(ctx.db.url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
     with ctx.db.connection() as conn:
         row = conn.execute(
             """SELECT count(*) AS documents, coalesce(sum(chunk_count), 0) AS chunks
