@@ -473,9 +473,9 @@ class ExecutorSettings(_Area):
     # dagster-celery's own loop looks once a second: half a second on average after each step of a run's chain
     poll_seconds: float = env("INGESTION_CELERY_POLL_SECONDS", default=0.2, parse=_poll_interval,
                               expected="a number of seconds of at least 0.01",
-                              description="How often a Celery run's process looks for its finished steps (one "
-                                          "result-backend read per step in flight); the next step is sent at the "
-                                          "look that finds the one before it done.")
+                              description="The longest pause between a Celery run's looks for its finished steps "
+                                          "(a look every tenth of the time since a step was sent or ended, from "
+                                          "0.02 s; at most 500 result-backend reads a second, one per step).")
     # the fast lane (defs/fast_lane.py): a small batch's run launched at submit, not at the sensor's next loop
     dagster_url: str | None = env("INGESTION_DAGSTER_URL", parse=_http_url,
                                   expected="an http:// or https:// URL, or off",

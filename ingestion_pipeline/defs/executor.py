@@ -49,15 +49,49 @@ def embedding_step_tags(settings: ExecutorSettings | None = None) -> dict[str, s
 
 def executor_for(settings: ExecutorSettings) -> dg.ExecutorDefinition:
     if settings.executor == "celery":
-        from dagster_celery import celery_executor, core_execution_loop
+        from dagster_celery import core_execution_loop
 
-        # How often the run's process looks for finished steps (INGESTION_CELERY_POLL_SECONDS). dagster-celery's
-        # loop sleeps 1 s between looks, so each step of a run waited half a second on average after its task ended
-        # before the next was sent, and a fanned-out document run is a chain of about ten steps. The loop reads its
-        # module's constant at every pass; no parameter sets it.
+        # How often the run's process looks for finished steps: soon after a step was sent or ended, at most every
+        # INGESTION_CELERY_POLL_SECONDS while steps run (defs/celery_pace.py). dagster-celery's loop sleeps a fixed
+        # 1 s (its module's TICK_SECONDS, read at every pass and set here too), so each step of a run waited half a
+        # second on average after its task ended, and a fanned-out document run is a chain of about ten steps.
         core_execution_loop.TICK_SECONDS = settings.poll_seconds
-        return celery_executor.configured(celery_config(settings), name="celery")
+        return _paced_celery_executor(settings.poll_seconds).configured(celery_config(settings), name="celery")
     return dg.in_process_executor
+
+
+def _paced_celery_executor(longest_pause: float) -> dg.ExecutorDefinition:
+    """dagster-celery's ``celery_executor``, with the same config, whose run loop is paced by its events."""
+    from dagster_celery import celery_executor, core_execution_loop
+    from dagster_celery.executor import CELERY_CONFIG
+
+    from ingestion_pipeline.defs.celery_pace import install, observe
+
+    pace = install(core_execution_loop, longest_pause)
+
+    class PacedCeleryExecutor(dg.Executor):
+        """dagster-celery's executor as built from the config; its run loop's events tell the pace."""
+
+        def __init__(self, celery: dg.Executor) -> None:
+            self.celery = celery
+
+        @property
+        def retries(self):
+            return self.celery.retries
+
+        def __getattr__(self, name: str):  # app_args() and the rest: the loop reads them on its executor
+            return getattr(self.celery, name)
+
+        def execute(self, plan_context, execution_plan):
+            for event in self.celery.execute(plan_context, execution_plan):
+                observe(pace, event)
+                yield event
+
+    @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=dg.multiple_process_executor_requirements())
+    def paced_celery_executor(init_context):
+        return PacedCeleryExecutor(celery_executor.executor_creation_fn(init_context))
+
+    return paced_celery_executor
 
 
 def job_executor_name() -> str:
