@@ -16,7 +16,8 @@ section's key; the sections after it begin at the same titles as before.
 
 A section's key is the SHA-256 of what its chunks follow from: its elements (type, text, page, section path),
 the chunking settings, the tokenizer's files (the model digest), the document's label (embedded in every chunk's
-context line) and ``chunking.CHUNKER_VERSION``. Each stored chunk keeps its section's key
+context line) and ``chunking.CHUNKER_VERSION``; a section that repeats an earlier one word for word gets a key
+of its own by its count, so that keys are unique within a document. Each stored chunk keeps its section's key
 (``chunks.section_key``, ``sql/042``); a new version of the document (same key, same S3 object) takes the chunks of
 every section whose key its served version has — text, token count, pages, section path, types and language —
 instead of counting, packing and identifying the language again, and chunks only the changed sections.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -88,8 +90,14 @@ def plan_sections(elements: Sequence[Element], unit_chars: int, recipe_text: str
         return [Section(0, 0, len(elements), "")]
     starts = [0, *cuts]
     ends = [*cuts, len(elements)]
-    return [Section(n, start, end, section_key(recipe_text, elements[start:end]))
-            for n, (start, end) in enumerate(zip(starts, ends, strict=True))]
+    planned, seen = [], Counter()
+    for n, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        key = section_key(recipe_text, elements[start:end])
+        seen[key] += 1
+        if seen[key] > 1:  # the same section again (a chapter repeated word for word): a key of its own, by count
+            key = hashlib.sha256(f"{key}:{seen[key]}".encode()).hexdigest()
+        planned.append(Section(n, start, end, key))
+    return planned
 
 
 def stored_chunks(conn: psycopg.Connection, tenant_id: str, doc_id: int | None,

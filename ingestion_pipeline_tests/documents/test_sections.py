@@ -89,3 +89,13 @@ def test_chunking_section_by_section_gives_the_whole_documents_chunks(counter, c
     by_section = [c for s in planned for c in chunk_elements(elements[s.start:s.end], counter, target=200,
                                                              hard_max=222)]
     assert _fields(by_section) == _fields(whole)  # no text lost or doubled at an edge, the same pages and paths
+
+
+def test_a_section_repeated_word_for_word_has_a_key_of_its_own():
+    """Keys are unique within a document, so a revision never takes one repeated section's chunks twice."""
+    chapter = [Element(TITLE, "Safety instructions", level=1),
+               *[Element(NARRATIVE_TEXT, f"Rule {p}. " + "word " * 900) for p in range(5)]]
+    planned = sections.plan_sections(chapter * 12, 20_000, RECIPE)  # 12 identical chapters of ~22,500 characters
+    assert len(planned) > 5
+    assert len({s.key for s in planned}) == len(planned)
+    assert [s.key for s in sections.plan_sections(chapter * 12, 20_000, RECIPE)] == [s.key for s in planned]
