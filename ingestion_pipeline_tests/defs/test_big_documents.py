@@ -257,7 +257,10 @@ def test_a_revision_chunks_only_its_changed_section_and_stores_what_a_fresh_inge
     (tmp_path / "v1").mkdir(), (tmp_path / "v2").mkdir()
     first, revised = _manual(tmp_path / "v1" / "manual.md"), _manual(tmp_path / "v2" / "manual.md", changed=17)
     ingest(instance, database, "acme", first, key="manual")
+    first_sections = table(db, "SELECT stats FROM ingestion_runs")[0]["stats"]["sections"]
     ingest(instance, database, "acme", revised, key="manual")
+    said = [e.user_message for e in instance.all_logs(instance.get_runs(limit=1)[0].run_id)]
+    assert any(f"sections, {first_sections - 1} unchanged since the served version" in m for m in said), said
     ingest(instance, database, "fresh", revised, key="manual")  # the revision as a first version
     runs = table(db, "SELECT tenant_id, status, stats FROM ingestion_runs ORDER BY run_id")
     assert [r["status"] for r in runs] == ["succeeded"] * 3

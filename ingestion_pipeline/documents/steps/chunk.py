@@ -163,8 +163,11 @@ def _chunk_file(run: StepRunner, row: dict, state: dict | None,
     if len(planned) > 1:
         reused = sum(s.key in stored for s in planned)
         stats |= {"sections": len(planned), "sections_reused": reused}
-        log.info("%s: %d sections, %d unchanged since the served version (their %d chunks reused)",
-                 config.get("filename") or row["run_id"], len(planned), reused, len(chunks) - len(fresh))
+        said = (f"{config.get('filename') or row['run_id']}: {len(planned)} sections, {reused} unchanged since the "
+                f"served version (their {len(chunks) - len(fresh):,} chunks reused)")
+        log.info(said)
+        for sink in run.progress_sinks:  # the run's log (Dagster's) too
+            sink(said)
     if stats["chunks"] > limits.max_chunks or stats["tokens"] > limits.max_tokens:
         raise ExtractionError(
             f"the file makes {stats['chunks']:,} chunks of {stats['tokens']:,} tokens, over the limit of "
@@ -187,5 +190,7 @@ def _write_chunks(run: StepRunner, chunked: dict[int, tuple[dict, list[Chunk], d
         if run_id in lost:
             outcomes[run_id] = FileOutcome.lost(row, lost[run_id])
         else:
-            outcomes[run_id] = FileOutcome.of(row, STEP_DONE, f"{len(chunks)} chunks", stats)
+            sectioned = f", {stats['sections_reused']} of {stats['sections']} sections unchanged" \
+                if "sections" in stats else ""
+            outcomes[run_id] = FileOutcome.of(row, STEP_DONE, f"{len(chunks)} chunks{sectioned}", stats)
     return outcomes
