@@ -99,3 +99,15 @@ def test_a_section_repeated_word_for_word_has_a_key_of_its_own():
     assert len(planned) > 5
     assert len({s.key for s in planned}) == len(planned)
     assert [s.key for s in sections.plan_sections(chapter * 12, 20_000, RECIPE)] == [s.key for s in planned]
+
+
+@pytest.mark.parametrize("raw", ["0", "-5", "100k", "1.5"])
+def test_a_section_size_that_is_not_a_whole_number_of_at_least_one_is_refused_by_name(monkeypatch, raw):
+    from ingestion_pipeline.core.settings import load_settings
+
+    monkeypatch.setenv("INGESTION_UNIT_CHARACTERS", raw)
+    with pytest.raises(ValueError, match=f"INGESTION_UNIT_CHARACTERS must be a whole number of at least 1, "
+                                         f"got '{raw}'"):
+        load_settings()
+    monkeypatch.setenv("INGESTION_UNIT_CHARACTERS", "250000")
+    assert load_settings().limits.unit_characters == 250_000
