@@ -19,8 +19,9 @@ the chunking settings, the tokenizer's files (the model digest), the document's 
 context line) and ``chunking.CHUNKER_VERSION``; a section that repeats an earlier one word for word gets a key
 of its own by its count, so that keys are unique within a document. Each stored chunk keeps its section's key
 (``chunks.section_key``, ``sql/042``); a new version of the document (same key, same S3 object) takes the chunks of
-every section whose key its served version has — text, token count, pages, section path, types and language —
-instead of counting, packing and identifying the language again, and chunks only the changed sections.
+every section whose key its served version has — text, token count, pages, section path and types — instead of
+counting and packing them again, and chunks only the changed sections. Every chunk's language is identified
+again: a short chunk takes the file's main language, weighed over all of its chunks.
 """
 
 from __future__ import annotations
@@ -102,14 +103,14 @@ def plan_sections(elements: Sequence[Element], unit_chars: int, recipe_text: str
 
 def stored_chunks(conn: psycopg.Connection, tenant_id: str, doc_id: int | None,
                   keys: Sequence[str]) -> dict[str, list[Chunk]]:
-    """The chunks of the document's served version whose section has one of ``keys``, by key, in order (their
-    context line is the caller's to set: it follows from the label and the section path)."""
+    """The chunks of the document's served version whose section has one of ``keys``, by key, in order. Their
+    context line and language are the caller's to set: one follows from the label and the section path, the
+    other (for a short chunk) from the whole file's languages."""
     if doc_id is None or not keys:
         return {}
     found: dict[str, list[Chunk]] = {}
     for row in conn.execute(
-        """SELECT c.section_key, c.text, c.token_count, c.page_start, c.page_end, c.section_path, c.element_types,
-                  c.text_search_config
+        """SELECT c.section_key, c.text, c.token_count, c.page_start, c.page_end, c.section_path, c.element_types
              FROM document_versions v JOIN chunks c ON c.version_id = v.version_id
             WHERE v.tenant_id = %s AND v.doc_id = %s AND v.is_active AND c.tenant_id = %s
               AND c.section_key = ANY(%s)
@@ -119,5 +120,5 @@ def stored_chunks(conn: psycopg.Connection, tenant_id: str, doc_id: int | None,
         found.setdefault(row["section_key"], []).append(Chunk(
             ordinal=0, text=row["text"], token_count=row["token_count"], page_start=row["page_start"],
             page_end=row["page_end"], section_path=list(row["section_path"]),
-            element_types=list(row["element_types"]), text_search_config=row["text_search_config"]))
+            element_types=list(row["element_types"])))
     return found

@@ -283,3 +283,46 @@ def test_a_revision_chunks_only_its_changed_section_and_stores_what_a_fresh_inge
     assert {c["section_key"] for c in whole} == {None}
     strip = lambda rows: [{k: v for k, v in r.items() if k != "section_key"} for r in rows]  # noqa: E731
     assert strip(revision) == strip(whole)
+
+
+def _bilingual_manual(path, changed: bool = False):
+    """40 chapters in English but 12-23 in French, each with a closing line too short to tell its language; in
+    ``changed``, chapter 17 reworded."""
+    parts = []
+    for chapter in range(40):
+        french = 12 <= chapter <= 23
+        parts.append(f"# {'Chapitre' if french else 'Chapter'} {chapter}\n")
+        for p in range(3):
+            if french:
+                said = "a été reformulé" if changed and (chapter, p) == (17, 1) else "est inchangé"
+                parts.append(f"Le paragraphe {p} du chapitre {chapter} {said}. " + " ".join(
+                    f"Le quai {chapter * 10 + i} accueille le navire {p * 7 + i} à marée {i % 5}." for i in range(22)))
+            else:
+                parts.append(f"Paragraph {p} of chapter {chapter} is as it was. " + " ".join(
+                    f"The harbour master records that berth {chapter * 10 + i} holds the vessel during the morning "
+                    f"tide, and the crew unloads its cargo before noon." for i in range(8)))
+        parts.append(f"## Note {chapter}\n\nSee {chapter + 1}.\n")  # a chunk of its own, a few letters long
+    path.write_text("\n\n".join(parts))
+    return path
+
+
+@pytest.mark.integration  # three runs of a 130,000-character manual (~30 s)
+def test_a_revisions_short_chunks_take_the_whole_files_language_not_the_changed_sections(
+        instance, database, db, tmp_path, monkeypatch):
+    monkeypatch.setenv("INGESTION_UNIT_CHARACTERS", "20000")
+    (tmp_path / "v1").mkdir(), (tmp_path / "v2").mkdir()
+    first = _bilingual_manual(tmp_path / "v1" / "manual.md")
+    revised = _bilingual_manual(tmp_path / "v2" / "manual.md", changed=True)
+    ingest(instance, database, "acme", first, key="manual")
+    ingest(instance, database, "acme", revised, key="manual")
+    ingest(instance, database, "fresh", revised, key="manual")
+    runs = table(db, "SELECT status, stats FROM ingestion_runs ORDER BY run_id")
+    assert [r["status"] for r in runs] == ["succeeded"] * 3
+    assert runs[1]["stats"]["sections_reused"] == runs[1]["stats"]["sections"] - 1
+    served = f"""SELECT {SECTION_COLUMNS} FROM chunks c JOIN document_versions v USING (version_id)
+                  WHERE c.tenant_id = %s AND v.is_active ORDER BY c.ordinal"""
+    revision, fresh = table(db, served, "acme"), table(db, served, "fresh")
+    notes = [c["text_search_config"] for c in fresh if c["text"].startswith("Note")]
+    assert set(notes) == {"english"} and len(notes) == 40  # short chunks: the file's main language
+    assert {c["text_search_config"] for c in fresh} == {"english", "french"}
+    assert revision == fresh

@@ -133,7 +133,7 @@ def _chunk_file(run: StepRunner, row: dict, state: dict | None,
         with run.db.connection() as conn:
             stored = sections.stored_chunks(conn, row["tenant_id"], row.get("doc_id"), [s.key for s in planned])
     chunks: list[Chunk] = []
-    fresh: list[Chunk] = []  # the chunks made here: their language is identified, a stored one's is kept
+    fresh = 0  # chunks made here, not taken from the served version
     spent = 0  # tokens of the sections before
     try:
         for section in planned:
@@ -141,7 +141,7 @@ def _chunk_file(run: StepRunner, row: dict, state: dict | None,
             if made is None:
                 made = chunk_elements(elements[section.start:section.end], counter, target=target,
                                       hard_max=hard_max, max_tokens=limits.max_tokens - spent)
-                fresh += made
+                fresh += len(made)
             if len(planned) > 1:
                 for chunk in made:
                     chunk.section_key = section.key
@@ -156,7 +156,8 @@ def _chunk_file(run: StepRunner, row: dict, state: dict | None,
     for ordinal, chunk in enumerate(chunks):
         chunk.ordinal = ordinal
         chunk.with_context(context_line(label, chunk.section_path, counter))
-    for chunk, language in zip(fresh, text_search_configs([c.text for c in fresh]), strict=True):
+    # every chunk's, a stored one's too: a short chunk takes the file's main language, weighed over all of them
+    for chunk, language in zip(chunks, text_search_configs([c.text for c in chunks]), strict=True):
         chunk.text_search_config = language
     stats = {"chunks": len(chunks), "tokens": sum(c.token_count for c in chunks),
              "max_chunk_tokens": max(c.token_count for c in chunks)}
@@ -164,7 +165,7 @@ def _chunk_file(run: StepRunner, row: dict, state: dict | None,
         reused = sum(s.key in stored for s in planned)
         stats |= {"sections": len(planned), "sections_reused": reused}
         said = (f"{config.get('filename') or row['run_id']}: {len(planned)} sections, {reused} unchanged since the "
-                f"served version (their {len(chunks) - len(fresh):,} chunks reused)")
+                f"served version (their {len(chunks) - fresh:,} chunks reused)")
         log.info(said)
         for sink in run.progress_sinks:  # the run's log (Dagster's) too
             sink(said)
