@@ -70,7 +70,10 @@ ALLOWED_INTERNALS = {"defs/run_worker.py: dagster._cli.api", "defs/run_worker.py
                      "defs/celery_steps.py: dagster._core.events", "defs/celery_steps.py: dagster._core.execution.api",
                      "defs/celery_steps.py: dagster._grpc.types",
                      # the instance class protocol asks for the defaults of the instance's parts
-                     "defs/pooled_instance.py: dagster._core.instance.ref"}
+                     "defs/pooled_instance.py: dagster._core.instance.ref",
+                     # the compute log manager dagster.yaml names: Dagster's local one, mirrored by a thread
+                     "defs/compute_logs.py: dagster._core.storage.compute_log_manager",
+                     "defs/compute_logs.py: dagster._core.storage.local_compute_log_manager"}
 
 
 def test_the_code_location_uses_no_dagster_internal():

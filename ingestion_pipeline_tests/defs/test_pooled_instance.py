@@ -5,11 +5,14 @@ These tests fail on a Dagster upgrade that breaks it: by default every storage c
 connection (a 1M-row metric run opened ~170, about 1.5 s of forks and logins); pooled, the calls share a few.
 """
 
+import os
+import sys
 import time
 
 import dagster as dg
 import psycopg
 
+from ingestion_pipeline.defs.compute_logs import MirroredComputeLogManager
 from ingestion_pipeline.defs.pooled_instance import pooled_instance
 
 
@@ -118,3 +121,53 @@ def test_every_process_reading_the_project_instance_pools_and_closes_on_dispose(
     finally:
         instance.dispose()
     assert _backends_after_closing(dagster_pg_url) == set()
+
+
+def _children(pid: int) -> list[str]:
+    """The commands of ``pid``'s child processes (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            if parent == pid:
+                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                    found.append(cmdline.read().replace(b"\0", b" ").decode().strip())
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return found
+
+
+def test_a_steps_output_is_kept_for_the_ui_without_a_process_to_mirror_it(project_dagster_home, dagster_pg_url):
+    """The project's instance keeps what a run's steps print (the UI's stdout/stderr) through
+    ``defs/compute_logs.py``: no ``tail`` or watcher process is started for it, and the output is all there."""
+    seen: dict[str, list[str]] = {}
+
+    @dg.op
+    def prints() -> None:
+        print("a line on stdout", flush=True)
+        print("a line on stderr", file=sys.stderr, flush=True)
+        seen["children"] = _children(os.getpid())
+
+    @dg.job
+    def printing():
+        prints()
+
+    instance = pooled_instance()
+    try:
+        assert type(instance.compute_log_manager) is MirroredComputeLogManager
+        assert instance.compute_log_manager._base_dir == str(project_dagster_home / "storage")  # noqa: SLF001
+        result = printing.execute_in_process(instance=instance)
+        assert result.success
+        assert not [c for c in seen["children"] if "tail" in c or "watch_orphans" in c], seen["children"]
+        [capture] = [e for e in instance.all_logs(result.run_id) if e.dagster_event is not None
+                     and e.dagster_event.event_type_value == "LOGS_CAPTURED"]
+        log_key = instance.compute_log_manager.build_log_key_for_run(
+            result.run_id, capture.dagster_event.event_specific_data.file_key)
+        data = instance.compute_log_manager.get_log_data(log_key)
+        assert b"a line on stdout" in data.stdout and b"a line on stderr" in data.stderr
+        assert instance.compute_log_manager.is_capture_complete(log_key)
+    finally:
+        instance.dispose()
