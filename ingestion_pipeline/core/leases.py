@@ -56,11 +56,16 @@ class LeaseKeeper:
     """Beats (``core/beats.py``) every ``lease_seconds / 3`` until ``stop()``; a failed beat is logged and retried
     at the next (a database restart costs a few beats, not the claims)."""
 
-    def __init__(self, url: str, *, dagster_run_id: str, owner: str, lease_seconds: float) -> None:
+    def __init__(self, url: str, *, dagster_run_id: str, owner: str, lease_seconds: float,
+                 db: Database | None = None) -> None:
+        """``db``: a pool of its own for the beats (not the work's, which may be busy), kept open by the caller
+        for the next keeper (a process that executes step after step); by default one opened here and closed
+        at ``stop``."""
         self.dagster_run_id = dagster_run_id
         self.owner = owner
         self.lease_seconds = lease_seconds
-        self._db = Database(url, max_size=1, name=f"lease-keeper-{dagster_run_id[:8]}")
+        self._own_db = db is None
+        self._db = db if db is not None else Database(url, max_size=1, name=f"lease-keeper-{dagster_run_id[:8]}")
         self._beat = Beat(self._beat_once, max(0.2, lease_seconds / 3), name="lease-keeper",
                           what=f"heartbeat of run {dagster_run_id}")
 
@@ -80,7 +85,8 @@ class LeaseKeeper:
                 forget(conn, self.dagster_run_id)
         except Exception as exc:
             _log.warning("could not clear the heartbeat of run %s: %s", self.dagster_run_id, exc)
-        self._db.close()
+        if self._own_db:
+            self._db.close()
 
     def __enter__(self) -> LeaseKeeper:
         return self.start()

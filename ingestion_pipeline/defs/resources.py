@@ -7,9 +7,10 @@ deployment swaps one by passing another (hooli-style). The fields a resource use
 says which variable configures what (Dagster shows the variable's name, never its value), and the run reads
 the value when it starts. An unset variable leaves the field empty and the setting's own default applies
 (an ``EnvVar`` of an unset variable would fail the run, where the embedded Postgres or a local folder is the
-documented default). Nothing here is cached in module globals: a run
-(one process with the in-process executor) builds its pool and its model once. (boto3 sessions are,
-in ``core/s3_clients``: they hold no connection, only botocore's loaded service models.)
+documented default). A run (one process with the in-process executor) builds its pool and its model once; a
+process that executes step after step or run after run (a Celery worker's, a run worker) keeps them across steps
+(``keep_embedders_across_steps``). (boto3 sessions are cached in ``core/s3_clients``: they hold no connection, only
+botocore's loaded service models.)
 """
 
 from __future__ import annotations
@@ -115,6 +116,13 @@ class PostgresResource(dg.ConfigurableResource):
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[PostgresResource]:
         url = self.database_url or resolve_database_url()
+        if _keep_across_steps:  # a Celery worker's process, a run worker: the process's pool, kept open
+            db = _process_database(url, self.max_connections)
+            with db.connection() as conn:
+                check_schema(conn)
+            self._db = db
+            yield self
+            return
         with Database(url, max_size=self.max_connections) as db:
             with db.connection() as conn:  # one query: migrating is `ingestion-pipeline db migrate`'s job
                 check_schema(conn)
@@ -150,7 +158,8 @@ class HeartbeatResource(dg.ConfigurableResource):
         lease = self.lease_seconds or policy.lease_seconds
         self._worker = Worker(owner=owner, dagster_run_id=run.run_id, lease_seconds=lease,
                               max_attempts=policy.max_attempts)
-        with LeaseKeeper(url, dagster_run_id=run.run_id, owner=owner, lease_seconds=lease):
+        kept = _process_lease_database(url) if _keep_across_steps else None
+        with LeaseKeeper(url, dagster_run_id=run.run_id, owner=owner, lease_seconds=lease, db=kept):
             yield self
 
     @property
@@ -220,7 +229,7 @@ _keep_across_steps = False
 def keep_embedders_across_steps() -> None:
     """Called by `ingestion-pipeline worker` before its pool starts, and by a run worker (defs/run_worker.py): a
     Celery worker process executes step after step, a run worker run after run, each initialising its resources,
-    so it keeps its Embedder (the loaded model) from one to the next.
+    so it keeps its Embedder (the loaded model), its extraction workers and its database pool from one to the next.
     Elsewhere an Embedder lives as long as its run (`process` passes its own to every run)."""
     global _keep_across_steps
     _keep_across_steps = True
@@ -230,6 +239,21 @@ def process_embedder(embedding: EmbeddingSettings) -> Embedder:
     """The Embedder an EmbedderResource of default fields gives under ``keep_embedders_across_steps``: a run
     worker loads it before its run (defs/run_worker.py)."""
     return _process_embedder(embedding, None, None, None)  # positional, as create_resource calls it (one key)
+
+
+@functools.lru_cache(maxsize=2)
+def _process_database(url: str, max_connections: int) -> Database:
+    """The pool of a process that executes step after step (``keep_embedders_across_steps``): a Celery step opened
+    a pool and its first connection and closed them again, ~10 ms of each of a run's eleven steps. It ends with the
+    process; a connection a restarted server dropped is replaced when checked out (``core/db.py``)."""
+    return Database(url, max_size=max_connections)
+
+
+@functools.lru_cache(maxsize=2)
+def _process_lease_database(url: str) -> Database:
+    """The heartbeat's own connection in such a process, kept as ``_process_database`` is (a pool apart from the
+    work's, so that a step using every connection still beats)."""
+    return Database(url, max_size=1, name="lease-keeper")
 
 
 @functools.lru_cache(maxsize=2)
