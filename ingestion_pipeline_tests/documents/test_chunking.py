@@ -161,3 +161,12 @@ def test_an_edit_changes_the_chunks_near_it_not_every_chunk_after_it(counter):
     new = sum((Counter(after) - Counter(before)).values())  # chunks whose text the first version lacks
     assert len(before) > 100 and 2 <= new <= 10, (len(before), new)
     assert after[-len(before) // 3:] == before[-len(before) // 3:]  # the last third untouched
+
+
+def test_counting_without_offsets_gives_the_full_encodings_counts(counter, corpus_dir):
+    """``count_many`` encodes without character offsets; each count is the full encoding's, on every script and
+    shape the corpus has (prose, tables, Korean, French, code, UTF-16 text)."""
+    texts = [e.text for name in sorted((corpus_dir / "documents").iterdir())
+             if name.suffix in (".txt", ".md", ".html") for e in extract(name, name.suffix).elements[:300]]
+    full = [len(e.ids) for e in counter._tokenizer.encode_batch(texts, add_special_tokens=False)]
+    assert len(texts) > 1000 and counter.count_many(texts) == full
