@@ -43,11 +43,14 @@ def mirrored_to_file(stream: IO, path: str | os.PathLike, interval: float = MIRR
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "ab"):
         pass  # exists, even when nothing is written (the UI reads it)
-    if fd is None:
+    try:
+        if fd is None:
+            raise OSError("no descriptor")
+        stream.flush()
+        before = os.dup(fd)  # where the output went: the copier writes there
+    except (OSError, ValueError):  # none, or one already closed (a daemonised process): nothing to capture
         yield
         return
-    stream.flush()
-    before = os.dup(fd)  # where the output went: the copier writes there
     start = os.path.getsize(path)
     stop = threading.Event()
     failed: list[OSError] = []

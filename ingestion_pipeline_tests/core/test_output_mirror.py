@@ -77,3 +77,14 @@ def test_a_child_that_outlives_the_capture_writes_into_the_file_without_failing(
         assert child.wait(10) == 0  # its descriptor is the file's: nothing broke when the capture ended
     assert captured.read_text().splitlines() == ["during", "after"]
     assert before.read_text().splitlines() == ["during"]
+
+
+def test_a_stream_whose_descriptor_is_closed_is_left_alone(tmp_path):
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    stream = os.fdopen(write_end, "w")
+    os.close(write_end)  # the stream still names the descriptor, which is gone (a daemon's closed stdout)
+    with mirrored_to_file(stream, tmp_path / "out.txt"):
+        pass
+    assert (tmp_path / "out.txt").read_bytes() == b""
+    stream.close = lambda: None  # its descriptor is already closed
