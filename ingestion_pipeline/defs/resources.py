@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -116,14 +116,10 @@ class PostgresResource(dg.ConfigurableResource):
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext) -> Iterator[PostgresResource]:
         url = self.database_url or resolve_database_url()
-        if _keep_across_steps:  # a Celery worker's process, a run worker: the process's pool, kept open
-            db = _process_database(url, self.max_connections)
-            with db.connection() as conn:
-                check_schema(conn)
-            self._db = db
-            yield self
-            return
-        with Database(url, max_size=self.max_connections) as db:
+        with ExitStack() as stack:
+            # a Celery worker's process, a run worker: the process's pool, kept open; else the run's own
+            db = (_process_database(url, self.max_connections) if _keep_across_steps
+                  else stack.enter_context(Database(url, max_size=self.max_connections)))
             with db.connection() as conn:  # one query: migrating is `ingestion-pipeline db migrate`'s job
                 check_schema(conn)
             self._db = db

@@ -1,9 +1,12 @@
 """What a process that executes step after step keeps from one step to the next (``defs/resources.py``)."""
 
+import time
+
 import dagster as dg
 import psycopg
 import pytest
 
+from ingestion_pipeline.core.db import RECHECK_AFTER_SECONDS
 from ingestion_pipeline.core.leases import LeaseKeeper, last_beats
 from ingestion_pipeline.core.migrations import SchemaOutOfDate
 from ingestion_pipeline.defs import resources
@@ -37,8 +40,7 @@ def test_a_process_that_executes_step_after_step_keeps_its_database_pool(databas
         assert isinstance(refused.value.__cause__, SchemaOutOfDate)  # still checked by every step
         assert "ingestion-pipeline db migrate" in str(refused.value.__cause__)
     finally:
-        for db in {kept, again}:
-            db.close()
+        resources._process_database(database_url, 4).close()
         resources._process_database.cache_clear()
 
 
@@ -58,4 +60,33 @@ def test_a_kept_heartbeat_connection_beats_for_each_step_and_stays_open(database
         assert pids[0] == pids[1]  # one session for both steps
     finally:
         kept.close()
+        resources._process_lease_database.cache_clear()
+
+
+def test_a_kept_pool_whose_sessions_the_server_ended_serves_the_next_step(database_url, monkeypatch):
+    """Between two steps the server ends every session of the kept pools (what a restart does to them): the next
+    step gets working connections from the same pools, its heartbeat included."""
+    monkeypatch.setattr(resources, "_keep_across_steps", True)
+    resources._process_database.cache_clear()
+    resources._process_lease_database.cache_clear()
+    try:
+        kept, first_pid = _step_backend(database_url)
+        beats = resources._process_lease_database(database_url)
+        with beats.connection() as conn:
+            conn.execute("SELECT 1")
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            ended = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                 "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                                 "AND backend_type = 'client backend'").fetchone()[0]
+        assert ended >= 2
+        time.sleep(RECHECK_AFTER_SECONDS + 0.1)  # a restart takes longer than the pool trusts a returned connection
+        again, pid = _step_backend(database_url)
+        assert again is kept and pid != first_pid
+        with LeaseKeeper(database_url, dagster_run_id="run-c", owner="run-c", lease_seconds=900, db=beats), \
+                kept.connection() as conn:
+            assert last_beats(conn, ["run-c"]).keys() == {"run-c"}
+    finally:
+        resources._process_database(database_url, 4).close()
+        resources._process_lease_database(database_url).close()
+        resources._process_database.cache_clear()
         resources._process_lease_database.cache_clear()
