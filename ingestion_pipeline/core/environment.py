@@ -84,6 +84,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_UNIT_PAGES"),
         _setting("INGESTION_UNIT_TEXT_PAGES"),
         _setting("INGESTION_UNIT_CHARACTERS"),
+        _setting("INGESTION_CHUNK_PART_CHARACTERS"),
         Variable("INGESTION_TESSERACT", "`tesseract` on the PATH", "The Tesseract executable for OCR."),
     ),
     "S3 sources": (

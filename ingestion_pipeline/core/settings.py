@@ -1,11 +1,11 @@
 """Runtime settings: one typed model per area (pydantic-settings), each field's default written once, its
 environment variable named beside it (``env=``), read once per call site (``load_settings()``).
 
-Every knob has a default that works on a fresh clone: the embedded Postgres and the upload store live
-under the git-ignored ``.data/`` folder of the project (or ``INGESTION_HOME``). A model built directly
-(``BatchSettings(max_files=3)``) is its defaults and arguments only; ``Area.from_environment()`` (what
-``load_settings`` calls) reads the environment too. A bad value is a ``ValueError`` naming the variable.
-``core/environment.py`` renders the fields' variables, defaults and descriptions as docs/configuration.md.
+Every knob has a default that works on a fresh clone: the embedded Postgres and the upload store live under the
+git-ignored ``.data/`` folder of the project (or ``INGESTION_HOME``). A model built directly (``BatchSettings(
+max_files=3)``) is its defaults and arguments only; ``Area.from_environment()`` (``load_settings``) reads the
+environment too. A bad value is a ``ValueError`` naming the variable. ``core/environment.py`` renders the
+fields' variables, defaults and descriptions as docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -424,18 +424,17 @@ class ExtractionLimits(_Area):
                               description="Characters of text one file may hold, every format (beyond: "
                                           "`file_too_much_text`; HTML, Markdown and text are refused before "
                                           "decoding: `text_too_large`).")
-    # 20M characters make ~25,000
     max_chunks: int = env("INGESTION_MAX_CHUNKS_PER_FILE", default=50_000, parse=_at_least_one,
                           expected=WHOLE_AT_LEAST_ONE, shown="50000",
-                          description="Chunks one file may make (beyond: `file_too_much_text`).")
+                          description="Chunks one file may make (beyond: `file_too_much_text`).")  # 20M chars: ~25,000
     max_tokens: int = env("INGESTION_MAX_TOKENS_PER_FILE", default=10_000_000, parse=_at_least_one,
                           expected=WHOLE_AT_LEAST_ONE, shown="10000000",
                           description="Tokens of one file's chunks (beyond: `file_too_much_text`).")
-    max_member_bytes: int = env("INGESTION_MAX_ZIP_MEMBER_BYTES", default=200 * 1024 * 1024, parse=_int,
-                                expected="an integer", shown="209715200 (200 MB)",
+    max_member_bytes: int = env("INGESTION_MAX_ZIP_MEMBER_BYTES", default=200 << 20, parse=_int, expected="an integer",
+                                shown="209715200 (200 MB)",
                                 description="One uncompressed part of an office file.")
-    max_compression_ratio: float = env("INGESTION_MAX_COMPRESSION_RATIO", default=100.0, parse=_finite,
-                                       expected="a finite number", shown="100",
+    max_compression_ratio: float = env("INGESTION_MAX_COMPRESSION_RATIO", default=100.0, parse=_finite, shown="100",
+                                       expected="a finite number",
                                        description="Uncompressed / compressed, for parts over 1 MiB.")
     # measured by benchmarks/big_documents.py: see docs/benchmarks.md (a unit is one extraction worker's job)
     unit_pages: int = env("INGESTION_UNIT_PAGES", default=8, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
@@ -443,15 +442,18 @@ class ExtractionLimits(_Area):
                                       "side by side (on the step's lanes; on Celery, one step per unit on any "
                                       "worker); a unit already read is kept when the file is retried.")
     unit_text_pages: int = env("INGESTION_UNIT_TEXT_PAGES", default=100, parse=_at_least_one,
-                               expected=WHOLE_AT_LEAST_ONE,
-                               description="Pages with a text layer that weigh as much as one page to OCR when a "
-                                           "PDF is cut into units (1: every page counts alike).")
+                               expected=WHOLE_AT_LEAST_ONE, description="Pages with a text layer that weigh as "
+                               "much as one page to OCR when a PDF is cut into units (1: every page counts alike).")
     # a tenth of War and Peace, ~60 pages of a manual: a revision re-chunks the sections it changed, not the rest
     unit_characters: int = env("INGESTION_UNIT_CHARACTERS", default=100_000, parse=_at_least_one,
                                expected=WHOLE_AT_LEAST_ONE, shown="100000",
                                description="A document of more text than this (any format) is chunked in sections "
                                            "of about this many characters, cut only at headings; a new version "
                                            "of it reuses the chunks of every unchanged section.")
+    part_characters: int = env("INGESTION_CHUNK_PART_CHARACTERS", default=1_000_000, parse=_at_least_one,
+                               expected=WHOLE_AT_LEAST_ONE, shown="1000000",
+                               description="On Celery workers, a document with more text to chunk than this is "
+                                           "chunked in parts of whole sections of about this size, a step each.")
 
 
 class ExecutorSettings(_Area):

@@ -65,6 +65,8 @@ class Chunk:
     context: str = ""  # embedded before the text (``embedding_input``); not shown
     text_search_config: str = "english"  # the configuration its words are indexed with (documents/languages.py)
     section_key: str | None = None  # its section's, in a document chunked by sections (documents/sections.py)
+    # its own language and letters (languages.own_languages), where told before the file's chunks are together
+    own_language: tuple[str | None, int] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.content_hash:

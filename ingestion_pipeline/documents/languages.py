@@ -76,22 +76,33 @@ def config_for(code: str) -> str:
 
 def text_search_configs(texts: Sequence[str]) -> list[str]:
     """The configuration of each text: its own language when it is long enough to tell, else the file's."""
-    letters = [sum(map(str.isalpha, text[:2000])) for text in texts]  # a text's weight in its file's language
+    return with_main_language(own_languages(texts))
+
+
+def own_languages(texts: Sequence[str]) -> list[tuple[str | None, int]]:
+    """Each text's own configuration (None: too short or too unsure to tell) and its letters, its weight in its
+    file's language. Texts of one file may be told apart (parts of a big document, on other workers)."""
+    letters = [sum(map(str.isalpha, text[:2000])) for text in texts]
     long_enough = [i for i, n in enumerate(letters) if n >= MIN_DETECT_CHARS]
     found = dict(zip(long_enough, detect_languages([texts[i][:DETECT_SAMPLE_CHARS] for i in long_enough]),
                      strict=True))
-    detected: list[str | None] = []
-    weight: Counter[str] = Counter()
+    own: list[tuple[str | None, int]] = []
     for i in range(len(texts)):
         code, probability = found.get(i, (None, 0.0))
-        if code is None or probability < MIN_CHUNK_CONFIDENCE:
-            detected.append(None)
-            continue
-        config = config_for(code)
-        detected.append(config)
-        weight[config] += letters[i]
+        own.append((None, letters[i]) if code is None or probability < MIN_CHUNK_CONFIDENCE
+                   else (config_for(code), letters[i]))
+    return own
+
+
+def with_main_language(own: Sequence[tuple[str | None, int]]) -> list[str]:
+    """The file's texts' configurations: each its own, or the file's main language (weighed by letters over the
+    texts whose own is known) where it has none."""
+    weight: Counter[str] = Counter()
+    for config, letters in own:
+        if config is not None:
+            weight[config] += letters
     main = weight.most_common(1)[0][0] if weight else DEFAULT_CONFIG
-    return [config or main for config in detected]
+    return [config or main for config, _ in own]
 
 
 def query_language_weights(query: str, configs: Sequence[str]) -> dict[str, float]:

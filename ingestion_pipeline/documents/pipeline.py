@@ -8,7 +8,7 @@ progress). ``DocumentPipeline`` is that runner with the five steps as methods.
 
 from __future__ import annotations
 
-from ingestion_pipeline.documents.steps import chunk, claim, embed, extract, promote
+from ingestion_pipeline.documents.steps import chunk, chunk_parts, claim, embed, extract, promote
 from ingestion_pipeline.documents.steps.runner import FileOutcome, StepRunner, batch_report
 
 __all__ = ["DocumentPipeline", "FileOutcome", "batch_report"]
@@ -40,6 +40,16 @@ class DocumentPipeline(StepRunner):
 
     def chunk_batch(self, partition_key: str) -> list[FileOutcome]:
         return chunk.chunk_batch(self, partition_key)
+
+    # the fanned-out chunking (INGESTION_EXECUTOR=celery): plan (and the whole files), each part a step, assemble
+    def plan_chunking(self, partition_key: str) -> tuple[list[str], list[FileOutcome]]:
+        return chunk_parts.plan_chunking(self, partition_key)
+
+    def chunk_part(self, partition_key: str, key: str) -> FileOutcome | None:
+        return chunk_parts.chunk_part(self, partition_key, key)
+
+    def assemble_chunks(self, partition_key: str) -> list[FileOutcome]:
+        return chunk_parts.assemble_chunks(self, partition_key)
 
     def embed_batch(self, partition_key: str) -> list[FileOutcome]:
         return embed.embed_batch(self, partition_key)

@@ -129,12 +129,12 @@ def test_a_unit_another_live_worker_reads_is_waited_for_not_read_twice(instance,
 
 
 def _fanned_out_assets():
-    """The document assets as a code location under INGESTION_EXECUTOR=celery has them: document_elements and
-    document_embeddings are graphs whose units and shares fan out (run here with the in-process executor: the
-    same steps, one after another)."""
+    """The document assets as a code location under INGESTION_EXECUTOR=celery has them: document_elements,
+    document_chunks and document_embeddings are graphs whose units, parts and shares fan out (run here with the
+    in-process executor: the same steps, one after another)."""
     from ingestion_pipeline.defs.documents import assets
 
-    return [assets.raw_documents, assets._elements_asset(True), assets.document_chunks,
+    return [assets.raw_documents, assets._elements_asset(True), assets._chunks_asset(True),
             assets._embeddings_asset(True), assets.promoted_documents]
 
 

@@ -103,7 +103,7 @@ def test_a_file_another_run_took_over_is_lost_and_nothing_is_staged_for_it(datab
         return original(conn, run_ids, owner)
 
     monkeypatch.setattr(pipeline_module.file_ledger, "hold_many", another_run_takes_it_first)
-    outcomes = {o.filename: o for o in pipeline_module._chunk_group(pipeline, rows)}
+    outcomes = {o.filename: o for o in pipeline_module.chunk_group(pipeline, rows)}
 
     assert outcomes["note-01.md"].status == "lost" and "run-other" in outcomes["note-01.md"].detail
     assert {outcomes[n].status for n in ("note-00.md", "note-02.md", "note-03.md")} == {"running"}

@@ -111,3 +111,14 @@ def test_a_section_size_that_is_not_a_whole_number_of_at_least_one_is_refused_by
         load_settings()
     monkeypatch.setenv("INGESTION_UNIT_CHARACTERS", "250000")
     assert load_settings().limits.unit_characters == 250_000
+
+
+def test_parts_hold_whole_sections_in_order_and_a_short_last_part_joins_the_one_before():
+    from ingestion_pipeline.documents.steps.chunk_parts import cut_into_parts
+
+    planned = [sections.Section(n, n, n + 1, f"k{n}") for n in range(7)]
+    parts = cut_into_parts(planned, [30, 30, 30, 30, 30, 30, 5], 60)
+    assert [[s.number for s in part] for part in parts] == [[0, 1], [2, 3], [4, 5, 6]]
+    assert [s for part in parts for s in part] == planned
+    assert cut_into_parts(planned[:2], [100, 100], 60) == [[planned[0]], [planned[1]]]
+    assert cut_into_parts(planned[:3], [10, 10, 10], 60) == [planned[:3]]

@@ -232,7 +232,7 @@ def _fanned_out_elements() -> dg.AssetsDefinition:
     def plan_units(context: dg.OpExecutionContext):
         keys, outcomes = run(context, lambda pipeline: pipeline.plan_extraction(context.partition_key))
         _log_failures(context, outcomes)
-        context.log.info(f"{len(keys) - 1} unit(s) to read on the workers")
+        context.log.info(f"{len(keys) - (WHOLE_FILES in keys)} unit(s) to read on the workers")
         for key in keys:
             yield dg.DynamicOutput(key, mapping_key=key)
 
@@ -255,7 +255,8 @@ def _fanned_out_elements() -> dg.AssetsDefinition:
         outcomes = run(context, lambda pipeline: pipeline.assemble_units(context.partition_key))
         _log_failures(context, outcomes)
         files, counts = _file_metadata(outcomes)
-        yield dg.Output(None, metadata={**files, "failed": counts.get("failed", 0), "units_read": len(done) - 1,
+        yield dg.Output(None, metadata={**files, "failed": counts.get("failed", 0),
+                                        "units_read": len(done) - (WHOLE_FILES in done),
                                         "elements": _sum(outcomes, "elements")})
 
     @dg.graph_asset(name="document_elements", description=ELEMENTS_DESCRIPTION, partitions_def=document_batches,
@@ -276,10 +277,65 @@ def _elements_asset(fanned_out: bool) -> dg.AssetsDefinition:
 
 # Several workers (Celery) read a big PDF's units as steps of their own; in one process, on the step's lanes
 document_elements = _elements_asset(job_executor_name() == "celery")
-document_chunks = _file_step(
-    "document_chunks", "Structure-aware chunks within the embedding model's token budget (staging).",
-    deps=[document_elements], kinds={"postgres"}, totals=("chunks", "tokens"),
-)
+CHUNKS_DESCRIPTION = "Structure-aware chunks within the embedding model's token budget (staging)."
+
+
+def _fanned_out_chunks() -> dg.AssetsDefinition:
+    """``document_chunks`` as a graph for several workers: a big document's changed sections are chunked in parts
+    (``documents/steps/chunk_parts.py``), one mapped step per part on any worker, and assembled once all are
+    done; the batch's other files are chunked whole in one step. A re-execution from failure runs only the
+    failed parts again (and the assembly)."""
+    resources = OP_RESOURCES
+
+    def run(context: dg.OpExecutionContext, work: Callable[[DocumentPipeline], T]) -> T:
+        return _in_op(context, "document_chunks", work)
+
+    @dg.op(name="plan_chunk_parts", ins={"extracted": dg.In(dg.Nothing)}, required_resource_keys=resources,
+           out=dg.DynamicOut(str, io_manager_key=STEP_VALUES),
+           description="Each big document's changed sections cut into parts, one step each; the other files "
+                       "chunked here.")
+    def plan_chunk_parts(context: dg.OpExecutionContext):
+        keys, outcomes = run(context, lambda pipeline: pipeline.plan_chunking(context.partition_key))
+        _log_failures(context, outcomes)
+        context.log.info(f"{len(keys)} part(s) to chunk on the workers")
+        for key in keys:  # none: the assembly follows at once
+            yield dg.DynamicOutput(key, mapping_key=key)
+
+    @dg.op(name="chunk_part", required_resource_keys=resources, out=dg.Out(str, io_manager_key=STEP_VALUES),
+           description="One part of a big document's sections chunked and kept.")
+    def chunk_part(context: dg.OpExecutionContext, work: str) -> str:
+        outcome = run(context, lambda pipeline: pipeline.chunk_part(context.partition_key, work))
+        if outcome is not None and outcome.status != "failed":
+            context.log.info(f"{outcome.filename} (file {outcome.file_id}): {outcome.detail}")
+        _log_failures(context, [outcome] if outcome is not None else [])
+        return work
+
+    @dg.op(name="assemble_chunks", required_resource_keys=resources, out=dg.Out(dg.Nothing),
+           description="Each big document's chunks from all of its parts, numbered and staged as one file's.")
+    def assemble_chunks(context: dg.OpExecutionContext, done: list[str]):
+        outcomes = run(context, lambda pipeline: pipeline.assemble_chunks(context.partition_key))
+        _log_failures(context, outcomes)
+        files, counts = _file_metadata(outcomes)
+        yield dg.Output(None, metadata={**files, "failed": counts.get("failed", 0), "parts_chunked": len(done),
+                                        **{key: _sum(outcomes, key) for key in ("chunks", "tokens")}})
+
+    @dg.graph_asset(name="document_chunks", description=CHUNKS_DESCRIPTION, partitions_def=document_batches,
+                    group_name=GROUP, kinds={"postgres"}, owners=OWNERS, metadata=table_metadata("document_chunks"),
+                    ins={"document_elements": dg.AssetIn(dagster_type=dg.Nothing)})
+    def document_chunks(document_elements):
+        return assemble_chunks(plan_chunk_parts(document_elements).map(chunk_part).collect())
+
+    return document_chunks
+
+
+def _chunks_asset(fanned_out: bool) -> dg.AssetsDefinition:
+    if fanned_out:
+        return _fanned_out_chunks()
+    return _file_step("document_chunks", CHUNKS_DESCRIPTION, deps=[document_elements], kinds={"postgres"},
+                      totals=("chunks", "tokens"))
+
+
+document_chunks = _chunks_asset(job_executor_name() == "celery")
 EMBEDDINGS_DESCRIPTION = "One vector per chunk; unchanged chunk text under the same model reuses its stored vector."
 
 
@@ -301,7 +357,7 @@ def _fanned_out_embeddings() -> dg.AssetsDefinition:
         _log_failures(context, outcomes)
         context.log.info(f"{sum(h - lo + 1 for share in shares for _, lo, h in share)} chunk(s) to encode in "
                          f"{len(shares)} share(s)")
-        for i, share in enumerate(shares or [[]]):  # one share at least: the graph goes on to its finish
+        for i, share in enumerate(shares):  # none (every vector reused): Dagster finishes after no share too
             yield dg.DynamicOutput(share, mapping_key=f"share_{i}")
 
     @dg.op(name="embed_share", required_resource_keys=resources, tags=tags, pool=EMBEDDING_POOL,

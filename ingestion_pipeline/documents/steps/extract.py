@@ -197,8 +197,9 @@ def unit_key(run_id: int, unit: units.Unit) -> str:
 
 
 def plan_extraction(run: StepRunner, partition_key: str) -> tuple[list[str], list[FileOutcome]]:
-    """Plan the units of the batch's big PDFs: the work items (``WHOLE_FILES`` first, then every unit still to
-    read) and each file's outcome (a file that cannot be opened fails here, with the reason)."""
+    """Plan the units of the batch's big PDFs: the work items (``WHOLE_FILES`` first where a file is extracted
+    whole, then every unit still to read) and each file's outcome (a file that cannot be opened fails here, with
+    the reason)."""
     keys: list[str] = []
 
     def plan_one(row: dict) -> FileOutcome:
@@ -224,7 +225,9 @@ def plan_extraction(run: StepRunner, partition_key: str) -> tuple[list[str], lis
                               {"units": len(planned), "pages": pages})
 
     outcomes = run.for_each(partition_key, plan_one, "plan units")
-    return [WHOLE_FILES, *keys], outcomes
+    # no step for whole files when there are none (a big PDF's revision alone): Dagster assembles after no unit too
+    whole = any(o.detail == "extracted whole" for o in outcomes)
+    return [WHOLE_FILES] * whole + keys, outcomes
 
 
 def _units_planned(run: StepRunner, run_id: int) -> bool:
