@@ -37,7 +37,7 @@ def _with_file_id(row: dict) -> dict:
 def _print_file(records: list[dict]) -> None:
     row = records[0]
     for name, value in row.items():
-        if name not in ("history", "run_id", "units"):
+        if name not in ("history", "run_id", "units", "chunk_parts"):
             print(f"{name:>22}: {'' if value is None else value}")
     if row.get("units"):
         u = row["units"]
@@ -48,6 +48,10 @@ def _print_file(records: list[dict]) -> None:
         for r in u.get("reading", []):
             print(f"{'':>22}  unit {r['unit']} (pages {r['first_page']}-{r['last_page']}) read by {r['reader']}, "
                   f"lease renewed {r['beat_seconds_ago']:.0f} s ago")
+    if row.get("chunk_parts"):
+        p = row["chunk_parts"]
+        print(f"{'chunk parts':>22}: {p['parts_done']}/{p['parts_total']} chunked, sections {p['sections_done']}/"
+              f"{p['sections_total']}" + (f" (by {', '.join(p['chunked_by'])})" if p["chunked_by"] else ""))
     print("\nattempts:")
     print_table([{**h, "at": h["at"].strftime("%Y-%m-%d %H:%M:%S")} for h in row["history"]],
                 ["at", "attempt", "event", "status", "error_code", "message", "actor"])
@@ -73,6 +77,10 @@ def cmd_files(args: argparse.Namespace) -> int:
             row = _with_file_id(row)
             # a big PDF being read in units: how far it is (documents/units.py)
             row["units"] = units.progress(conn, args.file_id) if row["status"] == "running" else None
+            if row["status"] == "running":  # a big document chunked in parts on Celery workers
+                from ingestion_pipeline.documents.steps import chunk_parts
+
+                row["chunk_parts"] = chunk_parts.progress(conn, args.file_id)
             row["history"] = ledger.history(conn, DOCUMENT_FILES, args.file_id)
             emit(args, [row], _print_file)
             return 0

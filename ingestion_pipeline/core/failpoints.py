@@ -9,10 +9,11 @@ A failpoint arms only inside a test (pytest's ``PYTEST_CURRENT_TEST`` is set) or
 ``INGESTION_ALLOW_FAILPOINTS=1`` beside it (the fault tests' worker processes set it): a stray
 ``INGESTION_FAILPOINT`` in a production environment is reported once and never stalls a worker.
 
-Points: ``model.load``, ``extract.file``, ``extract.unit_done`` (a unit of a big PDF kept, the others not
-yet), ``embed.unit``, ``promote.transaction``, ``promote.statement`` (a statement in flight inside the promotion
-transaction: ``failpoint_statement``), ``metrics.stage``, ``metrics.promote``, ``queue.taken`` (a Redis
-job taken, nothing committed), ``queue.accepted`` (its ledger row committed, the message not yet acknowledged).
+Points: ``model.load``, ``extract.file``, ``extract.unit_done`` (a unit of a big PDF kept, the others not yet),
+``chunk.part_done`` (a part of a big document's chunks kept, the step not yet reported), ``embed.unit``,
+``promote.transaction``, ``promote.statement`` (a statement in flight inside the promotion transaction:
+``failpoint_statement``), ``metrics.stage``, ``metrics.promote``, ``queue.taken`` (a Redis job taken, nothing
+committed), ``queue.accepted`` (its ledger row committed, the message not yet acknowledged).
 """
 
 from __future__ import annotations

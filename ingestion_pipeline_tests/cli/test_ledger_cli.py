@@ -127,3 +127,22 @@ def test_files_show_tells_how_far_a_big_pdf_is_and_who_reads_its_units(database,
     assert re.search(r"unit 1 \(pages 5-8\) read by worker2:20:1, lease renewed \d+ s ago", text), text
     shown = json_lines(run_cli("files", "show", str(file_id), "--json").stdout)[0]
     assert [(r["unit"], r["reader"]) for r in shown["units"]["reading"]] == [(1, "worker2:20:1")]
+
+
+@pytest.mark.integration
+def test_files_show_tells_how_many_parts_of_a_big_document_are_chunked_and_by_whom(database, project_dagster_home,
+                                                                                    db, corpus_dir):
+    [row] = json_lines(run_cli("submit", str(corpus_dir / "documents" / "fake-memo.pdf"), "--tenant", "acme",
+                               "--json").stdout)
+    file_id = row["file_id"]
+    db.execute("UPDATE ingestion_runs SET status = 'running' WHERE run_id = %s", (file_id,))
+    db.execute("INSERT INTO staging_documents (run_id, tenant_id) VALUES (%s, 'acme')", (file_id,))
+    for number, keys, done_by in ((0, ["a", "b"], "worker1:10"), (1, ["c"], None), (2, ["d", "e", "f"], "worker2:7")):
+        db.execute("""INSERT INTO staging_chunk_parts (run_id, part_number, section_keys, section_bounds, state,
+                                                       done_by)
+                      VALUES (%s, %s, %s, %s, %s, %s)""",
+                   (file_id, number, keys, list(range(2 * len(keys))), "done" if done_by else "pending", done_by))
+    text = run_cli("files", "show", str(file_id)).stdout
+    assert "chunk parts: 2/3 chunked, sections 5/6 (by worker1:10, worker2:7)" in text, text
+    shown = json_lines(run_cli("files", "show", str(file_id), "--json").stdout)[0]
+    assert (shown["chunk_parts"]["parts_done"], shown["chunk_parts"]["parts_total"]) == (2, 3)

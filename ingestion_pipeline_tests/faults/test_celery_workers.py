@@ -231,3 +231,56 @@ def test_a_worker_that_cannot_embed_hands_the_files_back_and_process_exits_5_wit
     print(said)
     [row] = table(db, "SELECT status, attempts, owner FROM ingestion_runs")
     assert (row["status"], row["attempts"], row["owner"]) == ("queued", 0, None)
+
+
+def test_a_worker_killed_after_keeping_its_chunk_part_costs_no_chunk_and_one_promotion(celery_env, database_url, db,
+                                                                                     tmp_path):
+    """A big document's sections chunked in parts, a step each: the worker that kept a part is SIGKILLed before
+    Dagster hears of it, Celery delivers the part's step again to the other worker, which finds it kept. The file's
+    chunks are the ones the document gives in one process, none twice; its version is promoted once."""
+    from ingestion_pipeline_tests.defs.test_big_documents import _manual
+
+    env, workers = celery_env
+    env.update(INGESTION_UNIT_CHARACTERS="20000", INGESTION_CHUNK_PART_CHARACTERS="40000",
+               INGESTION_EMBEDDING_QUEUE="")
+    harness = FaultHarness(database_url, env, tmp_path / "faults")
+    markers = tmp_path / "failpoints"
+    markers.mkdir()
+    workers.start("worker1", queues=("dagster",), INGESTION_FAILPOINT="chunk.part_done",
+                  INGESTION_ALLOW_FAILPOINTS="1", INGESTION_FAILPOINT_DIR=str(markers))
+    manual = _manual(tmp_path / "manual.md")
+    assert harness.cli("submit", str(manual), "--tenant", "acme", "--key", "manual").returncode == 0
+    process = subprocess.Popen([CLI, "process"], env={k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(markers.glob("*.chunk.part_done")) and time.monotonic() < deadline:
+            assert process.poll() is None, process.stdout.read()
+            time.sleep(0.1)
+        assert list(markers.glob("*.chunk.part_done")), "worker1 never kept a part"
+        [kept] = table(db, "SELECT part_number FROM staging_chunk_parts WHERE state = 'done'")
+        workers.kill("worker1")
+        workers.start("worker2", queues=("dagster",))
+        out, _ = process.communicate(timeout=900)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, out[-3000:] + workers.log("worker2")[-3000:]
+    [row] = table(db, "SELECT run_id, status, attempts, stats, dagster_run_id FROM ingestion_runs")
+    assert (row["status"], row["attempts"]) == ("succeeded", 1) and row["stats"]["chunk_parts"] >= 2
+    _step_events([row["dagster_run_id"]])
+    again = [host for step, host in steps if step == f"document_chunks.chunk_part[file_{row['run_id']}_part_"
+                                                      f"{kept['part_number']}]"]
+    assert [h.split("@")[0] for h in again] == ["worker1", "worker2"], steps  # the part's step, delivered twice
+    with dg.DagsterInstance.get() as instance:
+        said = [e.user_message for e in instance.all_logs(row["dagster_run_id"])]
+    assert any(f"part {kept['part_number']} already chunked" in m for m in said)
+
+    served = """SELECT c.ordinal, c.text, c.section_path, c.content_hash, c.section_key FROM chunks c
+                  JOIN document_versions v USING (version_id) WHERE c.tenant_id = %s ORDER BY c.ordinal"""
+    whole = harness.cli("ingest", "--tenant", "whole", "--key", "manual", str(manual),
+                        env={"INGESTION_EXECUTOR": "in_process"})
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert table(db, served, "acme") == table(db, served, "whole")
+    assert len(table(db, "SELECT 1 FROM document_versions WHERE tenant_id = 'acme'")) == 1
+    assert not unfinished(database_url) and not invariant_violations(database_url)

@@ -271,3 +271,15 @@ def _from_json(values: list) -> Chunk:
     text, tokens, page_start, page_end, path, types, key, config, letters = values
     return Chunk(ordinal=0, text=text, token_count=tokens, page_start=page_start, page_end=page_end,
                  section_path=list(path), element_types=list(types), section_key=key, own_language=(config, letters))
+
+
+def progress(conn: psycopg.Connection, run_id: int) -> dict | None:
+    """A file's parts as they are chunked (None for a file not chunked in parts): parts and sections done of all,
+    and the workers that did them."""
+    row = conn.execute(
+        """SELECT count(*) AS parts_total, count(*) FILTER (WHERE state = 'done') AS parts_done,
+                  coalesce(sum(cardinality(section_keys)), 0) AS sections_total,
+                  coalesce(sum(cardinality(section_keys)) FILTER (WHERE state = 'done'), 0) AS sections_done,
+                  coalesce(array_agg(DISTINCT done_by) FILTER (WHERE done_by IS NOT NULL), '{}') AS chunked_by
+             FROM staging_chunk_parts WHERE run_id = %s""", (run_id,)).fetchone()
+    return dict(row) if row["parts_total"] else None
