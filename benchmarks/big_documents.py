@@ -39,6 +39,10 @@ so that each worker process has loaded the model): the run worker orchestrates, 
 With ``--sections``, the corpus's long text (War and Peace) and 872-page DOCX, then a revision of each with one
 sentence added mid-document, under the same key: chunked in sections (``INGESTION_UNIT_CHARACTERS``, the
 default) and whole, each way in a tenant of its own; the chunk step's seconds, sections and sections reused.
+With ``--sections --celery``, instead, the same two documents chunked on pinned Celery workers: in one step on one
+worker, and in parts (``INGESTION_CHUNK_PART_CHARACTERS``, one step each) on one and on two workers; the chunking's
+makespan (first chunk step begun to last one ended), its steps and its summed time, with vectors reused (each
+document ingested once before), so that the runs are chunking, staging and promotion.
 
     .venv/bin/python benchmarks/big_documents.py [--pages 60] [--changed 2] [--revisions 5] [--units] [--celery]
         [--dev [--dev-celery-workers 2]] [--sections] [--corpus DIR]
@@ -515,6 +519,72 @@ def print_step_breakdown(database_url: str, wall: float) -> None:
               flush=True)
 
 
+def chunk_makespan(database_url: str) -> tuple[float, int]:
+    """The latest run's chunking, from its first ``document_chunks`` step begun to its last one ended, and how many
+    steps it took."""
+    import psycopg
+
+    from ingestion_pipeline.core.embedded_postgres import embedded_dagster_url
+
+    with psycopg.connect(embedded_dagster_url(database_url).replace("+psycopg2", "")) as conn:
+        events = conn.execute(_STEP_EVENTS_SQL).fetchall()
+    starts = [at.timestamp() for step, kind, at, _, _ in events
+              if kind == "STEP_START" and (step or "").startswith("document_chunks")]
+    ends = [at.timestamp() for step, kind, at, _, _ in events
+            if kind == "STEP_SUCCESS" and (step or "").startswith("document_chunks")]
+    return max(ends) - min(starts), len(starts)
+
+
+CHUNK_RUNS = ((1, "whole, 1 worker", "1000000000"), (1, "parts, 1 worker", None), (2, "parts, 2 workers", None),
+              (2, "half parts, 2 workers", "500000"))
+
+
+def measure_celery_sections(env: dict, work: Path, documents: list[Path]) -> list[tuple]:
+    """Each document chunked on Celery workers pinned to a core each: whole (``INGESTION_CHUNK_PART_CHARACTERS``
+    above any file) on 1 worker, in parts on 1 and on 2 workers, in parts of half the default size on 2. Every
+    document is ingested once first (in the process) in the same tenant, so that the measured runs reuse its
+    vectors: the runs are chunking, staging and promotion. Rows: (document, label, wall s, chunk makespan s, chunk
+    steps, summed chunking s, parts)."""
+    database_url = env["DATABASE_URL"]
+    for document in documents:
+        ingest(env, document, f"{document.stem}-prime", tenant="chunking")
+    warm = work / "warm.md"
+    warm.write_text("# Warm-up\n\n" + " ".join(f"Sentence {i} of the warm-up." for i in range(60)) + "\n")
+    rows = []
+    for count, label, part_chars in CHUNK_RUNS:
+        workers = CeleryWorkers({**env, **({"INGESTION_CHUNK_PART_CHARACTERS": part_chars} if part_chars else {})},
+                                work, count)
+        try:
+            slug = "-".join(label.replace(",", "").split())
+            for i in range(2 * count):
+                ingest(workers.env, warm, f"warm-{slug}-{i}", tenant="chunking")
+            for document in documents:
+                wall = ingest(workers.env, document, f"{document.stem}-{slug}", tenant="chunking")
+                file = last_file(database_url)
+                if file["status"] != "succeeded":
+                    sys.exit(f"{document.name}, {label}: {file['status']}: {file['error']}")
+                makespan, steps = chunk_makespan(database_url)
+                stats = file["stats"]
+                rows.append((document.name, label, wall, makespan, steps, stats["timings_ms"]["chunk"] / 1000,
+                             stats.get("chunk_parts", 1)))
+                print(f"  {document.name}, {label}: {wall:.1f} s, chunking {makespan:.2f} s in {steps} step(s), "
+                      f"{rows[-1][5]:.2f} s of chunking summed", flush=True)
+        finally:
+            workers.stop()
+    return rows
+
+
+def print_celery_sections(rows: list[tuple]) -> None:
+    print(f"\nchunking on Celery workers, one core each (vectors reused)\n{'document':30} {'run':22} {'wall s':>7} "
+          f"{'chunk s':>8} {'steps':>6} {'summed s':>9} {'parts':>6}")
+    for name, label, wall, makespan, steps, summed, parts in rows:
+        print(f"{name:30} {label:22} {wall:7.1f} {makespan:8.2f} {steps:6} {summed:9.2f} {parts:6}")
+    for name in dict.fromkeys(r[0] for r in rows):
+        whole, one, two = (r for r in rows if r[0] == name and r[1] != "half parts, 2 workers")
+        print(f"{name}: chunking makespan in parts on 2 workers / whole on 1 = {two[3] / whole[3]:.2f}, / parts on 1 "
+              f"= {two[3] / one[3]:.2f}; wall {two[2] / whole[2]:.2f}")
+
+
 def print_celery(rows: list[tuple]) -> None:
     revision = [r for r in rows if r[1] == "revision, 2 workers"]
     rows = [r for r in rows if r[1] != "revision, 2 workers"]
@@ -543,7 +613,8 @@ def main() -> None:
                         help="revisions ingested in turn (the two versions alternating under the same key); the "
                              "median is reported")
     parser.add_argument("--units", action="store_true", help="also measure units side by side (1 vs 2 cores)")
-    parser.add_argument("--celery", action="store_true", help="also measure units on 1 vs 2 pinned Celery workers")
+    parser.add_argument("--celery", action="store_true", help="also measure units on 1 vs 2 pinned Celery workers "
+                        "(with --sections: only the long text and DOCX chunked whole and in parts on Celery)")
     parser.add_argument("--celery-polls", type=lambda raw: [float(x) for x in raw.split(",")], metavar="S,S",
                         help="only the scan's revision on two warm Celery workers, once per poll interval of the "
                              "run's process (e.g. 1,0.2: dagster-celery's own, the project's)")
@@ -568,10 +639,12 @@ def main() -> None:
               f"extract step {rows[1][2] / rows[0][2]:.0%}")
         return
     work, env = scratch_environment("bench-big-")
-    rows, unit_rows, celery_rows, poll_rows, section_rows = [], [], [], [], []
+    rows, unit_rows, celery_rows, poll_rows, section_rows, chunk_rows = [], [], [], [], [], []
     try:
         scan, revised = prepare(work, env, 2 if args.sections else args.pages, args.changed)
-        if args.sections:
+        if args.sections and args.celery:
+            pass  # only chunking on Celery (below)
+        elif args.sections:
             section_rows = measure_sections(env, work, [Path(args.corpus) / "documents" / name for name in
                                                         ("book-war-and-peace-1225p.txt", "handbook-872p.docx")],
                                             args.revisions)
@@ -582,7 +655,11 @@ def main() -> None:
         big = [Path(args.corpus) / "documents" / "DA-619p.pdf", scan]
         if args.units:
             unit_rows = measure_units(env, big)
-        if args.celery:
+        if args.celery and args.sections:
+            chunk_rows = measure_celery_sections(env, work, [
+                Path(args.corpus) / "documents" / name for name in ("book-war-and-peace-1225p.txt",
+                                                                    "handbook-872p.docx")])
+        elif args.celery:
             celery_rows = measure_celery(env, work, big, revised)
     finally:  # the throwaway data folder's own Postgres, then the folder
         from ingestion_pipeline.core.embedded_postgres import stop_embedded_postgres
@@ -591,6 +668,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     if section_rows:
         print_sections(section_rows)
+    if chunk_rows:
+        print_celery_sections(chunk_rows)
     if poll_rows:
         print("\nthe scan's revision on two warm Celery workers, by the run's poll interval")
         print(f"{'poll s':>7} {'first s':>8} {'revision s':>11} {'share':>6} {'steps own s':>12}")
