@@ -22,6 +22,8 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         yield
+        services.close_lowered()
+        app.state.login_guard.close()
         if close_on_shutdown:
             services.db.close()
 

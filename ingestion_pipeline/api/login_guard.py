@@ -7,6 +7,10 @@ if the hash ran while a database connection was held, every connection of the po
 - **A bounded number of hashes at once** (``INGESTION_API_MAX_CONCURRENT_LOGINS``, default 2): the others wait
   their turn; more than ``4 ×`` that waiting, and the next gets 429 with
   ``Retry-After`` rather than a place in a queue that only grows.
+- **Hashes at the lowest CPU priority** (``lowered_work.py``): a login costs its ~0.3 s on purpose; in lowered
+  processes (``concurrent`` of them, started by the first login; until then on lowered threads) a flood's hashes
+  take the cores only as far as the tenants' searches leave them free. A user's login is slower only while
+  the cores are busy.
 - **Throttling by failures**: ``INGESTION_API_LOGIN_FAILURES_PER_ADDRESS`` (default 20) failed logins from one
   client address, or ``INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT`` (default 10) for one email (whether or not it
   exists, so the answer tells nothing about which do), within ``INGESTION_API_LOGIN_WINDOW_SECONDS`` (300):
@@ -25,14 +29,17 @@ import contextlib
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import psycopg
 
+from ingestion_pipeline.api.lowered_work import LoweredProcess, LoweredThreads
 from ingestion_pipeline.core import login_failures
 from ingestion_pipeline.core.login_failures import FailureLimits
 
 SWEEP_EVERY_SECONDS = 60.0  # how often a process deletes failures that left the window
+T = TypeVar("T")
 
 
 class LoginRefused(Exception):
@@ -51,6 +58,8 @@ class LoginGuard:
         self._waiting = 0
         self._lock = threading.Lock()
         self._swept = 0.0
+        self._hashers = LoweredThreads(concurrent, "login-hash")
+        self._hash_processes = LoweredProcess(concurrent, "login-hash", warm=_hash_ready)
 
     def check(self, conn: psycopg.Connection, address: str, account: str) -> None:
         """``LoginRefused`` if this address or account has failed too often lately (on any API process)."""
@@ -85,3 +94,19 @@ class LoginGuard:
             yield
         finally:
             self._slots.release()
+
+    def hash(self, check: Callable[..., T], *args) -> T:
+        """Run the password ``check`` (picklable, as its arguments) in the bound of ``hashing``, in a lowered
+        process once they run, else on a lowered thread; waited for here."""
+        with self.hashing():
+            return self._hash_processes.call(check, *args,
+                                             here=lambda: self._hashers.pool.submit(check, *args).result())
+
+    def close(self) -> None:
+        """End the lowered hashing processes, if they were started (the app's shutdown)."""
+        self._hash_processes.shutdown()
+
+
+def _hash_ready() -> None:
+    """A hashing process's warm-up: bcrypt imported."""
+    import bcrypt  # noqa: F401

@@ -9,9 +9,11 @@ pause spent on the event loop, not a thread: a client that ignores Retry-After c
 flood of their own (on 2 cores, answering 429s at once took as much from the other tenants as the searches
 did). A tenant's load then delays its own searches, not the others'. Counts are per server process.
 
-A search that had to wait for its tenant's share runs on a thread of lower CPU priority (``nice`` 10, Linux):
-a tenant that sends one search at a time never waits and keeps the normal priority, while a flood's searches
-take the cores only as far as the other tenants' searches leave them free. The query's embedding runs on that
+A search of a tenant that is at its share, or was within the last ``LOWERED_FOR_SECONDS``, runs on a thread of
+the lowest CPU priority (``nice`` 19, Linux; ``lowered_work.py``): a tenant that sends one search at a time
+never waits and keeps the normal priority, while a flood's searches take the cores only as far as the other
+tenants' searches leave them free. Without the memory, each time a flood's queue drained (its refused clients
+pausing) its next search found the share free and ran at the normal priority. The query's embedding runs on that
 same thread (``ApiServices``), so it is lowered too. Nothing needs a privilege: those threads are lowered once
 and never raised back.
 
@@ -25,30 +27,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import os
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from urllib.parse import parse_qs
 
 from ingestion_pipeline.api.errors import ApiError
+from ingestion_pipeline.api.lowered_work import LoweredThreads
 from ingestion_pipeline.core.access_tokens import InvalidToken, verify_token
 
 RETRY_AFTER_SECONDS = "1"
 REFUSAL_PAUSE_SECONDS = 1.0
 WAITING_FACTOR = 4
-LOWER_PRIORITY_NICE = 10  # CFS weight ~1/10 of a normal thread's: a flood still progresses, only behind others
 LOWER_PRIORITY_THREADS = 16
-_log = logging.getLogger(__name__)
-
-
-def _lower_this_threads_priority() -> None:
-    try:  # on Linux a thread has a nice value of its own (setpriority on its thread id)
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWER_PRIORITY_NICE)
-    except (AttributeError, OSError) as exc:  # another OS: the shares alone bound the flood
-        _log.info("search threads keep their priority: %s", exc)
+LOWERED_FOR_SECONDS = 5.0  # how long a tenant found at its share keeps its searches lowered
 
 
 class TenantReadSlots:
@@ -58,21 +52,29 @@ class TenantReadSlots:
         self._lock = threading.Lock()
         self._slots: dict[str, threading.Semaphore] = {}
         self._queued: dict[str, int] = {}  # running or waiting, per tenant
-        self._lower: ThreadPoolExecutor | None = None
+        self._at_share: dict[str, float] = {}  # tenant -> when a read of it last found its share taken
+        self._lower = LoweredThreads(LOWER_PRIORITY_THREADS, "search-lower")
 
     def busy(self, tenant_id: str) -> bool:
-        """Whether a new read of ``tenant_id`` would wait for its share (it runs ``per_tenant`` already)."""
+        """Whether a new read of ``tenant_id`` runs lowered: it would wait for its share (the tenant runs
+        ``per_tenant`` already), or one did within the last ``LOWERED_FOR_SECONDS``."""
+        now = time.monotonic()
         with self._lock:
-            return self._queued.get(tenant_id, 0) >= self.per_tenant
+            if self._queued.get(tenant_id, 0) >= self.per_tenant:
+                self._at_share[tenant_id] = now
+                return True
+            since = self._at_share.get(tenant_id)
+            if since is None:
+                return False
+            if now - since < LOWERED_FOR_SECONDS:
+                return True
+            del self._at_share[tenant_id]  # its load has passed: what is left of the tenant goes
+            return False
 
     @property
     def lower_priority(self) -> ThreadPoolExecutor:
         """The threads a read that waited for its share runs on (started on first use)."""
-        with self._lock:
-            if self._lower is None:
-                self._lower = ThreadPoolExecutor(LOWER_PRIORITY_THREADS, thread_name_prefix="search-lower",
-                                                 initializer=_lower_this_threads_priority)
-            return self._lower
+        return self._lower.pool
 
     def full(self, tenant_id: str) -> bool:
         """Whether ``tenant_id`` already runs its share and has ``max_waiting`` more waiting."""

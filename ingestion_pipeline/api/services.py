@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import cached_property, partial
 from typing import Any
 
+import numpy as np
+
+from ingestion_pipeline import services as pipeline_services
+from ingestion_pipeline.api.lowered_work import LoweredProcess
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import ApiSettings, Settings
 from ingestion_pipeline.core.users import is_active
@@ -27,7 +32,8 @@ class ApiServices(Services):
     The model embeds each search's query on the request's own thread, one thread a call: in the runtime's
     shared pool a short query waited for another tenant's long one (p95 47 ms against 8 ms idle, measured with
     one thread embedding 1,000-character queries beside it), on its own thread it does not (6.7 against 6.7 ms).
-    A tenant's search share (``read_slots.py``) then bounds the cores its searches take."""
+    A tenant's search share (``read_slots.py``) then bounds the cores its searches take, and a search it runs
+    lowered embeds its query in the lowered process (``query_vector``)."""
 
     embedding_threads = 1
 
@@ -37,6 +43,7 @@ class ApiServices(Services):
                          database_url=getattr(db, "url", None))
         self.db = db
         self.api = api
+        self._own_model = embedder is None  # a given model (a test's) is not rebuilt in another process
         # "Sync now" listings run after the response: one per source at a time, at most SYNC_SLOTS at once.
         # Each holds two pooled connections while it lists (the source's lock and the work), so a burst of
         # them must not take the connections requests need (a request waits at most 5 s, then 503).
@@ -49,6 +56,34 @@ class ApiServices(Services):
         # imported ahead: the first upload's launch is not a second of imports
         if settings is not None and settings.executor.dagster_url not in (None, "off"):
             threading.Thread(target=self._fast_lane_module, name="fast-lane-import", daemon=True).start()
+
+    @cached_property
+    def lowered_embedding(self) -> LoweredProcess | None:
+        """The lowered process that embeds the queries of searches run lowered (``lowered_work.py``); None when
+        this process's model was given rather than built from the settings."""
+        if not self._own_model:
+            return None
+        return LoweredProcess(1, "search-embedding", warm=partial(_load_query_model, self._model_build))
+
+    @property
+    def _model_build(self) -> partial:
+        # built exactly as ``Services.embedder`` builds this process's model: the same files, the deployment's
+        # recorded decision, the same threads a call, so the child's vectors are this process's
+        return partial(pipeline_services.embedder, self.settings, database_url=self.database_url,
+                       threads=self.embedding_threads)
+
+    def query_vector(self, text: str, *, lowered: bool = False) -> np.ndarray:
+        """``text``'s vector under this process's model; ``lowered``: in the lowered process once it runs
+        (until then, or without one, on the calling thread)."""
+        process = self.lowered_embedding if lowered else None
+        if process is None:
+            return self.embedder.embed([text])[0]
+        return process.call(_embed_query, self._model_build, text, here=lambda: self.embedder.embed([text])[0])
+
+    def close_lowered(self) -> None:
+        """End the lowered process, if one was started (the app's shutdown)."""
+        if "lowered_embedding" in self.__dict__ and self.lowered_embedding is not None:
+            self.lowered_embedding.shutdown()
 
     @staticmethod
     def _fast_lane_module() -> Any:
@@ -99,3 +134,19 @@ class ApiServices(Services):
 
     def upload_s3_client(self) -> Any:
         return self.s3_client(self.api.upload_s3_endpoint)
+
+
+_query_model: Embedder | None = None  # in the lowered process: the model, loaded by its first call
+
+
+def _load_query_model(build) -> None:
+    global _query_model
+    if _query_model is None:
+        model = build()
+        model.embed(["warm"])  # loads the weights, checked against the deployment's decision
+        _query_model = model
+
+
+def _embed_query(build, text: str) -> np.ndarray:
+    _load_query_model(build)
+    return _query_model.embed([text])[0]

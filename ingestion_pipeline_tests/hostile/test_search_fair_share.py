@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from ingestion_pipeline.api.errors import ApiError
-from ingestion_pipeline.api.read_slots import LOWER_PRIORITY_NICE, TenantReadSlots
+from ingestion_pipeline.api.lowered_work import LOWER_PRIORITY_NICE
+from ingestion_pipeline.api.read_slots import TenantReadSlots
 from ingestion_pipeline.core.access_tokens import Principal, issue_token
 from ingestion_pipeline.core.settings import ApiSettings
 from ingestion_pipeline_tests.api.conftest import SECRET, make_api, start_server, user_token
@@ -80,6 +81,21 @@ def test_a_search_that_waits_for_its_share_runs_at_a_lower_cpu_priority():
         lowered = slots.lower_priority.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         assert lowered.result(10) == LOWER_PRIORITY_NICE
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0  # the caller's thread is untouched
+
+
+def test_a_tenant_found_at_its_share_keeps_its_searches_lowered_for_a_while(monkeypatch):
+    """A flood whose queue drains (its refused clients pausing) does not get its next search at the normal
+    priority: the tenant stays lowered for LOWERED_FOR_SECONDS after it was last found at its share."""
+    from ingestion_pipeline.api import read_slots
+
+    monkeypatch.setattr(read_slots, "LOWERED_FOR_SECONDS", 0.5)
+    slots = TenantReadSlots(per_tenant=1)
+    with slots.hold("acme"):
+        assert slots.busy("acme")
+    assert slots._queued == {}  # its share is free again
+    assert slots.busy("acme") and not slots.busy("globex")  # but acme was at it a moment ago
+    time.sleep(0.6)
+    assert not slots.busy("acme") and slots._at_share == {}  # its load has passed: nothing kept
 
 
 def test_a_search_over_the_share_is_refused_before_routing(database, monkeypatch):

@@ -35,8 +35,7 @@ async def token(body: TokenRequest, request: Request, services: Services) -> dic
         with services.db.connection() as conn:  # read, and give the connection back before the slow hash
             guard.check(conn, address, body.email)
             rows = users.login_candidates(conn, body.email, tenant_id=body.tenant_id)
-        with guard.hashing():
-            user = users.match_password(rows, body.password)
+        user = guard.hash(users.match_password, rows, body.password)
         with services.db.connection() as conn:
             guard.record(conn, address, body.email, succeeded=user is not None)
         return user

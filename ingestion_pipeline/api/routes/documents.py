@@ -77,16 +77,18 @@ async def search(
     A tenant runs at most its share of searches at once (``api/read_slots.py``)."""
     slots = request.app.state.search_slots  # over its share and queue: refused before routing (RefuseOverShare)
 
+    lowered = slots.busy(who.tenant_id)  # it will wait for its tenant's share, or did lately: it runs lowered
+
     def run() -> list:
         with slots.hold(who.tenant_id):
             embedders = services.query_embedders
-            vector = embedders.embedder.embed([q])[0]
+            vector = services.query_vector(q, lowered=lowered)
             with services.db.connection() as conn:
                 return hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k,
                                      model=embedders.model, neighbours=context,
                                      other_models=embedders.for_query(q))
 
-    if slots.busy(who.tenant_id):  # it will wait for its tenant's share: it runs at a lower priority
+    if lowered:
         hits = await asyncio.get_running_loop().run_in_executor(slots.lower_priority, run)
     else:
         hits = await run_in_threadpool(run)
