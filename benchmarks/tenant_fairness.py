@@ -11,7 +11,7 @@ queries) unless ``--chunks`` loads synthetic chunks (then both arms of a search 
 project's database server (embedded unless BENCH_DATABASE_URL says otherwise), in a throwaway database.
 
     .venv/bin/python benchmarks/tenant_fairness.py [--searches 300] [--logins 200] [--concurrency 32]
-        [--chunks 200000] [--shares default,2] [--flood-nice 0] [--idle-searches 200] [--no-off]
+        [--chunks 200000] [--shares default,2] [--flood-nice 0] [--idle-searches 1000] [--no-off]
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=300)
     parser.add_argument("--logins", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--idle-searches", type=int, default=200, help="the victim's searches before any flood "
+    parser.add_argument("--idle-searches", type=int, default=1000, help="the victim's searches before any flood "
                         "(after 10 to warm up)")
     parser.add_argument("--shares", default="default", help="comma-separated INGESTION_API_SEARCHES_PER_TENANT "
                         "values to measure with the limits on ('default': the setting's default, half the cores)")
