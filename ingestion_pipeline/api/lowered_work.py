@@ -12,12 +12,13 @@
   Where the kernel schedules by session (autogroup: a server started from a shell, outside any cgroup of its
   own), a nice value weighs only against the threads of its own session, and the sessions share the cores
   evenly; PostgreSQL makes each backend a session of its own, so a lowered thread of the API still weighed as much
-  as another tenant's backend (its search p95 2.2-2.4x idle during a flood whose client was a session of its own).
-  A child in a session of its own, whose group is lowered too (``/proc/self/autogroup``), weighs 15 against the
-  backends' 1,024: 1.9-2.0x. Inside a container's or a service's cgroup the kernel does not group by session,
-  and the child is a lowered process like the threads. It starts on first use, off the request; until it has
-  answered once (the model loaded), or after it died, the work runs on the lowered thread; it ends with the
-  server (the pool's shutdown, or, when the server was killed, by watching for its parent to go).
+  as another tenant's backend. A child in a session of its own, whose group is lowered too
+  (``/proc/self/autogroup``), weighs 15 against the backends' 1,024 (another tenant's p95 during a login flood
+  2.1-4.2x idle before, 1.5-2.0x after; during a search flood 2.1-2.4x before, 1.6-2.5x after: docs/benchmarks.md).
+  Inside a container's or a service's cgroup the kernel does not group by session, and the child is a lowered
+  process like the threads. It starts on first use, off the request; until it has answered once (the model
+  loaded), or after it died, the work runs on the lowered thread; it ends with the server (the pool's shutdown,
+  or, when the server was killed, by watching for its parent to go).
 """
 
 from __future__ import annotations

@@ -251,7 +251,7 @@ def _assemble(run: StepRunner, row: dict, parts: list[dict]) -> FileOutcome:
         with run.db.connection() as conn:
             stored = sections.stored_chunks(conn, row["tenant_id"], row.get("doc_id"), rest)
     by_section |= stored
-    unmade = [s for s in planned if s.key not in by_section and s.key in set(rest)]
+    unmade = [s for s in planned if s.key not in by_section]  # neither in a part nor served before
     limit = run.settings.limits.max_tokens
     try:
         for chunk in chunk_sections(run, elements, unmade, limit):
