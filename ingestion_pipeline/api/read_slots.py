@@ -13,9 +13,9 @@ A search of a tenant that is at its share, or was within the last ``LOWERED_FOR_
 the lowest CPU priority (``nice`` 19, Linux; ``lowered_work.py``): a tenant that sends one search at a time
 never waits and keeps the normal priority, while a flood's searches take the cores only as far as the other
 tenants' searches leave them free. Without the memory, each time a flood's queue drained (its refused clients
-pausing) its next search found the share free and ran at the normal priority. The query's embedding runs on that
-same thread (``ApiServices``), so it is lowered too. Nothing needs a privilege: those threads are lowered once
-and never raised back.
+pausing) its next search found the share free and ran at the normal priority. The query's embedding, its
+heaviest part, runs in a lowered process of its own (``ApiServices.query_vector``). Nothing needs a privilege:
+those threads are lowered once and never raised back.
 
 The refusal is made by ``RefuseOverShare``, a plain ASGI middleware, before FastAPI routes the request: a
 flood's refused searches arrive every second from each of its connections, and through the whole stack
