@@ -11,6 +11,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -132,21 +134,11 @@ def test_steps_run_on_two_workers_a_killed_one_hands_its_step_over_and_the_model
     export = write_export(tmp_path / "export.csv", "meta", daily_rows(2, 2, 2, 5))  # and a metric export
     metrics = harness.cli("metrics", "submit", str(export), "--workspace", "acme", "--platform", "meta")
     assert metrics.returncode == 0, metrics.stderr
-    process = subprocess.Popen([CLI, "process"], env={k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not list(markers.glob("*.embed.unit")) and time.monotonic() < deadline:
-            assert process.poll() is None, process.stdout.read()
-            time.sleep(0.1)
-        assert list(markers.glob("*.embed.unit")), "worker1 never reached an embedding step"
+    with _processing_until(env, markers, "embed.unit", "worker1 never reached an embedding step") as process:
         workers.kill("worker1")  # the whole worker: its main process and its pool's process
         workers.start("worker2")
         workers.start("worker3", queues=("dagster",))  # not the embedding queue: never the model
         out, _ = process.communicate(timeout=900)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 0, out[-3000:] + workers.log("worker2")[-3000:]
     rows = table(db, "SELECT status, raw_path, attempts, owner, dagster_run_id FROM ingestion_runs")
     assert [r["status"] for r in rows] == ["succeeded"] * 9
@@ -250,21 +242,11 @@ def test_a_worker_killed_after_keeping_its_chunk_part_costs_no_chunk_and_one_pro
                   INGESTION_ALLOW_FAILPOINTS="1", INGESTION_FAILPOINT_DIR=str(markers))
     manual = _manual(tmp_path / "manual.md")
     assert harness.cli("submit", str(manual), "--tenant", "acme", "--key", "manual").returncode == 0
-    process = subprocess.Popen([CLI, "process"], env={k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not list(markers.glob("*.chunk.part_done")) and time.monotonic() < deadline:
-            assert process.poll() is None, process.stdout.read()
-            time.sleep(0.1)
-        assert list(markers.glob("*.chunk.part_done")), "worker1 never kept a part"
+    with _processing_until(env, markers, "chunk.part_done", "worker1 never kept a part") as process:
         [kept] = table(db, "SELECT part_number FROM staging_chunk_parts WHERE state = 'done'")
         workers.kill("worker1")
         workers.start("worker2", queues=("dagster",))
         out, _ = process.communicate(timeout=900)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode == 0, out[-3000:] + workers.log("worker2")[-3000:]
     [row] = table(db, "SELECT run_id, status, attempts, stats, dagster_run_id FROM ingestion_runs")
     assert (row["status"], row["attempts"]) == ("succeeded", 1) and row["stats"]["chunk_parts"] >= 2
@@ -284,3 +266,21 @@ def test_a_worker_killed_after_keeping_its_chunk_part_costs_no_chunk_and_one_pro
     assert table(db, served, "acme") == table(db, served, "whole")
     assert len(table(db, "SELECT 1 FROM document_versions WHERE tenant_id = 'acme'")) == 1
     assert not unfinished(database_url) and not invariant_violations(database_url)
+
+
+@contextmanager
+def _processing_until(env: dict, markers: Path, failpoint: str, never: str) -> Iterator[subprocess.Popen]:
+    """``ingestion-pipeline process`` started and waited for until a worker stopped at ``failpoint`` (its marker
+    in ``markers``; ``never``: the failure if none did in 300 s); killed with its group if it still runs after."""
+    process = subprocess.Popen([CLI, "process"], env={k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list(markers.glob(f"*.{failpoint}")) and time.monotonic() < deadline:
+            assert process.poll() is None, process.stdout.read()
+            time.sleep(0.1)
+        assert list(markers.glob(f"*.{failpoint}")), never
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
