@@ -105,8 +105,9 @@ def ingest(instance: dg.DagsterInstance, database: Database, tenant: str, *paths
     return keys
 
 
-def add_tenant_vectors(conn, tenant: str, vectors: np.ndarray, model: str = "m") -> list[int]:
-    """A tenant with one active version holding ``vectors`` (normalised), one chunk each; their chunk ids."""
+def add_tenant_vectors(conn, tenant: str, vectors: np.ndarray, model: str = "m", *, indexed: bool = True) -> list[int]:
+    """A tenant with one active version holding ``vectors`` (normalised), one chunk each; their chunk ids.
+    ``indexed=False``: as promotion leaves them, outside the HNSW graph until ``vector_backlog`` takes them."""
     conn.execute("INSERT INTO tenants (tenant_id) VALUES (%s) ON CONFLICT DO NOTHING", (tenant,))
     doc = conn.execute("INSERT INTO documents (tenant_id, source_uri, title) VALUES (%s, %s, 'd') RETURNING doc_id",
                        (tenant, f"test://{tenant}/{uuid.uuid4().hex}")).fetchone()["doc_id"]
@@ -121,8 +122,13 @@ def add_tenant_vectors(conn, tenant: str, vectors: np.ndarray, model: str = "m")
             """INSERT INTO chunks (tenant_id, version_id, doc_id, ordinal, text, token_count, content_hash)
                VALUES (%s, %s, %s, %s, %s, 1, 'h') RETURNING chunk_id""",
             (tenant, version, doc, i, f"{tenant} chunk {i}")).fetchone()["chunk_id"]
-        conn.execute("INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding) VALUES (%s, %s, %s, %s)",
-                     (chunk, tenant, model, (vector / np.linalg.norm(vector)).astype(np.float32)))
+        vector = (vector / np.linalg.norm(vector)).astype(np.float32)
+        if indexed:  # the column's default (and a database migrated before sql/044 has no such column)
+            conn.execute("INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding) VALUES (%s, %s, %s, %s)",
+                         (chunk, tenant, model, vector))
+        else:
+            conn.execute("INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding, indexed) "
+                         "VALUES (%s, %s, %s, %s, false)", (chunk, tenant, model, vector))
         ids.append(chunk)
     return ids
 

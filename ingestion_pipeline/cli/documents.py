@@ -77,6 +77,19 @@ def _print_upload(records: list[dict]) -> None:
               f"promoted, {u['invalid_rows'] or 0} invalid" + (f": {u['error']}" if u["error"] else ""))
 
 
+def _index_what_is_left(ctx: Context, conn) -> None:
+    """Vectors a killed run promoted but did not put into their HNSW graph: searchable already, but ranked exactly
+    in every search until indexed; with nothing queued no run's promotion step would take them."""
+    from ingestion_pipeline.documents import vector_backlog
+
+    if vector_backlog.pending(conn):
+        reporter = install_terminal_reporter()  # vectors, rate, ETA on stderr
+        try:
+            vector_backlog.index_backlog(ctx.db, connections=ctx.settings.batch.lanes)
+        finally:
+            logging.getLogger("ingestion_pipeline.progress").removeHandler(reporter)
+
+
 def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     """Run everything queued now, in this process, through the jobs and the project's instance; print each run.
 
@@ -94,6 +107,7 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     redis = _redis_jobs_first(ctx, args)
     with ctx.db.connection() as conn:
         if not any_unfinished(conn):
+            _index_what_is_left(ctx, conn)
             return []
         if documents_due(conn) and ctx.settings.executor.executor != "celery":  # else the workers embed
             from ingestion_pipeline.documents.extraction.isolation import start_spare_worker

@@ -12,7 +12,8 @@ A failpoint arms only inside a test (pytest's ``PYTEST_CURRENT_TEST`` is set) or
 Points: ``model.load``, ``extract.file``, ``extract.unit_done`` (a unit of a big PDF kept, the others not yet),
 ``chunk.part_done`` (a part of a big document's chunks kept, the step not yet reported), ``embed.unit``,
 ``promote.transaction``, ``promote.statement`` (a statement in flight inside the promotion transaction:
-``failpoint_statement``), ``metrics.stage``, ``metrics.promote``, ``queue.taken`` (a Redis job taken, nothing
+``failpoint_statement``), ``index.batch`` (a batch of promoted vectors put into their HNSW graph, not
+committed), ``metrics.stage``, ``metrics.promote``, ``queue.taken`` (a Redis job taken, nothing
 committed), ``queue.accepted`` (its ledger row committed, the message not yet acknowledged).
 """
 

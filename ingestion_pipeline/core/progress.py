@@ -229,3 +229,35 @@ def install_terminal_reporter(stream: TextIO | None = None) -> logging.Handler:
     _log.setLevel(logging.INFO)
     _log.propagate = False
     return handler
+
+
+class CountProgress(_Reporter):
+    """A count of like things done of a known total (vectors indexed): rate and ETA by that count."""
+
+    def __init__(self, step: str, total: int, unit: str, *, sinks: Iterable[Sink] = (),
+                 interval: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(sinks, interval, clock)
+        self.step, self.total, self.unit = step, total, unit
+        self.done = 0
+        self._lock = threading.Lock()
+
+    def advance(self, count: int) -> None:
+        with self._lock:  # counted on several lanes
+            self.done += count
+            self._maybe_report()
+
+    def snapshot(self, now: float | None = None) -> dict:
+        now = self._clock() if now is None else now
+        elapsed = max(now - self._started, 1e-9)
+        rate = self.done / elapsed
+        left = self.total - self.done
+        eta = 0.0 if left <= 0 else (left / rate if rate > 0 else None)
+        return {"step": self.step, "done": self.done, "total": self.total, "unit": self.unit,
+                "per_s": round(rate, 1), "elapsed_s": round(elapsed, 1),
+                "eta_s": None if eta is None else round(eta, 1)}
+
+    def describe(self, snapshot: dict | None = None) -> str:
+        s = snapshot or self.snapshot()
+        eta = "?" if s["eta_s"] is None else _duration(s["eta_s"])
+        return (f"{s['step']}: {s['done']:,}/{s['total']:,} {s['unit']} ({s['per_s']:,.0f}/s), "
+                f"elapsed {_duration(s['elapsed_s'])}, ETA {eta}")

@@ -140,9 +140,11 @@ def promote_document_version(
              FROM staging_chunks WHERE run_id = %s ORDER BY ordinal""",
         (tenant_id, version_id, doc_id, run_id),
     )
+    # not indexed yet: the HNSW graph takes them after this transaction (vector_backlog.py); search ranks them
+    # exactly until then
     conn.execute(
-        """INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, model_digest, embedding)
-           SELECT c.chunk_id, %s, %s, %s, sc.embedding
+        """INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, model_digest, embedding, indexed)
+           SELECT c.chunk_id, %s, %s, %s, sc.embedding, false
              FROM chunks c JOIN staging_chunks sc ON sc.run_id = %s AND sc.ordinal = c.ordinal
             WHERE c.version_id = %s""",
         (tenant_id, model, model_digest, run_id, version_id),

@@ -119,12 +119,12 @@ def sweep_settings() -> Iterator[tuple[str, SearchSettings]]:
 # current model's vectors only. The index is scanned before the tenant/active filter applies, so when
 # the nearest vectors belong to other tenants it can return fewer than asked for (even none).
 _VECTOR_ANN_SQL = """
-SELECT e.chunk_id
+SELECT e.chunk_id, ({vector} <=> %(vector)s) AS distance
   FROM chunk_embeddings e
   JOIN chunks c ON c.chunk_id = e.chunk_id
   JOIN document_versions v ON v.version_id = c.version_id AND v.is_active
  WHERE e.tenant_id = %(tenant)s AND c.tenant_id = %(tenant)s AND v.tenant_id = %(tenant)s
-   AND vector_dims(e.embedding) = {dim} AND e.model = %(model)s
+   AND vector_dims(e.embedding) = {dim} AND e.indexed AND e.model = %(model)s
  ORDER BY {vector} <=> %(vector)s
  LIMIT %(candidates)s
 """
@@ -132,21 +132,26 @@ SELECT e.chunk_id
 # %(nearest)s nearest of its vectors by distance alone, then only those checked for an active version (NULL: all of
 # them). Checking every row's version through its chunk was most of the statement (a 2,752-chunk tenant: 6.5 ms,
 # two index lookups a row); a ranking that keeps fewer than asked is computed again over every row.
-_VECTOR_EXACT_SQL = """
+_EXACT_SQL = """
 WITH nearest AS MATERIALIZED (
     SELECT e.chunk_id, ({vector} <=> %(vector)s) + 0 AS distance
       FROM chunk_embeddings e
-     WHERE e.tenant_id = %(tenant)s AND vector_dims(e.embedding) = {dim} AND e.model = %(model)s
+     WHERE e.tenant_id = %(tenant)s AND vector_dims(e.embedding) = {dim} AND e.model = %(model)s{rows}
      ORDER BY distance
      LIMIT %(nearest)s
 )
-SELECT n.chunk_id
+SELECT n.chunk_id, n.distance
   FROM nearest n
   JOIN chunks c ON c.chunk_id = n.chunk_id AND c.tenant_id = %(tenant)s
   JOIN document_versions v ON v.version_id = c.version_id AND v.is_active AND v.tenant_id = %(tenant)s
  ORDER BY n.distance
  LIMIT %(candidates)s
 """
+_VECTOR_EXACT_SQL = _EXACT_SQL.replace("{rows}", "")
+# Beside the index's answer, the tenant's vectors promoted but not in the graph yet (documents/vector_backlog.py),
+# ranked so, read through the partial index chunk_embeddings_backlog: a version is searchable the moment its
+# promotion commits.
+_VECTOR_BACKLOG_SQL = _EXACT_SQL.replace("{rows}", " AND NOT e.indexed")
 # Bounded: how many chunks the tenant has, counted up to a limit (an index-only scan of chunks_reuse_idx)
 _TENANT_CHUNKS_SQL = "SELECT count(*) AS n FROM (SELECT 1 FROM chunks WHERE tenant_id = %(tenant)s LIMIT %(limit)s) x"
 _ACTIVE_CHUNKS_SQL = """
@@ -318,11 +323,13 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
 
     - a tenant of at most ``EXACT_SEARCH_MAX_CHUNKS`` chunks is ranked exactly: reading its rows costs
       less than an HNSW scan whose neighbourhood is mostly other tenants' (4 ms for 1,000 chunks);
-    - a larger one by the HNSW index. With pgvector >= 0.8 the scan goes on until enough rows pass the
-      tenant filter (iterative scans); older versions (0.6: the embedded server before) stop after ``ef_search`` index
-      entries, so it is the most pgvector allows (1,000) and the scan can come back short when the query's
-      neighbourhood belongs to other tenants. Fewer than ``k`` then, and the tenant's rows are ranked
-      exactly, so a tenant never gets fewer results than it has chunks.
+    - a larger one by the HNSW index, and its vectors not in the graph yet (promoted since the index last took
+      its backlog, ``vector_backlog.py``) exactly beside it, the two merged by distance. With pgvector >= 0.8
+      the scan goes on until enough rows pass the tenant filter (iterative scans); older versions (0.6: the
+      embedded server before) stop after ``ef_search`` index entries, so it is the most pgvector allows (1,000)
+      and the scan can come back short when the query's neighbourhood belongs to other tenants. Fewer than
+      ``k`` then, and the tenant's rows are ranked exactly, so a tenant never gets fewer results than it has
+      chunks.
 
     ``exact``: whether the model's share of the tenant is small enough to rank exactly (None: by the tenant's size)."""
     params = {"tenant": tenant_id, "vector": query_vector, "model": model, "candidates": candidates}
@@ -331,24 +338,30 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
         exact = conn.execute(_TENANT_CHUNKS_SQL, {"tenant": tenant_id, "limit": EXACT_SEARCH_MAX_CHUNKS + 1}
                              ).fetchone()["n"] <= EXACT_SEARCH_MAX_CHUNKS
     if exact:
-        return _exact_candidates(conn, params, dim, nearest=4 * candidates + 50)
+        return [r["chunk_id"] for r in _exact_rows(conn, params, dim, _VECTOR_EXACT_SQL)]
     if _supports_iterative_scan(conn):
         conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true), set_config('hnsw.max_scan_tuples', %s, true),"
                      " set_config('hnsw.ef_search', %s, true)",
                      (HNSW_SCAN_ORDER, str(HNSW_MAX_SCAN_TUPLES), str(max(HNSW_EF_SEARCH, min(candidates * 4, 1000)))))
     else:
         conn.execute("SELECT set_config('hnsw.ef_search', '1000', true)")
-    ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_ANN_SQL, dim), params).fetchall()]
+    found = conn.execute(of_dimension(_VECTOR_ANN_SQL, dim), params).fetchall()
+    found += _exact_rows(conn, params, dim, _VECTOR_BACKLOG_SQL)
+    # by distance: the two lists merged, and the relaxed scan's slightly out-of-order rows put in order
+    ids = [r["chunk_id"] for r in sorted(found, key=lambda r: (r["distance"], r["chunk_id"]))[:candidates]]
     if len(ids) < k and conn.execute(of_dimension(_ACTIVE_CHUNKS_SQL, dim), params).fetchone()["n"] > len(ids):
-        ids = _exact_candidates(conn, params, dim, nearest=None)
+        ids = [r["chunk_id"] for r in _exact_rows(conn, params, dim, _VECTOR_EXACT_SQL, nearest=None)]
     return ids
 
 
-def _exact_candidates(conn: psycopg.Connection, params: dict, dim: int, nearest: int | None) -> list[int]:
-    """The exact ranking, its version check on the ``nearest`` nearest vectors (None: all); again on all of them
-    when fewer than the candidates asked for were active among those."""
-    ids = [r["chunk_id"] for r in conn.execute(of_dimension(_VECTOR_EXACT_SQL, dim),
-                                               {**params, "nearest": nearest}).fetchall()]
-    if nearest is not None and len(ids) < params["candidates"]:
-        return _exact_candidates(conn, params, dim, None)
-    return ids
+def _exact_rows(conn: psycopg.Connection, params: dict, dim: int, statement: str, *,
+                nearest: int | None | bool = True) -> list[dict]:
+    """The exact ranking of ``statement`` (chunk ids and distances), its version check on the ``nearest`` nearest
+    vectors (True: 4 x the candidates + 50; None: all of them); again on all of them when fewer than the
+    candidates asked for were active among those."""
+    if nearest is True:
+        nearest = 4 * params["candidates"] + 50
+    rows = conn.execute(of_dimension(statement, dim), {**params, "nearest": nearest}).fetchall()
+    if nearest is not None and len(rows) < params["candidates"]:
+        return _exact_rows(conn, params, dim, statement, nearest=None)
+    return rows

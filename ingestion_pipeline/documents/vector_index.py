@@ -1,4 +1,5 @@
-"""One HNSW index per embedding dimension (sql/013): `embedding::vector(dim)`, partial on the dimension.
+"""One HNSW index per embedding dimension (sql/013): `embedding::vector(dim)`, partial on the dimension and on
+``indexed`` (sql/044: a promoted vector joins the graph after its promotion, ``vector_backlog.py``).
 
 The dimension is part of the SQL text (an index expression and predicate cannot take parameters, and a
 query only uses a partial index whose predicate the planner can prove from literals); it is always an
@@ -23,7 +24,7 @@ def partition_index_name(partition: str, dimension: int) -> str:
 
 
 _INDEX = "CREATE INDEX {name} ON {only}{table} USING hnsw ((embedding::vector({dim})) vector_cosine_ops) " \
-         "WHERE vector_dims(embedding) = {dim}"
+         "WHERE vector_dims(embedding) = {dim} AND indexed"
 
 
 def ensure_vector_index(conn: psycopg.Connection, dimension: int) -> bool:

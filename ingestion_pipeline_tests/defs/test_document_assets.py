@@ -198,3 +198,27 @@ def test_a_batch_of_uploads_builds_no_s3_client(instance, database, corpus_dir, 
     [key] = batch_queued(database)
     assert materialize_batch(instance, key).success
     assert built == []
+
+
+def test_a_batch_leaves_every_vector_in_its_graph_with_those_a_run_before_it_left(instance, database, db,
+                                                                                 corpus_dir):
+    """Promotion writes a version's vectors outside the HNSW graph (searchable at once, ranked exactly); the
+    step takes the whole backlog before it ends, a killed run's leftovers included, and says so in the run log."""
+    import numpy as np
+
+    from ingestion_pipeline.documents import vector_backlog
+    from ingestion_pipeline_tests.helpers import add_tenant_vectors
+
+    left = add_tenant_vectors(db, "globex", np.random.default_rng(2).normal(size=(30, 384)), indexed=False)
+    docs = corpus_dir / "documents"
+    submit(database, "acme", docs / "fake-memo.pdf", docs / "simple.docx")
+    [key] = batch_queued(database)
+    result = materialize_batch(instance, key)
+    assert result.success
+    promoted = table(db, "SELECT count(*) AS n FROM chunk_embeddings WHERE tenant_id = 'acme'")[0]["n"]
+    assert promoted > 0 and vector_backlog.pending(db) == 0
+    assert table(db, "SELECT count(*) AS n FROM chunk_embeddings WHERE chunk_id = ANY(%s) AND indexed",
+                 left)[0]["n"] == len(left)
+    messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    total = promoted + len(left)
+    assert any(m.startswith(f"index: {total:,}/{total:,} vectors") for m in messages), messages

@@ -5,6 +5,7 @@ active version (and had one at every sampled moment: the previous version kept s
 embeddings and text vectors match, and that nothing was promoted twice. Metric uploads likewise,
 killed mid-staging and mid-promotion: no partial promotion, exactly one completion event."""
 
+import json
 import os
 import random
 
@@ -200,3 +201,42 @@ def test_a_worker_killed_mid_document_costs_the_units_it_had_not_kept(harness, d
     ordinals = [c["ordinal"] for c in table(db, "SELECT ordinal FROM chunks ORDER BY ordinal")]
     assert ordinals == list(range(version["chunk_count"])) and version["chunk_count"] > 5
     assert invariant_violations(database_url) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_process_killed_while_indexing_leaves_its_versions_served_and_the_next_process_indexes_them(
+        harness, database_url, db, corpus_dir):
+    """SIGKILL inside the sweep's first transaction (vector_backlog.py): the versions were promoted and committed
+    before it, so they are served and searchable; their vectors wait outside the graph, and a `process` with
+    nothing queued puts them in."""
+    import numpy as np
+
+    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.documents import search, vector_backlog
+
+    docs = corpus_dir / "documents"
+    assert harness.cli("submit", str(docs / "norwich-city.txt"), str(docs / "fake-memo.pdf"),
+                       "--tenant", "acme").returncode == 0
+    assert harness.kill_process(point="index.batch").reached
+    assert {r["status"] for r in table(db, "SELECT status FROM ingestion_runs")} == {"succeeded"}
+    chunks = table(db, "SELECT count(*) AS n FROM chunk_embeddings")[0]["n"]
+    left = vector_backlog.pending(db)  # the killed transaction's batch (the other lane may have committed one)
+    assert 0 < left <= chunks
+    assert invariant_violations(database_url) == []
+    # searchable as they are: a stored vector as the query finds its own chunk, through the backlog's ranking
+    stored = table(db, "SELECT chunk_id, embedding FROM chunk_embeddings WHERE NOT indexed "
+                       "ORDER BY chunk_id LIMIT 1")[0]
+    with connect(database_url, autocommit=True) as conn:
+        found = search._vector_candidates(conn, "acme", stored["embedding"].to_numpy().astype(np.float32),
+                                          table(db, "SELECT model FROM chunk_embeddings LIMIT 1")[0]["model"],
+                                          10, 5, exact=False)
+    assert found[0] == stored["chunk_id"]
+
+    result = harness.cli("process")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert vector_backlog.pending(db) == 0
+    # not a terminal: the progress comes as one JSON object a report
+
+    reports = [json.loads(line) for line in result.stderr.splitlines() if line.startswith('{"event": "progress"')]
+    expected = {"step": "index", "done": left, "total": left, "unit": "vectors", "final": True}
+    assert expected.items() <= reports[-1].items()

@@ -1,11 +1,12 @@
-"""Step 5, ``promoted_documents``: each file's version promoted in one transaction, the old one deactivated."""
+"""Step 5, ``promoted_documents``: each file's version promoted in one transaction, the old one deactivated; then
+the vectors promoted (by this run or one before it) put into their HNSW graphs (``vector_backlog.py``)."""
 
 from __future__ import annotations
 
 import functools
 
 from ingestion_pipeline.core.failpoints import failpoint_statement
-from ingestion_pipeline.documents import file_ledger, serving_models, staging
+from ingestion_pipeline.documents import file_ledger, serving_models, staging, vector_backlog
 from ingestion_pipeline.documents.promotion import PromotionError, Superseded, promote_document_version
 from ingestion_pipeline.documents.steps.runner import SKIPPED, FileOutcome, StepRunner
 from ingestion_pipeline.documents.vector_index import ensure_vector_index
@@ -16,7 +17,11 @@ def promote_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
         ensure_vector_index(conn, run.model.dimension)
         # where this model's files are: a search host loads it from there while its versions still serve
         serving_models.register(conn, run.embedder.file_info, run.embedder.model_path)
-    return run.for_each(partition_key, functools.partial(_promote_one, run), "promote", lanes=run.lanes)
+    outcomes = run.for_each(partition_key, functools.partial(_promote_one, run), "promote", lanes=run.lanes)
+    # every version is searchable already (its vectors ranked exactly until indexed); the graphs take them now,
+    # on as many connections as files are promoted at once
+    vector_backlog.index_backlog(run.db, connections=run.lanes, sinks=run.progress_sinks)
+    return outcomes
 
 
 def _promote_one(run: StepRunner, row: dict) -> FileOutcome:

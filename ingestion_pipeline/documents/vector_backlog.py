@@ -1,0 +1,80 @@
+"""Promoted vectors into their partition's HNSW graph, after the transaction that promoted them (sql/044).
+
+Inserting a vector into an HNSW graph is CPU in the database backend: 0.6 ms a vector in a small graph, 1.5-2.8 ms
+at a million (benchmarks/hnsw_insert.py, search_latency.py), and it was nearly all of a promotion (a version of 251
+chunks: 160 of its insert's 161 ms). Inside the promotion it held the version's transaction and locks that long
+and ran only on the pipeline's own lanes. A version is now promoted with its vectors ``indexed = false`` (outside
+every HNSW index's predicate; search ranks them exactly, ``search._VECTOR_BACKLOG_SQL``), and this module sets
+them ``indexed = true`` in small transactions of their own, which is the graph insertion. Batches are taken with
+``FOR UPDATE SKIP LOCKED``, so several connections (and several runs) share one backlog without waiting on each
+other, and whatever a killed worker left is taken by the next sweep: every promotion step sweeps the whole backlog
+once its files are promoted (``steps/promote.py``), and ``process`` with nothing queued sweeps what is left.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+import psycopg
+
+from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.core.failpoints import failpoint
+from ingestion_pipeline.core.progress import CountProgress, Sink
+
+BATCH = 500  # vectors a transaction indexes: short enough that a search or a promotion never waits long on it
+
+_PENDING_SQL = "SELECT count(*) AS n FROM chunk_embeddings WHERE NOT indexed"
+_PENDING_OF_TENANT_SQL = "SELECT count(*) AS n FROM chunk_embeddings WHERE NOT indexed AND tenant_id = %(tenant)s"
+# The UPDATE writes each row again; the new row is inside the HNSW predicate, so that is the graph insertion.
+_INDEX_SOME_SQL = """
+UPDATE chunk_embeddings e SET indexed = true
+  FROM (SELECT tenant_id, chunk_id FROM chunk_embeddings WHERE NOT indexed LIMIT %(batch)s FOR UPDATE SKIP LOCKED) b
+ WHERE e.tenant_id = b.tenant_id AND e.chunk_id = b.chunk_id AND NOT e.indexed
+"""
+
+
+def pending(conn: psycopg.Connection, tenant_id: str | None = None) -> int:
+    """Vectors promoted but not in their HNSW graph yet (a tenant's, or every tenant's)."""
+    if tenant_id is None:
+        return conn.execute(_PENDING_SQL).fetchone()["n"]
+    return conn.execute(_PENDING_OF_TENANT_SQL, {"tenant": tenant_id}).fetchone()["n"]
+
+
+def index_some(conn: psycopg.Connection, batch: int = BATCH) -> int:
+    """Index up to ``batch`` pending vectors that no other connection is indexing; how many. The caller commits."""
+    return conn.execute(_INDEX_SOME_SQL, {"batch": batch}).rowcount
+
+
+def index_backlog(db: Database, *, connections: int = 1, batch: int = BATCH, sinks: Iterable[Sink] = ()) -> int:
+    """Index every pending vector, ``connections`` transactions at a time; the number indexed. Progress (vectors,
+    rate, ETA) goes to the progress logger and ``sinks`` (a Dagster step's run log)."""
+    with db.connection() as conn:
+        total = pending(conn)
+    if total == 0:
+        return 0
+    progress = CountProgress("index", total, "vectors", sinks=sinks)
+    errors: list[BaseException] = []
+
+    def lane() -> None:
+        try:
+            while not errors:
+                with db.transaction() as conn:
+                    done = index_some(conn, batch)
+                    failpoint("index.batch")  # a batch indexed, not committed
+                if done == 0:
+                    return
+                progress.advance(done)
+        except BaseException as exc:  # kept and raised by the caller: the other lanes stop at their next batch
+            errors.append(exc)
+
+    lanes = [threading.Thread(target=lane, name=f"index-lane-{i}", daemon=True)
+             for i in range(max(1, min(connections, db.max_size)))]
+    for thread in lanes:
+        thread.start()
+    for thread in lanes:
+        thread.join()
+    progress.finish()
+    if errors:
+        raise errors[0]
+    return progress.done
