@@ -7,7 +7,11 @@ promotion does, ``INSERT … SELECT`` from the staged vectors), with the index a
 encodes real text with the pipeline's embedder in the same run: if maintenance were a large share of a
 big initial load, it would be worth batching (the issue's lever); the figures say whether it is.
 
-    .venv/bin/python benchmarks/hnsw_insert.py [--existing 100000] [--insert 5000] [--batch 500]
+    .venv/bin/python benchmarks/hnsw_insert.py [--existing 100000] [--insert 5000] [--batch 500] [--connections 2]
+
+Then the same vectors as promotion inserts them now (outside the graph, sql/044): that insert, the new tenant's
+vector stage while none of its vectors is in the graph (ranked exactly beside the index) and once all are, and
+the backlog's sweep into the graph on ``--connections`` connections (``vector_backlog.py``).
 """
 
 from __future__ import annotations
@@ -58,19 +62,49 @@ def stage_new_vectors(conn, count: int, rng: np.random.Generator, tenant: str = 
     return ids
 
 
-def timed_inserts(conn, ids: list[int], batch: int, tenant: str = "new") -> list[float]:
+def timed_inserts(conn, ids: list[int], batch: int, tenant: str = "new", *, indexed: bool = True) -> list[float]:
     """Seconds per vector of each transaction of ``batch`` inserts (promotion's statement: one version's vectors
-    from staging)."""
+    from staging). ``indexed=False``: as promotion inserts them now, outside the HNSW graph (sql/044)."""
     per_vector = []
     for start in range(0, len(ids), batch):
         part = ids[start:start + batch]
         began = time.perf_counter()
         with conn.transaction():
-            conn.execute(f"""INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding)
-                             SELECT chunk_id, %s, 'bench', embedding FROM "pending_{tenant}"
-                              WHERE chunk_id BETWEEN %s AND %s""", (tenant, part[0], part[-1]))
+            conn.execute(f"""INSERT INTO chunk_embeddings (chunk_id, tenant_id, model, embedding, indexed)
+                             SELECT chunk_id, %s, 'bench', embedding, %s FROM "pending_{tenant}"
+                              WHERE chunk_id BETWEEN %s AND %s""", (tenant, indexed, part[0], part[-1]))
         per_vector.append((time.perf_counter() - began) / len(part))
     return per_vector
+
+
+def promoted_then_indexed(url: str, conn, ids: list[int], batch: int, connections: int,
+                          rng: np.random.Generator, queries: int = 60) -> dict:
+    """The vectors inserted as promotion does now (``indexed = false``), the new tenant's vector stage timed while
+    none is in the graph, the backlog swept (``vector_backlog.index_backlog``), the stage timed again."""
+    from ingestion_pipeline.core.db import Database
+    from ingestion_pipeline.documents import search, vector_backlog
+
+    promoted = statistics.median(timed_inserts(conn, ids, batch, indexed=False))
+    conn.execute("ANALYZE chunk_embeddings")
+    stored = np.array([r["embedding"].to_numpy() for r in conn.execute(
+        "SELECT embedding FROM chunk_embeddings WHERE tenant_id = 'new' ORDER BY random() LIMIT %s", (queries,))])
+    asked = [(v + rng.normal(scale=0.05, size=DIM)).astype(np.float32) for v in stored]
+
+    def stage_ms() -> tuple[float, float]:
+        times = []
+        for vector in asked:
+            began = time.perf_counter()
+            with conn.transaction():
+                search._vector_candidates(conn, "new", vector / np.linalg.norm(vector), "bench", 10, 10, exact=False)
+            times.append((time.perf_counter() - began) * 1000)
+        return statistics.median(times), float(np.percentile(times, 95))
+
+    before = stage_ms()
+    with Database(url, max_size=connections) as db:
+        began = time.perf_counter()
+        swept = vector_backlog.index_backlog(db, connections=connections)
+        sweep = (time.perf_counter() - began) / max(swept, 1)
+    return {"promote_s": promoted, "sweep_s": sweep, "before": before, "after": stage_ms()}
 
 
 def encode_seconds_per_chunk(texts: int) -> tuple[str, float]:
@@ -92,6 +126,7 @@ def main() -> None:
     parser.add_argument("--insert", type=int, default=5_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--encode", type=int, default=256, help="passages to encode for the comparison")
+    parser.add_argument("--connections", type=int, default=2, help="connections sweeping the backlog (default 2)")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     from ingestion_pipeline.core.db import connect
@@ -103,6 +138,9 @@ def main() -> None:
         ids = stage_new_vectors(conn, args.insert, rng)
         with_index = timed_inserts(conn, ids, args.batch)
         conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = 'new'")
+        conn.execute("VACUUM ANALYZE chunk_embeddings")
+        backlog = promoted_then_indexed(url, conn, ids, args.batch, args.connections, rng)
+        conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = 'new'")
         conn.execute(f'DROP INDEX "{index_name(DIM)}"')
         without_index = timed_inserts(conn, ids, args.batch)
     backend, encode = encode_seconds_per_chunk(args.encode)
@@ -112,6 +150,12 @@ def main() -> None:
     print(f"  with the HNSW index      {indexed * 1000:7.2f} ms   ({1 / indexed:8,.0f} vectors/s)")
     print(f"  without it               {plain * 1000:7.2f} ms   ({1 / plain:8,.0f} vectors/s)")
     print(f"  index maintenance        {(indexed - plain) * 1000:7.2f} ms per vector")
+    print("\nas promotion does it now: outside the graph, then the backlog swept into it (vector_backlog.py):")
+    print(f"  promotion's insert       {backlog['promote_s'] * 1000:7.2f} ms per vector")
+    print(f"  the sweep, {args.connections} connection(s) {backlog['sweep_s'] * 1000:7.2f} ms per vector (wall)")
+    print(f"  the new tenant's vector stage (10 candidates, {args.insert:,} chunks): p50 / p95 "
+          f"{backlog['before'][0]:.1f} / {backlog['before'][1]:.1f} ms while none is in the graph, "
+          f"{backlog['after'][0]:.1f} / {backlog['after'][1]:.1f} ms once all are")
     print(f"  encoding one ~800-character chunk ({backend}): {encode * 1000:.1f} ms, so index maintenance is "
           f"{(indexed - plain) / encode:.1%} of the model's time per chunk")
 
