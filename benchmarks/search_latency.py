@@ -18,7 +18,7 @@ throwaway database on the embedded server (dropped at the end). Not part of the 
 scan's ef_search, order and scan budget, the exact-ranking threshold), beside the current one. ``--halfvec``
 measures an HNSW index over the vectors in half precision (``halfvec``) in place of the pipeline's;
 ``--promoting N`` searches while another connection promotes N vectors of a new tenant (``--clients C``: C
-connections searching at once, alone and then while promoting). ``--text-arm-of REV`` then searches every
+connections searching at once, alone, while promoting as before and as now). ``--text-arm-of REV`` then searches every
 tenant with the full-text arm of git revision REV and with the current one, alternating.
 """
 
@@ -266,12 +266,15 @@ def clients_under_promotion(url: str, conn, vectors: dict[str, np.ndarray], coun
                             seed: int, idle_seconds: float = 30.0) -> None:
     """``clients`` connections searching at once, each one search after another on a tenant drawn at random:
     first for ``idle_seconds`` alone, then while another connection promotes ``count`` vectors of a new tenant
-    (transactions of 500). p50/p95 over every search, and by the tenant's size."""
+    (transactions of 500) as promotion did before (into the HNSW graph inside each transaction), then ``count``
+    more twice as it does now (outside the graph, then swept into it on one connection, then on two). p50/p95 over
+    every search, and by the tenant's size."""
     import threading
 
     from hnsw_insert import stage_new_vectors, timed_inserts
 
-    from ingestion_pipeline.core.db import connect
+    from ingestion_pipeline.core.db import Database, connect
+    from ingestion_pipeline.documents import vector_backlog
     from ingestion_pipeline.documents.search import hybrid_search
 
     tenant = "promoting_at_once"
@@ -316,24 +319,59 @@ def clients_under_promotion(url: str, conn, vectors: dict[str, np.ndarray], coun
     stop = threading.Event()
     threading.Timer(idle_seconds, stop.set).start()
     report(f"alone ({idle_seconds:.0f} s)", searches(stop), idle_seconds)
-    rate: list[float] = []
-    stop = threading.Event()
+    # as promotion did before: each version's vectors into the graph inside its transaction, one connection;
+    # then as it does now: outside the graph, then swept into it (vector_backlog.py), on one connection (the same
+    # concurrency as before) and on two (the pipeline's two lanes). Other tenants whose vectors hash to the same
+    # partition, so each load grows the same graph from about the same size.
+    beside = _tenants_beside(conn, tenant, 2)
+    for n, name in enumerate(beside):
+        stage_new_vectors(conn, count, np.random.default_rng(seed + 1 + n), tenant=name)
+    for label, who, sweepers in (("promoted into the graph, as before", tenant, 0),
+                                 ("promoted outside it, then swept on 1 connection", beside[0], 1),
+                                 ("promoted outside it, then swept on 2 connections", beside[1], 2)):
+        rate: list[float] = []
+        stop = threading.Event()
 
-    def promote() -> None:
-        try:
-            with connect(url, autocommit=True) as other:
-                rate.append(1 / statistics.median(timed_inserts(other, ids, 500, tenant=tenant)))
-        finally:
-            stop.set()  # the clients stop with the promotion, whether it finished or failed
+        def promote(who: str = who, sweepers: int = sweepers, rate: list[float] = rate,
+                    stop: threading.Event = stop) -> None:
+            try:
+                began = time.perf_counter()
+                with connect(url, autocommit=True) as other:
+                    timed_inserts(other, ids if who == tenant else _staged_ids(other, who), 500, tenant=who,
+                                  indexed=not sweepers)
+                if sweepers:
+                    with Database(url, max_size=sweepers) as db:
+                        vector_backlog.index_backlog(db, connections=sweepers)
+                rate.append(count / (time.perf_counter() - began))
+            finally:
+                stop.set()  # the clients stop with the promotion, whether it finished or failed
 
-    began = time.perf_counter()
-    threading.Thread(target=promote).start()
-    timed = searches(stop)
-    seconds = time.perf_counter() - began
-    if not rate:
-        raise SystemExit("the promotion failed (its error is printed above)")
-    report(f"while {count:,} vectors are promoted ({seconds:.0f} s, {rate[0]:,.0f} vectors/s)", timed, seconds)
-    conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = %s", (tenant,))
+        began = time.perf_counter()
+        threading.Thread(target=promote).start()
+        timed = searches(stop)
+        seconds = time.perf_counter() - began
+        if not rate:
+            raise SystemExit("the promotion failed (its error is printed above)")
+        report(f"while {count:,} vectors are {label} ({seconds:.0f} s, {rate[0]:,.0f} vectors/s)", timed, seconds)
+    conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = ANY(%s)", ([tenant, *beside],))
+
+
+def _tenants_beside(conn, tenant: str, n: int) -> list[str]:
+    """``n`` tenant names whose vectors hash to ``tenant``'s partition of chunk_embeddings."""
+    names = []
+    for i in range(1000):
+        name = f"{tenant}_{i}"
+        if conn.execute("SELECT bool_or(satisfies_hash_partition('chunk_embeddings'::regclass, 16, r, %s::text) "
+                        "AND satisfies_hash_partition('chunk_embeddings'::regclass, 16, r, %s::text)) AS same "
+                        "FROM generate_series(0, 15) r", (tenant, name)).fetchone()["same"]:
+            names.append(name)
+            if len(names) == n:
+                return names
+    raise SystemExit(f"no {n} tenant names found beside {tenant}")
+
+
+def _staged_ids(conn, tenant: str) -> list[int]:
+    return [r["chunk_id"] for r in conn.execute(f'SELECT chunk_id FROM "pending_{tenant}" ORDER BY chunk_id')]
 
 
 def text_arm_of(revision: str):
