@@ -57,6 +57,14 @@ class _Reporter:
     def describe(self, snapshot: dict | None = None) -> str:
         raise NotImplementedError
 
+    def _pace(self, now: float | None, done: float, left: float) -> tuple[float, float, float | None]:
+        """Seconds elapsed, ``done`` per second, and the ETA of ``left`` at that rate (rounded; None: no rate yet)."""
+        now = self._clock() if now is None else now
+        elapsed = max(now - self._started, 1e-9)
+        rate = done / elapsed
+        eta = 0.0 if left <= 0 else (round(left / rate, 1) if rate > 0 else None)
+        return elapsed, rate, eta
+
     def _maybe_report(self) -> None:
         now = self._clock()
         if now - self._last_report >= self._interval:
@@ -152,14 +160,10 @@ class UnitProgress(_Reporter):
             self._maybe_report()
 
     def snapshot(self, now: float | None = None) -> dict:
-        now = self._clock() if now is None else now
-        elapsed = max(now - self._started, 1e-9)
-        rate = self.pages_read / elapsed
-        left = self.total_pages - self.pages_done
-        eta = 0.0 if left <= 0 else (left / rate if rate > 0 else None)
+        elapsed, rate, eta = self._pace(now, self.pages_read, self.total_pages - self.pages_done)
         return {"step": self.step, "units_done": self.units_done, "units_total": self.total_units,
                 "pages_done": self.pages_done, "pages_total": self.total_pages, "pages_per_s": round(rate, 2),
-                "elapsed_s": round(elapsed, 1), "eta_s": None if eta is None else round(eta, 1)}
+                "elapsed_s": round(elapsed, 1), "eta_s": eta}
 
     def describe(self, snapshot: dict | None = None) -> str:
         s = snapshot or self.snapshot()
@@ -247,14 +251,9 @@ class CountProgress(_Reporter):
             self._maybe_report()
 
     def snapshot(self, now: float | None = None) -> dict:
-        now = self._clock() if now is None else now
-        elapsed = max(now - self._started, 1e-9)
-        rate = self.done / elapsed
-        left = self.total - self.done
-        eta = 0.0 if left <= 0 else (left / rate if rate > 0 else None)
+        elapsed, rate, eta = self._pace(now, self.done, self.total - self.done)
         return {"step": self.step, "done": self.done, "total": self.total, "unit": self.unit,
-                "per_s": round(rate, 1), "elapsed_s": round(elapsed, 1),
-                "eta_s": None if eta is None else round(eta, 1)}
+                "per_s": round(rate, 1), "elapsed_s": round(elapsed, 1), "eta_s": eta}
 
     def describe(self, snapshot: dict | None = None) -> str:
         s = snapshot or self.snapshot()

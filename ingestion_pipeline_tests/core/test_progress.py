@@ -109,3 +109,27 @@ def test_row_progress_follows_the_bytes_read_for_its_eta():
     progress.finish()
     assert seen[-1] == "staging upload 7: 400,000 rows (20,000/s), 200 of 200 MB read (100%), elapsed 20s, ETA 0s"
     assert progress.snapshot()["eta_s"] == 0.0
+
+
+def test_count_progress_and_unit_progress_follow_their_own_counts():
+    from ingestion_pipeline.core.progress import CountProgress, UnitProgress
+
+    clock, seen = FakeClock(), []
+    vectors = CountProgress("index", 3_000, "vectors", sinks=[seen.append], interval=2.0, clock=clock)
+    assert vectors.snapshot()["eta_s"] is None  # nothing done yet: no rate, no ETA
+    clock.now += 2
+    vectors.advance(1_000)
+    assert seen == ["index: 1,000/3,000 vectors (500/s), elapsed 2s, ETA 4s"]
+    clock.now += 4
+    vectors.advance(2_500)  # more than the total (promoted while sweeping): done, not a negative ETA
+    vectors.finish()
+    assert seen[-1] == "index: 3,500/3,000 vectors (583/s), elapsed 6s, ETA 0s"
+
+    seen.clear()
+    units = UnitProgress("extract", 4, 100, sinks=[seen.append], interval=2.0, clock=clock)
+    clock.now += 2
+    units.advance(1, 20)
+    units.advance(1, 30, read=False)  # kept by an earlier attempt: done, but not this attempt's rate
+    assert units.snapshot()["pages_per_s"] == 10.0 and units.snapshot()["eta_s"] == 5.0
+    units.finish()
+    assert seen[-1] == "extract: 2/4 units, 50/100 pages (10.00 pages/s), elapsed 2s, ETA 5s"
