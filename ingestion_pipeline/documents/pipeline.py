@@ -66,3 +66,7 @@ class DocumentPipeline(StepRunner):
 
     def promote_batch(self, partition_key: str) -> list[FileOutcome]:
         return promote.promote_batch(self, partition_key)
+
+    def promotion_left_work(self) -> bool:
+        """Whether promoted vectors wait for their HNSW graph: what a promotion step does after its files."""
+        return promote.vectors_left_to_index(self)

@@ -9,12 +9,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 import psycopg
 import pytest
 from dagster import AssetKey
+from psycopg.rows import dict_row
 
 from ingestion_pipeline.core.embedded_postgres import embedded_dagster_url, ensure_embedded_postgres
 from ingestion_pipeline.core.migrations import apply_migrations
@@ -233,3 +235,70 @@ def test_the_pooled_dagster_instance_survives_a_postgres_restart(private_postgre
         assert instance.get_latest_materialization_event(AssetKey("raw_documents")) is None
     finally:
         instance.dispose()
+
+
+@pytest.mark.timeout(600)
+def test_postgres_stopped_in_the_sweep_and_dagsters_reexecution_from_failure_indexes_the_rest(
+        private_postgres, isolated_storage, corpus_dir, tmp_path, monkeypatch):
+    """The promotion step's files are promoted (committed, searchable outside the HNSW graph) and its sweep has
+    put one batch in the graph when the server stops (`pg_ctl stop -m fast`) for longer than the step retries
+    (here: not at all): the step fails, the versions keep serving, nothing is half-indexed. With the server back,
+    Dagster's re-execution from failure runs that step alone: it has no file left to promote (a person's run
+    would otherwise fail with nothing to do) and indexes the rest of the backlog."""
+    import dagster as dg
+
+    from ingestion_pipeline.core.db import Database
+    from ingestion_pipeline.documents import vector_backlog
+    from ingestion_pipeline_tests.helpers import batch_queued, document_batch_job, submit
+
+    url, pgdata = private_postgres
+    monkeypatch.setenv("DATABASE_URL", url)
+    monkeypatch.setenv("INGESTION_BATCH_LANES", "1")  # one sweeping connection: the stop falls between two batches
+    monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "")  # no retry within the run: it fails
+    index_some = vector_backlog.index_some
+    batches: list[int] = []
+
+    def server_stops_after_the_first_batch(conn, batch=vector_backlog.BATCH):
+        if len(batches) == 1:  # the first batch is committed; the server goes away before the second, a while
+            stop_postgres(pgdata)
+            threading.Timer(3, start_postgres, (pgdata,)).start()
+        batches.append(index_some(conn, 10))
+        return batches[-1]
+
+    monkeypatch.setattr(vector_backlog, "index_some", server_stops_after_the_first_batch)
+    docs = corpus_dir / "documents"
+    with Database(url) as database, dg.instance_for_test() as instance:
+        submit(database, "acme", docs / "norwich-city.txt", docs / "simple.docx", docs / "ideas-page.html")
+        [key] = batch_queued(database)
+        instance.add_dynamic_partitions("document_batches", [key])
+        job = dg.reconstructable(document_batch_job)
+        first = dg.execute_job(job, instance=instance, tags={"dagster/partition": key})
+        assert not first.success
+        failed = {e.step_key for e in first.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE}
+        assert failed == {"promoted_documents"}, failed
+        with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+            left = vector_backlog.pending(conn)
+            states = {r["status"] for r in conn.execute("SELECT status FROM ingestion_runs")}
+            indexed = conn.execute("SELECT count(*) AS n FROM chunk_embeddings WHERE indexed").fetchone()["n"]
+        assert states == {"succeeded"}  # promoted and committed before the sweep began
+        assert batches[0] == indexed == 10 and left > 0  # one batch in the graph, none half-way
+        assert invariant_violations(url) == []  # every version whole and served
+
+        monkeypatch.setattr(vector_backlog, "index_some", index_some)
+        retry = dg.execute_job(job, instance=instance, tags={"dagster/partition": key},
+                               reexecution_options=dg.ReexecutionOptions.from_failure(first.run_id, instance))
+        assert retry.success
+        started = {e.step_key for e in retry.all_events if e.event_type == dg.DagsterEventType.STEP_START}
+        assert "promoted_documents" in started and "document_embeddings" not in started, started
+        messages = [e.user_message for e in instance.all_logs(retry.run_id)]
+        assert any(m.startswith(f"index: {left:,}/{left:,} vectors") for m in messages), messages
+
+        again = dg.execute_job(job, instance=instance, tags={"dagster/partition": key},
+                               reexecution_options=dg.ReexecutionOptions.from_failure(first.run_id, instance))
+        assert not again.success  # nothing left at all now: not green on nothing
+        [failure] = [e for e in again.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+        assert "nothing to do in partition" in str(failure.event_specific_data.error), failure
+    assert invariant_violations(url) == []
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        assert vector_backlog.pending(conn) == 0
+        assert conn.execute("SELECT count(*) AS n FROM document_versions WHERE is_active").fetchone()["n"] == 3

@@ -16,7 +16,12 @@ REPLAY_FAILED_TAG = "ingestion/replay_failed"  # a launch with this tag set to "
 
 
 class NothingToDo(Exception):
-    """A person's run found no work in its partition; the message says why and what to run instead."""
+    """A person's run found no work in its partition; the message says why and what to run instead.
+    ``everything_done``: every row of the partition succeeded (none failed, held, queued or canceled)."""
+
+    def __init__(self, message: str, *, everything_done: bool = False) -> None:
+        super().__init__(message)
+        self.everything_done = everything_done
 
 
 def partition_states(conn: psycopg.Connection, t: LedgerTable, partition_key: str) -> list[dict]:
@@ -63,4 +68,5 @@ def nothing_to_do(conn: psycopg.Connection, t: LedgerTable, partition_key: str, 
     if by_status <= set(t.succeeded):
         advice.append("everything is done" + ("; no version is stale (a person's run re-indexes those made by "
                                               "another pipeline fingerprint)" if t.kind == "document" else ""))
-    return NothingToDo(f"nothing to do in partition {partition_key}: {'; '.join(parts)}. " + ". ".join(advice))
+    return NothingToDo(f"nothing to do in partition {partition_key}: {'; '.join(parts)}. " + ". ".join(advice),
+                       everything_done=by_status <= set(t.succeeded))

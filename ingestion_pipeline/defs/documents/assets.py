@@ -126,19 +126,34 @@ STEPS: dict[str, StepWork] = {
 }
 
 
+# Steps with work of their own once the batch's files are through them, and whether some is left: a promotion
+# step that failed in its sweep of the vector backlog (documents/vector_backlog.py) has promoted every file, and
+# its re-execution from failure takes the backlog instead of failing with nothing to do.
+FINISHES_AFTER_ITS_FILES: dict[str, Callable[[DocumentPipeline], bool]] = {
+    "promoted_documents": DocumentPipeline.promotion_left_work,
+}
+
+
 def _with_catch_up(name: str, pipeline: DocumentPipeline, context: dg.AssetExecutionContext,
                    work: Callable[[], T] | None = None) -> list[FileOutcome] | T:
     """``name``'s work; first, in a person's run that starts at ``name`` (a re-execution from failure) and no
     longer holds the batch's files (the run-failure sensor handed them back), the claim and the steps before
     it: the run re-drives the batch's remaining work as its owner (a file past a step skips it) or fails with
-    ``NothingToDo``, instead of running green on files it no longer holds."""
+    ``NothingToDo``, instead of running green on files it no longer holds; except a step of
+    ``FINISHES_AFTER_ITS_FILES`` whose batch is all done and which has work of its own left: it does that."""
     if (name != "raw_documents" and launched_by_a_person(context.run)
             and first_step_run(context.run, STEPS) == name and not pipeline.holds_files(context.partition_key)):
         context.log.info(f"a person's run starting at {name}: claiming the batch's remaining work first")
-        for earlier, step in STEPS.items():
-            if earlier == name:
-                break
-            _log_failures(context, step(pipeline, context))
+        try:
+            for earlier, step in STEPS.items():
+                if earlier == name:
+                    break
+                _log_failures(context, step(pipeline, context))
+        except NothingToDo as exc:
+            left = FINISHES_AFTER_ITS_FILES.get(name)
+            if not (exc.everything_done and left is not None and left(pipeline)):
+                raise
+            context.log.info(f"every file of the batch is done; {name} finishes the work it does after them")
     return work() if work is not None else STEPS[name](pipeline, context)
 
 

@@ -24,6 +24,12 @@ def promote_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
     return outcomes
 
 
+def vectors_left_to_index(run: StepRunner) -> bool:
+    """Whether the sweep has work: promoted vectors not in their HNSW graph yet (any run's)."""
+    with run.db.connection() as conn:
+        return vector_backlog.pending(conn) > 0
+
+
 def _promote_one(run: StepRunner, row: dict) -> FileOutcome:
     # a re-index keeps the extractor that made the stored elements
     extractor = (row["config"] or {}).get("extractor_version") if row["reindex_of_version_id"] else None
