@@ -129,9 +129,11 @@ SELECT e.chunk_id, ({vector} <=> %(vector)s) AS distance
  LIMIT %(candidates)s
 """
 # The same ranking computed exactly over the tenant's own rows ("+ 0" keeps the planner off the index): the
-# %(nearest)s nearest of its vectors by distance alone, then only those checked for an active version (NULL: all of
-# them). Checking every row's version through its chunk was most of the statement (a 2,752-chunk tenant: 6.5 ms,
-# two index lookups a row); a ranking that keeps fewer than asked is computed again over every row.
+# %(nearest)s nearest of its vectors by distance alone, then only those checked for an active version. Checking
+# every row's version through its chunk was most of the statement (a 2,752-chunk tenant: 6.5 ms, two index lookups
+# a row). Each of the nearest comes back with whether it is active, so a ranking that kept fewer than asked is
+# computed again over every row (%(nearest)s NULL: the active ones only, the best %(candidates)s) only when there
+# were more rows than it looked at.
 _EXACT_SQL = """
 WITH nearest AS MATERIALIZED (
     SELECT e.chunk_id, ({vector} <=> %(vector)s) + 0 AS distance
@@ -140,12 +142,13 @@ WITH nearest AS MATERIALIZED (
      ORDER BY distance
      LIMIT %(nearest)s
 )
-SELECT n.chunk_id, n.distance
+SELECT n.chunk_id, n.distance, v.version_id IS NOT NULL AS active
   FROM nearest n
-  JOIN chunks c ON c.chunk_id = n.chunk_id AND c.tenant_id = %(tenant)s
-  JOIN document_versions v ON v.version_id = c.version_id AND v.is_active AND v.tenant_id = %(tenant)s
+  LEFT JOIN chunks c ON c.chunk_id = n.chunk_id AND c.tenant_id = %(tenant)s
+  LEFT JOIN document_versions v ON v.version_id = c.version_id AND v.is_active AND v.tenant_id = %(tenant)s
+ WHERE v.version_id IS NOT NULL OR %(nearest)s::int IS NOT NULL
  ORDER BY n.distance
- LIMIT %(candidates)s
+ LIMIT CASE WHEN %(nearest)s::int IS NULL THEN %(candidates)s END
 """
 _VECTOR_EXACT_SQL = _EXACT_SQL.replace("{rows}", "")
 # Beside the index's answer, the tenant's vectors promoted but not in the graph yet (documents/vector_backlog.py),
@@ -350,18 +353,20 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
     # by distance: the two lists merged, and the relaxed scan's slightly out-of-order rows put in order
     ids = [r["chunk_id"] for r in sorted(found, key=lambda r: (r["distance"], r["chunk_id"]))[:candidates]]
     if len(ids) < k and conn.execute(of_dimension(_ACTIVE_CHUNKS_SQL, dim), params).fetchone()["n"] > len(ids):
-        ids = [r["chunk_id"] for r in _exact_rows(conn, params, dim, _VECTOR_EXACT_SQL, nearest=None)]
+        ids = [r["chunk_id"] for r in _exact_rows(conn, params, dim, _VECTOR_EXACT_SQL, every_row=True)]
     return ids
 
 
 def _exact_rows(conn: psycopg.Connection, params: dict, dim: int, statement: str, *,
-                nearest: int | None | bool = True) -> list[dict]:
-    """The exact ranking of ``statement`` (chunk ids and distances), its version check on the ``nearest`` nearest
-    vectors (True: 4 x the candidates + 50; None: all of them); again on all of them when fewer than the
-    candidates asked for were active among those."""
-    if nearest is True:
-        nearest = 4 * params["candidates"] + 50
+                every_row: bool = False) -> list[dict]:
+    """The exact ranking of ``statement`` (chunk ids and distances, the best ``candidates`` active ones): its
+    version check on the 4 x candidates + 50 nearest vectors; again on every row (``every_row``) when fewer than
+    the candidates asked for were active among those and the tenant has more rows than that."""
+    nearest = None if every_row else 4 * params["candidates"] + 50
     rows = conn.execute(of_dimension(statement, dim), {**params, "nearest": nearest}).fetchall()
-    if nearest is not None and len(rows) < params["candidates"]:
-        return _exact_rows(conn, params, dim, statement, nearest=None)
-    return rows
+    if every_row:
+        return rows
+    active = [r for r in rows if r["active"]]
+    if len(active) < params["candidates"] and len(rows) == nearest:
+        return _exact_rows(conn, params, dim, statement, every_row=True)
+    return active[:params["candidates"]]

@@ -93,6 +93,38 @@ def test_an_inactive_versions_unindexed_vectors_are_not_returned(db, monkeypatch
     assert hits and {h.chunk_id for h in hits} <= set(mine)
 
 
+def test_a_large_tenant_with_no_backlog_asks_for_it_once_and_one_behind_inactive_rows_is_still_found(
+        db, monkeypatch):
+    """Each of the backlog's nearest rows comes back with whether it is active: none at all is known at once (one
+    statement), and only a look that found too few active among as many rows as it looked at looks at every row."""
+    import psycopg
+
+    rng = np.random.default_rng(17)
+    query = _unit(rng.normal(size=384))
+    add_tenant_vectors(db, "acme", rng.normal(size=(200, 384)))
+    _through_the_index(db, monkeypatch)
+    sent: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def recording(self, query, params=None, **kwargs):
+        sent.append(str(query))
+        return execute(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", recording)
+    hybrid_search(db, tenant_id="acme", query="nothing matches this", query_vector=query, k=5, model="m")
+    assert sum("NOT e.indexed" in q for q in sent) == 1
+
+    # 100 unindexed rows of a replaced version nearer than one active unindexed row: more than the first look takes
+    old = add_tenant_vectors(db, "acme", query[None, :] + rng.normal(scale=0.01, size=(100, 384)), indexed=False)
+    db.execute("UPDATE document_versions SET is_active = false WHERE version_id = "
+               "(SELECT version_id FROM chunks WHERE chunk_id = %s)", (old[0],))
+    [fresh] = add_tenant_vectors(db, "acme", query[None, :] + rng.normal(scale=0.05, size=(1, 384)), indexed=False)
+    sent.clear()
+    hits = hybrid_search(db, tenant_id="acme", query="nothing matches this", query_vector=query, k=5, model="m")
+    assert hits[0].chunk_id == fresh and not {h.chunk_id for h in hits} & set(old)
+    assert sum("NOT e.indexed" in q for q in sent) == 2
+
+
 def test_the_backlog_is_taken_on_several_connections_each_vector_once(db, database):
     rng = np.random.default_rng(14)
     for tenant in ("acme", "globex", "initech"):
