@@ -67,9 +67,9 @@ phrases AS (
                AND t.lexeme IN (SELECT u.lexeme FROM unnest(to_tsvector(configs.cfg::regconfig, ph.text)) u)) AS idf
       FROM configs, unnest(%(phrases)s::text[], %(shares)s::float8[]) AS ph(text, share)
 )
-SELECT cfg, tq::text AS tq, idf, false AS phrase FROM terms
+SELECT cfg, tq::text AS tq, idf, false AS phrase, true AS word FROM terms
 UNION ALL
-SELECT DISTINCT cfg, tq::text, share * idf, share >= 1 FROM phrases WHERE idf > 0 AND numnode(tq) > 1
+SELECT DISTINCT cfg, tq::text, share * idf, share >= 1, false FROM phrases WHERE idf > 0 AND numnode(tq) > 1
 """
 
 # Candidates hold one of the rarest words (``seeds``); the best SEEDED_POOL of them by those words are then
@@ -128,13 +128,39 @@ def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candid
     if not terms:
         return []
     words = sorted((t for t in terms if not t["phrase"]), key=lambda t: -t["idf"])
-    seeds = [t for t in words if t["idf"] >= MIN_SEEDING_IDF][:SEED_WORDS] or words[:SEED_WORDS]
-    seeds += [t for t in terms if t["phrase"]]
+    phrases = [t for t in terms if t["phrase"]]
+    rare = [t for t in words if t["idf"] >= MIN_SEEDING_IDF][:SEED_WORDS]
+    if rare:
+        return _hits(conn, params, terms, rare + phrases, normalization)
+    # Every word is common in the tenant: each matches thousands of chunks (a tenant of 88,325: a two-word query
+    # scored ~26,000 matches, 50-60 ms), and the chunks holding them all are the ones their summed scores put
+    # first. Those seed, with the neighbouring pairs; every match of each word only when too few hold them all
+    # (benchmarks/search_latency.py: the same ten candidates for every such query at 1M chunks).
+    hits = _hits(conn, params, terms, _together(words) + phrases, normalization)
+    if len(hits) < candidates:
+        hits = _hits(conn, params, terms, words[:SEED_WORDS] + phrases, normalization)
+    return hits
+
+
+def _hits(conn: psycopg.Connection, params: dict, terms: list[dict], seeds: list[dict],
+          normalization: int) -> list[int]:
+    """``_TEXT_HITS_SQL``: the candidates ``seeds`` bring, scored by every term."""
     return [r["chunk_id"] for r in conn.execute(_TEXT_HITS_SQL, {
         **params, "pool": SEEDED_POOL, "normalization": normalization,
         "cfgs": [t["cfg"] for t in terms], "tqs": [t["tq"] for t in terms], "idfs": [t["idf"] for t in terms],
         "seed_cfgs": [t["cfg"] for t in seeds], "seed_tqs": [t["tq"] for t in seeds],
         "seed_idfs": [t["idf"] for t in seeds]}).fetchall()]
+
+
+def _together(words: list[dict]) -> list[dict]:
+    """Seeds for a query of common words only: in each language it was parsed in, one query of all its words
+    (weighing their weights' sum), and the neighbouring pairs of words."""
+    by_config: dict[str, list[dict]] = {}
+    for t in words:
+        if t["word"]:
+            by_config.setdefault(t["cfg"], []).append(t)
+    return [{"cfg": cfg, "tq": " & ".join(t["tq"] for t in ts), "idf": sum(t["idf"] for t in ts)}
+            for cfg, ts in by_config.items()] + [t for t in words if not t["word"]]
 
 
 def _phrases(query: str, adjacency_weight: float) -> dict[str, list]:

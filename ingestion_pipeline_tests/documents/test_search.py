@@ -319,3 +319,52 @@ def test_a_search_reads_only_its_tenants_full_text_partition(db, database, two_t
     after = scans()
     read = {name for name in after if after[name] > before.get(name, 0)}
     assert read == {parts["acme"]}, (read, parts)
+
+
+def _parts(path, texts: list[str]):
+    path.write_text("\n\n".join(f"# Entry {i}\n\n{text}" for i, text in enumerate(texts, 1)) + "\n")
+    return path
+
+
+def test_a_query_of_common_words_is_seeded_by_the_chunks_holding_them_all_and_by_each_when_too_few_do(
+        db, database, tmp_path, monkeypatch):
+    """Both words of "harbour lantern" are in more than an eighth of each tenant's chunks (too common to bring
+    candidates alone). Where ten or more chunks hold both, those bring the candidates and nothing else is scored
+    (one statement); where two do, they still come first and the chunks holding either word fill the ten."""
+    import psycopg
+
+    from ingestion_pipeline.documents.text_ranking import text_candidates
+
+    def entries(both: int) -> list[str]:
+        return ([f"The harbour lantern log, record {i}." for i in range(both)]
+                + [f"The harbour office log, record {i}." for i in range(8)]
+                + [f"The lantern workshop log, record {i}." for i in range(8)]
+                + [f"The station kitchen log, record {i}." for i in range(6)])
+
+    with dg.instance_for_test() as instance:
+        ingest(instance, database, "many", _parts(tmp_path / "many.md", entries(12)))
+        ingest(instance, database, "few", _parts(tmp_path / "few.md", entries(2)))
+    seeded: list[list[str]] = []  # each scoring statement's seeds
+    execute = psycopg.Connection.execute
+
+    def recording(self, query, params=None, **kwargs):
+        if "seeded AS" in str(query):
+            seeded.append(params["seed_tqs"])
+        return execute(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", recording)
+    texts = {r["chunk_id"]: r["text"] for r in db.execute("SELECT chunk_id, text FROM chunks")}
+    together = ["'harbour' & 'lantern'", "'harbour' <-> 'lantern'"]
+    for tenant, both in (("many", 12), ("few", 2)):
+        seeded.clear()
+        found = [texts[c] for c in text_candidates(db, tenant, "harbour lantern", 10)]
+        assert len(found) == 10
+        assert all("harbour lantern" in t for t in found[:min(both, 10)]), found
+        assert all(("harbour" in t) or ("lantern" in t) for t in found), found
+        assert [_unordered(s) for s in seeded] == [_unordered(together)] + (
+            [] if both >= 10 else [_unordered(["'harbour'", "'lantern'", "'harbour' <-> 'lantern'"])]), seeded
+
+
+def _unordered(tsqueries: list[str]) -> list[str]:
+    """Seeds compared whatever the order of equally weighted words (in the list, and inside an ``&``)."""
+    return sorted(" & ".join(sorted(tq.split(" & "))) for tq in tsqueries)
