@@ -124,7 +124,7 @@ def run_queued_in_process(
     (``definitions.reconstructable_jobs()``): their steps execute on the workers, this process waits.
     """
     policy = settings.reliability
-    run_janitor(instance, db, policy)
+    run_janitor(instance, db, policy, backlog_per_round=0)  # the runs it launches sweep the whole backlog
     processed: list[ProcessedRun] = []
     launched: set[str] = set()  # run keys: a relaunch (new launch generation) runs again
     while True:

@@ -8,7 +8,8 @@ every HNSW index's predicate; search ranks them exactly, ``search._VECTOR_BACKLO
 them ``indexed = true`` in small transactions of their own, which is the graph insertion. Batches are taken with
 ``FOR UPDATE SKIP LOCKED``, so several connections (and several runs) share one backlog without waiting on each
 other, and whatever a killed worker left is taken by the next sweep: every promotion step sweeps the whole backlog
-once its files are promoted (``steps/promote.py``), and ``process`` with nothing queued sweeps what is left.
+once its files are promoted (``steps/promote.py``), ``process`` with nothing queued sweeps what is left, and the
+janitor takes a bounded share each round while no run is in progress (``defs/ledger/janitor.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,20 @@ def pending(conn: psycopg.Connection, tenant_id: str | None = None) -> int:
 def index_some(conn: psycopg.Connection, batch: int = BATCH) -> int:
     """Index up to ``batch`` pending vectors that no other connection is indexing; how many. The caller commits."""
     return conn.execute(_INDEX_SOME_SQL, {"batch": batch}).rowcount
+
+
+def index_up_to(db: Database, limit: int, *, batch: int = BATCH) -> tuple[int, int]:
+    """Index at most ``limit`` pending vectors on one connection, ``batch`` a transaction: how many, and how many
+    are left (a bounded share of the backlog, for a service whose other duties must not wait on a whole sweep)."""
+    done = 0
+    while done < limit:
+        with db.transaction() as conn:
+            taken = index_some(conn, min(batch, limit - done))
+        if taken == 0:
+            break
+        done += taken
+    with db.connection() as conn:
+        return done, pending(conn)
 
 
 def index_backlog(db: Database, *, connections: int = 1, batch: int = BATCH, sinks: Iterable[Sink] = ()) -> int:

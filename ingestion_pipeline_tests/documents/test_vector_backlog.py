@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import uuid
 
 import numpy as np
 import pytest
@@ -174,3 +175,28 @@ def test_a_database_from_before_upgrades_with_every_vector_in_its_index(pg_serve
         assert "_hnsw_384" in json.dumps(plan)
         hits = hybrid_search(conn, tenant_id="acme", query="nothing", query_vector=query, k=3, model="m")
         assert hits[0].chunk_id == acme[7]
+
+
+def test_the_janitor_takes_a_bounded_share_of_a_backlog_no_run_will_take(db, database):
+    """A killed run's vectors, outside their graph, with no run in progress to sweep them: each janitor round (the
+    intake service's, every minute) indexes up to its share of them and says how many are left; none while a run is
+    in progress, nor in the round `process` runs before the runs it launches (they sweep it all)."""
+    import dagster as dg
+
+    from ingestion_pipeline.core.settings import ReliabilitySettings
+    from ingestion_pipeline.defs.ledger import janitor
+
+    add_tenant_vectors(db, "acme", np.random.default_rng(19).normal(size=(30, 384)), indexed=False)
+    with dg.instance_for_test() as instance:
+        assert janitor.run_janitor(instance, database, ReliabilitySettings(), backlog_per_round=0).is_empty
+        running = dg.DagsterRun(job_name="document_batch_job", run_id=str(uuid.uuid4()),
+                                status=dg.DagsterRunStatus.STARTED)
+        instance.add_run(running)  # a batch in progress: its promotion step will sweep
+        assert janitor.run_janitor(instance, database, ReliabilitySettings(), backlog_per_round=20).indexed == 0
+        instance.delete_run(running.run_id)
+        first = janitor.run_janitor(instance, database, ReliabilitySettings(), backlog_per_round=20)
+        assert (first.indexed, first.left_to_index, vector_backlog.pending(db)) == (20, 10, 10)
+        assert "20 promoted vector(s) put into their HNSW graph (10 still waiting)" in first.describe()
+        second = janitor.run_janitor(instance, database, ReliabilitySettings(), backlog_per_round=20)
+        assert (second.indexed, second.left_to_index) == (10, 0)
+        assert janitor.run_janitor(instance, database, ReliabilitySettings()).is_empty

@@ -13,7 +13,10 @@ holding every slot of the run queue (``max_concurrent_runs``), where its own run
 3. queued work that no run picked up for ``INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS`` (1 h) gets a new
    launch generation, so the sensors launch its batch again;
 4. units of big PDFs whose reader stopped renewing its lease are free to be read again;
-5. heartbeats of runs that are over are forgotten.
+5. heartbeats of runs that are over are forgotten;
+6. while no run is in progress, up to ``BACKLOG_PER_ROUND`` promoted vectors that a killed run left outside their
+   HNSW graph are put into it (``vector_backlog.py``): searchable already, they cost their tenant's every search
+   until then, and no run's promotion step would take them before the next batch.
 """
 
 
@@ -28,11 +31,12 @@ from ingestion_pipeline.core.ledger import DOCUMENT_FILES, TABLES
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.defs.ledger.finalization import owner_of, retry_follows, table_for_run
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
-from ingestion_pipeline.documents import file_ledger, units
+from ingestion_pipeline.documents import file_ledger, units, vector_backlog
 
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 STARTUP_GRACE_SECONDS = 60.0
+BACKLOG_PER_ROUND = 2_000  # vectors a round indexes: a few seconds at a million, the service's other duties wait
 
 
 @dataclass
@@ -41,10 +45,12 @@ class JanitorReport:
     expired: list[dict] = field(default_factory=list)  # ledger rows handed back (or dead-lettered)
     relaunched: list[str] = field(default_factory=list)  # partitions whose launch generation went up
     stale_units: list[dict] = field(default_factory=list)  # units of big PDFs whose reader stopped renewing
+    indexed: int = 0  # promoted vectors put into their HNSW graph
+    left_to_index: int = 0
 
     @property
     def is_empty(self) -> bool:
-        return not (self.dead_runs or self.expired or self.relaunched or self.stale_units)
+        return not (self.dead_runs or self.expired or self.relaunched or self.stale_units or self.indexed)
 
     def describe(self) -> str:
         if self.is_empty:
@@ -61,6 +67,9 @@ class JanitorReport:
                                      for u in self.stale_units[:5]))
         if self.relaunched:
             parts.append(f"{len(self.relaunched)} batch(es) relaunched: {', '.join(self.relaunched[:5])}")
+        if self.indexed:
+            parts.append(f"{self.indexed:,} promoted vector(s) put into their HNSW graph "
+                         f"({self.left_to_index:,} still waiting)")
         return "; ".join(parts)
 
 
@@ -106,14 +115,13 @@ def _owners_to_keep(instance: dg.DagsterInstance, lease_seconds: float) -> set[s
     return keep
 
 
-def _partitions_in_flight(instance: dg.DagsterInstance) -> set[str]:
-    return {r.dagster_run.tags.get("dagster/partition") for r in _records(instance, IN_PROGRESS)} - {None}
-
-
-def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilitySettings) -> JanitorReport:
+def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilitySettings, *,
+                backlog_per_round: int = BACKLOG_PER_ROUND) -> JanitorReport:
+    """One round (the module's docstring); ``backlog_per_round``: vectors it may index (0: none)."""
     report = JanitorReport(dead_runs=fail_runs_with_dead_workers(instance, db, policy.lease_seconds))
     keep = _owners_to_keep(instance, policy.lease_seconds)
-    in_flight = _partitions_in_flight(instance)
+    running = _records(instance, IN_PROGRESS)
+    in_flight = {r.dagster_run.tags.get("dagster/partition") for r in running} - {None}
     with db.transaction() as conn:
         for t in TABLES:
             expired = ledger.expire_leases(conn, t, policy, keep_owners=keep)
@@ -125,6 +133,8 @@ def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilityS
         report.stale_units = units.hand_back_stale(conn)
         leases.forget_older_than(conn, max(policy.lease_seconds * 10, 3600.0))
         step_values.drop_older_than(conn)
+    if backlog_per_round and not running:  # a run in progress sweeps the whole backlog at its promotion step
+        report.indexed, report.left_to_index = vector_backlog.index_up_to(db, backlog_per_round)
     return report
 
 
