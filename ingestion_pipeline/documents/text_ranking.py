@@ -135,7 +135,7 @@ def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candid
     # Every word is common in the tenant: each matches thousands of chunks (a tenant of 88,325: a two-word query
     # scored ~26,000 matches, 50-60 ms), and the chunks holding them all are the ones their summed scores put
     # first. Those seed, with the neighbouring pairs; every match of each word only when too few hold them all
-    # (benchmarks/search_latency.py: the same ten candidates for every such query at 1M chunks).
+    # (docs/benchmarks.md: at 1M chunks the same ten candidates for each such query, 200 queries on four tenants).
     hits = _hits(conn, params, terms, _together(words) + phrases, normalization)
     if len(hits) < candidates:
         hits = _hits(conn, params, terms, words[:SEED_WORDS] + phrases, normalization)
