@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -59,7 +60,10 @@ class LoginGuard:
         self._lock = threading.Lock()
         self._swept = 0.0
         self._hashers = LoweredThreads(concurrent, "login-hash")
-        self._hash_processes = LoweredProcess(concurrent, "login-hash", warm=_hash_ready)
+        # bcrypt is CPU: more hashing processes than cores hash no faster, and each is a Python of ~50 MB. Sized by
+        # the limit alone, a limit raised far (the benchmark's "off": 100,000) spawned processes until the
+        # kernel's OOM killer took the server; the checks beyond the cores wait in the pool's queue.
+        self._hash_processes = LoweredProcess(min(concurrent, os.cpu_count() or 1), "login-hash", warm=_hash_ready)
 
     def check(self, conn: psycopg.Connection, address: str, account: str) -> None:
         """``LoginRefused`` if this address or account has failed too often lately (on any API process)."""

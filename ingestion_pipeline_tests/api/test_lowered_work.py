@@ -92,6 +92,23 @@ def test_password_checks_run_in_the_lowered_hashing_processes():
         guard.close()
 
 
+def test_a_login_limit_above_the_cores_starts_no_more_hashing_processes_than_cores():
+    """bcrypt is CPU: the hashing processes are bounded by the cores, not by the limit on checks at once (a limit
+    of 100,000 spawned processes until the OOM killer took the server)."""
+    import multiprocessing
+
+    cores = os.cpu_count() or 1
+    before = {p.pid for p in multiprocessing.active_children()}
+    guard = LoginGuard(concurrent=4 * cores)
+    try:
+        wait_until_ready(guard._hash_processes, lambda: guard.hash(where))
+        assert guard.hash(where)["nice"] == LOWER_PRIORITY_NICE
+        started = {p.pid for p in multiprocessing.active_children()} - before
+        assert 0 < len(started) <= cores, started
+    finally:
+        guard.close()
+
+
 @pytest.mark.integration
 def test_a_query_embedded_in_the_lowered_process_has_this_processs_vector(database):
     services = ApiServices(database, load_settings(), ApiSettings())
