@@ -240,3 +240,45 @@ def test_a_process_killed_while_indexing_leaves_its_versions_served_and_the_next
     reports = [json.loads(line) for line in result.stderr.splitlines() if line.startswith('{"event": "progress"')]
     expected = {"step": "index", "done": left, "total": left, "unit": "vectors", "final": True}
     assert expected.items() <= reports[-1].items()
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_killed_with_no_batch_after_it_is_finished_by_the_intake_services_janitor(
+        harness, database_url, db, corpus_dir, tmp_path):
+    """SIGKILL inside the sweep, then no upload and no `process`: the running `ingestion-pipeline intake`
+    service's janitor marks the killed run failed (its worker stopped beating), and with no run in progress it
+    puts the vectors into their graph, a bounded share a round."""
+    import signal
+    import subprocess
+    import time
+
+    from ingestion_pipeline.documents import vector_backlog
+    from ingestion_pipeline_tests.faults.harness import CLI
+
+    docs = corpus_dir / "documents"
+    assert harness.cli("submit", str(docs / "norwich-city.txt"), str(docs / "fake-memo.pdf"),
+                       "--tenant", "acme").returncode == 0
+    assert harness.kill_process(point="index.batch").reached
+    left = vector_backlog.pending(db)
+    assert left > 0
+
+    log = tmp_path / "intake.log"
+    with log.open("w") as out:
+        service = subprocess.Popen([CLI, "intake", "--only", "janitor"], stdout=out, stderr=subprocess.STDOUT,
+                                   env={**harness.env, "INGESTION_JANITOR_INTERVAL_SECONDS": "1"})
+        try:
+            deadline = time.monotonic() + 120
+            while vector_backlog.pending(db) and time.monotonic() < deadline:
+                assert service.poll() is None, log.read_text()
+                time.sleep(0.2)
+            service.send_signal(signal.SIGTERM)
+            assert service.wait(30) == 0
+        finally:
+            if service.poll() is None:
+                service.kill()
+    text = log.read_text()
+    assert vector_backlog.pending(db) == 0, text
+    assert "janitor: 1 run(s) with a dead worker marked failed" in text
+    assert f"{left:,} promoted vector(s) put into their HNSW graph (0 still waiting)" in text
+    assert {r["status"] for r in table(db, "SELECT status FROM ingestion_runs")} == {"succeeded"}
+    assert invariant_violations(database_url) == []
