@@ -11,6 +11,7 @@ import re
 import psycopg
 
 from ingestion_pipeline.documents.languages import DEFAULT_CONFIG, query_language_weights
+from ingestion_pipeline.documents.term_frequencies import TERM_FREQUENCIES
 
 MIN_SEEDING_IDF = 2.0  # a word in more than ~1 chunk in 8 scores the candidates but does not bring them
 SEED_WORDS = 4  # the rarest words of a query bring its candidates (a phrase always does)
@@ -19,14 +20,24 @@ _PHRASE = re.compile(r'"([^"]+)"')
 _WORDS = re.compile(r"[^\W_]+")
 
 
-# The tenant's languages (the configurations its active versions were indexed in) and its active chunks: from
-# the totals a trigger keeps (sql/040), not from every active version.
+# The tenant's languages (the configurations its active versions were indexed in), its active chunks and its change
+# counter: from the totals a trigger keeps (sql/040, sql/045), not from every active version; and the query's
+# lexemes in each of those languages, to look their counts up (term_frequencies.py).
 _TENANT_TEXT_SQL = """
-SELECT (SELECT array_agg(name ORDER BY name) FROM (
-            SELECT name FROM tenant_serving_totals WHERE tenant_id = %(tenant)s AND kind = 'language'
-             GROUP BY name HAVING sum(versions) > 0) languages) AS configs,
-       coalesce(sum(chunks), 0)::bigint AS chunks
-  FROM tenant_serving_totals WHERE tenant_id = %(tenant)s AND kind = 'model'
+WITH languages AS (
+    SELECT name FROM tenant_serving_totals WHERE tenant_id = %(tenant)s AND kind = 'language'
+     GROUP BY name HAVING sum(versions) > 0
+),
+lexemes AS (
+    SELECT l.name AS cfg, t.lexeme FROM languages l, unnest(to_tsvector(l.name::regconfig, %(query)s)) t
+)
+SELECT (SELECT array_agg(name ORDER BY name) FROM languages) AS configs,
+       (SELECT coalesce(sum(chunks), 0) FROM tenant_serving_totals
+         WHERE tenant_id = %(tenant)s AND kind = 'model')::bigint AS chunks,
+       (SELECT coalesce(sum(versions), 0) FROM tenant_serving_totals
+         WHERE tenant_id = %(tenant)s AND kind = 'changes')::bigint AS changes,
+       (SELECT array_agg(cfg) FROM lexemes) AS lexeme_cfgs, (SELECT array_agg(lexeme) FROM lexemes) AS lexemes,
+       (SELECT oid FROM pg_database WHERE datname = current_database())::bigint AS database
 """
 
 # The full-text arm ranks rather than filters: any of the query's words matches, each weighted by how rare it
@@ -46,18 +57,21 @@ lexemes AS (
     SELECT DISTINCT configs.cfg, configs.weight, t.lexeme
       FROM configs, unnest(to_tsvector(configs.cfg::regconfig, %(query)s)) t
 ),
--- MATERIALIZED: each word counted once (inlined into terms, every use of df counted it again: three times)
+-- MATERIALIZED: each word counted once (inlined into terms, every use of df counted it again: three times); a
+-- count the caller passes (known: remembered at the tenant's current change counter) is not made again
 counted AS MATERIALIZED (
     SELECT l.cfg, l.weight, l.lexeme, quote_literal(l.lexeme)::tsquery AS tq,
-           (SELECT count(*) FROM (
+           coalesce(k.df, (SELECT count(*) FROM (
                 SELECT 1 FROM chunk_fts f
                  WHERE f.tenant_id = %(tenant)s AND f.text_search_config = l.cfg
                    AND f.tsv @@ quote_literal(l.lexeme)::tsquery
-                 LIMIT %(df_cap)s) x) AS df
+                 LIMIT %(df_cap)s) x)) AS df
       FROM lexemes l
+      LEFT JOIN unnest(%(known_cfgs)s::text[], %(known_lexemes)s::text[], %(known_dfs)s::bigint[])
+             AS k(cfg, lexeme, df) ON k.cfg = l.cfg AND k.lexeme = l.lexeme
 ),
 terms AS (
-    SELECT cfg, lexeme, tq, weight * ln(1 + (%(population)s - df + 0.5) / (df + 0.5)) AS idf
+    SELECT cfg, lexeme, tq, df, weight * ln(1 + (%(population)s - df + 0.5) / (df + 0.5)) AS idf
       FROM counted WHERE df > 0
 ),
 phrases AS (
@@ -67,9 +81,12 @@ phrases AS (
                AND t.lexeme IN (SELECT u.lexeme FROM unnest(to_tsvector(configs.cfg::regconfig, ph.text)) u)) AS idf
       FROM configs, unnest(%(phrases)s::text[], %(shares)s::float8[]) AS ph(text, share)
 )
-SELECT cfg, tq::text AS tq, idf, false AS phrase, true AS word FROM terms
+SELECT cfg, tq::text AS tq, idf, false AS phrase, true AS word, lexeme, df FROM terms
 UNION ALL
-SELECT DISTINCT cfg, tq::text, share * idf, share >= 1, false FROM phrases WHERE idf > 0 AND numnode(tq) > 1
+SELECT DISTINCT cfg, tq::text, share * idf, share >= 1, false, NULL::text, NULL::bigint
+  FROM phrases WHERE idf > 0 AND numnode(tq) > 1
+UNION ALL  -- words no served chunk holds: remembered too, never ranked
+SELECT cfg, NULL::text, NULL::float8, false, true, lexeme, 0::bigint FROM counted WHERE df = 0
 """
 
 # Candidates hold one of the rarest words (``seeds``); the best SEEDED_POOL of them by those words are then
@@ -122,9 +139,18 @@ def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candid
         return []
     weights = query_language_weights(query, tenant["configs"] or [DEFAULT_CONFIG])
     population = int(tenant["chunks"])
-    terms = conn.execute(_TEXT_TERMS_SQL, {
+    df_cap = max(100, population // 7)
+    scope = (conn.info.host, conn.info.port, tenant["database"], tenant_id, tenant["changes"], df_cap)
+    lexemes = [(cfg, lexeme) for cfg, lexeme in zip(tenant["lexeme_cfgs"] or [], tenant["lexemes"] or [], strict=True)
+               if cfg in weights]
+    known = TERM_FREQUENCIES.known(scope, lexemes)
+    rows = conn.execute(_TEXT_TERMS_SQL, {
         **params, "configs": list(weights), "weights": list(weights.values()), "population": population,
-        "df_cap": max(100, population // 7), **_phrases(query, adjacency_weight)}).fetchall()
+        "df_cap": df_cap, "known_cfgs": [cfg for cfg, _ in known], "known_lexemes": [lexeme for _, lexeme in known],
+        "known_dfs": list(known.values()), **_phrases(query, adjacency_weight)}).fetchall()
+    TERM_FREQUENCIES.remember(scope, {
+        (r["cfg"], r["lexeme"]): r["df"] for r in rows if r["word"] and (r["cfg"], r["lexeme"]) not in known})
+    terms = [r for r in rows if r["tq"] is not None]
     if not terms:
         return []
     words = sorted((t for t in terms if not t["phrase"]), key=lambda t: -t["idf"])

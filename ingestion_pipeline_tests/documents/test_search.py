@@ -368,3 +368,73 @@ def test_a_query_of_common_words_is_seeded_by_the_chunks_holding_them_all_and_by
 def _unordered(tsqueries: list[str]) -> list[str]:
     """Seeds compared whatever the order of equally weighted words (in the list, and inside an ``&``)."""
     return sorted(" & ".join(sorted(tq.split(" & "))) for tq in tsqueries)
+
+
+def test_a_words_count_is_made_once_per_change_of_the_tenant_and_made_again_after_one(
+        db, database, tmp_path, monkeypatch):
+    """The full-text arm's document frequencies are remembered under the tenant's change counter: a second search
+    passes them to the statement instead of counting (a remembered count is what the ranking uses), and once a
+    promotion changes what the tenant serves they are counted again, over what it serves now."""
+    import psycopg
+
+    from ingestion_pipeline.documents.term_frequencies import TERM_FREQUENCIES
+    from ingestion_pipeline.documents.text_ranking import text_candidates
+
+    with dg.instance_for_test() as instance:
+        ingest(instance, database, "acme", _parts(tmp_path / "log.md", [f"The harbour lantern log, record {i}."
+                                                                          for i in range(3)]
+                                                   + [f"The station kitchen log, record {i}." for i in range(9)]))
+    statements: list[dict] = []
+    execute = psycopg.Connection.execute
+
+    def recording(self, query, params=None, **kwargs):
+        if "counted AS MATERIALIZED" in str(query) or "seeded AS" in str(query):
+            statements.append(params)
+        return execute(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", recording)
+
+    def search() -> tuple[list[int], dict, dict]:
+        statements.clear()
+        found = text_candidates(db, "acme", "harbour lantern", 10)
+        terms, hits = statements[0], statements[-1]
+        return found, dict(zip(terms["known_lexemes"], terms["known_dfs"], strict=True)), dict(
+            zip(hits["tqs"], hits["idfs"], strict=True))
+
+    def counted(word: str) -> int:
+        return db.execute("SELECT count(*) AS n FROM chunk_fts WHERE tenant_id = 'acme' AND tsv @@ %s::tsquery",
+                          (word,)).fetchone()["n"]
+
+    first, known, idfs = search()
+    assert known == {} and len(first) == 3
+    again, known, idfs_again = search()
+    assert known == {"harbour": counted("harbour"), "lantern": 3} and again == first and idfs_again == idfs
+
+    # the ranking takes the remembered count: a wrong one shows in the word's weight
+    scope = next(reversed(TERM_FREQUENCIES._counts))[0]  # the last search's (other tests' searches are remembered)
+    TERM_FREQUENCIES.remember(scope, {("english", "lantern"): 11})
+    _, known, idfs_wrong = search()
+    assert known["lantern"] == 11 and idfs_wrong["'lantern'"] < idfs["'lantern'"]
+
+    with dg.instance_for_test() as instance:  # a new version: what the tenant serves has changed
+        ingest(instance, database, "acme", _parts(tmp_path / "more.md", ["A lantern on the quay."]))
+    _, known, idfs_after = search()
+    assert known == {}
+    _, known, _ = search()
+    assert known == {"harbour": counted("harbour"), "lantern": counted("lantern")} and counted("lantern") == 4
+    assert idfs_after["'lantern'"] < idfs["'lantern'"]  # more chunks hold it now
+
+
+def test_remembered_counts_are_bounded_and_age_out():
+    from ingestion_pipeline.documents.term_frequencies import TermFrequencies
+
+    counts = TermFrequencies(max_entries=3, max_age_seconds=3600)
+    counts.remember("s", {("english", w): i for i, w in enumerate(["a", "b", "c"])})
+    assert counts.known("s", [("english", "a")]) == {("english", "a"): 0}  # a: now the most recently used
+    counts.remember("s", {("english", "d"): 3})
+    assert len(counts) == 3 and counts.known("s", [("english", w) for w in "abcd"]) == {
+        ("english", "a"): 0, ("english", "c"): 2, ("english", "d"): 3}
+    assert counts.known("other scope", [("english", "a")]) == {}
+    stale = TermFrequencies(max_age_seconds=0)
+    stale.remember("s", {("english", "a"): 1})
+    assert stale.known("s", [("english", "a")]) == {} and len(stale) == 0

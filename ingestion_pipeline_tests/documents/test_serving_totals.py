@@ -1,5 +1,6 @@
 """The per-tenant totals every search reads (sql/040): the models, languages and chunks of a tenant's active
-versions, kept by a trigger on document_versions instead of being counted over every active version."""
+versions, kept by a trigger on document_versions instead of being counted over every active version; and the
+tenant's change counter (sql/045), which grows with every change to them."""
 
 from __future__ import annotations
 
@@ -26,10 +27,14 @@ def _counted(conn, tenant: str) -> dict:
 
 
 def _kept(conn, tenant: str) -> dict:
-    text = conn.execute(_TENANT_TEXT_SQL, {"tenant": tenant}).fetchone()
+    text = conn.execute(_TENANT_TEXT_SQL, {"tenant": tenant, "query": ""}).fetchone()
     models = serving_models.in_use(conn, tenant)
     return {"models": [(m.name, m.versions, m.chunks) for m in models], "configs": text["configs"],
             "chunks": text["chunks"], "versions": sum(m.versions for m in models)}
+
+
+def _changes(conn, tenant: str) -> int:
+    return conn.execute(_TENANT_TEXT_SQL, {"tenant": tenant, "query": ""}).fetchone()["changes"]
 
 
 def _version(conn, tenant: str, chunks: int, model: str | None = "m1") -> int:
@@ -60,20 +65,24 @@ def test_the_totals_follow_every_change_of_a_tenants_active_versions(db):
         "DELETE FROM chunks WHERE version_id = {first}; DELETE FROM document_versions WHERE version_id = {first}",
     ]
     for number, step in enumerate(steps):
+        changes = _changes(db, "acme"), _changes(db, "globex")
         if step:
             for statement in step.format(first=first, second=second).split(";"):
                 db.execute(statement)
         if number % 2:
             assert db.execute("SELECT fold_tenant_serving_totals('acme') AS folded").fetchone()["folded"]
+        # the change counter grows with every change a search counts, a fold keeps it, and it is the tenant's own
+        assert (_changes(db, "acme") > changes[0]) == (step is not None and "title" not in step), step
+        assert _changes(db, "globex") == changes[1]
         assert _kept(db, "acme") == _counted(db, "acme"), step
         assert _kept(db, "globex") == _counted(db, "globex") == {
             "models": [("m2", 1, 7)], "configs": ["english"], "chunks": 7, "versions": 1}
     assert _kept(db, "acme")["configs"] == ["english", "french"]
     db.execute("SELECT fold_tenant_serving_totals('acme')")
     # folded: one row per model and language the tenant still has
-    assert sorted((r["kind"], r["name"]) for r in table(
+    assert sorted((r["kind"], r["name"] or "") for r in table(
         db, "SELECT kind, name FROM tenant_serving_totals WHERE tenant_id = 'acme'")) == [
-        ("language", "english"), ("language", "french"), ("model", "m2")]
+        ("changes", ""), ("language", "english"), ("language", "french"), ("model", "m2")]
     db.execute("UPDATE document_versions SET is_active = false WHERE tenant_id = 'acme'")
     assert _kept(db, "acme") == {"models": [], "configs": None, "chunks": 0, "versions": 0}
 
@@ -97,7 +106,7 @@ def test_two_promotions_of_a_tenant_neither_wait_for_the_totals_nor_lose_a_count
         assert _kept(conn, "acme") == _counted(conn, "acme")
         assert _kept(conn, "acme")["models"] == [("m1", 2, 5), ("m2", 1, 4)]
         conn.execute("SELECT fold_tenant_serving_totals('acme')")
-        assert len(table(conn, "SELECT 1 FROM tenant_serving_totals WHERE tenant_id = 'acme'")) == 3
+        assert len(table(conn, "SELECT 1 FROM tenant_serving_totals WHERE tenant_id = 'acme'")) == 4
 
 
 def test_an_earlier_releases_versions_are_counted_when_it_upgrades(pg_server_url, tmp_path):
