@@ -390,19 +390,25 @@ def text_arm_of(revision: str):
 def compare_text_arms(conn, vectors: dict[str, np.ndarray], revision: str, seed: int, queries: int) -> None:
     """Every tenant searched with the full-text arm of ``revision`` and with the current one, the same queries
     in the same order, alternating: p50/p95 of the whole search for each, and whether the text arm's candidates
-    came out the same (the ranking must not move when only the statements' speed should)."""
+    came out the same (the ranking must not move when only the statements' speed should). The current arm is
+    timed twice: with no document frequency remembered (``term_frequencies.py`` emptied before the query), and
+    again with those of the query remembered; the searches before the timed ones (warming, the comparison of
+    candidates) are made with the process's memory emptied after them."""
     from ingestion_pipeline.documents import search
+    from ingestion_pipeline.documents.term_frequencies import TERM_FREQUENCIES
 
     before, current = text_arm_of(revision), search.text_candidates
     differing = 0
-    timed: dict[str, dict[str, list[float]]] = {t: {"before": [], "after": []} for t in vectors}
+    labels = ("before", "after, nothing remembered", "after")
+    timed: dict[str, dict[str, list[float]]] = {t: {label: [] for label in labels} for t in vectors}
     for i, (tenant, tenant_vectors) in enumerate(vectors.items()):
         rng = np.random.default_rng([seed, i])
         for _ in range(queries):
             query = tenant_vectors[rng.integers(0, len(tenant_vectors))]
             words = " ".join(VOCABULARY[int(w)] for w in np.minimum(rng.zipf(1.2, size=2), 2000) + 20)
             differing += before(conn, tenant, words, 50) != current(conn, tenant, words, 50)
-            for label, arm in (("before", before), ("after", current)):
+            TERM_FREQUENCIES.forget()
+            for label, arm in zip(labels, (before, current, current), strict=True):
                 search.text_candidates = arm
                 try:
                     started = time.perf_counter()
@@ -416,10 +422,10 @@ def compare_text_arms(conn, vectors: dict[str, np.ndarray], revision: str, seed:
         return values[int(q * (len(values) - 1))]
 
     print(f"\nthe full-text arm of {revision} (before) against the current one (after), {queries} queries a tenant:")
-    for label in ("before", "after"):
+    for label in labels:
         largest, smallest = next(iter(vectors)), list(vectors)[-1]
         worst = max(vectors, key=lambda t: p(timed[t][label], 0.95))
-        print(f"  {label:<6} largest {largest} p50 {p(timed[largest][label], 0.5):.1f} / p95 "
+        print(f"  {label}: largest {largest} p50 {p(timed[largest][label], 0.5):.1f} / p95 "
               f"{p(timed[largest][label], 0.95):.1f} ms; smallest {smallest} p50 {p(timed[smallest][label], 0.5):.1f}"
               f" / p95 {p(timed[smallest][label], 0.95):.1f} ms; highest p95 {worst} "
               f"({len(vectors[worst]):,} chunks) {p(timed[worst][label], 0.95):.1f} ms", flush=True)
