@@ -8,7 +8,10 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -247,6 +250,27 @@ def stop_process_group(proc: subprocess.Popen, first: int = signal.SIGINT) -> No
 _PEAK_OF_A_CHILD = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
                     "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
                     "sys.exit(done.returncode)")
+
+
+def intake_service_until(done: Callable[[], bool], log: Path, env: dict[str, str], *args: str,
+                         timeout: float = 120) -> str:
+    """Run the real `ingestion-pipeline intake [args]` until ``done()``, then SIGTERM it (it must exit 0); its log.
+    Fails when the service exits first or ``done()`` is still false after ``timeout`` seconds."""
+    with log.open("w") as out:
+        service = subprocess.Popen([str(Path(sys.executable).parent / "ingestion-pipeline"), "intake", *args],
+                                   env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while not done():
+                assert service.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, f"not done after {timeout:g} s\n{log.read_text()}"
+                time.sleep(0.2)
+            service.send_signal(signal.SIGTERM)
+            assert service.wait(30) == 0
+        finally:
+            if service.poll() is None:
+                service.kill()
+    return log.read_text()
 
 
 def run_measuring_peak(command: list[str], env: dict) -> tuple[subprocess.CompletedProcess, float]:

@@ -3,9 +3,6 @@ jobs into the ledger from a real redis-server, the janitor's recovery as a line 
 duty that does not end the service, and SIGTERM that does."""
 
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,7 +20,7 @@ from ingestion_pipeline.queues import redis_contract
 from ingestion_pipeline.queues.jobs import new_job
 from ingestion_pipeline.queues.rag_registry import add_rag
 from ingestion_pipeline.queues.redis_contract import push
-from ingestion_pipeline_tests.helpers import code_location, shared_embedder, submit, table
+from ingestion_pipeline_tests.helpers import code_location, intake_service_until, shared_embedder, submit, table
 
 
 def _context(database_url: str) -> Context:
@@ -149,25 +146,8 @@ def test_a_service_needs_a_duty_and_only_names_known_ones(database_url):
 def test_the_service_takes_a_pushed_job_within_seconds_and_ends_on_sigterm(redis_queue, database, database_url,
                                                                           db, tmp_path, project_dagster_home):
     _two_jobs_and_a_malformed_one(redis_queue, database, tmp_path)
-    log = tmp_path / "intake.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen([str(Path(sys.executable).parent / "ingestion-pipeline"), "intake"],
-                                env={**os.environ, "INGESTION_JANITOR_INTERVAL_SECONDS": "1"},
-                                stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                if len(table(db, "SELECT * FROM ingestion_runs WHERE status = 'queued'")) == 2:
-                    break
-                assert proc.poll() is None, log.read_text()
-                time.sleep(0.2)
-            else:
-                raise AssertionError(f"the jobs were not taken\n{log.read_text()}")
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(30) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    text = log.read_text()
+    text = intake_service_until(
+        lambda: len(table(db, "SELECT * FROM ingestion_runs WHERE status = 'queued'")) == 2, tmp_path / "intake.log",
+        {**os.environ, "INGESTION_JANITOR_INTERVAL_SECONDS": "1"})
     assert "intake started: redis every 1 s, sources every 30 s, janitor every 1 s" in text
     assert "redis: took 3 job(s): 2 accepted, 1 malformed" in text and text.rstrip().endswith("intake stopped")

@@ -248,12 +248,8 @@ def test_a_sweep_killed_with_no_batch_after_it_is_finished_by_the_intake_service
     """SIGKILL inside the sweep, then no upload and no `process`: the running `ingestion-pipeline intake`
     service's janitor marks the killed run failed (its worker stopped beating), and with no run in progress it
     puts the vectors into their graph, a bounded share a round."""
-    import signal
-    import subprocess
-    import time
-
     from ingestion_pipeline.documents import vector_backlog
-    from ingestion_pipeline_tests.faults.harness import CLI
+    from ingestion_pipeline_tests.helpers import intake_service_until
 
     docs = corpus_dir / "documents"
     assert harness.cli("submit", str(docs / "norwich-city.txt"), str(docs / "fake-memo.pdf"),
@@ -262,21 +258,8 @@ def test_a_sweep_killed_with_no_batch_after_it_is_finished_by_the_intake_service
     left = vector_backlog.pending(db)
     assert left > 0
 
-    log = tmp_path / "intake.log"
-    with log.open("w") as out:
-        service = subprocess.Popen([CLI, "intake", "--only", "janitor"], stdout=out, stderr=subprocess.STDOUT,
-                                   env={**harness.env, "INGESTION_JANITOR_INTERVAL_SECONDS": "1"})
-        try:
-            deadline = time.monotonic() + 120
-            while vector_backlog.pending(db) and time.monotonic() < deadline:
-                assert service.poll() is None, log.read_text()
-                time.sleep(0.2)
-            service.send_signal(signal.SIGTERM)
-            assert service.wait(30) == 0
-        finally:
-            if service.poll() is None:
-                service.kill()
-    text = log.read_text()
+    text = intake_service_until(lambda: vector_backlog.pending(db) == 0, tmp_path / "intake.log",
+                                {**harness.env, "INGESTION_JANITOR_INTERVAL_SECONDS": "1"}, "--only", "janitor")
     assert vector_backlog.pending(db) == 0, text
     assert "janitor: 1 run(s) with a dead worker marked failed" in text
     assert f"{left:,} promoted vector(s) put into their HNSW graph (0 still waiting)" in text
