@@ -374,41 +374,52 @@ def _staged_ids(conn, tenant: str) -> list[int]:
     return [r["chunk_id"] for r in conn.execute(f'SELECT chunk_id FROM "pending_{tenant}" ORDER BY chunk_id')]
 
 
+_TEXT_RANKING = "ingestion_pipeline/documents/text_ranking.py"
+
+
+def text_arm_source(revision: str) -> str:
+    """``documents/text_ranking.py`` as it was at git ``revision``."""
+    import subprocess
+
+    return subprocess.run(["git", "show", f"{revision}:{_TEXT_RANKING}"], cwd=Path(__file__).resolve().parent.parent,
+                          check=True, capture_output=True, text=True).stdout
+
+
 def text_arm_of(revision: str):
     """``text_candidates`` (the full-text arm) as ``documents/text_ranking.py`` was at git ``revision``."""
-    import subprocess
     import types
 
-    path = "ingestion_pipeline/documents/text_ranking.py"
-    source = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=Path(__file__).resolve().parent.parent,
-                            check=True, capture_output=True, text=True).stdout
     module = types.ModuleType(f"text_ranking_at_{revision}")
-    exec(compile(source, f"{revision}:{path}", "exec"), module.__dict__)
+    exec(compile(text_arm_source(revision), f"{revision}:{_TEXT_RANKING}", "exec"), module.__dict__)
     return module.text_candidates
 
 
 def compare_text_arms(conn, vectors: dict[str, np.ndarray], revision: str, seed: int, queries: int) -> None:
     """Every tenant searched with the full-text arm of ``revision`` and with the current one, the same queries
     in the same order, alternating: p50/p95 of the whole search for each, and whether the text arm's candidates
-    came out the same (the ranking must not move when only the statements' speed should). The current arm is
-    timed twice: with no document frequency remembered (``term_frequencies.py`` emptied before the query), and
-    again with those of the query remembered; the searches before the timed ones (warming, the comparison of
-    candidates) are made with the process's memory emptied after them."""
+    came out the same (the ranking must not move when only the statements' speed should; chunks of equal scores
+    may change places when a statement adds a chunk's terms up in another order). Each arm is timed twice: with
+    no document frequency remembered (``term_frequencies.py`` emptied before the query; an arm of a revision
+    before that memory always counts), and again with those of the query remembered. The searches before the
+    timed ones (warming, the comparison of candidates) are made with the process's memory emptied after them."""
     from ingestion_pipeline.documents import search
     from ingestion_pipeline.documents.term_frequencies import TERM_FREQUENCIES
 
     before, current = text_arm_of(revision), search.text_candidates
-    differing = 0
-    labels = ("before", "after, nothing remembered", "after")
+    differing = in_order_only = 0
+    labels = ("before, nothing remembered", "after, nothing remembered", "before, remembered", "after, remembered")
     timed: dict[str, dict[str, list[float]]] = {t: {label: [] for label in labels} for t in vectors}
     for i, (tenant, tenant_vectors) in enumerate(vectors.items()):
         rng = np.random.default_rng([seed, i])
         for _ in range(queries):
             query = tenant_vectors[rng.integers(0, len(tenant_vectors))]
             words = " ".join(VOCABULARY[int(w)] for w in np.minimum(rng.zipf(1.2, size=2), 2000) + 20)
-            differing += before(conn, tenant, words, 50) != current(conn, tenant, words, 50)
-            TERM_FREQUENCIES.forget()
-            for label, arm in zip(labels, (before, current, current), strict=True):
+            was, now = before(conn, tenant, words, 50), current(conn, tenant, words, 50)
+            differing += set(was) != set(now)
+            in_order_only += set(was) == set(now) and was != now
+            for label, arm in zip(labels, (before, current, before, current), strict=True):
+                if "nothing" in label:
+                    TERM_FREQUENCIES.forget()
                 search.text_candidates = arm
                 try:
                     started = time.perf_counter()
@@ -429,7 +440,8 @@ def compare_text_arms(conn, vectors: dict[str, np.ndarray], revision: str, seed:
               f"{p(timed[largest][label], 0.95):.1f} ms; smallest {smallest} p50 {p(timed[smallest][label], 0.5):.1f}"
               f" / p95 {p(timed[smallest][label], 0.95):.1f} ms; highest p95 {worst} "
               f"({len(vectors[worst]):,} chunks) {p(timed[worst][label], 0.95):.1f} ms", flush=True)
-    print(f"  text candidates differing: {differing} of {queries * len(vectors)} queries")
+    print(f"  text candidates differing: {differing} of {queries * len(vectors)} queries; the same candidates in "
+          f"another order: {in_order_only} (chunks of equal scores, whose sums were added in another order)")
 
 
 # (label, settings of documents/search.py) measured by --sweep; the first is the code's own

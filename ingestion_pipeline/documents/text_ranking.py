@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import psycopg
+from psycopg import sql
 
 from ingestion_pipeline.documents.languages import DEFAULT_CONFIG, query_language_weights
 from ingestion_pipeline.documents.term_frequencies import TERM_FREQUENCIES
@@ -91,30 +92,28 @@ SELECT cfg, NULL::text, NULL::float8, false, true, lexeme, 0::bigint FROM counte
 
 # Candidates hold one of the rarest words (``seeds``); the best SEEDED_POOL of them by those words are then
 # scored by all the words. Every full-text row is a served chunk's (sql/041: a version's rows go when it is
-# deactivated), so no match needs its version checked. A match is scored before the matches are grouped, so the
-# grouping sorts numbers, not the rows' words.
+# deactivated), so no match needs its version checked.
+#
+# A row that matches any seed is read once: one bitmap scan of the seeds' disjunction in each language, and each
+# term scored on the row in hand by an expression of its own ({seed_score}, {score}: a sum of one CASE a term,
+# composed by ``_hits_statement``). Scanning once per seed read a chunk holding two seeds twice, and a
+# neighbouring pair's phrase read every chunk holding both words to check their positions, only to find chunks
+# the words had found (at 1M chunks, "len ten": 9,262 + 11,797 matches and the pair's 5 ms). Joining the row to a
+# list of the terms made the planner scan once per term again, and a subquery a row cost what the single read
+# saved (docs/benchmarks.md). The rows are ranked by the seeds' sum, the best SEEDED_POOL kept (with their words
+# when other terms still score them), and those ranked by every term.
 _TEXT_HITS_SQL = """
-WITH matched AS MATERIALIZED (
-    SELECT f.chunk_id, s.idf * ts_rank(f.tsv, s.tq, %(normalization)s) AS score
-      FROM unnest(%(seed_cfgs)s::text[], %(seed_tqs)s::tsquery[], %(seed_idfs)s::float8[]) AS s(cfg, tq, idf)
-      JOIN chunk_fts f ON f.tsv @@ s.tq AND f.tenant_id = %(tenant)s AND f.text_search_config = s.cfg
-),
-seeded AS (
-    SELECT chunk_id, sum(score) AS seed_score
-      FROM matched
-     GROUP BY chunk_id
-     ORDER BY seed_score DESC, chunk_id
-     LIMIT %(pool)s
-)
-SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
-  FROM seeded s
-  JOIN chunk_fts f ON f.chunk_id = s.chunk_id AND f.tenant_id = %(tenant)s
-  JOIN unnest(%(cfgs)s::text[], %(tqs)s::tsquery[], %(idfs)s::float8[]) AS w(cfg, tq, idf)
-    ON f.text_search_config = w.cfg AND f.tsv @@ w.tq
- GROUP BY f.chunk_id
- ORDER BY score DESC, f.chunk_id
+SELECT p.chunk_id, {score} AS score
+  FROM (SELECT f.chunk_id{carried}, {seed_score} AS seed_score
+          FROM unnest(%(any_cfgs)s::text[], %(any_tqs)s::tsquery[]) AS s(cfg, tq)
+          JOIN chunk_fts f ON f.tsv @@ s.tq AND f.tenant_id = %(tenant)s AND f.text_search_config = s.cfg
+         ORDER BY seed_score DESC, f.chunk_id
+         LIMIT %(pool)s) p
+ ORDER BY score DESC, p.chunk_id
  LIMIT %(candidates)s
 """
+_TERM_SCORE = "CASE WHEN {row}.text_search_config = {cfg} AND {row}.tsv @@ {tq}::tsquery " \
+              "THEN {idf}::float8 * ts_rank({row}.tsv, {tq}::tsquery, %(normalization)s) ELSE 0 END"
 
 
 # Every word must match (websearch_to_tsquery), ranked by ts_rank_cd: kept as a setting to measure against. Like
@@ -171,11 +170,43 @@ def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candid
 def _hits(conn: psycopg.Connection, params: dict, terms: list[dict], seeds: list[dict],
           normalization: int) -> list[int]:
     """``_TEXT_HITS_SQL``: the candidates ``seeds`` bring, scored by every term."""
-    return [r["chunk_id"] for r in conn.execute(_TEXT_HITS_SQL, {
-        **params, "pool": SEEDED_POOL, "normalization": normalization,
-        "cfgs": [t["cfg"] for t in terms], "tqs": [t["tq"] for t in terms], "idfs": [t["idf"] for t in terms],
-        "seed_cfgs": [t["cfg"] for t in seeds], "seed_tqs": [t["tq"] for t in seeds],
-        "seed_idfs": [t["idf"] for t in seeds]}).fetchall()]
+    if not seeds:
+        return []
+    statement, values = _hits_statement(terms, seeds)
+    return [r["chunk_id"] for r in conn.execute(statement, {
+        **params, **values, "pool": SEEDED_POOL, "normalization": normalization}).fetchall()]
+
+
+def _hits_statement(terms: list[dict], seeds: list[dict]) -> tuple[sql.Composed, dict]:
+    """``_TEXT_HITS_SQL`` for these terms and seeds, and its values: each seed and each term scored by a CASE of
+    its own, its configuration, query and weight bound as ``cfg<i>``, ``tq<i>``, ``idf<i>``. The terms are put in a
+    fixed order, so a chunk's sum is added up the same way every time and ties fall to the chunk id alone."""
+    def key(t: dict) -> tuple:
+        return t["cfg"], t["tq"], t["idf"]
+
+    scored = {key(t) for t in terms}
+    seeding = {key(t) for t in seeds}
+    every = sorted(scored | seeding)
+    by_config: dict[str, list[str]] = {}
+    for cfg, tq, _ in sorted(seeding):
+        by_config.setdefault(cfg, []).append(f"({tq})")
+    values: dict = {"any_cfgs": list(by_config), "any_tqs": [" | ".join(tqs) for tqs in by_config.values()]}
+
+    def score(i: int, row: str) -> sql.Composed:
+        return sql.SQL(_TERM_SCORE).format(row=sql.Identifier(row), cfg=sql.Placeholder(f"cfg{i}"),
+                                           tq=sql.Placeholder(f"tq{i}"), idf=sql.Placeholder(f"idf{i}"))
+
+    for i, (cfg, tq, idf) in enumerate(every):
+        values[f"cfg{i}"], values[f"tq{i}"], values[f"idf{i}"] = cfg, tq, idf
+    seed_score = sql.SQL(" + ").join(score(i, "f") for i, t in enumerate(every) if t in seeding)
+    if seeding <= scored:  # every seed is a term: the seeds' sum is part of the score, the rest is added to it
+        rest = [score(i, "p") for i, t in enumerate(every) if t in scored and t not in seeding]
+        total = sql.SQL(" + ").join([sql.SQL("p.seed_score"), *rest])
+    else:  # a seed of common words together is not a term: the terms score the pool anew
+        rest = [score(i, "p") for i, t in enumerate(every) if t in scored]
+        total = sql.SQL(" + ").join(rest)
+    carried = sql.SQL(", f.tsv, f.text_search_config" if rest else "")
+    return sql.SQL(_TEXT_HITS_SQL).format(score=total, carried=carried, seed_score=seed_score), values
 
 
 def _together(words: list[dict]) -> list[dict]:

@@ -348,8 +348,8 @@ def test_a_query_of_common_words_is_seeded_by_the_chunks_holding_them_all_and_by
     execute = psycopg.Connection.execute
 
     def recording(self, query, params=None, **kwargs):
-        if "seeded AS" in str(query):
-            seeded.append(params["seed_tqs"])
+        if "seed_score" in str(query):  # one scan of the seeds' disjunction, in each language
+            seeded.append([seed[1:-1] for tqs in params["any_tqs"] for seed in tqs.split(" | ")])
         return execute(self, query, params, **kwargs)
 
     monkeypatch.setattr(psycopg.Connection, "execute", recording)
@@ -363,6 +363,80 @@ def test_a_query_of_common_words_is_seeded_by_the_chunks_holding_them_all_and_by
         assert all(("harbour" in t) or ("lantern" in t) for t in found), found
         assert [_unordered(s) for s in seeded] == [_unordered(together)] + (
             [] if both >= 10 else [_unordered(["'harbour'", "'lantern'", "'harbour' <-> 'lantern'"])]), seeded
+
+
+def test_the_candidates_come_in_the_order_of_each_chunks_sum_of_every_terms_weighted_rank(
+        db, database, tmp_path, monkeypatch):
+    """"harbour lantern": both words rare enough to bring candidates, and the pair of them too. Each chunk that
+    holds any of them is a candidate, ranked by the sum of every term's weight times its rank in the chunk."""
+    import psycopg
+
+    from ingestion_pipeline.documents.text_ranking import text_candidates
+
+    entries = ([f"The harbour lantern log, record {i}." for i in range(3)]
+               + [f"The harbour office log, record {i}." for i in range(2)]
+               + [f"A lantern lantern in the workshop, record {i}." for i in range(2)]
+               + [f"The station kitchen log, record {i}." for i in range(40)])
+    with dg.instance_for_test() as instance:
+        ingest(instance, database, "acme", _parts(tmp_path / "log.md", entries))
+    terms: dict = {}
+    execute = psycopg.Connection.execute
+
+    def recording(self, query, params=None, **kwargs):
+        if "seed_score" in str(query):
+            terms.update(params)
+        return execute(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", recording)
+    found = text_candidates(db, "acme", "harbour lantern", 10)
+    weighted = [(terms[f"tq{i}"], terms[f"idf{i}"]) for i in range(100) if f"tq{i}" in terms]
+    assert sorted(tq for tq, _ in weighted) == sorted(["'harbour'", "'lantern'", "'harbour' <-> 'lantern'"])
+    scores = {}
+    for r in execute(db, "SELECT chunk_id, tsv FROM chunk_fts WHERE tenant_id = 'acme'"):
+        score = sum(idf * execute(db, "SELECT CASE WHEN %(v)s::tsvector @@ %(q)s::tsquery "
+                                      "THEN ts_rank(%(v)s::tsvector, %(q)s::tsquery, 0) ELSE 0 END AS r",
+                                  {"v": r["tsv"], "q": tq}).fetchone()["r"] for tq, idf in weighted)
+        if score > 0:
+            scores[r["chunk_id"]] = round(score, 9)
+    assert len(scores) == 7 and found == sorted(scores, key=lambda c: (-scores[c], c))
+    texts = {r["chunk_id"]: r["text"] for r in execute(db, "SELECT chunk_id, text FROM chunks")}
+    assert all("harbour lantern" in texts[c] for c in found[:3]), [texts[c] for c in found]
+
+
+def test_each_row_holding_a_seed_is_read_once(db):
+    """Two rare words and their pair seed: a chunk holding both words, or the pair, is read once, not once for each
+    seed it holds. On 5,000 rows whose GIN index the planner uses (a temporary chunk_fts, which the statement's
+    unqualified name finds first)."""
+    import json
+
+    from psycopg import sql
+
+    from ingestion_pipeline.documents import text_ranking
+
+    words = ["kitchen log entry"] * 4980 + ["harbour lantern"] * 10 + ["harbour office"] * 5 + ["lantern shed"] * 5
+    with db.transaction():
+        db.execute("CREATE TEMP TABLE chunk_fts (chunk_id bigint, tenant_id text, tsv tsvector, "
+                   "text_search_config text) ON COMMIT DROP")
+        db.execute("INSERT INTO chunk_fts SELECT i, 'acme', to_tsvector('english', w), 'english' "
+                   "FROM unnest(%s::text[]) WITH ORDINALITY AS t(w, i)", (words,))
+        db.execute("CREATE INDEX ON chunk_fts USING gin (tsv)")
+        db.execute("ANALYZE chunk_fts")
+        terms = [{"cfg": "english", "tq": tq, "idf": idf}
+                 for tq, idf in (("'harbour'", 5.0), ("'lantern'", 5.0), ("'harbour' <-> 'lantern'", 5.0))]
+        statement, values = text_ranking._hits_statement(terms, terms)
+        params = {"tenant": "acme", "candidates": 50, "pool": 400, "normalization": 0, **values}
+        [plan] = db.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + statement, params).fetchone()["QUERY PLAN"]
+        found = [r["chunk_id"] for r in db.execute(statement, params)]
+
+    def scans(node: dict) -> list[dict]:
+        own = [node] if node.get("Relation Name") == "chunk_fts" else []
+        return own + [s for child in node.get("Plans", []) for s in scans(child)]
+
+    plan = plan if isinstance(plan, dict) else json.loads(plan)[0]
+    by_words = [s for s in scans(plan["Plan"]) if s["Node Type"] == "Bitmap Heap Scan"]
+    assert by_words, json.dumps(plan, indent=1)
+    assert sum(round(s["Actual Rows"] * s["Actual Loops"]) for s in by_words) == 20  # 10 + 5 + 5 chunks, once each
+    assert found[:10] == list(range(4981, 4991)) and sorted(found) == list(range(4981, 5001))
 
 
 def _unordered(tsqueries: list[str]) -> list[str]:
@@ -388,7 +462,7 @@ def test_a_words_count_is_made_once_per_change_of_the_tenant_and_made_again_afte
     execute = psycopg.Connection.execute
 
     def recording(self, query, params=None, **kwargs):
-        if "counted AS MATERIALIZED" in str(query) or "seeded AS" in str(query):
+        if "counted AS MATERIALIZED" in str(query) or "seed_score" in str(query):
             statements.append(params)
         return execute(self, query, params, **kwargs)
 
@@ -398,8 +472,8 @@ def test_a_words_count_is_made_once_per_change_of_the_tenant_and_made_again_afte
         statements.clear()
         found = text_candidates(db, "acme", "harbour lantern", 10)
         terms, hits = statements[0], statements[-1]
-        return found, dict(zip(terms["known_lexemes"], terms["known_dfs"], strict=True)), dict(
-            zip(hits["tqs"], hits["idfs"], strict=True))
+        weights = {hits[f"tq{i}"]: hits[f"idf{i}"] for i in range(len(hits)) if f"tq{i}" in hits}
+        return found, dict(zip(terms["known_lexemes"], terms["known_dfs"], strict=True)), weights
 
     def counted(word: str) -> int:
         return db.execute("SELECT count(*) AS n FROM chunk_fts WHERE tenant_id = 'acme' AND tsv @@ %s::tsquery",
