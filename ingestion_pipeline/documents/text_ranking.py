@@ -21,6 +21,14 @@ _PHRASE = re.compile(r'"([^"]+)"')
 _WORDS = re.compile(r"[^\W_]+")
 
 
+# A chunk's words and its tenant's lexeme, as the full-text index holds them (sql/046), and a statement's words
+# asked for within the tenant: the index intersects the two, so the heap is read for the tenant's matches only
+# and not for its partition's other tenants'. The expression must be the index's, word for word. The words' query
+# must not be empty: an empty query && the tenant's lexeme is the tenant's lexeme alone, which every row holds.
+_WORDS_OF_TENANT = "(f.tsv || array_to_tsvector(ARRAY[chr(1) || f.tenant_id]))"
+_IN_TENANT = "quote_literal(chr(1) || %(tenant)s)::tsquery"
+
+
 # The tenant's languages (the configurations its active versions were indexed in), its active chunks and its change
 # counter: from the totals a trigger keeps (sql/040, sql/045), not from every active version; and the query's
 # lexemes in each of those languages, to look their counts up (term_frequencies.py).
@@ -65,7 +73,7 @@ counted AS MATERIALIZED (
            coalesce(k.df, (SELECT count(*) FROM (
                 SELECT 1 FROM chunk_fts f
                  WHERE f.tenant_id = %(tenant)s AND f.text_search_config = l.cfg
-                   AND f.tsv @@ quote_literal(l.lexeme)::tsquery
+                   AND """ + _WORDS_OF_TENANT + """ @@ (quote_literal(l.lexeme)::tsquery && """ + _IN_TENANT + """)
                  LIMIT %(df_cap)s) x)) AS df
       FROM lexemes l
       LEFT JOIN unnest(%(known_cfgs)s::text[], %(known_lexemes)s::text[], %(known_dfs)s::bigint[])
@@ -106,7 +114,8 @@ _TEXT_HITS_SQL = """
 SELECT p.chunk_id, {score} AS score
   FROM (SELECT f.chunk_id{carried}, {seed_score} AS seed_score
           FROM unnest(%(any_cfgs)s::text[], %(any_tqs)s::tsquery[]) AS s(cfg, tq)
-          JOIN chunk_fts f ON f.tsv @@ s.tq AND f.tenant_id = %(tenant)s AND f.text_search_config = s.cfg
+          JOIN chunk_fts f ON """ + _WORDS_OF_TENANT + """ @@ (s.tq && """ + _IN_TENANT + """)
+                          AND f.tenant_id = %(tenant)s AND f.text_search_config = s.cfg
          ORDER BY seed_score DESC, f.chunk_id
          LIMIT %(pool)s) p
  ORDER BY score DESC, p.chunk_id
@@ -121,7 +130,8 @@ _TERM_SCORE = "CASE WHEN {row}.text_search_config = {cfg} AND {row}.tsv @@ {tq}:
 _TEXT_ALL_WORDS_SQL = """
 SELECT f.chunk_id, ts_rank_cd(f.tsv, q.query) AS score
   FROM chunk_fts f, websearch_to_tsquery('english', %(query)s) AS q(query)
- WHERE f.tenant_id = %(tenant)s AND f.tsv @@ q.query
+ WHERE f.tenant_id = %(tenant)s AND """ + _WORDS_OF_TENANT + """ @@ (q.query && """ + _IN_TENANT + """)
+   AND numnode(q.query) > 0  -- a query of stop words only is empty, and (empty && the tenant) is the tenant alone
  ORDER BY score DESC, f.chunk_id
  LIMIT %(candidates)s
 """

@@ -247,6 +247,20 @@ def test_a_question_whose_words_are_not_all_in_the_passage_still_ranks_it_by_tex
     assert "Lisbon" in hits[0].text and hits[0].text_rank == 1
 
 
+def test_the_every_word_setting_finds_the_tenants_chunks_holding_every_word_and_nothing_for_stop_words(
+        db, database, two_tenants):
+    from ingestion_pipeline.documents.text_ranking import text_candidates
+
+    def texts(tenant: str, query: str) -> list[str]:
+        found = text_candidates(db, tenant, query, 10, any_word=False)
+        return [db.execute("SELECT text FROM chunks WHERE chunk_id = %s", (c,)).fetchone()["text"] for c in found]
+
+    assert [t for t in texts("acme", "Nightingale Lisbon") if "Lisbon" in t and "Nightingale" in t]
+    assert all("Lisbon" in t for t in texts("acme", "Nightingale Lisbon"))
+    assert texts("globex", "Nightingale Lisbon") == []  # globex's memo holds one of the words, and acme's are acme's
+    assert texts("acme", "the of and") == []  # an empty query: not every chunk of the tenant
+
+
 def test_each_chunk_is_indexed_in_its_language_and_a_query_in_it_matches_inflections(db, database, tmp_path):
     french = tmp_path / "olap.md"
     french.write_text("# Résumés de requêtes\n\nNous proposons un langage algébrique qui résume les requêtes "
@@ -403,23 +417,26 @@ def test_the_candidates_come_in_the_order_of_each_chunks_sum_of_every_terms_weig
     assert all("harbour lantern" in texts[c] for c in found[:3]), [texts[c] for c in found]
 
 
-def test_each_row_holding_a_seed_is_read_once(db):
+def test_each_row_holding_a_seed_is_read_once_and_no_other_tenants_row_is(db):
     """Two rare words and their pair seed: a chunk holding both words, or the pair, is read once, not once for each
-    seed it holds. On 5,000 rows whose GIN index the planner uses (a temporary chunk_fts, which the statement's
-    unqualified name finds first)."""
+    seed it holds; and another tenant's chunks holding the same words (in the same partition, as hashing puts
+    several tenants in each) are not read at all (sql/046). On 5,000 rows whose full-text index the planner uses (a
+    temporary chunk_fts, which the statement's unqualified name finds first)."""
     import json
 
     from psycopg import sql
 
     from ingestion_pipeline.documents import text_ranking
 
-    words = ["kitchen log entry"] * 4980 + ["harbour lantern"] * 10 + ["harbour office"] * 5 + ["lantern shed"] * 5
+    acme = ["kitchen log entry"] * 2480 + ["harbour lantern"] * 10 + ["harbour office"] * 5 + ["lantern shed"] * 5
+    other = ["kitchen log entry"] * 2000 + ["harbour lantern"] * 500
     with db.transaction():
         db.execute("CREATE TEMP TABLE chunk_fts (chunk_id bigint, tenant_id text, tsv tsvector, "
                    "text_search_config text) ON COMMIT DROP")
-        db.execute("INSERT INTO chunk_fts SELECT i, 'acme', to_tsvector('english', w), 'english' "
-                   "FROM unnest(%s::text[]) WITH ORDINALITY AS t(w, i)", (words,))
-        db.execute("CREATE INDEX ON chunk_fts USING gin (tsv)")
+        db.execute("INSERT INTO chunk_fts SELECT i, CASE WHEN i <= 2500 THEN 'acme' ELSE 'other' END, "
+                   "to_tsvector('english', w), 'english' FROM unnest(%s::text[]) WITH ORDINALITY AS t(w, i)",
+                   (acme + other,))
+        db.execute("CREATE INDEX ON chunk_fts USING gin ((tsv || array_to_tsvector(ARRAY[chr(1) || tenant_id])))")
         db.execute("ANALYZE chunk_fts")
         terms = [{"cfg": "english", "tq": tq, "idf": idf}
                  for tq, idf in (("'harbour'", 5.0), ("'lantern'", 5.0), ("'harbour' <-> 'lantern'", 5.0))]
@@ -436,7 +453,8 @@ def test_each_row_holding_a_seed_is_read_once(db):
     by_words = [s for s in scans(plan["Plan"]) if s["Node Type"] == "Bitmap Heap Scan"]
     assert by_words, json.dumps(plan, indent=1)
     assert sum(round(s["Actual Rows"] * s["Actual Loops"]) for s in by_words) == 20  # 10 + 5 + 5 chunks, once each
-    assert found[:10] == list(range(4981, 4991)) and sorted(found) == list(range(4981, 5001))
+    assert sum(s.get("Rows Removed by Filter", 0) for s in by_words) == 0  # none of the other tenant's 500
+    assert found[:10] == list(range(2481, 2491)) and sorted(found) == list(range(2481, 2501))
 
 
 def _unordered(tsqueries: list[str]) -> list[str]:
