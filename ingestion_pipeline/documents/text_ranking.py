@@ -17,6 +17,7 @@ from ingestion_pipeline.documents.term_frequencies import TERM_FREQUENCIES
 MIN_SEEDING_IDF = 2.0  # a word in more than ~1 chunk in 8 scores the candidates but does not bring them
 SEED_WORDS = 4  # the rarest words of a query bring its candidates (a phrase always does)
 SEEDED_POOL = 400  # candidates scored by all the words
+SINGLE_READ_SEEDS = 24  # up to this many seeds, each matching row is read once (see _TEXT_HITS_SQL)
 _PHRASE = re.compile(r'"([^"]+)"')
 _WORDS = re.compile(r"[^\W_]+")
 
@@ -109,7 +110,9 @@ SELECT cfg, NULL::text, NULL::float8, false, true, lexeme, 0::bigint FROM counte
 # the words had found (at 1M chunks, "len ten": 9,262 + 11,797 matches and the pair's 5 ms). Joining the row to a
 # list of the terms made the planner scan once per term again, and a subquery a row cost what the single read
 # saved (docs/benchmarks.md). The rows are ranked by the seeds' sum, the best SEEDED_POOL kept (with their words
-# when other terms still score them), and those ranked by every term.
+# when other terms still score them), and those ranked by every term. Each row evaluates every seed's CASE, so a
+# long query (its neighbouring pairs seed too: a 48-word query 51 seeds) is read seed by seed instead
+# (``_TEXT_HITS_BY_SEED_SQL``), which ranks the same.
 _TEXT_HITS_SQL = """
 SELECT p.chunk_id, {score} AS score
   FROM (SELECT f.chunk_id{carried}, {seed_score} AS seed_score
@@ -123,6 +126,30 @@ SELECT p.chunk_id, {score} AS score
 """
 _TERM_SCORE = "CASE WHEN {row}.text_search_config = {cfg} AND {row}.tsv @@ {tq}::tsquery " \
               "THEN {idf}::float8 * ts_rank({row}.tsv, {tq}::tsquery, %(normalization)s) ELSE 0 END"
+
+# Each seed's matches scored by it, summed by chunk, the best SEEDED_POOL scored by every term: over SINGLE_READ_SEEDS
+# seeds, cheaper than one read evaluating every seed on every row (at 1M chunks, 32 words and more: 48 words p50
+# 6.7 ms against 4.7 a tenant of 14,180 chunks; the 1,000 characters of the commonest words 87 against 49 ms).
+_TEXT_HITS_BY_SEED_SQL = """
+WITH matched AS MATERIALIZED (
+    SELECT f.chunk_id, s.idf * ts_rank(f.tsv, s.tq, %(normalization)s) AS score
+      FROM unnest(%(seed_cfgs)s::text[], %(seed_tqs)s::tsquery[], %(seed_idfs)s::float8[]) AS s(cfg, tq, idf)
+      JOIN chunk_fts f ON """ + _WORDS_OF_TENANT + """ @@ (s.tq && """ + _IN_TENANT + """)
+                      AND f.tenant_id = %(tenant)s AND f.text_search_config = s.cfg
+),
+seeded AS (
+    SELECT chunk_id, sum(score) AS seed_score FROM matched GROUP BY chunk_id ORDER BY seed_score DESC, chunk_id
+     LIMIT %(pool)s
+)
+SELECT f.chunk_id, sum(w.idf * ts_rank(f.tsv, w.tq, %(normalization)s)) AS score
+  FROM seeded s
+  JOIN chunk_fts f ON f.chunk_id = s.chunk_id AND f.tenant_id = %(tenant)s
+  JOIN unnest(%(cfgs)s::text[], %(tqs)s::tsquery[], %(idfs)s::float8[]) AS w(cfg, tq, idf)
+    ON f.text_search_config = w.cfg AND f.tsv @@ w.tq
+ GROUP BY f.chunk_id
+ ORDER BY score DESC, f.chunk_id
+ LIMIT %(candidates)s
+"""
 
 
 # Every word must match (websearch_to_tsquery), ranked by ts_rank_cd: kept as a setting to measure against. Like
@@ -179,12 +206,18 @@ def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candid
 
 def _hits(conn: psycopg.Connection, params: dict, terms: list[dict], seeds: list[dict],
           normalization: int) -> list[int]:
-    """``_TEXT_HITS_SQL``: the candidates ``seeds`` bring, scored by every term."""
+    """The candidates ``seeds`` bring, scored by every term: ``_TEXT_HITS_SQL``, or ``_TEXT_HITS_BY_SEED_SQL`` for
+    over SINGLE_READ_SEEDS seeds."""
     if not seeds:
         return []
+    params = {**params, "pool": SEEDED_POOL, "normalization": normalization}
+    if len(seeds) > SINGLE_READ_SEEDS:
+        return [r["chunk_id"] for r in conn.execute(_TEXT_HITS_BY_SEED_SQL, {
+            **params, "cfgs": [t["cfg"] for t in terms], "tqs": [t["tq"] for t in terms],
+            "idfs": [t["idf"] for t in terms], "seed_cfgs": [t["cfg"] for t in seeds],
+            "seed_tqs": [t["tq"] for t in seeds], "seed_idfs": [t["idf"] for t in seeds]}).fetchall()]
     statement, values = _hits_statement(terms, seeds)
-    return [r["chunk_id"] for r in conn.execute(statement, {
-        **params, **values, "pool": SEEDED_POOL, "normalization": normalization}).fetchall()]
+    return [r["chunk_id"] for r in conn.execute(statement, {**params, **values}).fetchall()]
 
 
 def _hits_statement(terms: list[dict], seeds: list[dict]) -> tuple[sql.Composed, dict]:
