@@ -379,19 +379,16 @@ def _staged_ids(conn, tenant: str) -> list[int]:
 _TEXT_RANKING = "ingestion_pipeline/documents/text_ranking.py"
 
 
-def text_arm_source(revision: str) -> str:
-    """``documents/text_ranking.py`` as it was at git ``revision``."""
+def _git(*args: str, check: bool = True):
     import subprocess
 
-    return subprocess.run(["git", "show", f"{revision}:{_TEXT_RANKING}"], cwd=Path(__file__).resolve().parent.parent,
-                          check=True, capture_output=True, text=True).stdout
+    return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parent.parent, check=check,
+                          capture_output=True, text=True)
 
 
 def revision_has(revision: str, path: str) -> bool:
-    import subprocess
-
-    return subprocess.run(["git", "cat-file", "-e", f"{revision}:{path}"], cwd=Path(__file__).resolve().parent.parent,
-                          capture_output=True).returncode == 0
+    """Whether ``path`` exists at git ``revision``."""
+    return _git("cat-file", "-e", f"{revision}:{path}", check=False).returncode == 0
 
 
 def text_arm_of(revision: str):
@@ -399,7 +396,8 @@ def text_arm_of(revision: str):
     import types
 
     module = types.ModuleType(f"text_ranking_at_{revision}")
-    exec(compile(text_arm_source(revision), f"{revision}:{_TEXT_RANKING}", "exec"), module.__dict__)
+    source = _git("show", f"{revision}:{_TEXT_RANKING}").stdout
+    exec(compile(source, f"{revision}:{_TEXT_RANKING}", "exec"), module.__dict__)
     return module.text_candidates
 
 
