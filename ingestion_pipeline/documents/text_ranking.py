@@ -12,7 +12,6 @@ import psycopg
 from psycopg import sql
 
 from ingestion_pipeline.documents.languages import DEFAULT_CONFIG, query_language_weights
-from ingestion_pipeline.documents.term_frequencies import TERM_FREQUENCIES
 
 MIN_SEEDING_IDF = 2.0  # a word in more than ~1 chunk in 8 scores the candidates but does not bring them
 SEED_WORDS = 4  # the rarest words of a query bring its candidates (a phrase always does)
@@ -30,35 +29,27 @@ _WORDS_OF_TENANT = "(f.tsv || array_to_tsvector(ARRAY[chr(1) || f.tenant_id]))"
 _IN_TENANT = "quote_literal(chr(1) || %(tenant)s)::tsquery"
 
 
-# The tenant's languages (the configurations its active versions were indexed in), its active chunks and its change
-# counter: from the totals a trigger keeps (sql/040, sql/045), not from every active version; and the query's
-# lexemes in each of those languages, to look their counts up (term_frequencies.py).
+# The tenant's languages (the configurations its active versions were indexed in) and its active chunks: from the
+# totals a trigger keeps (sql/040), not from every active version.
 _TENANT_TEXT_SQL = """
-WITH languages AS (
-    SELECT name FROM tenant_serving_totals WHERE tenant_id = %(tenant)s AND kind = 'language'
-     GROUP BY name HAVING sum(versions) > 0
-),
-lexemes AS (
-    SELECT l.name AS cfg, t.lexeme FROM languages l, unnest(to_tsvector(l.name::regconfig, %(query)s)) t
-)
-SELECT (SELECT array_agg(name ORDER BY name) FROM languages) AS configs,
+SELECT (SELECT array_agg(name ORDER BY name) FROM (
+            SELECT name FROM tenant_serving_totals WHERE tenant_id = %(tenant)s AND kind = 'language'
+             GROUP BY name HAVING sum(versions) > 0) l) AS configs,
        (SELECT coalesce(sum(chunks), 0) FROM tenant_serving_totals
-         WHERE tenant_id = %(tenant)s AND kind = 'model')::bigint AS chunks,
-       (SELECT coalesce(sum(versions), 0) FROM tenant_serving_totals
-         WHERE tenant_id = %(tenant)s AND kind = 'changes')::bigint AS changes,
-       (SELECT array_agg(cfg) FROM lexemes) AS lexeme_cfgs, (SELECT array_agg(lexeme) FROM lexemes) AS lexemes,
-       (SELECT oid FROM pg_database WHERE datname = current_database())::bigint AS database
+         WHERE tenant_id = %(tenant)s AND kind = 'model')::bigint AS chunks
 """
 
 # The full-text arm ranks rather than filters: any of the query's words matches, each weighted by how rare it
 # is among the tenant's chunks (BM25's idf) times Postgres's saturating term-frequency rank (ts_rank of that
 # word alone). The query is parsed in each of the tenant's languages it is likely to be in, a word's weight
 # scaled by that likelihood (languages.query_language_weights); a word parsed in one language matches, and
-# is counted among, the chunks indexed in that language. A document frequency counts the tenant's served chunks
-# (the full-text rows are theirs only, sql/041) up to %(df_cap)s, past which a word could not seed candidates
-# anyway. A quoted phrase weighs the sum of its words' weights once more (and brings candidates); two
-# neighbouring words of the query found side by side weigh ``adjacency_weight`` of theirs more: the proximity
-# that ranking each word alone would lose ("lighthouse lamp" is the cell "Lighthouse lamp | 340").
+# is counted among, the chunks indexed in that language. A document frequency is how many of the tenant's served
+# chunks hold the word (kept as the full-text rows change, sql/047: the folded count and the changes not folded
+# yet), taken up to %(df_cap)s, past which a word could not seed candidates anyway (the cap the count had when it
+# was made at search time, kept so the ranking is the one measured). A quoted phrase weighs the sum of its words'
+# weights once more (and brings candidates); two neighbouring words of the query found side by side weigh
+# ``adjacency_weight`` of theirs more: the proximity that ranking each word alone would lose ("lighthouse lamp" is
+# the cell "Lighthouse lamp | 340").
 _TEXT_TERMS_SQL = """
 WITH configs AS (
     SELECT c.cfg, c.weight FROM unnest(%(configs)s::text[], %(weights)s::float8[]) AS c(cfg, weight)
@@ -67,18 +58,15 @@ lexemes AS (
     SELECT DISTINCT configs.cfg, configs.weight, t.lexeme
       FROM configs, unnest(to_tsvector(configs.cfg::regconfig, %(query)s)) t
 ),
--- MATERIALIZED: each word counted once (inlined into terms, every use of df counted it again: three times); a
--- count the caller passes (known: remembered at the tenant's current change counter) is not made again
-counted AS MATERIALIZED (
+counted AS MATERIALIZED (  -- each word looked up once (inlined, every use of df looked it up again)
     SELECT l.cfg, l.weight, l.lexeme, quote_literal(l.lexeme)::tsquery AS tq,
-           coalesce(k.df, (SELECT count(*) FROM (
-                SELECT 1 FROM chunk_fts f
-                 WHERE f.tenant_id = %(tenant)s AND f.text_search_config = l.cfg
-                   AND """ + _WORDS_OF_TENANT + """ @@ (quote_literal(l.lexeme)::tsquery && """ + _IN_TENANT + """)
-                 LIMIT %(df_cap)s) x)) AS df
+           least(%(df_cap)s, coalesce((SELECT c.chunks FROM tenant_word_counts c
+                                        WHERE c.tenant_id = %(tenant)s AND c.text_search_config = l.cfg
+                                          AND c.lexeme = l.lexeme), 0)
+                            + coalesce((SELECT sum(c.chunks) FROM tenant_word_changes c
+                                        WHERE c.tenant_id = %(tenant)s AND c.text_search_config = l.cfg
+                                          AND c.lexeme = l.lexeme), 0)) AS df
       FROM lexemes l
-      LEFT JOIN unnest(%(known_cfgs)s::text[], %(known_lexemes)s::text[], %(known_dfs)s::bigint[])
-             AS k(cfg, lexeme, df) ON k.cfg = l.cfg AND k.lexeme = l.lexeme
 ),
 terms AS (
     SELECT cfg, lexeme, tq, df, weight * ln(1 + (%(population)s - df + 0.5) / (df + 0.5)) AS idf
@@ -95,8 +83,6 @@ SELECT cfg, tq::text AS tq, idf, false AS phrase, true AS word, lexeme, df FROM 
 UNION ALL
 SELECT DISTINCT cfg, tq::text, share * idf, share >= 1, false, NULL::text, NULL::bigint
   FROM phrases WHERE idf > 0 AND numnode(tq) > 1
-UNION ALL  -- words no served chunk holds: remembered too, never ranked
-SELECT cfg, NULL::text, NULL::float8, false, true, lexeme, 0::bigint FROM counted WHERE df = 0
 """
 
 # Candidates hold one of the rarest words (``seeds``); the best SEEDED_POOL of them by those words are then
@@ -175,18 +161,10 @@ def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candid
         return []
     weights = query_language_weights(query, tenant["configs"] or [DEFAULT_CONFIG])
     population = int(tenant["chunks"])
-    df_cap = max(100, population // 7)
-    scope = (conn.info.host, conn.info.port, tenant["database"], tenant_id, tenant["changes"], df_cap)
-    lexemes = [(cfg, lexeme) for cfg, lexeme in zip(tenant["lexeme_cfgs"] or [], tenant["lexemes"] or [], strict=True)
-               if cfg in weights]
-    known = TERM_FREQUENCIES.known(scope, lexemes)
     rows = conn.execute(_TEXT_TERMS_SQL, {
         **params, "configs": list(weights), "weights": list(weights.values()), "population": population,
-        "df_cap": df_cap, "known_cfgs": [cfg for cfg, _ in known], "known_lexemes": [lexeme for _, lexeme in known],
-        "known_dfs": list(known.values()), **_phrases(query, adjacency_weight)}).fetchall()
-    TERM_FREQUENCIES.remember(scope, {
-        (r["cfg"], r["lexeme"]): r["df"] for r in rows if r["word"] and (r["cfg"], r["lexeme"]) not in known})
-    terms = [r for r in rows if r["tq"] is not None]
+        "df_cap": max(100, population // 7), **_phrases(query, adjacency_weight)}).fetchall()
+    terms = list(rows)
     if not terms:
         return []
     words = sorted((t for t in terms if not t["phrase"]), key=lambda t: -t["idf"])

@@ -1,6 +1,7 @@
 """The per-tenant totals every search reads (sql/040): the models, languages and chunks of a tenant's active
 versions, kept by a trigger on document_versions instead of being counted over every active version; and the
-tenant's change counter (sql/045), which grows with every change to them."""
+tenant's change counter (sql/045, kept for an earlier release's processes during a rolling upgrade), which grows
+with every change to them."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def _kept(conn, tenant: str) -> dict:
 
 
 def _changes(conn, tenant: str) -> int:
-    return conn.execute(_TENANT_TEXT_SQL, {"tenant": tenant, "query": ""}).fetchone()["changes"]
+    return conn.execute("""SELECT coalesce(sum(versions), 0) AS n FROM tenant_serving_totals
+                            WHERE tenant_id = %s AND kind = 'changes'""", (tenant,)).fetchone()["n"]
 
 
 def _version(conn, tenant: str, chunks: int, model: str | None = "m1") -> int:
