@@ -141,6 +141,8 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
     conn.execute("""INSERT INTO chunk_fts (chunk_id, tenant_id, version_id, tsv)
                     SELECT c.chunk_id, c.tenant_id, c.version_id, setweight(to_tsvector('english', c.text), 'A')
                       FROM chunks c JOIN document_versions v ON v.version_id = c.version_id AND v.is_active""")
+    for tenant in vectors_by_tenant:  # the words' counts (sql/047) one row a word, as promotion leaves them
+        conn.execute("SELECT fold_tenant_serving_totals(%s)", (tenant,))
     conn.execute(f"CREATE INDEX {FTS_INDEX} ON chunk_fts USING gin "  # sql/046's, after the rows as a restore does
                  "((tsv || array_to_tsvector(ARRAY[chr(1) || tenant_id])))")
     print(f"full-text rows and GIN index over {chunk_id:,} chunks in {time.perf_counter() - started:.0f} s, "
@@ -391,28 +393,39 @@ def revision_has(revision: str, path: str) -> bool:
     return _git("cat-file", "-e", f"{revision}:{path}", check=False).returncode == 0
 
 
+_TERM_FREQUENCIES = "ingestion_pipeline/documents/term_frequencies.py"
+
+
 def text_arm_of(revision: str):
-    """``text_candidates`` (the full-text arm) as ``documents/text_ranking.py`` was at git ``revision``."""
+    """``text_candidates`` (the full-text arm) as ``documents/text_ranking.py`` was at git ``revision``, and the
+    counts its process remembered (``term_frequencies.py``, before the counts were kept in the database; None
+    after), loaded from the revision too."""
+    import sys
     import types
 
-    module = types.ModuleType(f"text_ranking_at_{revision}")
-    source = _git("show", f"{revision}:{_TEXT_RANKING}").stdout
-    exec(compile(source, f"{revision}:{_TEXT_RANKING}", "exec"), module.__dict__)
-    return module.text_candidates
+    def loaded(path: str, name: str) -> types.ModuleType:
+        module = types.ModuleType(name)
+        exec(compile(_git("show", f"{revision}:{path}").stdout, f"{revision}:{path}", "exec"), module.__dict__)
+        return module
+
+    memory = None
+    if revision_has(revision, _TERM_FREQUENCIES):
+        memory = loaded(_TERM_FREQUENCIES, "ingestion_pipeline.documents.term_frequencies")
+        sys.modules[memory.__name__] = memory  # the revision's arm imports it by that name
+    return loaded(_TEXT_RANKING, f"text_ranking_at_{revision}").text_candidates, memory
 
 
 def compare_text_arms(conn, vectors: dict[str, np.ndarray], revision: str, seed: int, queries: int) -> None:
     """Every tenant searched with the full-text arm of ``revision`` and with the current one, the same queries
     in the same order, alternating: p50/p95 of the whole search for each, and whether the text arm's candidates
     came out the same (the ranking must not move when only the statements' speed should; chunks of equal scores
-    may change places when a statement adds a chunk's terms up in another order). Each arm is timed twice: with
-    no document frequency remembered (``term_frequencies.py`` emptied before the query; an arm of a revision
-    before that memory always counts), and again with those of the query remembered. The searches before the
-    timed ones (warming, the comparison of candidates) are made with the process's memory emptied after them."""
+    may change places when a statement adds a chunk's terms up in another order). A revision whose process
+    remembered the words' counts (``term_frequencies.py``) is timed twice: with nothing remembered (emptied before
+    the query) and with the query's counts remembered; the current arm reads the counts the database keeps
+    (sql/047) and is timed twice as well, both times into "after"."""
     from ingestion_pipeline.documents import search
-    from ingestion_pipeline.documents.term_frequencies import TERM_FREQUENCIES
 
-    before, current = text_arm_of(revision), search.text_candidates
+    (before, memory), current = text_arm_of(revision), search.text_candidates
     if not revision_has(revision, "sql/046_chunk_fts_words_by_tenant.sql"):
         # the revision's statements ask the words alone, which only an index of the words alone serves (the one
         # before sql/046): built beside the current one for the comparison; each arm's planner takes its own
@@ -422,7 +435,9 @@ def compare_text_arms(conn, vectors: dict[str, np.ndarray], revision: str, seed:
         print(f"  the full-text index of {revision} (the words alone) built beside it in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
     differing = in_order_only = 0
-    labels = ("before, nothing remembered", "after, nothing remembered", "before, remembered", "after, remembered")
+    runs = (("before, nothing remembered" if memory else "before", before), ("after", current),
+            ("before, remembered" if memory else "before", before), ("after", current))
+    labels = list(dict.fromkeys(label for label, _ in runs))
     timed: dict[str, dict[str, list[float]]] = {t: {label: [] for label in labels} for t in vectors}
     for i, (tenant, tenant_vectors) in enumerate(vectors.items()):
         rng = np.random.default_rng([seed, i])
@@ -432,9 +447,9 @@ def compare_text_arms(conn, vectors: dict[str, np.ndarray], revision: str, seed:
             was, now = before(conn, tenant, words, 50), current(conn, tenant, words, 50)
             differing += set(was) != set(now)
             in_order_only += set(was) == set(now) and was != now
-            for label, arm in zip(labels, (before, current, before, current), strict=True):
-                if "nothing" in label:
-                    TERM_FREQUENCIES.forget()
+            for label, arm in runs:
+                if memory and "nothing" in label:
+                    memory.TERM_FREQUENCIES.forget()
                 search.text_candidates = arm
                 try:
                     started = time.perf_counter()
