@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ingestion_pipeline import services as pipeline_services
-from ingestion_pipeline.api.lowered_work import LoweredProcess
+from ingestion_pipeline.api.lowered_work import LOWER_PRIORITY_NICE, LoweredProcess
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.settings import ApiSettings, Settings
 from ingestion_pipeline.core.users import is_active
@@ -80,10 +80,25 @@ class ApiServices(Services):
             return self.embedder.embed([text])[0]
         return process.call(_embed_query, self._model_build, text, here=lambda: self.embedder.embed([text])[0])
 
+    @cached_property
+    def lowered_db(self) -> Database:
+        """The pool of the searches run lowered: each connection's backend lowered as their threads are, where the
+        database runs on this host (``cpu_priority.lower_local_backend``), so a flood's statements take the cores
+        only as far as the other tenants' leave them free, as its Python does. A pool of its own, since a lowered
+        backend is never raised back; opened on first use. A database given without a URL (a test's) is used as
+        it is."""
+        url = getattr(self.db, "url", None)
+        if url is None:
+            return self.db
+        return Database(url, max_size=self.db.max_size, name="api-lowered", timeout=5.0,
+                        backend_nice=LOWER_PRIORITY_NICE)
+
     def close_lowered(self) -> None:
-        """End the lowered process, if one was started (the app's shutdown)."""
+        """End the lowered process and pool, if they were started (the app's shutdown)."""
         if "lowered_embedding" in self.__dict__ and self.lowered_embedding is not None:
             self.lowered_embedding.shutdown()
+        if "lowered_db" in self.__dict__ and self.lowered_db is not self.db:
+            self.lowered_db.close()
 
     @staticmethod
     def _fast_lane_module() -> Any:

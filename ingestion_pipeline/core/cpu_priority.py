@@ -57,3 +57,31 @@ def lower_process_priority(nice: int, pid: int | None = None) -> int:
                 return changed
         pending += _children(process)
     return changed
+
+
+def lower_local_backend(conn, nice: int) -> bool:
+    """The database backend serving ``conn`` lowered to nice ``nice``, its scheduling group too (autogroup: each
+    PostgreSQL backend is a session of its own, so its nice value alone weighs only against itself), when that
+    backend is a process of this host this process may lower; whether it was.
+
+    The backend is recognised by its pid and its working directory, which is its server's data directory, so a
+    server elsewhere (a pid of another host, or of a container's namespace) is never taken for a local process.
+    Where the server does not say its data directory (a role without ``pg_read_all_settings``) or the OS refuses,
+    nothing is changed."""
+    pid = conn.info.backend_pid
+    try:
+        data_directory = conn.execute("SELECT current_setting('data_directory') AS d").fetchone()
+    except Exception as exc:  # noqa: BLE001 (a role that may not read it: the backend keeps its priority)
+        _log.info("the database backend keeps its CPU priority: %s", exc)
+        return False
+    data_directory = data_directory["d"] if isinstance(data_directory, dict) else data_directory[0]
+    try:
+        if os.path.realpath(os.readlink(f"/proc/{pid}/cwd")) != os.path.realpath(data_directory):
+            return False
+        autogroup = Path(f"/proc/{pid}/autogroup")
+        if autogroup.exists():
+            autogroup.write_text(str(nice))
+        return lower_process_priority(nice, pid) > 0 or os.getpriority(os.PRIO_PROCESS, pid) >= nice
+    except OSError as exc:  # another host's pid, another user's process, or no /proc
+        _log.info("the database backend %s keeps its CPU priority: %s", pid, exc)
+        return False

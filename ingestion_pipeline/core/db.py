@@ -15,11 +15,14 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
+
+from ingestion_pipeline.core.cpu_priority import lower_local_backend
 
 EMBEDDED_ALLOWED_ENV = "INGESTION_EMBEDDED_POSTGRES"
 
@@ -91,6 +94,11 @@ def _configure(conn: psycopg.Connection) -> None:
     register_vector(conn)
 
 
+def _configure_lowered(conn: psycopg.Connection, *, nice: int) -> None:
+    _configure(conn)
+    lower_local_backend(conn, nice)
+
+
 def _returned(conn: psycopg.Connection) -> None:
     """The pool's ``reset``: when the connection came back, working."""
     conn._returned_at = time.monotonic()
@@ -107,17 +115,20 @@ def _check(conn: psycopg.Connection) -> None:
 class Database:
     """A pool of connections to the application database (migrations must be applied first)."""
 
-    def __init__(self, url: str, *, max_size: int = 4, name: str = "ingestion", timeout: float = 30.0) -> None:
+    def __init__(self, url: str, *, max_size: int = 4, name: str = "ingestion", timeout: float = 30.0,
+                 backend_nice: int | None = None) -> None:
         """``timeout``: how long to wait for a connection before ``PoolTimeout`` (a worker can wait; an
-        HTTP request should answer 503 soon)."""
+        HTTP request should answer 503 soon). ``backend_nice``: each connection's backend lowered to that CPU
+        priority where it runs on this host (``cpu_priority.lower_local_backend``), for work that may wait."""
         self.url = url
+        self.backend_nice = backend_nice
         self._pool = ConnectionPool(
             url,
             min_size=1,
             max_size=max_size,
             timeout=timeout,
             kwargs={"row_factory": dict_row, "autocommit": True},
-            configure=_configure,
+            configure=_configure if backend_nice is None else partial(_configure_lowered, nice=backend_nice),
             check=_check,
             reset=_returned,
             name=name,

@@ -118,3 +118,28 @@ def test_a_search_over_the_share_is_refused_before_routing(database, monkeypatch
     slots._queued.clear()
     assert api.client.get("/v1/search", params={"q": "policy"}, headers=api.as_("globex-user")).status_code == 200
     assert routed == ["globex"]
+
+
+def test_a_search_run_lowered_runs_its_statements_on_a_lowered_backend(database, monkeypatch):
+    """A tenant at its share: its search's thread, query and statements are all lowered (the database is this
+    host's); another tenant's search runs on a backend of the normal priority."""
+    from ingestion_pipeline.api.routes import documents
+
+    api = make_api(database, ApiSettings(jwt_secret=SECRET))
+    slots = api.client.app.state.search_slots
+    monkeypatch.setattr(slots, "busy", lambda tenant: tenant == "acme")
+    backends = {}
+    search = documents.hybrid_search
+
+    def recording(conn, **kwargs):
+        backends[kwargs["tenant_id"]] = os.getpriority(os.PRIO_PROCESS, conn.info.backend_pid)
+        return search(conn, **kwargs)
+
+    monkeypatch.setattr(documents, "hybrid_search", recording)
+    try:
+        for tenant in ("acme", "globex"):
+            answer = api.client.get("/v1/search", params={"q": "policy"}, headers=api.as_(f"{tenant}-user"))
+            assert answer.status_code == 200
+    finally:
+        api.services.close_lowered()
+    assert backends == {"acme": LOWER_PRIORITY_NICE, "globex": 0}

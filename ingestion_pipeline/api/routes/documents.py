@@ -83,7 +83,7 @@ async def search(
         with slots.hold(who.tenant_id):
             embedders = services.query_embedders
             vector = services.query_vector(q, lowered=lowered)
-            with services.db.connection() as conn:
+            with (services.lowered_db if lowered else services.db).connection() as conn:
                 return hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k,
                                      model=embedders.model, neighbours=context,
                                      other_models=embedders.for_query(q))
