@@ -68,10 +68,12 @@ def lower_local_backend(conn, nice: int) -> bool:
     server elsewhere (a pid of another host, or of a container's namespace) is never taken for a local process.
     Where the server does not say its data directory (a role without ``pg_read_all_settings``) or the OS refuses,
     nothing is changed."""
+    import psycopg
+
     pid = conn.info.backend_pid
     try:
         data_directory = conn.execute("SELECT current_setting('data_directory') AS d").fetchone()
-    except Exception as exc:  # noqa: BLE001 (a role that may not read it: the backend keeps its priority)
+    except psycopg.Error as exc:  # a role that may not read it
         _log.info("the database backend keeps its CPU priority: %s", exc)
         return False
     data_directory = data_directory["d"] if isinstance(data_directory, dict) else data_directory[0]

@@ -121,7 +121,6 @@ class Database:
         HTTP request should answer 503 soon). ``backend_nice``: each connection's backend lowered to that CPU
         priority where it runs on this host (``cpu_priority.lower_local_backend``), for work that may wait."""
         self.url = url
-        self.backend_nice = backend_nice
         self._pool = ConnectionPool(
             url,
             min_size=1,
