@@ -156,6 +156,21 @@ def invariant_violations(url: str) -> list[str]:
                               WHERE k.versions IS DISTINCT FROM c.versions OR k.chunks IS DISTINCT FROM c.chunks"""):
         problems.append(f"tenant {r['tenant_id']}'s {r['kind']} {r['name']}: totals say {r['kept']} version(s), "
                         f"{r['kept_chunks']} chunk(s); the active versions are {r['counted']}, {r['counted_chunks']}")
+    # the words' document frequencies search reads (sql/047, folded or not) are the served rows' words counted afresh
+    for r in _query(url, """WITH kept AS (
+                                 SELECT tenant_id, text_search_config, lexeme, sum(chunks) AS chunks FROM (
+                                     SELECT tenant_id, text_search_config, lexeme, chunks FROM tenant_word_counts
+                                     UNION ALL
+                                     SELECT tenant_id, text_search_config, lexeme, chunks FROM tenant_word_changes) w
+                                  GROUP BY 1, 2, 3 HAVING sum(chunks) <> 0),
+                             counted AS (
+                                 SELECT f.tenant_id, f.text_search_config, w.lexeme, count(*) AS chunks
+                                   FROM chunk_fts f, unnest(tsvector_to_array(f.tsv)) AS w(lexeme) GROUP BY 1, 2, 3)
+                             SELECT tenant_id, lexeme, k.chunks AS kept, c.chunks AS counted
+                               FROM kept k FULL JOIN counted c USING (tenant_id, text_search_config, lexeme)
+                              WHERE k.chunks IS DISTINCT FROM c.chunks LIMIT 5"""):
+        problems.append(f"tenant {r['tenant_id']}'s word {r['lexeme']!r}: counts say {r['kept']} chunk(s), "
+                        f"its served rows {r['counted']}")
     for r in _query(url, """SELECT doc_id, content_hash, pipeline_fingerprint, count(*) AS n FROM document_versions
                              GROUP BY 1, 2, 3 HAVING count(*) > 1"""):
         problems.append(f"document {r['doc_id']} was promoted {r['n']} times from the same content")
