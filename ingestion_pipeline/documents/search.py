@@ -16,6 +16,7 @@ The settings (``SearchSettings``) were chosen on the project's question set: ben
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 
@@ -32,7 +33,7 @@ from ingestion_pipeline.documents.vector_index import of_dimension
 EXACT_SEARCH_MAX_CHUNKS = 5_000  # a tenant this small is ranked exactly (see _vector_candidates)
 # how a larger tenant's HNSW scan goes on past other tenants' rows (pgvector >= 0.8; benchmarks/search_latency.py
 # --sweep measures the choices)
-HNSW_EF_SEARCH = 400  # the scan's candidate list (at least; 4 x the candidates asked for, up to 1,000)
+HNSW_EF_SEARCH = 600  # the scan's candidate list (at least; 4 x the candidates asked for, up to 1,000)
 HNSW_SCAN_ORDER = "relaxed_order"
 HNSW_MAX_SCAN_TUPLES = 20_000  # pgvector's default: index entries visited before an iterative scan gives up
 MAX_NEIGHBOURS = 3  # chunks before and after a hit that a search may add to widen it
@@ -204,10 +205,18 @@ SELECT f.chunk_id, f.score::float8 AS score, f.vector_rank, f.text_rank, c.doc_i
 """
 
 
+# Whether each connection's server has pgvector >= 0.8, asked once a connection: the library a backend loaded
+# stays loaded until it ends (an ALTER EXTENSION UPDATE meanwhile does not change what it runs).
+_ITERATIVE_SCAN: weakref.WeakKeyDictionary[psycopg.Connection, bool] = weakref.WeakKeyDictionary()
+
+
 def _supports_iterative_scan(conn: psycopg.Connection) -> bool:
-    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
-    version = tuple(int(p) for p in (row["extversion"] if row else "0.0").split(".")[:2])
-    return version >= (0, 8)
+    known = _ITERATIVE_SCAN.get(conn)
+    if known is None:
+        row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        version = tuple(int(p) for p in (row["extversion"] if row else "0.0").split(".")[:2])
+        known = _ITERATIVE_SCAN[conn] = version >= (0, 8)
+    return known
 
 
 def hybrid_search(
@@ -295,7 +304,9 @@ def _vector_arm(conn: psycopg.Connection, tenant_id: str, vectors: _QueryVectors
     others = [m for m in models if m.name is not None and m.name != vectors.model]
     own_chunks = sum(m.chunks for m in models) - sum(m.chunks for m in others)
     if not others:
-        return _vector_candidates(conn, tenant_id, vectors.vector, vectors.model, candidates, k)
+        # more chunks served than an exact ranking takes: the index, without counting the tenant's rows again
+        return _vector_candidates(conn, tenant_id, vectors.vector, vectors.model, candidates, k,
+                                  exact=False if own_chunks > EXACT_SEARCH_MAX_CHUNKS else None)
     searchable = [(m, vectors.others.vector(m.name)) for m in others] if vectors.others else []
     searchable = [(m, v) for m, v in searchable if v is not None]  # None: this host cannot embed with it
     if own_chunks == 0 and len(searchable) == 1:  # one other model serves every version
