@@ -271,8 +271,9 @@ def clients_under_promotion(url: str, conn, vectors: dict[str, np.ndarray], coun
     """``clients`` connections searching at once, each one search after another on a tenant drawn at random:
     first for ``idle_seconds`` alone, then while another connection promotes ``count`` vectors of a new tenant
     (transactions of 500) as promotion did before (into the HNSW graph inside each transaction), then ``count``
-    more twice as it does now (outside the graph, then swept into it on one connection, then on two). p50/p95 over
-    every search, and by the tenant's size."""
+    more twice outside the graph, then swept into it on two connections: at the server's priority, as the sweep
+    ran before, and lowered (``vector_backlog.SWEEP_NICE``), as it runs now. p50/p95 over every search, and by the
+    tenant's size."""
     import threading
 
     from hnsw_insert import stage_new_vectors, timed_inserts
@@ -324,19 +325,21 @@ def clients_under_promotion(url: str, conn, vectors: dict[str, np.ndarray], coun
     threading.Timer(idle_seconds, stop.set).start()
     report(f"alone ({idle_seconds:.0f} s)", searches(stop), idle_seconds)
     # as promotion did before: each version's vectors into the graph inside its transaction, one connection;
-    # then as it does now: outside the graph, then swept into it (vector_backlog.py), on one connection (the same
-    # concurrency as before) and on two (the pipeline's two lanes). Other tenants whose vectors hash to the same
-    # partition, so each load grows the same graph from about the same size.
+    # then outside the graph, swept into it (vector_backlog.py) on two connections (the pipeline's two lanes), at
+    # the server's priority and lowered. Other tenants whose vectors hash to the same partition, so each load grows
+    # the same graph from about the same size (the lowered sweep last: into the largest graph).
     beside = _tenants_beside(conn, tenant, 2)
     for n, name in enumerate(beside):
         stage_new_vectors(conn, count, np.random.default_rng(seed + 1 + n), tenant=name)
-    for label, who, sweepers in (("promoted into the graph, as before", tenant, 0),
-                                 ("promoted outside it, then swept on 1 connection", beside[0], 1),
-                                 ("promoted outside it, then swept on 2 connections", beside[1], 2)):
+    lowered = vector_backlog.SWEEP_NICE
+    for label, who, sweepers, nice in (
+            ("promoted into the graph, as before", tenant, 0, None),
+            ("promoted outside it, then swept on 2 connections at the server's priority", beside[0], 2, None),
+            (f"promoted outside it, then swept on 2 connections at nice {lowered}", beside[1], 2, lowered)):
         rate: list[float] = []
         stop = threading.Event()
 
-        def promote(who: str = who, sweepers: int = sweepers, rate: list[float] = rate,
+        def promote(who: str = who, sweepers: int = sweepers, nice: int | None = nice, rate: list[float] = rate,
                     stop: threading.Event = stop) -> None:
             try:
                 began = time.perf_counter()
@@ -344,8 +347,12 @@ def clients_under_promotion(url: str, conn, vectors: dict[str, np.ndarray], coun
                     timed_inserts(other, ids if who == tenant else _staged_ids(other, who), 500, tenant=who,
                                   indexed=not sweepers)
                 if sweepers:
-                    with Database(url, max_size=sweepers) as db:
-                        vector_backlog.index_backlog(db, connections=sweepers)
+                    vector_backlog.SWEEP_NICE = nice
+                    try:
+                        with Database(url, max_size=sweepers) as db:
+                            vector_backlog.index_backlog(db, connections=sweepers)
+                    finally:
+                        vector_backlog.SWEEP_NICE = lowered
                 rate.append(count / (time.perf_counter() - began))
             finally:
                 stop.set()  # the clients stop with the promotion, whether it finished or failed

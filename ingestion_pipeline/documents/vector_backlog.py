@@ -10,12 +10,18 @@ them ``indexed = true`` in small transactions of their own, which is the graph i
 other, and whatever a killed worker left is taken by the next sweep: every promotion step sweeps the whole backlog
 once its files are promoted (``steps/promote.py``), ``process`` with nothing queued sweeps what is left, and the
 janitor takes a bounded share each round while no run is in progress (``defs/ledger/janitor.py``).
+
+The sweep's connections are its own, their backends at the lowest CPU priority where the database runs on this
+host (``cpu_priority.lower_local_backend``): the graph's insertions are the most CPU a load asks of the database,
+and every vector is searchable before they run, so they take the cores searches leave, not the searches' share
+(figures: ``benchmarks/search_latency.py --promoting --clients``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 import psycopg
 
@@ -24,6 +30,7 @@ from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.progress import CountProgress, Sink
 
 BATCH = 500  # vectors a transaction indexes: short enough that a search or a promotion never waits long on it
+SWEEP_NICE = 10  # the sweep's backends' CPU priority (None: the server's own; search_latency.py --clients chose it)
 
 _PENDING_SQL = "SELECT count(*) AS n FROM chunk_embeddings WHERE NOT indexed"
 _PENDING_OF_TENANT_SQL = "SELECT count(*) AS n FROM chunk_embeddings WHERE NOT indexed AND tenant_id = %(tenant)s"
@@ -47,16 +54,31 @@ def index_some(conn: psycopg.Connection, batch: int = BATCH) -> int:
     return conn.execute(_INDEX_SOME_SQL, {"batch": batch}).rowcount
 
 
+@contextmanager
+def sweep_connections(db: Database, connections: int) -> Iterator[Database]:
+    """``connections`` connections of the sweep's own, lowered (``SWEEP_NICE``), closed after: a lowered backend
+    cannot be raised back, so it never returns to ``db``'s pool."""
+    if SWEEP_NICE is None:
+        yield db
+        return
+    with Database(db.url, max_size=max(1, connections), name="index-sweep", backend_nice=SWEEP_NICE) as own:
+        yield own
+
+
 def index_up_to(db: Database, limit: int, *, batch: int = BATCH) -> tuple[int, int]:
     """Index at most ``limit`` pending vectors on one connection, ``batch`` a transaction: how many, and how many
     are left (a bounded share of the backlog, for a service whose other duties must not wait on a whole sweep)."""
     done = 0
-    while done < limit:
-        with db.transaction() as conn:
-            taken = index_some(conn, min(batch, limit - done))
-        if taken == 0:
-            break
-        done += taken
+    with db.connection() as conn:
+        if limit <= 0 or pending(conn) == 0:  # no connection of its own opened for nothing
+            return 0, pending(conn)
+    with sweep_connections(db, 1) as sweep:
+        while done < limit:
+            with sweep.transaction() as conn:
+                taken = index_some(conn, min(batch, limit - done))
+            if taken == 0:
+                break
+            done += taken
     with db.connection() as conn:
         return done, pending(conn)
 
@@ -71,10 +93,10 @@ def index_backlog(db: Database, *, connections: int = 1, batch: int = BATCH, sin
     progress = CountProgress("index", total, "vectors", sinks=sinks)
     errors: list[BaseException] = []
 
-    def lane() -> None:
+    def lane(sweep: Database) -> None:
         try:
             while not errors:
-                with db.transaction() as conn:
+                with sweep.transaction() as conn:
                     done = index_some(conn, batch)
                     failpoint("index.batch")  # a batch indexed, not committed
                 if done == 0:
@@ -83,12 +105,14 @@ def index_backlog(db: Database, *, connections: int = 1, batch: int = BATCH, sin
         except BaseException as exc:  # kept and raised by the caller: the other lanes stop at their next batch
             errors.append(exc)
 
-    lanes = [threading.Thread(target=lane, name=f"index-lane-{i}", daemon=True)
-             for i in range(max(1, min(connections, db.max_size)))]
-    for thread in lanes:
-        thread.start()
-    for thread in lanes:
-        thread.join()
+    count = max(1, min(connections, db.max_size))
+    with sweep_connections(db, count) as sweep:
+        lanes = [threading.Thread(target=lane, args=(sweep,), name=f"index-lane-{i}", daemon=True)
+                 for i in range(count)]
+        for thread in lanes:
+            thread.start()
+        for thread in lanes:
+            thread.join()
     progress.finish()
     if errors:
         raise errors[0]

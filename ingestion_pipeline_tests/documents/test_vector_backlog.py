@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -145,6 +146,38 @@ def test_the_backlog_is_taken_on_several_connections_each_vector_once(db, databa
     # every vector is in its partition's graph: the index's row count is the table's
     assert db.execute("SELECT count(*) AS n FROM chunk_embeddings WHERE indexed").fetchone()["n"] == 2100
     assert vector_backlog.index_backlog(database) == 0  # nothing left: no report, no work
+
+
+def test_the_sweep_runs_on_lowered_backends_of_its_own_and_leaves_the_callers_pool_as_it_was(db, database,
+                                                                                            monkeypatch):
+    """The graph's insertions take the cores searches leave: every batch, the promotion step's sweep and the
+    janitor's share, runs on a backend at nice 10 (``SWEEP_NICE``; the kernel's value read back while it runs); the
+    caller's pool keeps its priority, and none of its connections is lowered."""
+    from ingestion_pipeline_tests.core.test_cpu_priority import _nice_of_backend
+
+    rng = np.random.default_rng(15)
+    add_tenant_vectors(db, "acme", rng.normal(size=(300, 384)), indexed=False)
+    seen: list[tuple[int, tuple[int, str]]] = []
+    index_some = vector_backlog.index_some
+
+    def observed(conn, batch=vector_backlog.BATCH):
+        seen.append((conn.info.backend_pid, _nice_of_backend(conn)))
+        return index_some(conn, batch)
+
+    monkeypatch.setattr(vector_backlog, "index_some", observed)
+    assert vector_backlog.index_up_to(database, 100) == (100, 200)  # the janitor's share
+    assert vector_backlog.index_backlog(database, connections=2, batch=50) == 200  # a promotion step's sweep
+    assert vector_backlog.pending(db) == 0
+    assert vector_backlog.SWEEP_NICE == 10
+    assert len(seen) >= 5 and {nice for _, nice in seen} == {(10, "10")}
+    with database.connection() as conn:
+        assert _nice_of_backend(conn) == (0, "0") and conn.info.backend_pid not in {pid for pid, _ in seen}
+    # the sweep's own connections are closed after: a lowered backend is never handed to other work
+    lowered = sorted({pid for pid, _ in seen})
+    deadline = time.monotonic() + 10
+    while db.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE pid = ANY(%s)", (lowered,)).fetchone()["n"]:
+        assert time.monotonic() < deadline, f"the sweep's backends {lowered} are still connected"
+        time.sleep(0.1)
 
 
 def test_a_database_from_before_upgrades_with_every_vector_in_its_index(pg_server_url, tmp_path, monkeypatch):
