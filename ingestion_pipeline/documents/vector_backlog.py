@@ -11,8 +11,8 @@ other, and whatever a killed worker left is taken by the next sweep: every promo
 once its files are promoted (``steps/promote.py``), ``process`` with nothing queued sweeps what is left, and the
 janitor takes a bounded share each round while no run is in progress (``defs/ledger/janitor.py``).
 
-The sweep's connections are its own, their backends at the lowest CPU priority where the database runs on this
-host (``cpu_priority.lower_local_backend``): the graph's insertions are the most CPU a load asks of the database,
+The sweep's connections are its own, their backends at a lowered CPU priority (``SWEEP_NICE``) where the database
+runs on this host (``cpu_priority.lower_local_backend``): the graph's insertions are the most CPU a load asks of it,
 and every vector is searchable before they run, so they take the cores searches leave, not the searches' share
 (figures: ``benchmarks/search_latency.py --promoting --clients``).
 """
@@ -70,8 +70,9 @@ def index_up_to(db: Database, limit: int, *, batch: int = BATCH) -> tuple[int, i
     are left (a bounded share of the backlog, for a service whose other duties must not wait on a whole sweep)."""
     done = 0
     with db.connection() as conn:
-        if limit <= 0 or pending(conn) == 0:  # no connection of its own opened for nothing
-            return 0, pending(conn)
+        left = pending(conn)
+    if limit <= 0 or left == 0:  # no connection of its own opened for nothing
+        return 0, left
     with sweep_connections(db, 1) as sweep:
         while done < limit:
             with sweep.transaction() as conn:
@@ -111,8 +112,12 @@ def index_backlog(db: Database, *, connections: int = 1, batch: int = BATCH, sin
                  for i in range(count)]
         for thread in lanes:
             thread.start()
-        for thread in lanes:
-            thread.join()
+        try:
+            for thread in lanes:
+                thread.join()
+        except BaseException:  # an interrupted process: its lanes' statements end now, their batches roll back
+            sweep.cancel_statements()
+            raise
     progress.finish()
     if errors:
         raise errors[0]
