@@ -333,13 +333,13 @@ def clients_under_promotion(url: str, conn, vectors: dict[str, np.ndarray], coun
         stage_new_vectors(conn, count, np.random.default_rng(seed + 1 + n), tenant=name)
     lowered = vector_backlog.SWEEP_NICE
     for label, who, sweepers, nice in (
-            ("promoted into the graph, as before", tenant, 0, None),
-            ("promoted outside it, then swept on 2 connections at the server's priority", beside[0], 2, None),
+            ("promoted into the graph, as before", tenant, 0, 0),
+            ("promoted outside it, then swept on 2 connections at the server's priority", beside[0], 2, 0),
             (f"promoted outside it, then swept on 2 connections at nice {lowered}", beside[1], 2, lowered)):
         rate: list[float] = []
         stop = threading.Event()
 
-        def promote(who: str = who, sweepers: int = sweepers, nice: int | None = nice, rate: list[float] = rate,
+        def promote(who: str = who, sweepers: int = sweepers, nice: int = nice, rate: list[float] = rate,
                     stop: threading.Event = stop) -> None:
             try:
                 began = time.perf_counter()
@@ -347,12 +347,8 @@ def clients_under_promotion(url: str, conn, vectors: dict[str, np.ndarray], coun
                     timed_inserts(other, ids if who == tenant else _staged_ids(other, who), 500, tenant=who,
                                   indexed=not sweepers)
                 if sweepers:
-                    vector_backlog.SWEEP_NICE = nice
-                    try:
-                        with Database(url, max_size=sweepers) as db:
-                            vector_backlog.index_backlog(db, connections=sweepers)
-                    finally:
-                        vector_backlog.SWEEP_NICE = lowered
+                    with Database(url, max_size=sweepers) as db:
+                        vector_backlog.index_backlog(db, connections=sweepers, nice=nice)
                 rate.append(count / (time.perf_counter() - began))
             finally:
                 stop.set()  # the clients stop with the promotion, whether it finished or failed

@@ -85,7 +85,8 @@ def _index_what_is_left(ctx: Context, conn) -> None:
     if vector_backlog.pending(conn):
         reporter = install_terminal_reporter()  # vectors, rate, ETA on stderr
         try:
-            vector_backlog.index_backlog(ctx.db, connections=ctx.settings.batch.lanes)
+            vector_backlog.index_backlog(ctx.db, connections=ctx.settings.batch.lanes,
+                                         nice=ctx.settings.batch.index_nice)
         finally:
             logging.getLogger("ingestion_pipeline.progress").removeHandler(reporter)
 

@@ -132,7 +132,7 @@ def _janitor_round(ctx: Context, instance: Any = None) -> Callable[[], str | Non
         nonlocal instance
         if instance is None:  # the project's instance (DAGSTER_HOME), opened on the first round
             instance = pooled_instance()
-        report = run_janitor(instance, ctx.db, ctx.settings.reliability)
+        report = run_janitor(instance, ctx.db, ctx.settings.reliability, index_nice=ctx.settings.batch.index_nice)
         return None if report.is_empty else report.describe()
 
     return round_

@@ -66,6 +66,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_BATCH_MAX_BYTES"),
         _setting("INGESTION_BATCH_LANES"),
         _setting("INGESTION_BATCH_INTERACTIVE_FILES"),
+        _setting("INGESTION_INDEX_SWEEP_NICE"),
         _setting("INGESTION_CHUNK_TARGET_TOKENS"),
         _setting("INGESTION_CHUNK_MAX_TOKENS"),
         _setting("INGESTION_EMBEDDING_MODEL"),

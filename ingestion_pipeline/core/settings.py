@@ -47,6 +47,12 @@ def _at_least_one(raw: str) -> int:
     return value
 
 
+def _nice(raw: str) -> int:
+    if not 0 <= (value := int(raw)) <= 19:
+        raise ValueError(raw)
+    return value
+
+
 def _s3_store_uri(raw: str) -> str | None:
     value = raw.strip()
     if value in ("", "local"):
@@ -71,20 +77,14 @@ def _positive(raw: str) -> float:
     return value
 
 
-def _poll_interval(raw: str) -> float:
-    """Seconds between two looks of a polling loop: at least 0.01 (below, the loop is a busy wait on the result
-    backend with hundreds of steps in flight)."""
-    value = _finite(raw)
-    if value < 0.01:
-        raise ValueError(raw)
-    return value
+def _at_least(low: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        value = _finite(raw)
+        if value < low:
+            raise ValueError(raw)
+        return value
 
-
-def _not_negative(raw: str) -> float:
-    value = _finite(raw)
-    if value < 0:
-        raise ValueError(raw)
-    return value
+    return parse
 
 
 MAX_TOKEN_HOURS = 24 * 365
@@ -254,16 +254,17 @@ class BatchSettings(_Area):
                          description="Files in one batch (one partition, one run).")
     max_bytes: int = env("INGESTION_BATCH_MAX_BYTES", default=200 * 1024 * 1024, parse=_int, expected="an integer",
                          shown="209715200 (200 MB)", description="Bytes in one batch.")
-    # a batch this small (and not from an S3 source) is a person waiting: its run is queued ahead of bulk runs
-    # and has a run slot of its own (defs/partitions.py: RUN_CLASS_TAG)
+    # a person waiting: queued ahead of bulk runs, a run slot of its own (defs/partitions.py: RUN_CLASS_TAG)
     interactive_max_files: int = env("INGESTION_BATCH_INTERACTIVE_FILES", default=10, parse=_at_least_one,
                                      expected=WHOLE_AT_LEAST_ONE,
                                      description="A batch of at most this many files, not from an S3 source's "
                                                  "listing (uploads, queue jobs, objects an S3 event told of), is "
                                                  "interactive: queued first, a run slot bulk runs never take.")
-    # files a step works on at once (documents/steps/runner.py); at most the pool's connections
     lanes: int = env("INGESTION_BATCH_LANES", default=2, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
                      description="Files a step works on at once (at most the run's 4 connections).")
+    index_nice: int = env("INGESTION_INDEX_SWEEP_NICE", default=10, parse=_nice, expected="a whole number from 0 to 19",
+                          description="The CPU priority (nice) of the database backends that put promoted vectors "
+                                      "into their HNSW graph, where the database runs on this host (0: normal).")
 
 
 class ChunkSettings(_Area):
@@ -465,15 +466,14 @@ class ExecutorSettings(_Area):
                                     "any host) through dagster-celery; `in_process`: in the run's process.")
     broker_url: str = env("CELERY_BROKER_URL", "REDIS_URL", default="redis://127.0.0.1:6379/0", shown="REDIS_URL",
                           description="The Celery broker (and result backend) of the workers.")
-    # a step taken by a worker that then vanished (its host died) is handed to another worker after this long;
-    # it must exceed the longest step, or a slow step is run twice
     redeliver_seconds: int = env("INGESTION_WORKER_REDELIVER_SECONDS", default=600, parse=_at_least_one,
                                  expected="a whole number of seconds of at least 1",
                                  description="A step taken by a worker that vanished (its host died) goes to another "
                                              "worker after this long; keep it above the longest step and below "
                                              "INGESTION_LEASE_SECONDS.")
-    # dagster-celery's own loop looks once a second: half a second on average after each step of a run's chain
-    poll_seconds: float = env("INGESTION_CELERY_POLL_SECONDS", default=0.2, parse=_poll_interval,
+    # dagster-celery's own loop looks once a second: half a second on average after each step of a run's chain;
+    # below 0.01 s the loop is a busy wait on the result backend with hundreds of steps in flight
+    poll_seconds: float = env("INGESTION_CELERY_POLL_SECONDS", default=0.2, parse=_at_least(0.01),
                               expected="a number of seconds of at least 0.01",
                               description="The longest pause between a Celery run's looks for its finished steps "
                                           "(a look every tenth of the time since a step was sent or ended, from "
@@ -566,7 +566,7 @@ class ApiSettings(_Area):
                                                  "nothing this long ends with 408 and its connection closed.")
     # and one slower than this on average, after the idle time
     upload_min_bytes_per_second: float = env(
-        "INGESTION_API_UPLOAD_MIN_BYTES_PER_SECOND", default=16 * 1024.0, parse=_not_negative,
+        "INGESTION_API_UPLOAD_MIN_BYTES_PER_SECOND", default=16 * 1024.0, parse=_at_least(0),
         expected="a number of bytes per second, 0 or more", shown="16384",
         description="After the idle time, an upload slower than this on average ends with 408 (0: no minimum).")
     # a request's headers not complete this long after the connection: 408

@@ -11,10 +11,10 @@ other, and whatever a killed worker left is taken by the next sweep: every promo
 once its files are promoted (``steps/promote.py``), ``process`` with nothing queued sweeps what is left, and the
 janitor takes a bounded share each round while no run is in progress (``defs/ledger/janitor.py``).
 
-The sweep's connections are its own, their backends at a lowered CPU priority (``SWEEP_NICE``) where the database
-runs on this host (``cpu_priority.lower_local_backend``): the graph's insertions are the most CPU a load asks of it,
-and every vector is searchable before they run, so they take the cores searches leave, not the searches' share
-(figures: ``benchmarks/search_latency.py --promoting --clients``).
+The sweep's connections are its own, their backends at a lowered CPU priority (``INGESTION_INDEX_SWEEP_NICE``,
+10 by default) where the database runs on this host (``cpu_priority.lower_local_backend``): the graph's insertions
+are the most CPU a load asks of it, and every vector is searchable before they run, so they take the cores searches
+leave, not the searches' share (figures: ``benchmarks/search_latency.py --promoting --clients``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.progress import CountProgress, Sink
 
 BATCH = 500  # vectors a transaction indexes: short enough that a search or a promotion never waits long on it
-SWEEP_NICE = 10  # the sweep's backends' CPU priority (None: the server's own; search_latency.py --clients chose it)
+SWEEP_NICE = 10  # the sweep's backends' CPU priority by default (INGESTION_INDEX_SWEEP_NICE; 0: the server's own)
 
 _PENDING_SQL = "SELECT count(*) AS n FROM chunk_embeddings WHERE NOT indexed"
 _PENDING_OF_TENANT_SQL = "SELECT count(*) AS n FROM chunk_embeddings WHERE NOT indexed AND tenant_id = %(tenant)s"
@@ -55,17 +55,17 @@ def index_some(conn: psycopg.Connection, batch: int = BATCH) -> int:
 
 
 @contextmanager
-def sweep_connections(db: Database, connections: int) -> Iterator[Database]:
-    """``connections`` connections of the sweep's own, lowered (``SWEEP_NICE``), closed after: a lowered backend
-    cannot be raised back, so it never returns to ``db``'s pool."""
-    if SWEEP_NICE is None:
+def sweep_connections(db: Database, connections: int, nice: int) -> Iterator[Database]:
+    """``connections`` connections of the sweep's own, lowered to ``nice``, closed after: a lowered backend cannot
+    be raised back, so it never returns to ``db``'s pool (``nice`` 0: ``db`` itself)."""
+    if not nice:
         yield db
         return
-    with Database(db.url, max_size=max(1, connections), name="index-sweep", backend_nice=SWEEP_NICE) as own:
+    with Database(db.url, max_size=max(1, connections), name="index-sweep", backend_nice=nice) as own:
         yield own
 
 
-def index_up_to(db: Database, limit: int, *, batch: int = BATCH) -> tuple[int, int]:
+def index_up_to(db: Database, limit: int, *, batch: int = BATCH, nice: int = SWEEP_NICE) -> tuple[int, int]:
     """Index at most ``limit`` pending vectors on one connection, ``batch`` a transaction: how many, and how many
     are left (a bounded share of the backlog, for a service whose other duties must not wait on a whole sweep)."""
     done = 0
@@ -73,7 +73,7 @@ def index_up_to(db: Database, limit: int, *, batch: int = BATCH) -> tuple[int, i
         left = pending(conn)
     if limit <= 0 or left == 0:  # no connection of its own opened for nothing
         return 0, left
-    with sweep_connections(db, 1) as sweep:
+    with sweep_connections(db, 1, nice) as sweep:
         while done < limit:
             with sweep.transaction() as conn:
                 taken = index_some(conn, min(batch, limit - done))
@@ -84,9 +84,11 @@ def index_up_to(db: Database, limit: int, *, batch: int = BATCH) -> tuple[int, i
         return done, pending(conn)
 
 
-def index_backlog(db: Database, *, connections: int = 1, batch: int = BATCH, sinks: Iterable[Sink] = ()) -> int:
-    """Index every pending vector, ``connections`` transactions at a time; the number indexed. Progress (vectors,
-    rate, ETA) goes to the progress logger and ``sinks`` (a Dagster step's run log)."""
+def index_backlog(db: Database, *, connections: int = 1, batch: int = BATCH, sinks: Iterable[Sink] = (),
+                  nice: int = SWEEP_NICE) -> int:
+    """Index every pending vector, ``connections`` transactions at a time, on backends lowered to ``nice``; the
+    number indexed. Progress (vectors, rate, ETA) goes to the progress logger and ``sinks`` (a Dagster step's run
+    log)."""
     with db.connection() as conn:
         total = pending(conn)
     if total == 0:
@@ -107,7 +109,7 @@ def index_backlog(db: Database, *, connections: int = 1, batch: int = BATCH, sin
             errors.append(exc)
 
     count = max(1, min(connections, db.max_size))
-    with sweep_connections(db, count) as sweep:
+    with sweep_connections(db, count, nice) as sweep:
         lanes = [threading.Thread(target=lane, args=(sweep,), name=f"index-lane-{i}", daemon=True)
                  for i in range(count)]
         for thread in lanes:

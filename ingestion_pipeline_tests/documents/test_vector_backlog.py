@@ -168,7 +168,7 @@ def test_the_sweep_runs_on_lowered_backends_of_its_own_and_leaves_the_callers_po
     assert vector_backlog.index_up_to(database, 100) == (100, 200)  # the janitor's share
     assert vector_backlog.index_backlog(database, connections=2, batch=50) == 200  # a promotion step's sweep
     assert vector_backlog.pending(db) == 0
-    assert vector_backlog.SWEEP_NICE == 10
+    assert vector_backlog.SWEEP_NICE == 10  # the default of INGESTION_INDEX_SWEEP_NICE
     assert len(seen) >= 5 and {nice for _, nice in seen} == {(10, "10")}
     with database.connection() as conn:
         assert _nice_of_backend(conn) == (0, "0") and conn.info.backend_pid not in {pid for pid, _ in seen}
@@ -233,3 +233,17 @@ def test_the_janitor_takes_a_bounded_share_of_a_backlog_no_run_will_take(db, dat
         second = janitor.run_janitor(instance, database, ReliabilitySettings(), backlog_per_round=20)
         assert (second.indexed, second.left_to_index) == (10, 0)
         assert janitor.run_janitor(instance, database, ReliabilitySettings()).is_empty
+
+
+def test_the_sweeps_priority_is_a_setting_and_a_bad_one_is_refused_by_name(monkeypatch):
+    from ingestion_pipeline.core.settings import load_settings
+
+    monkeypatch.delenv("INGESTION_INDEX_SWEEP_NICE", raising=False)
+    assert load_settings().batch.index_nice == vector_backlog.SWEEP_NICE == 10
+    monkeypatch.setenv("INGESTION_INDEX_SWEEP_NICE", "0")
+    assert load_settings().batch.index_nice == 0
+    for bad in ("20", "-1", "low"):
+        monkeypatch.setenv("INGESTION_INDEX_SWEEP_NICE", bad)
+        with pytest.raises(ValueError, match=f"INGESTION_INDEX_SWEEP_NICE must be a whole number from 0 to 19, "
+                                             f"got '{bad}'"):
+            load_settings()

@@ -116,8 +116,10 @@ def _owners_to_keep(instance: dg.DagsterInstance, lease_seconds: float) -> set[s
 
 
 def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilitySettings, *,
-                backlog_per_round: int = BACKLOG_PER_ROUND) -> JanitorReport:
-    """One round (the module's docstring); ``backlog_per_round``: vectors it may index (0: none)."""
+                backlog_per_round: int = BACKLOG_PER_ROUND, index_nice: int = vector_backlog.SWEEP_NICE
+                ) -> JanitorReport:
+    """One round (the module's docstring); ``backlog_per_round``: vectors it may index (0: none), on a backend
+    lowered to ``index_nice``."""
     report = JanitorReport(dead_runs=fail_runs_with_dead_workers(instance, db, policy.lease_seconds))
     keep = _owners_to_keep(instance, policy.lease_seconds)
     running = _records(instance, IN_PROGRESS)
@@ -134,14 +136,16 @@ def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilityS
         leases.forget_older_than(conn, max(policy.lease_seconds * 10, 3600.0))
         step_values.drop_older_than(conn)
     if backlog_per_round and not running:  # a run in progress sweeps the whole backlog at its promotion step
-        report.indexed, report.left_to_index = vector_backlog.index_up_to(db, backlog_per_round)
+        report.indexed, report.left_to_index = vector_backlog.index_up_to(db, backlog_per_round, nice=index_nice)
     return report
 
 
 @dg.op(description="Recover work left behind by dead workers and lost launches (the janitor).")
 def recover_stalled_work(context: dg.OpExecutionContext, postgres: PostgresResource,
                          settings: SettingsResource) -> None:
-    context.log.info(run_janitor(context.instance, postgres.db, settings.get().reliability).describe())
+    values = settings.get()
+    context.log.info(run_janitor(context.instance, postgres.db, values.reliability,
+                                 index_nice=values.batch.index_nice).describe())
 
 
 @dg.job(description="The janitor, on demand: what the intake service (`ingestion-pipeline intake`) does "

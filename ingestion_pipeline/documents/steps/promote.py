@@ -20,7 +20,8 @@ def promote_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
     outcomes = run.for_each(partition_key, functools.partial(_promote_one, run), "promote", lanes=run.lanes)
     # every version is searchable already (its vectors ranked exactly until indexed); the graphs take them now,
     # on as many connections as files are promoted at once
-    vector_backlog.index_backlog(run.db, connections=run.lanes, sinks=run.progress_sinks)
+    vector_backlog.index_backlog(run.db, connections=run.lanes, sinks=run.progress_sinks,
+                                 nice=run.settings.batch.index_nice)
     return outcomes
 
 
