@@ -214,6 +214,7 @@ def test_a_process_killed_while_indexing_leaves_its_versions_served_and_the_next
     from ingestion_pipeline.core.db import connect
     from ingestion_pipeline.documents import search, vector_backlog
 
+    harness.env["INGESTION_INDEX_SWEEP_NICE"] = str(vector_backlog.SWEEP_NICE)  # the sweep's own lowered pool
     docs = corpus_dir / "documents"
     assert harness.cli("submit", str(docs / "norwich-city.txt"), str(docs / "fake-memo.pdf"),
                        "--tenant", "acme").returncode == 0
@@ -251,6 +252,7 @@ def test_a_sweep_killed_with_no_batch_after_it_is_finished_by_the_intake_service
     from ingestion_pipeline.documents import vector_backlog
     from ingestion_pipeline_tests.helpers import intake_service_until
 
+    harness.env["INGESTION_INDEX_SWEEP_NICE"] = str(vector_backlog.SWEEP_NICE)  # the sweep's own lowered pool
     docs = corpus_dir / "documents"
     assert harness.cli("submit", str(docs / "norwich-city.txt"), str(docs / "fake-memo.pdf"),
                        "--tenant", "acme").returncode == 0

@@ -254,6 +254,7 @@ def test_postgres_stopped_in_the_sweep_and_dagsters_reexecution_from_failure_ind
     url, pgdata = private_postgres
     monkeypatch.setenv("DATABASE_URL", url)
     monkeypatch.setenv("INGESTION_BATCH_LANES", "1")  # one sweeping connection: the stop falls between two batches
+    monkeypatch.setenv("INGESTION_INDEX_SWEEP_NICE", str(vector_backlog.SWEEP_NICE))  # its own lowered pool
     monkeypatch.setenv("INGESTION_RETRY_BACKOFF", "")  # no retry within the run: it fails
     index_some = vector_backlog.index_some
     batches: list[int] = []
