@@ -6,19 +6,29 @@ the answer's first or last words still points a reader at it. The judgment reads
 text, so any retriever (ours, a peer's, a plain recipe) is scored the same way, whatever its chunks.
 
 Figures per kind of question and overall: hit@1, hit@3, MRR@10 and known-item nDCG@10 (one answer:
-``1 / log2(1 + rank)`` of the first passage holding it).
+``1 / log2(1 + rank)`` of the first passage holding it), each with a bootstrap 95 % interval over the questions
+(``interval``), so that one question's difference is not read as progress.
+
+Kinds (how a question relates to its answer's wording, measured by ``question_overlap.py``):
+- ``natural``: asked in the asker's own words, sharing almost no content word with the answer;
+- ``lookup``: naming a term, name or figure the asker knows, copying no phrase of the answer;
+- ``echo``: repeating much of the answer's wording; reported on its own, never used to choose a setting.
+Files written before these kinds (``paraphrased``, ``keyword``) are still read.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-KINDS = ("paraphrased", "keyword")
+KINDS = ("natural", "lookup", "echo", "paraphrased", "keyword")
+CHOOSING_KINDS = ("natural", "lookup")  # the kinds a setting is chosen on
+BOOTSTRAP_SAMPLES = 2000
 EDGE_FRACTION = 0.6  # of the answer's words, at its start or end, that a passage cut at an edge must hold
 _MIN_EDGE_WORDS = 4
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -28,7 +38,7 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 class Question:
     id: str
     document: str  # the file the answer is in (its name)
-    kind: str  # "paraphrased" (other words than the passage's) or "keyword" (the passage's own terms)
+    kind: str  # "natural", "lookup" or "echo" (see the module's docstring)
     language: str
     question: str
     answer: str  # a span of the document's text
@@ -124,7 +134,7 @@ def figures(ranks: Iterable[int | None]) -> Figures:
 
 
 def report(questions: Sequence[Question], ranks: Mapping[str, int | None]) -> dict[str, Figures]:
-    """Figures overall, per kind and per language: ``{"all": …, "paraphrased": …, "keyword": …, "fr": …}``."""
+    """Figures overall, per kind and per language: ``{"all": …, "natural": …, "lookup": …, "lang:fr": …}``."""
     groups: dict[str, list[int | None]] = {"all": []}
     for q in questions:
         rank = ranks.get(q.id)
@@ -144,3 +154,38 @@ def check_answers_exist(questions: Sequence[Question], texts: Mapping[str, str])
         elif _joined(words(q.answer)) not in joined[q.document]:
             problems.append(f"{q.id}: the answer is not in {q.document}: {q.answer!r}")
     return problems
+
+
+_METRICS = {
+    "hit@1": lambda r: float(r == 1),
+    "hit@3": lambda r: float(r is not None and r <= 3),
+    "mrr@10": lambda r: 1 / r if r is not None and r <= 10 else 0.0,
+}
+
+
+def _bootstrap(values: Sequence[float], samples: int, seed: int) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of the mean of ``values`` drawn again with replacement ``samples`` times
+    (seeded: the same values always give the same interval)."""
+    if not values:
+        return (0.0, 0.0)
+    draw = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(values[draw.randrange(n)] for _ in range(n)) / n for _ in range(samples))
+    return means[int(0.025 * (samples - 1))], means[int(0.975 * (samples - 1))]
+
+
+def interval(ranks: Sequence[int | None], metric: str, *, samples: int = BOOTSTRAP_SAMPLES,
+             seed: int = 0) -> tuple[float, float]:
+    """The bootstrap 95 % interval of ``metric`` ("hit@1", "hit@3" or "mrr@10") over these questions' ranks."""
+    return _bootstrap([_METRICS[metric](r) for r in ranks], samples, seed)
+
+
+def paired_difference(ranks_a: Sequence[int | None], ranks_b: Sequence[int | None], metric: str, *,
+                      samples: int = BOOTSTRAP_SAMPLES, seed: int = 0) -> tuple[float, float, float]:
+    """System A's ``metric`` less system B's on the same questions (ranks in the same order), with the paired
+    bootstrap 95 % interval of that difference: an interval that holds 0 is no evidence either way."""
+    if len(ranks_a) != len(ranks_b):
+        raise ValueError("paired ranks must be of the same questions")
+    diffs = [_METRICS[metric](a) - _METRICS[metric](b) for a, b in zip(ranks_a, ranks_b, strict=True)]
+    low, high = _bootstrap(diffs, samples, seed)
+    return (sum(diffs) / len(diffs) if diffs else 0.0), low, high

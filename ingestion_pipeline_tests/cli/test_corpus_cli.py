@@ -22,9 +22,10 @@ BROKEN_REASONS = {
     "fake-incomplete-json.txt": "text file holds JSON that is truncated or invalid at line 11, column 1",
 }
 QUESTIONS = Path(__file__).resolve().parents[2] / "benchmarks" / "retrieval" / "questions.jsonl"
-# hit@3 floors (measured on the benchmark's knowledge base, less a margin for this larger one)
-QUALITY_FLOORS = {"all": 0.75, "paraphrased": 0.65, "keyword": 0.85, "held-out": 0.78}
-MRR_FLOOR = 0.68
+# hit@3 floors on the natural and lookup questions (benchmarks/retrieval_quality.py's figures on its knowledge
+# base, less a margin for this larger one); the echo questions, which repeat their answers' words, have none
+QUALITY_FLOORS = {"natural": 0.18, "lookup": 0.60}
+MRR_FLOOR = 0.30
 RECOVERED_PDFS = {"copy-protected.pdf", "failure-after-repair.pdf", "invalid-pdf-structure-pdfminer-one-page.pdf",
                   "pdf-bad-color-space.pdf"}
 

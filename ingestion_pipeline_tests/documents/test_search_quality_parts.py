@@ -1,5 +1,6 @@
-"""The parts of search quality that need no database: the answer judgment, the figures, the question file,
-navigational lines, duplicate folding, languages and the context line embedded with a chunk."""
+"""The parts of search quality that need no database: the answer judgment, the figures and their intervals, the
+question sets (their kinds' overlap with their answers), navigational lines, duplicate folding, languages and the
+context line embedded with a chunk."""
 
 import json
 from pathlib import Path
@@ -9,19 +10,24 @@ import pytest
 from ingestion_pipeline.documents.chunking import CONTEXT_TOKENS, Chunk, context_line, document_label, text_hash
 from ingestion_pipeline.documents.embedding import default_model_path
 from ingestion_pipeline.documents.languages import text_search_configs
+from ingestion_pipeline.documents.question_overlap import OVERLAP_BOUNDS, kind_overlaps, overlap
 from ingestion_pipeline.documents.search import SearchHit
 from ingestion_pipeline.documents.search_eval import (
+    Question,
     QuestionSetError,
     answer_rank,
     check_answers_exist,
     figures,
     holds_answer,
+    interval,
     load_questions,
+    paired_difference,
 )
 from ingestion_pipeline.documents.search_results import is_navigational, shape_results
 from ingestion_pipeline.documents.tokens import load_token_counter
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "benchmarks" / "retrieval" / "questions.jsonl"
+ECHO_QUESTIONS = QUESTIONS.with_name("echo.jsonl")
 
 
 def test_an_answer_is_held_whole_or_cut_at_an_edge_but_not_scattered():
@@ -49,20 +55,73 @@ def test_a_bad_question_file_names_its_line(tmp_path):
         load_questions(path)
 
 
-def test_the_project_question_set_covers_every_large_document_and_both_kinds(corpus_dir):
+def test_the_project_question_set_covers_every_content_rich_document_in_both_kinds_and_french():
     questions = load_questions(QUESTIONS)
-    assert len(questions) >= 120
-    by_document = {q.document for q in questions}
-    assert {"DA-619p.pdf", "handbook-872p.docx", "book-war-and-peace-1225p.txt", "example-10k.html",
-            "fr_olap.pdf"} <= by_document
-    assert {q.kind for q in questions} == {"paraphrased", "keyword"} and any(q.language == "fr" for q in questions)
-    assert 0.4 < sum(q.held_out for q in questions) / len(questions) < 0.6
+    assert len(questions) >= 200
+    assert {"DA-619p.pdf", "handbook-872p.docx", "book-war-and-peace-1225p.txt", "example-10k.html", "fr_olap.pdf",
+            "norwich-city.txt", "reliance.pdf", "layout-parser-paper-fast.pdf", "a1977-backus-p21.pdf",
+            "example-with-scripts.html"} <= {q.document for q in questions}
+    assert {q.kind for q in questions} == {"natural", "lookup"}
+    assert sum(q.language == "fr" for q in questions) >= 20
+    for kind in ("natural", "lookup"):
+        of_kind = [q for q in questions if q.kind == kind]
+        assert 0.4 < sum(q.held_out for q in of_kind) / len(of_kind) < 0.6, kind
+    assert {q.kind for q in load_questions(ECHO_QUESTIONS)} == {"echo"}
 
 
-def test_every_answer_of_the_question_set_is_a_span_of_its_document(corpus_dir):
+def test_each_kinds_questions_share_few_words_with_their_answers():
+    """A question that repeats its answer's words is found by any text search: each kind's mean overlap stays under
+    its bound, and the echo questions are what the bound keeps out."""
+    means = kind_overlaps(load_questions(QUESTIONS))
+    for kind, bound in OVERLAP_BOUNDS.items():
+        assert means[kind] <= bound, f"{kind} questions share {means[kind]:.3f} of their words with answers (> {bound})"
+    assert kind_overlaps(load_questions(ECHO_QUESTIONS))["echo"] > OVERLAP_BOUNDS["lookup"]
+
+
+def test_overlap_counts_a_questions_content_words_found_in_its_answer():
+    answer = "We have 36 full-time employees, including executive officers"
+    assert overlap("How many full-time employees does the company have?", answer) == 3 / 4  # all but "company"
+    assert overlap("What size is the permanent workforce?", answer) == 0.0
+    assert overlap("What is it?", answer) == 0.0  # no content word at all
+    assert overlap("Combien d'employés à plein temps ?", "36 employés à plein temps") == 1.0  # French stop words
+    drifting = [Question("a", "d", "natural", "en", "How many full-time employees?", answer),
+                Question("b", "d", "natural", "en", "What size is the workforce?", answer)]
+    assert kind_overlaps(drifting)["natural"] > OVERLAP_BOUNDS["natural"]
+
+
+def test_question_files_written_with_the_earlier_kinds_are_still_read(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"q{i}", "document": "d", "kind": kind, "language": "en",
+                                          "question": "?", "answer": "two words"})
+                              for i, kind in enumerate(("paraphrased", "keyword", "natural", "lookup", "echo"))))
+    assert [q.kind for q in load_questions(path)] == ["paraphrased", "keyword", "natural", "lookup", "echo"]
+
+
+def test_intervals_are_seeded_hold_the_figure_and_narrow_with_more_questions():
+    ranks = [1, 2, None, 3, 7, 1, None, 1, 4, 2] * 3
+    low, high = interval(ranks, "hit@3")
+    assert interval(ranks, "hit@3") == (low, high)
+    assert low < figures(ranks).hit_at_3 < high
+    wide = interval(ranks[:10], "mrr@10")
+    narrow = interval(ranks * 10, "mrr@10")
+    assert narrow[1] - narrow[0] < wide[1] - wide[0]
+    assert interval([1] * 20, "hit@1") == (1.0, 1.0)
+
+
+def test_a_paired_difference_is_zero_for_the_same_ranks_and_signed_for_better_ones():
+    ranks = [1, 5, None, 2, 3, None, 1, 8]
+    assert paired_difference(ranks, ranks, "hit@3") == (0.0, 0.0, 0.0)
+    better = [1 if r is None or r > 3 else r for r in ranks]
+    d, low, high = paired_difference(better, ranks, "hit@3")
+    assert d == 4 / 8 and 0 < low <= d <= high
+    with pytest.raises(ValueError, match="same questions"):
+        paired_difference(ranks, ranks[:-1], "hit@3")
+
+
+def test_every_answer_of_the_question_sets_is_a_span_of_its_document(corpus_dir):
     from ingestion_pipeline.documents.extraction import extract
 
-    questions = load_questions(QUESTIONS)
+    questions = load_questions(QUESTIONS) + load_questions(ECHO_QUESTIONS)
     texts = {}
     for name in sorted({q.document for q in questions}):
         path = corpus_dir / "documents" / name
