@@ -125,14 +125,14 @@ def search(tenant: str, query: str, *, k: int = 5, embedder=None, database_url: 
 
     url = database_url or resolve_database_url(allow_embedded=True)
     embedders = _query_embedders(embedder or _default_embedder(url), url)
-    vector = embedders.embedder.embed([query])[0]
+    vector, tokens = embedders.embedder.embed_query(query)
     with engine(database_url).connect() as conn:
         driver = conn.connection.driver_connection  # the psycopg connection the domain query runs on
         rows_as = driver.row_factory
         driver.row_factory = dict_row  # as the domain query expects; SQLAlchemy's own rows are tuples again after
         try:
             hits = hybrid_search(driver, tenant_id=tenant, query=query, query_vector=vector, k=k,
-                                 model=embedders.model, other_models=embedders.for_query(query))
+                                 model=embedders.model, other_models=embedders.for_query(query), query_tokens=tokens)
         finally:
             driver.row_factory = rows_as
             conn.rollback()

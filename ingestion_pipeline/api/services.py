@@ -73,12 +73,16 @@ class ApiServices(Services):
                        threads=self.embedding_threads)
 
     def query_vector(self, text: str, *, lowered: bool = False) -> np.ndarray:
-        """``text``'s vector under this process's model; ``lowered``: in the lowered process once it runs
-        (until then, or without one, on the calling thread)."""
+        """``text``'s vector under this process's model (``query_embedding``'s first half)."""
+        return self.query_embedding(text, lowered=lowered)[0]
+
+    def query_embedding(self, text: str, *, lowered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """``text``'s vector and token vectors under this process's model (``Embedder.embed_query``); ``lowered``:
+        in the lowered process once it runs (until then, or without one, on the calling thread)."""
         process = self.lowered_embedding if lowered else None
         if process is None:
-            return self.embedder.embed([text])[0]
-        return process.call(_embed_query, self._model_build, text, here=lambda: self.embedder.embed([text])[0])
+            return self.embedder.embed_query(text)
+        return process.call(_embed_query, self._model_build, text, here=lambda: self.embedder.embed_query(text))
 
     @cached_property
     def lowered_db(self) -> Database:
@@ -162,6 +166,6 @@ def _load_query_model(build) -> None:
         _query_model = model
 
 
-def _embed_query(build, text: str) -> np.ndarray:
+def _embed_query(build, text: str) -> tuple[np.ndarray, np.ndarray]:
     _load_query_model(build)
-    return _query_model.embed([text])[0]
+    return _query_model.embed_query(text)

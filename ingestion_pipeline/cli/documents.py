@@ -313,11 +313,11 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     with bootstrap() as ctx:
         embedders = ctx.query_embedders
-        vector = embedders.embedder.embed([args.query])[0]
+        vector, tokens = embedders.embedder.embed_query(args.query)
         with ctx.db.connection() as conn:
             hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k,
                                  model=embedders.model, neighbours=args.context,
-                                 other_models=embedders.for_query(args.query))
+                                 other_models=embedders.for_query(args.query), query_tokens=tokens)
 
     def render(records: list[dict]) -> None:
         if not records:

@@ -19,11 +19,12 @@ def cmd_search_eval(args: argparse.Namespace) -> int:
     ranks: dict[str, int | None] = {}
     with bootstrap() as ctx:
         embedders = ctx.query_embedders
-        vectors = embedders.embedder.embed([q.question for q in questions])
+        vectors, tokens = embedders.embedder.embed_with_tokens([q.question for q in questions])
         with ctx.db.connection() as conn:
-            for q, vector in zip(questions, vectors, strict=True):
+            for q, vector, query_tokens in zip(questions, vectors, tokens, strict=True):
                 hits = hybrid_search(conn, tenant_id=args.tenant, query=q.question, query_vector=vector, k=args.k,
-                                     model=embedders.model, other_models=embedders.for_query(q.question))
+                                     model=embedders.model, other_models=embedders.for_query(q.question),
+                                     query_tokens=query_tokens)
                 ranks[q.id] = answer_rank([h.text for h in hits], q.answer)
     groups = report(questions, ranks)
     groups["held-out"] = report([q for q in questions if q.held_out], ranks)["all"]

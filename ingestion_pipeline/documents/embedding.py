@@ -380,7 +380,23 @@ class Embedder:
             return np.zeros((0, self.file_info.dimension), dtype=np.float32)
         return self.model.encode(texts, self.batch_size).astype(np.float32, copy=False)
 
+    def embed_with_tokens(self, texts: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``embed``'s vectors and each text's token vectors, from the same inference (``late_interaction.py``)."""
+        import numpy as np
+
+        tokens: list[np.ndarray] = []
+        if not texts:
+            return np.zeros((0, self.file_info.dimension), dtype=np.float32), tokens
+        vectors = self.model.encode(texts, self.batch_size, tokens).astype(np.float32, copy=False)
+        return vectors, tokens
+
+    def embed_query(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """A query's vector and its token vectors (what search's late interaction compares a passage's with)."""
+        vectors, tokens = self.embed_with_tokens([query])
+        return vectors[0], tokens[0]
+
 
 class Encoder(Protocol):
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        """L2-normalised vectors, one row per text."""
+    def encode(self, texts: list[str], batch_size: int, tokens: list[np.ndarray] | None = None) -> np.ndarray:
+        """L2-normalised vectors, one row per text; ``tokens``, when given, extended with each text's token
+        vectors."""

@@ -2,7 +2,8 @@
 
 Same bytes + same fingerprint = nothing to do. A change of extractor, chunker settings or model
 (its weights, configuration or tokenizer; its vector dimension; the precision it runs in) changes the
-fingerprint.
+fingerprint, and so does a change of what is kept for search beside each vector (``TOKEN_VECTORS``: a version
+promoted before its chunks' token vectors were kept gets them by a re-index).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from ingestion_pipeline.documents.chunking import CHUNKER_VERSION
 from ingestion_pipeline.documents.embedding import ModelInfo
 from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION
 
+# what each chunk keeps for late interaction (documents/late_interaction.py): its token vectors' signs
+TOKEN_VECTORS = "signs-1"
+
 
 def pipeline_fingerprint(model: ModelInfo, target_tokens: int, max_tokens: int,
                          extractor_version: str = EXTRACTOR_VERSION) -> str:
@@ -25,6 +29,7 @@ def pipeline_fingerprint(model: ModelInfo, target_tokens: int, max_tokens: int,
         "chunker": {"version": CHUNKER_VERSION, "target_tokens": target_tokens, "max_tokens": max_tokens},
         # the model by what it is (its files' SHA-256), not by where it lies or its name
         "model": {"digest": model.digest, "dimension": model.dimension, "max_seq_length": model.max_seq_length},
+        "token_vectors": TOKEN_VECTORS,
     }
     if model.precision != "f32":  # float32 keeps the fingerprints made before precisions existed
         spec["model"]["precision"] = model.precision

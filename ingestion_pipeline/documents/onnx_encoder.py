@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ingestion_pipeline.documents.late_interaction import token_matrix
 from ingestion_pipeline.documents.tokens import load_tokenizer, model_max_seq_length
 
 _log = logging.getLogger(__name__)
@@ -76,12 +77,22 @@ class _ExportedEncoder:
         """The last hidden state, (batch, tokens, dimension)."""
         raise NotImplementedError
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int, tokens: list[np.ndarray] | None = None) -> np.ndarray:
+        """One L2-normalised vector a text; ``tokens``, when given, is extended with each text's token vectors
+        (``late_interaction.token_matrix``), from the same inference."""
         out = []
         for start in range(0, len(texts), batch_size):
             feed = self.feed(texts[start:start + batch_size])
-            out.append(self._pool(feed, self._hidden(feed)))
+            hidden = self._hidden(feed)
+            out.append(self._pool(feed, hidden))
+            self._keep_tokens(feed, hidden, tokens)
         return np.vstack(out)
+
+    @staticmethod
+    def _keep_tokens(feed: dict[str, np.ndarray], hidden: np.ndarray, tokens: list[np.ndarray] | None) -> None:
+        if tokens is not None:
+            lengths = feed["attention_mask"].sum(axis=1)
+            tokens.extend(token_matrix(hidden[i], int(lengths[i])) for i in range(len(lengths)))
 
     def feed(self, texts: list[str]) -> dict[str, np.ndarray]:
         encodings = self._tokenizer.encode_batch(texts)
@@ -160,14 +171,14 @@ class OpenVinoEncoder(_ExportedEncoder):
         request = self._compiled.create_infer_request()  # one per call: a request is not thread-safe
         return request.infer({name: feed[name] for name in self._inputs})[0]
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+    def encode(self, texts: list[str], batch_size: int, tokens: list[np.ndarray] | None = None) -> np.ndarray:
         """Batches in flight on all the compiled model's streams at once: while some infer, the next is
         tokenised and a finished one pooled. Fewer texts than would fill every stream are split so that each
         stream gets some. Requests are this call's own (they are not thread-safe) and take no Python
         callback: OpenVINO's threads never run Python, so none of them can end up collecting garbage that
         holds the compiled model (a thread joining itself at exit aborts the process)."""
         if self.requests == 1 or not texts:
-            return super().encode(texts, batch_size)
+            return super().encode(texts, batch_size, tokens)
         batch_size = max(1, min(batch_size, -(-len(texts) // self.requests)))
         starts = range(0, len(texts), batch_size)
         requests = [self._compiled.create_infer_request() for _ in range(min(self.requests, len(starts)))]
@@ -177,20 +188,22 @@ class OpenVinoEncoder(_ExportedEncoder):
             for number, start in enumerate(starts):
                 feed = self.feed(texts[start:start + batch_size])
                 if len(pending) == len(requests):  # every request busy: the oldest finishes first
-                    out.append(self._finish(*pending.popleft()))
+                    out.append(self._finish(*pending.popleft(), tokens))
                 request = requests[number % len(requests)]  # the oldest's, just finished (or never used)
                 request.start_async({name: feed[name] for name in self._inputs})
                 pending.append((request, feed))
             while pending:
-                out.append(self._finish(*pending.popleft()))
+                out.append(self._finish(*pending.popleft(), tokens))
         finally:  # on an error, no request is left running into freed inputs
             for request, _ in pending:
                 request.wait()
         return np.vstack(out)
 
-    def _finish(self, request, feed: dict[str, np.ndarray]) -> np.ndarray:
+    def _finish(self, request, feed: dict[str, np.ndarray], tokens: list[np.ndarray] | None) -> np.ndarray:
         request.wait()
-        return self._pool(feed, request.get_output_tensor(0).data)
+        hidden = request.get_output_tensor(0).data
+        self._keep_tokens(feed, hidden, tokens)
+        return self._pool(feed, hidden)
 
 
 @contextlib.contextmanager

@@ -149,6 +149,13 @@ def promote_document_version(
             WHERE c.version_id = %s""",
         (tenant_id, model, model_digest, run_id, version_id),
     )
+    conn.execute(  # search's late interaction reads them (documents/late_interaction.py)
+        """INSERT INTO chunk_token_vectors (chunk_id, tenant_id, model, tokens)
+           SELECT c.chunk_id, %s, %s, sc.token_vectors
+             FROM chunks c JOIN staging_chunks sc ON sc.run_id = %s AND sc.ordinal = c.ordinal
+            WHERE c.version_id = %s AND sc.token_vectors IS NOT NULL""",
+        (tenant_id, model, run_id, version_id),
+    )
     # each chunk's words in its own language's configuration (documents/languages.py); the version records
     # the set, which search parses a query in
     conn.execute(

@@ -1,7 +1,6 @@
 """Hybrid search over a tenant's active document versions, with citations.
 
-Two rankings are fused with weighted reciprocal rank fusion (score = w_v / (k + vector rank) + w_t / (k +
-text rank)):
+Two rankings are fused, each query's weights following whether it holds an exact term (``fusion.py``):
 - pgvector cosine KNN over each version's own model's vectors (exact for a small tenant, HNSW for a large one):
   while a re-index under a new model runs, each model still serving the tenant finds its nearest chunks with
   the query embedded by it, and the query's own model ranks them all (``_vector_arm``);
@@ -24,10 +23,10 @@ import numpy as np
 import psycopg
 
 from ingestion_pipeline.core.tenants import validate_tenant_id
-from ingestion_pipeline.documents import serving_models
+from ingestion_pipeline.documents import fusion, late_interaction, serving_models
 from ingestion_pipeline.documents.extraction.elements import OCR_TEXT
 from ingestion_pipeline.documents.search_results import shape_results
-from ingestion_pipeline.documents.text_ranking import text_candidates
+from ingestion_pipeline.documents.text_ranking import scored_text_candidates
 from ingestion_pipeline.documents.vector_index import of_dimension
 
 EXACT_SEARCH_MAX_CHUNKS = 5_000  # a tenant this small is ranked exactly (see _vector_candidates)
@@ -41,15 +40,23 @@ MAX_NEIGHBOURS = 3  # chunks before and after a hit that a search may add to wid
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """How the two arms are fused; the defaults are the measured choice (docs/pipeline.md, Search)."""
+    """How the two arms are fused (``fusion.py``); the defaults are the measured choice (docs/pipeline.md, Search)."""
 
+    fusion: str = "rrf"  # or "convex"
     rrf_k: int = 60
     vector_weight: float = 1.0
-    text_weight: float = 1.0
+    text_weight: float = 1.0  # rrf: the text arm's weight for a query holding an exact term
+    plain_text_weight: float | None = None  # rrf: for a query in plain words (None: ``text_weight``)
+    vector_share: float = 0.6  # convex: the vector arm's share for a query in plain words
+    exact_vector_share: float = 0.4  # convex: for a query holding an exact term
     candidates: int = 10  # from each arm: deeper lists let weak ranks of both arms outvote a strong one
     any_word: bool = True  # False: every word must match (websearch_to_tsquery), as a baseline to measure
     normalization: int = 0  # ts_rank's length normalisation flags
     adjacency_weight: float = 0.5  # two neighbouring query words found together: this share of their weights more
+    # the best of each arm ranked again by their tokens against the query's (``late_interaction.py``)
+    late_interaction: bool = True
+    rerank_vector_candidates: int = 20
+    rerank_text_candidates: int = 10
     collapse_duplicates: bool = True
     demote_navigational: bool = True
 
@@ -98,18 +105,31 @@ class SearchHit:
 def sweep_settings() -> Iterator[tuple[str, SearchSettings]]:
     """The settings benchmarks/retrieval_quality.py --sweep measures beside the default."""
     base = DEFAULT_SETTINGS
-    yield "all words, RRF 60, 50 candidates (before)", replace(
-        base, any_word=False, collapse_duplicates=False, demote_navigational=False, rrf_k=60, text_weight=1.0,
-        candidates=50)
-    yield "vector only", replace(base, text_weight=0.0)
-    yield "text only", replace(base, vector_weight=0.0)
+    rrf = replace(base, fusion="rrf", text_weight=1.0, plain_text_weight=None)
+    yield "no late interaction (fused order)", replace(base, late_interaction=False)
+    for vector, text in ((10, 10), (30, 10), (20, 5), (20, 20), (40, 20)):
+        yield f"late interaction over vectors' {vector} and text's {text}", replace(
+            base, rerank_vector_candidates=vector, rerank_text_candidates=text)
+    yield "all words, RRF 60, 50 candidates", replace(
+        rrf, any_word=False, collapse_duplicates=False, demote_navigational=False, candidates=50)
+    yield "text only", replace(base, fusion="rrf", vector_weight=0.0, text_weight=1.0, plain_text_weight=1.0)
+    yield "RRF 60, text weight 1", rrf
     for rrf_k in (10, 30, 100):
-        yield f"rrf_k {rrf_k}", replace(base, rrf_k=rrf_k)
-    for weight in (0.5, 0.75, 1.5, 2.0):
-        yield f"text weight {weight}", replace(base, text_weight=weight)
-    for candidates in (5, 15, 20, 50):
-        yield f"candidates {candidates}", replace(base, candidates=candidates)
-    for adjacency in (0.0, 0.25, 1.0):
+        yield f"RRF k {rrf_k}", replace(rrf, rrf_k=rrf_k)
+    for weight in (0.5, 0.75, 1.5):
+        yield f"RRF, text weight {weight}", replace(rrf, text_weight=weight)
+    for plain in (0.0, 0.25, 0.5):
+        yield f"RRF, plain-words queries' text weight {plain}", replace(rrf, plain_text_weight=plain)
+    for candidates in (5, 15, 20, 30):
+        yield f"RRF, {candidates} candidates", replace(rrf, candidates=candidates)
+    for plain in (0.5, 0.6, 0.7, 0.8):
+        for exact in (0.3, 0.4, 0.5):
+            yield f"convex, vector share {plain} / {exact} (exact terms)", replace(
+                base, fusion="convex", vector_share=plain, exact_vector_share=exact)
+    convex = replace(base, fusion="convex")
+    for candidates in (5, 20, 30):
+        yield f"convex, {candidates} candidates", replace(convex, candidates=candidates)
+    for adjacency in (0.0, 1.0):
         yield f"adjacency weight {adjacency}", replace(base, adjacency_weight=adjacency)
     yield "length normalisation 1", replace(base, normalization=1)
     yield "no collapsing", replace(base, collapse_duplicates=False)
@@ -178,30 +198,17 @@ SELECT h.chunk_id AS hit, c.ordinal - hc.ordinal AS offset, c.text
  ORDER BY h.chunk_id, c.ordinal
 """
 
-# Weighted reciprocal rank fusion of the two arms' ranks, then the chunks with their citations.
+# The fused ranking's chunks (``fusion.py``), in its order, with their citations.
 _FUSED_SQL = """
-WITH vector_hits AS (
-    SELECT h.chunk_id, h.rank FROM unnest(%(vector_ids)s::bigint[]) WITH ORDINALITY AS h(chunk_id, rank)
-),
-text_hits AS (
-    SELECT h.chunk_id, h.rank FROM unnest(%(text_ids)s::bigint[]) WITH ORDINALITY AS h(chunk_id, rank)
-),
-fused AS (
-    SELECT coalesce(vh.chunk_id, th.chunk_id) AS chunk_id,
-           coalesce(%(vector_weight)s / (%(rrf_k)s + vh.rank), 0)
-           + coalesce(%(text_weight)s / (%(rrf_k)s + th.rank), 0) AS score,
-           vh.rank AS vector_rank, th.rank AS text_rank
-      FROM vector_hits vh FULL OUTER JOIN text_hits th ON th.chunk_id = vh.chunk_id
-)
-SELECT f.chunk_id, f.score::float8 AS score, f.vector_rank, f.text_rank, c.doc_id, v.title, v.filename,
+SELECT f.chunk_id, f.score, f.vector_rank, f.text_rank, c.doc_id, v.title, v.filename,
        d.source_uri, v.version_number, c.page_start, c.page_end, c.section_path, c.text,
        %(ocr_type)s = ANY(c.element_types) AS ocr
-  FROM fused f
+  FROM unnest(%(ids)s::bigint[], %(scores)s::float8[], %(vector_ranks)s::int[], %(text_ranks)s::int[])
+       WITH ORDINALITY AS f(chunk_id, score, vector_rank, text_rank, position)
   JOIN chunks c ON c.chunk_id = f.chunk_id AND c.tenant_id = %(tenant)s
   JOIN document_versions v ON v.version_id = c.version_id AND v.is_active AND v.tenant_id = %(tenant)s
   JOIN documents d ON d.doc_id = c.doc_id AND d.tenant_id = %(tenant)s
- ORDER BY f.score DESC, f.chunk_id
- LIMIT %(pool)s
+ ORDER BY f.position
 """
 
 
@@ -222,10 +229,12 @@ def _supports_iterative_scan(conn: psycopg.Connection) -> bool:
 def hybrid_search(
     conn: psycopg.Connection, *, tenant_id: str, query: str, query_vector: np.ndarray, model: str, k: int = 5,
     candidates: int | None = None, settings: SearchSettings | None = None, neighbours: int = 0,
-    other_models: serving_models.QueryUnderModels | None = None,
+    other_models: serving_models.QueryUnderModels | None = None, query_tokens: np.ndarray | None = None,
 ) -> list[SearchHit]:
     """The ``k`` best chunks of the tenant's active versions; ``model`` (the one that embedded
-    ``query_vector``) picks the vectors compared with it. Versions holding another model's vectors (a
+    ``query_vector``) picks the vectors compared with it; ``query_tokens`` (the same model's token vectors of the
+    query, ``Embedder.embed_query``) rank the best candidates again (``late_interaction.py``); without them the
+    fused order stands. Versions holding another model's vectors (a
     re-index under a new model not done yet) are searched through ``other_models`` (the query under their
     model); without it they are found by text only. ``neighbours``: each hit also carries up to that many
     chunks before and after it."""
@@ -238,7 +247,8 @@ def hybrid_search(
         raise ValueError(f"neighbours must be between 0 and {MAX_NEIGHBOURS}")
     settings = settings or DEFAULT_SETTINGS
     candidates = max(candidates or settings.candidates, k)
-    vectors = _QueryVectors(model, query_vector, other_models)
+    vectors = _QueryVectors(model, query_vector, other_models,
+                            query_tokens if settings.late_interaction else None)
     hits, deeper = _search_once(conn, tenant_id, query, vectors, k, candidates, settings, neighbours)
     if 0 < len(hits) < k and deeper:  # duplicates folded below k while an arm had more: look deeper once
         hits, _ = _search_once(conn, tenant_id, query, vectors, k, 4 * candidates, settings, neighbours)
@@ -250,27 +260,75 @@ class _QueryVectors:
     model: str
     vector: np.ndarray
     others: serving_models.QueryUnderModels | None
+    tokens: np.ndarray | None = None
 
 
 def _search_once(conn: psycopg.Connection, tenant_id: str, query: str, vectors: _QueryVectors,
                  k: int, candidates: int, settings: SearchSettings, neighbours: int) -> tuple[list[SearchHit], bool]:
     """The hits, and whether an arm returned as many candidates as asked (a deeper search could find more)."""
+    exact = bool(fusion.exact_terms(query))
+    if settings.fusion == "convex":
+        share = settings.exact_vector_share if exact else settings.vector_share
+        vector_weight, text_weight = share, 1 - share
+    elif settings.fusion == "rrf":
+        vector_weight = settings.vector_weight
+        plain = settings.plain_text_weight
+        text_weight = settings.text_weight if exact or plain is None else plain
+    else:
+        raise ValueError(f"unknown fusion {settings.fusion!r}: rrf or convex")
+    rerank = vectors.tokens is not None
+    vector_depth = max(candidates, settings.rerank_vector_candidates) if rerank else candidates
+    text_depth = max(candidates, settings.rerank_text_candidates) if rerank else candidates
     with conn.transaction():
-        vector_ids = _vector_arm(conn, tenant_id, vectors, candidates, k) if settings.vector_weight > 0 else []
-        text_ids = (text_candidates(conn, tenant_id, query, candidates, any_word=settings.any_word,
-                                    normalization=settings.normalization, adjacency_weight=settings.adjacency_weight)
-                    if settings.text_weight > 0 else [])
-        rows = conn.execute(
-            _FUSED_SQL,
-            {"tenant": tenant_id, "vector_ids": vector_ids, "text_ids": text_ids, "rrf_k": settings.rrf_k,
-             "vector_weight": settings.vector_weight, "text_weight": settings.text_weight,
-             "pool": max(4 * k, 40), "ocr_type": OCR_TEXT},
-        ).fetchall()
+        vector = _vector_arm(conn, tenant_id, vectors, vector_depth, k) if vector_weight > 0 else []
+        text = (scored_text_candidates(conn, tenant_id, query, text_depth, any_word=settings.any_word,
+                                       normalization=settings.normalization, adjacency_weight=settings.adjacency_weight)
+                if text_weight > 0 else [])
+        if settings.fusion == "convex":
+            fused = fusion.convex(vector[:candidates], text[:candidates], vector_share=vector_weight)
+        else:
+            fused = fusion.reciprocal_rank(vector[:candidates], text[:candidates], k=settings.rrf_k,
+                                           vector_weight=vector_weight, text_weight=text_weight)
+        if rerank:
+            fused = _reranked(conn, tenant_id, vectors, fused, vector, text, settings)
+        fused = fused[:max(4 * k, 40)]
+        rows = conn.execute(_FUSED_SQL, {
+            "tenant": tenant_id, "ids": [f.chunk_id for f in fused], "scores": [f.score for f in fused],
+            "vector_ranks": [f.vector_rank for f in fused], "text_ranks": [f.text_rank for f in fused],
+            "ocr_type": OCR_TEXT}).fetchall()
         hits = [SearchHit(**{**r, "section_path": list(r["section_path"] or [])}) for r in rows]
         hits = shape_results(hits, k, collapse=settings.collapse_duplicates, demote=settings.demote_navigational)
         if neighbours and hits:
             _add_neighbours(conn, tenant_id, hits, neighbours)
-    return hits, max(len(vector_ids), len(text_ids)) >= candidates
+    return hits, max(len(vector), len(text)) >= candidates
+
+
+_TOKEN_VECTORS_SQL = """
+SELECT chunk_id, tokens FROM chunk_token_vectors
+ WHERE tenant_id = %(tenant)s AND chunk_id = ANY(%(ids)s) AND model = %(model)s
+"""
+
+
+def _reranked(conn: psycopg.Connection, tenant_id: str, vectors: _QueryVectors, fused: list[fusion.Fused],
+              vector: list[tuple[int, float]], text: list[tuple[int, float]],
+              settings: SearchSettings) -> list[fusion.Fused]:
+    """The best ``rerank_vector_candidates`` of the vector arm and ``rerank_text_candidates`` of the text arm,
+    ranked by late interaction, then the rest of the fused order; the fused order itself when a candidate has no
+    token vectors of the query's model (``late_interaction.rerank``)."""
+    pool = list(dict.fromkeys([c for c, _ in vector[:settings.rerank_vector_candidates]]
+                              + [c for c, _ in text[:settings.rerank_text_candidates]]))
+    if not pool:
+        return fused
+    stored = {r["chunk_id"]: bytes(r["tokens"]) for r in conn.execute(
+        _TOKEN_VECTORS_SQL, {"tenant": tenant_id, "ids": pool, "model": vectors.model})}
+    ranked = late_interaction.rerank(pool, vectors.tokens, stored, vectors.tokens.shape[1])
+    if ranked is None:
+        return fused
+    vector_ranks = {c: rank for rank, (c, _) in enumerate(vector, start=1)}
+    text_ranks = {c: rank for rank, (c, _) in enumerate(text, start=1)}
+    head = [fusion.Fused(c, score, vector_ranks.get(c), text_ranks.get(c)) for c, score in ranked]
+    ranked_ids = set(pool)
+    return head + [f for f in fused if f.chunk_id not in ranked_ids]
 
 
 def _add_neighbours(conn: psycopg.Connection, tenant_id: str, hits: list[SearchHit], n: int) -> None:
@@ -291,8 +349,9 @@ SELECT c.chunk_id, v.title, v.filename, c.section_path, c.text
 
 
 def _vector_arm(conn: psycopg.Connection, tenant_id: str, vectors: _QueryVectors, candidates: int,
-                k: int) -> list[int]:
-    """The vector ranking over every model serving the tenant's active versions (``serving_models.py``).
+                k: int) -> list[tuple[int, float]]:
+    """The vector ranking over every model serving the tenant's active versions (``serving_models.py``): chunk ids
+    with their cosine similarity to the query, nearest first.
 
     One model (the usual case, and a deployment whose new model has re-indexed nothing yet): its ranking.
     Several (a re-index under a new model under way): each model's nearest chunks, found by its own index
@@ -305,13 +364,13 @@ def _vector_arm(conn: psycopg.Connection, tenant_id: str, vectors: _QueryVectors
     own_chunks = sum(m.chunks for m in models) - sum(m.chunks for m in others)
     if not others:
         # more chunks served than an exact ranking takes: the index, without counting the tenant's rows again
-        return _vector_candidates(conn, tenant_id, vectors.vector, vectors.model, candidates, k,
-                                  exact=False if own_chunks > EXACT_SEARCH_MAX_CHUNKS else None)
+        return _scored_vector_candidates(conn, tenant_id, vectors.vector, vectors.model, candidates, k,
+                                         exact=False if own_chunks > EXACT_SEARCH_MAX_CHUNKS else None)
     searchable = [(m, vectors.others.vector(m.name)) for m in others] if vectors.others else []
     searchable = [(m, v) for m, v in searchable if v is not None]  # None: this host cannot embed with it
     if own_chunks == 0 and len(searchable) == 1:  # one other model serves every version
         [(m, vector)] = searchable
-        return _vector_candidates(conn, tenant_id, vector, m.name, candidates, k)
+        return _scored_vector_candidates(conn, tenant_id, vector, m.name, candidates, k)
     own = (_vector_candidates(conn, tenant_id, vectors.vector, vectors.model, candidates, k,
                               exact=own_chunks <= EXACT_SEARCH_MAX_CHUNKS) if own_chunks else [])
     theirs = [chunk_id for m, vector in searchable
@@ -327,12 +386,20 @@ def _vector_arm(conn: psycopg.Connection, tenant_id: str, vectors: _QueryVectors
             [serving_models.Passage(r["title"], r["filename"], list(r["section_path"] or []), r["text"]) for r in rows])
         for r, passage in zip(rows, passages, strict=True):
             scored[r["chunk_id"]] = float(np.dot(passage, vectors.vector))
-    return sorted(scored, key=lambda chunk_id: (-scored[chunk_id], chunk_id))[:candidates]
+    return sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:candidates]
 
 
 def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,
                        candidates: int, k: int, *, exact: bool | None = None) -> list[int]:
-    """The tenant's nearest active chunks (up to ``candidates``), nearest first, chosen by the tenant's size
+    """``_scored_vector_candidates``' chunk ids."""
+    return [chunk_id for chunk_id, _ in _scored_vector_candidates(conn, tenant_id, query_vector, model, candidates, k,
+                                                                  exact=exact)]
+
+
+def _scored_vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,
+                              candidates: int, k: int, *, exact: bool | None = None) -> list[tuple[int, float]]:
+    """The tenant's nearest active chunks (up to ``candidates``) and their cosine similarity, nearest first,
+    chosen by the tenant's size
     (figures: ``benchmarks/search_latency.py``, 1M chunks in 50 tenants):
 
     - a tenant of at most ``EXACT_SEARCH_MAX_CHUNKS`` chunks is ranked exactly: reading its rows costs
@@ -352,7 +419,7 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
         exact = conn.execute(_TENANT_CHUNKS_SQL, {"tenant": tenant_id, "limit": EXACT_SEARCH_MAX_CHUNKS + 1}
                              ).fetchone()["n"] <= EXACT_SEARCH_MAX_CHUNKS
     if exact:
-        return [r["chunk_id"] for r in _exact_rows(conn, params, dim, _VECTOR_EXACT_SQL)]
+        return [(r["chunk_id"], 1 - float(r["distance"])) for r in _exact_rows(conn, params, dim, _VECTOR_EXACT_SQL)]
     if _supports_iterative_scan(conn):
         conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true), set_config('hnsw.max_scan_tuples', %s, true),"
                      " set_config('hnsw.ef_search', %s, true)",
@@ -362,10 +429,10 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
     found = conn.execute(of_dimension(_VECTOR_ANN_SQL, dim), params).fetchall()
     found += _exact_rows(conn, params, dim, _VECTOR_BACKLOG_SQL)
     # by distance: the two lists merged, and the relaxed scan's slightly out-of-order rows put in order
-    ids = [r["chunk_id"] for r in sorted(found, key=lambda r: (r["distance"], r["chunk_id"]))[:candidates]]
-    if len(ids) < k and conn.execute(of_dimension(_ACTIVE_CHUNKS_SQL, dim), params).fetchone()["n"] > len(ids):
-        ids = [r["chunk_id"] for r in _exact_rows(conn, params, dim, _VECTOR_EXACT_SQL, every_row=True)]
-    return ids
+    found = sorted(found, key=lambda r: (r["distance"], r["chunk_id"]))[:candidates]
+    if len(found) < k and conn.execute(of_dimension(_ACTIVE_CHUNKS_SQL, dim), params).fetchone()["n"] > len(found):
+        found = _exact_rows(conn, params, dim, _VECTOR_EXACT_SQL, every_row=True)
+    return [(r["chunk_id"], 1 - float(r["distance"])) for r in found]
 
 
 def _exact_rows(conn: psycopg.Connection, params: dict, dim: int, statement: str, *,

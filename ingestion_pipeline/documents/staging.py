@@ -132,14 +132,18 @@ def write_chunks(conn: psycopg.Connection, chunks_by_file: dict[int, tuple[list[
     )
 
 
+# A stored chunk lends its vector only with its token vectors (sql/048): one promoted before they were kept is
+# embedded again, so a re-index leaves no chunk without them.
 REUSE_STORED_EMBEDDINGS = """UPDATE staging_chunks sc
-          SET embedding = found.embedding, embedding_reused = true
-         FROM (SELECT s.run_id, s.ordinal, stored.embedding
+          SET embedding = found.embedding, token_vectors = found.tokens, embedding_reused = true
+         FROM (SELECT s.run_id, s.ordinal, stored.embedding, stored.tokens
                  FROM staging_chunks s
                  JOIN staging_documents d ON d.run_id = s.run_id
                 CROSS JOIN LATERAL (
-                      SELECT e.embedding
+                      SELECT e.embedding, t.tokens
                         FROM chunks c JOIN chunk_embeddings e ON e.chunk_id = c.chunk_id
+                        JOIN chunk_token_vectors t ON t.chunk_id = c.chunk_id AND t.tenant_id = d.tenant_id
+                                                  AND t.model = e.model
                        WHERE c.tenant_id = d.tenant_id AND c.content_hash = s.content_hash
                          AND e.tenant_id = d.tenant_id AND e.model = %(model)s AND e.model_digest = %(digest)s
                        LIMIT 1) stored
@@ -251,12 +255,15 @@ def missing_embedding_tokens(conn: psycopg.Connection, run_ids: list[int]) -> in
                         "AND embedding IS NULL", (run_ids,)).fetchone()["n"]
 
 
-def write_embeddings(conn: psycopg.Connection, run_ids: list[int], ordinals: list[int], vectors: np.ndarray) -> None:
-    """Vector ``i`` of the staged chunk (``run_ids[i]``, ``ordinals[i]``), for any number of files at once."""
+def write_embeddings(conn: psycopg.Connection, run_ids: list[int], ordinals: list[int], vectors: np.ndarray,
+                     token_vectors: list[bytes]) -> None:
+    """Vector ``i`` and packed token vectors ``i`` (``late_interaction.pack``) of the staged chunk (``run_ids[i]``,
+    ``ordinals[i]``), for any number of files at once."""
     with conn.cursor() as cur:
         cur.executemany(
-            "UPDATE staging_chunks SET embedding = %s WHERE run_id = %s AND ordinal = %s",
-            [(vectors[i], run_id, ordinal) for i, (run_id, ordinal) in enumerate(zip(run_ids, ordinals, strict=True))],
+            "UPDATE staging_chunks SET embedding = %s, token_vectors = %s WHERE run_id = %s AND ordinal = %s",
+            [(vectors[i], token_vectors[i], run_id, ordinal)
+             for i, (run_id, ordinal) in enumerate(zip(run_ids, ordinals, strict=True))],
         )
 
 

@@ -153,9 +153,18 @@ SELECT f.chunk_id, ts_rank_cd(f.tsv, q.query) AS score
 def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candidates: int, *, any_word: bool = True,
                     normalization: int = 0, adjacency_weight: float = 0.5) -> list[int]:
     """The tenant's best chunks by their words, best first (see ``_TEXT_TERMS_SQL``)."""
+    return [chunk_id for chunk_id, _ in scored_text_candidates(
+        conn, tenant_id, query, candidates, any_word=any_word, normalization=normalization,
+        adjacency_weight=adjacency_weight)]
+
+
+def scored_text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candidates: int, *,
+                           any_word: bool = True, normalization: int = 0,
+                           adjacency_weight: float = 0.5) -> list[tuple[int, float]]:
+    """``text_candidates`` with each chunk's score (the sum of its words' weighted ranks), best first."""
     params = {"tenant": tenant_id, "query": query, "candidates": candidates}
     if not any_word:
-        return [r["chunk_id"] for r in conn.execute(_TEXT_ALL_WORDS_SQL, params).fetchall()]
+        return [(r["chunk_id"], float(r["score"])) for r in conn.execute(_TEXT_ALL_WORDS_SQL, params).fetchall()]
     tenant = conn.execute(_TENANT_TEXT_SQL, params).fetchone()
     if not tenant["chunks"]:
         return []
@@ -183,19 +192,21 @@ def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candid
 
 
 def _hits(conn: psycopg.Connection, params: dict, terms: list[dict], seeds: list[dict],
-          normalization: int) -> list[int]:
+          normalization: int) -> list[tuple[int, float]]:
     """The candidates ``seeds`` bring, scored by every term: ``_TEXT_HITS_SQL``, or ``_TEXT_HITS_BY_SEED_SQL`` for
     over SINGLE_READ_SEEDS seeds."""
     if not seeds:
         return []
     params = {**params, "pool": SEEDED_POOL, "normalization": normalization}
     if len(seeds) > SINGLE_READ_SEEDS:
-        return [r["chunk_id"] for r in conn.execute(_TEXT_HITS_BY_SEED_SQL, {
+        rows = conn.execute(_TEXT_HITS_BY_SEED_SQL, {
             **params, "cfgs": [t["cfg"] for t in terms], "tqs": [t["tq"] for t in terms],
             "idfs": [t["idf"] for t in terms], "seed_cfgs": [t["cfg"] for t in seeds],
-            "seed_tqs": [t["tq"] for t in seeds], "seed_idfs": [t["idf"] for t in seeds]}).fetchall()]
-    statement, values = _hits_statement(terms, seeds)
-    return [r["chunk_id"] for r in conn.execute(statement, {**params, **values}).fetchall()]
+            "seed_tqs": [t["tq"] for t in seeds], "seed_idfs": [t["idf"] for t in seeds]}).fetchall()
+    else:
+        statement, values = _hits_statement(terms, seeds)
+        rows = conn.execute(statement, {**params, **values}).fetchall()
+    return [(r["chunk_id"], float(r["score"])) for r in rows]
 
 
 def _hits_statement(terms: list[dict], seeds: list[dict]) -> tuple[sql.Composed, dict]:

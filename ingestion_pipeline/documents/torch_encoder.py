@@ -26,11 +26,24 @@ class TorchEncoder:
         if half:
             self._model.half()
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        if self.device != "cpu":  # a GPU is fed big batches (devices.CUDA_BATCH_SIZE), whatever the CPU's are
-            batch_size = max(batch_size, CUDA_BATCH_SIZE)
-        vectors = self._model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True,
-                                     show_progress_bar=False)
+    def encode(self, texts: list[str], batch_size: int, tokens: list[np.ndarray] | None = None) -> np.ndarray:
+        """One L2-normalised vector a text; ``tokens``, when given, is extended with each text's token vectors
+        (``late_interaction.token_matrix``), from the same inference."""
         import numpy as np
 
-        return vectors.astype(np.float32, copy=False)
+        if self.device != "cpu":  # a GPU is fed big batches (devices.CUDA_BATCH_SIZE), whatever the CPU's are
+            batch_size = max(batch_size, CUDA_BATCH_SIZE)
+        if tokens is None:
+            vectors = self._model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                                         convert_to_numpy=True, show_progress_bar=False)
+            return vectors.astype(np.float32, copy=False)
+        from ingestion_pipeline.documents.late_interaction import token_matrix
+
+        outputs = self._model.encode(texts, batch_size=batch_size, output_value=None, show_progress_bar=False)
+        vectors = []
+        for out in outputs:
+            hidden = out["token_embeddings"].float().cpu().numpy()  # the batch's padding included
+            tokens.append(token_matrix(hidden, int(out["attention_mask"].sum())))
+            pooled = out["sentence_embedding"].float().cpu().numpy()
+            vectors.append(pooled / max(float(np.linalg.norm(pooled)), 1e-12))
+        return np.asarray(vectors, dtype=np.float32)

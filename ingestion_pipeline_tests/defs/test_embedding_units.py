@@ -42,8 +42,9 @@ def test_small_files_share_encode_calls_sorted_by_length(database, db, notes, mo
     pipeline = _run_to_embeddings(database, key)
     calls: list[list[str]] = []
     embedder = shared_embedder()
-    original = type(embedder).embed
-    monkeypatch.setattr(type(embedder), "embed", lambda self, texts: calls.append(texts) or original(self, texts))
+    original = type(embedder).embed_with_tokens
+    monkeypatch.setattr(type(embedder), "embed_with_tokens",
+                        lambda self, texts: calls.append(texts) or original(self, texts))
 
     outcomes = pipeline.embed_batch(key)
 
@@ -55,7 +56,8 @@ def test_small_files_share_encode_calls_sorted_by_length(database, db, notes, mo
     assert all(r["embedding_context"] for r in staged)
     stats = {r["config"]["filename"]: r["stats"] for r in table(db, "SELECT * FROM ingestion_runs")}
     assert all(s["embedded"] == s["chunks"] and s["embeddings_reused"] == 0 for s in stats.values())
-    assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE embedding IS NULL")[0]["n"] == 0
+    assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE embedding IS NULL OR token_vectors IS NULL"
+                 )[0]["n"] == 0  # each chunk's token vectors from the same call
     [promoted] = {o.status for o in pipeline.promote_batch(key)}
     assert promoted == "succeeded"
 
@@ -65,14 +67,14 @@ def test_a_text_the_model_refuses_fails_its_file_alone(database, db, notes, monk
     [key] = batch_queued(database)
     pipeline = _run_to_embeddings(database, key)
     embedder = shared_embedder()
-    original = type(embedder).embed
+    original = type(embedder).embed_with_tokens
 
     def refuse_note_7(self, texts):
         if any("of note 7 " in t for t in texts):
             raise ValueError("the tokenizer cannot read this text")
         return original(self, texts)
 
-    monkeypatch.setattr(type(embedder), "embed", refuse_note_7)
+    monkeypatch.setattr(type(embedder), "embed_with_tokens", refuse_note_7)
     outcomes = {o.filename: o for o in pipeline.embed_batch(key)}
 
     assert outcomes.pop("note-07.md").status == "failed"

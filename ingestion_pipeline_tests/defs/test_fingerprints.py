@@ -7,6 +7,7 @@ from ingestion_pipeline.defs.documents.fingerprints import code_versions, finger
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 from ingestion_pipeline.documents.chunking import CHUNKER_VERSION
 from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION
+from ingestion_pipeline.documents.fingerprint import TOKEN_VECTORS
 from ingestion_pipeline_tests.helpers import code_location, ingest, shared_embedder
 
 
@@ -31,8 +32,10 @@ def test_code_versions_are_the_codes_own_and_no_host_or_setting_changes_them(mon
     monkeypatch.setenv("INGESTION_EMBEDDING_MODEL", "/nowhere")
     assert code_versions() == before
     assert before["document_elements"] == f"extractor-{EXTRACTOR_VERSION}"
-    for name in ("document_chunks", "document_embeddings", "promoted_documents"):
-        assert before[name] == f"extractor-{EXTRACTOR_VERSION}.chunker-{CHUNKER_VERSION}"
+    chunks = f"extractor-{EXTRACTOR_VERSION}.chunker-{CHUNKER_VERSION}"
+    assert before["document_chunks"] == chunks
+    for name in ("document_embeddings", "promoted_documents"):  # what is kept beside each vector too
+        assert before[name] == f"{chunks}.token-vectors-{TOKEN_VECTORS}"
 
 
 def test_the_sensor_runs_the_check_alone_when_the_fingerprint_changes(instance, database, corpus_dir, monkeypatch):

@@ -260,3 +260,28 @@ def test_new_weights_under_the_same_model_name_reuse_no_vector(instance, databas
     digests = table(db, """SELECT DISTINCT e.model_digest FROM chunk_embeddings e JOIN chunks c USING (chunk_id)
                             JOIN document_versions v ON v.version_id = c.version_id WHERE v.is_active""")
     assert digests == [{"model_digest": retrained.info.digest}]
+
+
+def test_versions_promoted_before_token_vectors_were_kept_get_them_by_a_reindex(instance, database, db, corpus_dir):
+    """A version of an earlier release has no token vectors and that release's fingerprint: `reindex` finds it
+    stale, and its chunks are embedded again (a stored vector without its token vectors is not reused), so every
+    chunk of the new version has both; search then ranks them by late interaction."""
+    ingest(instance, database, "acme", corpus_dir / "documents" / "simple.docx")
+    with database.transaction() as conn:  # as the earlier release left it
+        conn.execute("DELETE FROM chunk_token_vectors WHERE tenant_id = 'acme'")
+        conn.execute("UPDATE document_versions SET pipeline_fingerprint = 'fp2-earlier' WHERE tenant_id = 'acme'")
+    plan = _plan(database, tenant_id="acme")
+    assert (plan.active, plan.current, len(plan.reindexable)) == (1, 0, 1)
+    with database.transaction() as conn:
+        reindex.queue(conn, plan)
+    [key] = batch_queued(database)
+    assert materialize_batch(instance, key).success
+
+    [run] = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex'")
+    assert run["status"] == "succeeded", run["error"]
+    chunks = table(db, """SELECT c.chunk_id, t.chunk_id IS NOT NULL AS kept FROM chunks c
+                            JOIN document_versions v ON v.version_id = c.version_id AND v.is_active
+                            LEFT JOIN chunk_token_vectors t ON t.chunk_id = c.chunk_id AND t.tenant_id = c.tenant_id""")
+    assert chunks and all(c["kept"] for c in chunks)
+    assert run["stats"]["embedded"] == len(chunks) and run["stats"]["embeddings_reused"] == 0
+    assert _plan(database, tenant_id="acme").stale == 0

@@ -180,10 +180,10 @@ def test_dead_letter_after_the_last_attempt_then_replay(instance, database, db, 
 
 
 def _batch_held_in_its_first_encode(instance, database, monkeypatch) -> tuple[threading.Event, threading.Thread]:
-    """Materialise the queued batch on a thread, held inside the model's first ``embed`` call until the
-    returned event is set."""
+    """Materialise the queued batch on a thread, held inside the model's first ``embed_with_tokens`` call until
+    the returned event is set."""
     embedder = shared_embedder()
-    original = type(embedder).embed
+    original = type(embedder).embed_with_tokens
     inside, release = threading.Event(), threading.Event()
 
     def blocking_embed(self, texts):
@@ -191,7 +191,7 @@ def _batch_held_in_its_first_encode(instance, database, monkeypatch) -> tuple[th
         release.wait(30)
         return original(self, texts)
 
-    monkeypatch.setattr(type(embedder), "embed", blocking_embed)
+    monkeypatch.setattr(type(embedder), "embed_with_tokens", blocking_embed)
     [key] = batch_queued(database)
     worker = threading.Thread(target=lambda: materialize_batch(instance, key))
     worker.start()

@@ -64,6 +64,7 @@ def test_the_totals_follow_every_change_of_a_tenants_active_versions(db):
         "UPDATE document_versions SET title = 'renamed' WHERE version_id = {first}",  # counts nothing
         "DELETE FROM chunk_fts WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE version_id = {first});"
         "DELETE FROM chunk_embeddings WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE version_id = {first});"
+        "DELETE FROM chunk_token_vectors WHERE chunk_id IN (SELECT chunk_id FROM chunks WHERE version_id = {first});"
         "DELETE FROM chunks WHERE version_id = {first}; DELETE FROM document_versions WHERE version_id = {first}",
     ]
     for number, step in enumerate(steps):

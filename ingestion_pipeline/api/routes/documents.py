@@ -82,11 +82,11 @@ async def search(
     def run() -> list:
         with slots.hold(who.tenant_id):
             embedders = services.query_embedders
-            vector = services.query_vector(q, lowered=lowered)
+            vector, tokens = services.query_embedding(q, lowered=lowered)
             with (services.lowered_db if lowered else services.db).connection() as conn:
                 return hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k,
                                      model=embedders.model, neighbours=context,
-                                     other_models=embedders.for_query(q))
+                                     other_models=embedders.for_query(q), query_tokens=tokens)
 
     if lowered:
         hits = await asyncio.get_running_loop().run_in_executor(slots.lower_priority, run)

@@ -25,6 +25,7 @@ from ingestion_pipeline.documents import reindex, serving_models
 from ingestion_pipeline.documents.chunking import CHUNKER_VERSION
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.extraction import EXTRACTOR_VERSION
+from ingestion_pipeline.documents.fingerprint import TOKEN_VECTORS
 
 CHECK_NAME = "fingerprints_current"
 
@@ -33,8 +34,9 @@ def code_versions() -> dict[str, str]:
     """Asset name -> code version: the versions of the code that makes each output, nothing of the host or
     the environment (every host that loads the code location defines the same assets)."""
     chunks = f"extractor-{EXTRACTOR_VERSION}.chunker-{CHUNKER_VERSION}"
+    embedded = f"{chunks}.token-vectors-{TOKEN_VECTORS}"
     return {"document_elements": f"extractor-{EXTRACTOR_VERSION}", "document_chunks": chunks,
-            "document_embeddings": chunks, "promoted_documents": chunks}
+            "document_embeddings": embedded, "promoted_documents": embedded}
 
 
 @dg.asset_check(asset="promoted_documents", name=CHECK_NAME, blocking=False,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ingestion_pipeline.core.failpoints import failpoint
 from ingestion_pipeline.core.failures import classify
 from ingestion_pipeline.core.progress import Progress
-from ingestion_pipeline.documents import file_ledger, staging
+from ingestion_pipeline.documents import file_ledger, late_interaction, staging
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.steps.runner import (
     STEP_DONE,
@@ -101,7 +101,8 @@ def _embed_unit(run: StepRunner, pending: list[dict], work: dict[int, _Embedding
     are added to its files' staged figures in the same transaction (a share of a fanned-out step)."""
     model_start = time.perf_counter()
     try:
-        vectors = run.embedder.embed([p["text"] for p in pending])  # outside any transaction
+        # outside any transaction; the token vectors search's late interaction reads come from the same inference
+        vectors, tokens = run.embedder.embed_with_tokens([p["text"] for p in pending])
     except Exception as exc:
         if classify(exc).code in STEP_ERRORS:
             raise
@@ -119,7 +120,8 @@ def _embed_unit(run: StepRunner, pending: list[dict], work: dict[int, _Embedding
         kept = [i for i, p in enumerate(pending) if p["run_id"] not in lost]
         if kept:
             staging.write_embeddings(conn, [pending[i]["run_id"] for i in kept],
-                                     [pending[i]["ordinal"] for i in kept], vectors[kept])
+                                     [pending[i]["ordinal"] for i in kept], vectors[kept],
+                                     [late_interaction.pack(tokens[i]) for i in kept])
             if record:
                 staging.add_embedding_figures(conn, {
                     run_id: {"embedded": len(indexes), "model_ms": model_ms * len(indexes) // len(pending)}
@@ -139,7 +141,7 @@ def _embed_files_alone(run: StepRunner, pending: list[dict], work: dict[int, _Em
     for run_id in dict.fromkeys(p["run_id"] for p in pending):
         texts = [p["text"] for p in pending if p["run_id"] == run_id]
         try:
-            run.embedder.embed(texts)
+            run.embedder.embed_with_tokens(texts)
         except Exception as exc:
             failure = classify(exc)
             if failure.code in STEP_ERRORS:
