@@ -15,12 +15,11 @@ representation, which candidates and how they are ranked: measured on the projec
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from functools import cache
 
 import numpy as np
-
-# The special tokens a BERT tokenizer adds around every text: not the passage's words
-SPECIAL_TOKENS = 2
 
 
 def token_matrix(hidden: np.ndarray, length: int) -> np.ndarray:
@@ -37,12 +36,19 @@ def pack(tokens: np.ndarray) -> bytes:
     return np.packbits(np.asarray(tokens) > 0, axis=1).tobytes()
 
 
+@cache
+def _byte_signs(dimension: int) -> np.ndarray:
+    """Each byte value's eight bits as components of a unit vector of ``dimension``: +-1/sqrt(dimension),
+    float32 (a table lookup decodes a byte in one step)."""
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(np.float32)
+    return (bits * 2 - 1) * np.float32(1 / math.sqrt(dimension))
+
+
 def unpack(stored: bytes, dimension: int) -> np.ndarray:
-    """``pack``'s bits as unit vectors (tokens, dimension): each component +-1/sqrt(dimension)."""
+    """``pack``'s bits as unit vectors (tokens, dimension), float32: each component +-1/sqrt(dimension)."""
     if dimension % 8 or not stored or len(stored) % (dimension // 8):
         raise ValueError(f"{len(stored)} bytes are not token vectors of dimension {dimension}")
-    bits = np.unpackbits(np.frombuffer(stored, dtype=np.uint8).reshape(-1, dimension // 8), axis=1)
-    return (bits.astype(np.float32) * 2 - 1) / np.sqrt(dimension)
+    return _byte_signs(dimension)[np.frombuffer(stored, dtype=np.uint8)].reshape(-1, dimension)
 
 
 def maxsim(query_tokens: np.ndarray, passage_tokens: np.ndarray) -> float:
@@ -55,9 +61,15 @@ def scores(query_tokens: np.ndarray, stored: Mapping[int, bytes], dimension: int
     if not stored:
         return {}
     chunk_ids = list(stored)
-    matrices = [unpack(stored[c], dimension) for c in chunk_ids]
-    starts = np.cumsum([0] + [len(m) for m in matrices[:-1]])
-    best = np.maximum.reduceat(query_tokens @ np.vstack(matrices).T, starts, axis=1)  # (query tokens, chunks)
+    row_bytes = dimension // 8
+    for chunk_id in chunk_ids:
+        if dimension % 8 or not stored[chunk_id] or len(stored[chunk_id]) % row_bytes:
+            raise ValueError(f"chunk {chunk_id}: {len(stored[chunk_id])} bytes are not token vectors of dimension "
+                             f"{dimension}")
+    starts = np.cumsum([0] + [len(stored[c]) // row_bytes for c in chunk_ids[:-1]])
+    passages = unpack(b"".join(stored[c] for c in chunk_ids), dimension)  # every chunk's tokens, decoded at once
+    query = np.asarray(query_tokens, dtype=np.float32)
+    best = np.maximum.reduceat(query @ passages.T, starts, axis=1)  # (query tokens, chunks)
     return dict(zip(chunk_ids, best.mean(axis=0).tolist(), strict=True))
 
 

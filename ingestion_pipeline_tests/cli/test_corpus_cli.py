@@ -24,8 +24,8 @@ BROKEN_REASONS = {
 QUESTIONS = Path(__file__).resolve().parents[2] / "benchmarks" / "retrieval" / "questions.jsonl"
 # hit@3 floors on the natural and lookup questions (benchmarks/retrieval_quality.py's figures on its knowledge
 # base, less a margin for this larger one); the echo questions, which repeat their answers' words, have none
-QUALITY_FLOORS = {"natural": 0.18, "lookup": 0.60}
-MRR_FLOOR = 0.30
+QUALITY_FLOORS = {"natural": 0.32, "lookup": 0.62}
+MRR_FLOOR = 0.42  # over both kinds: 0.388 in fused order, 0.504 ranked by late interaction
 RECOVERED_PDFS = {"copy-protected.pdf", "failure-after-repair.pdf", "invalid-pdf-structure-pdfminer-one-page.pdf",
                   "pdf-bad-color-space.pdf"}
 
