@@ -5,8 +5,10 @@ Each is set up as its getting-started guide does, with the answer count raised t
 - langchain: its loaders (pypdf for PDF, Docx2txtLoader for DOCX, BeautifulSoup text for HTML, the file for
   text), ``RecursiveCharacterTextSplitter(chunk_size=1000, chunk_overlap=200)``, ``InMemoryVectorStore``,
   ``as_retriever(search_kwargs={"k": 10})``;
-- llamaindex: ``SimpleDirectoryReader``, ``VectorStoreIndex.from_documents`` (its default ``SentenceSplitter``:
-  1,024 tokens, overlap 200), ``as_retriever(similarity_top_k=10)``.
+- llamaindex: ``SimpleDirectoryReader``, ``VectorStoreIndex.from_documents`` with chunks that fit the model: its
+  ``SentenceSplitter`` counting the model's own tokens, ``CHUNK_TOKENS`` a chunk with ``CHUNK_OVERLAP`` overlap
+  (its default, 1,024 tokens, would be truncated by the 256-token model: most of each chunk never embedded),
+  ``as_retriever(similarity_top_k=10)``.
 
 Prints one JSON object: {"passages": {question id: [text, …]}, "chunks": n, "build_s": s, "query_ms": [...]}.
 
@@ -23,6 +25,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# LlamaIndex's chunks, in the model's tokens: what is left of its 256 once the metadata LlamaIndex embeds with each
+# chunk (the file's name, path, type, size and dates) and the special tokens are counted
+CHUNK_TOKENS = 192
+CHUNK_OVERLAP = 32
 
 
 def _langchain_documents(paths: list[Path]) -> list:
@@ -65,9 +71,14 @@ def langchain(model: str, paths: list[Path]):
 
 def llamaindex(model: str, paths: list[Path]):
     from llama_index.core import Settings, SimpleDirectoryReader, VectorStoreIndex
+    from llama_index.core.node_parser import SentenceSplitter
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from transformers import AutoTokenizer
 
     Settings.embed_model = HuggingFaceEmbedding(model_name=model, device="cpu", normalize=True)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    Settings.node_parser = SentenceSplitter(chunk_size=CHUNK_TOKENS, chunk_overlap=CHUNK_OVERLAP,
+                                            tokenizer=tokenizer.tokenize)
     docs = SimpleDirectoryReader(input_files=[str(p) for p in paths]).load_data()
     index = VectorStoreIndex.from_documents(docs)
     retriever = index.as_retriever(similarity_top_k=10)
