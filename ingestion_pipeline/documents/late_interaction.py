@@ -7,10 +7,10 @@ each of the question's tokens meets the passage's token nearest in meaning. The 
 vector anyway to pool the chunk's; keeping them costs no inference at ingest, only storage.
 
 Each chunk's token vectors ([CLS] and [SEP] aside) are kept as their signs: one bit a dimension (48 bytes a
-token for a 384-dimension model, ~7.6 KB for a chunk of ~160 tokens). The query's tokens stay in full precision,
-so a passage token's score is the query token's vector against the sign vector scaled to unit length. Which
-representation, which candidates and how they are ranked: measured on the project's question set
-(benchmarks/retrieval_quality.py; the kept-bits comparison in docs/benchmarks.md).
+token for a 384-dimension model). The query's tokens stay in full precision, so a passage token's score is the
+query token's vector against the sign vector scaled to unit length. Which representation, which candidates and
+how they are ranked: measured on the project's question set (benchmarks/retrieval_quality.py; the comparison of
+kept bits in docs/benchmarks.md).
 """
 
 from __future__ import annotations
