@@ -262,6 +262,7 @@ def test_new_weights_under_the_same_model_name_reuse_no_vector(instance, databas
     assert digests == [{"model_digest": retrained.info.digest}]
 
 
+@pytest.mark.integration
 def test_versions_promoted_before_token_vectors_were_kept_get_them_by_a_reindex(instance, database, db, corpus_dir):
     """A version of an earlier release has no token vectors and that release's fingerprint: `reindex` finds it
     stale, and its chunks are embedded again (a stored vector without its token vectors is not reused), so every

@@ -62,6 +62,7 @@ def test_rerank_orders_by_maxsim_and_gives_up_when_a_candidate_has_no_token_vect
     assert rerank([1, 2, 4], query, stored, 8) is None
 
 
+@pytest.mark.integration  # imports torch and loads the model on it: seconds
 def test_each_runtime_gives_a_text_the_same_token_vectors_as_sentence_transformers():
     """The exported model's token vectors (what ingest stores and a query is compared with) agree with
     sentence-transformers' token embeddings on torch, sign for sign nearly everywhere, and the pooled vector is
