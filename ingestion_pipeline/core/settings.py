@@ -10,17 +10,39 @@ fields' variables, defaults and descriptions as docs/configuration.md.
 
 from __future__ import annotations
 
-import contextvars
-import math
+import ipaddress
 import os
-import re
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import PydanticUseDefault
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic_settings import NoDecode, SettingsConfigDict
+
+from ingestion_pipeline.core.setting_fields import (  # noqa: F401 (QUEUE_NAME, MAX_TOKEN_HOURS: read from here)
+    MAX_TOKEN_HOURS,
+    QUEUE_NAME,
+    WHOLE_AT_LEAST_ONE,
+    _Area,
+    _at_least,
+    _at_least_one,
+    _bool,
+    _comma_list,
+    _finite,
+    _float,
+    _http_url,
+    _int,
+    _nice,
+    _one_of,
+    _Parse,
+    _path,
+    _positive,
+    _queue_name,
+    _redis_url,
+    _s3_store_uri,
+    _seconds_list,
+    _token_hours,
+    env,
+)
 
 
 def project_root() -> Path:
@@ -38,197 +60,6 @@ def instance_home() -> Path:
 
 def data_dir() -> Path:
     return Path(os.environ.get("INGESTION_DATA_DIR", project_root() / ".data")).resolve()
-
-
-def _at_least_one(raw: str) -> int:
-    value = int(raw)
-    if value < 1:
-        raise ValueError(raw)
-    return value
-
-
-def _nice(raw: str) -> int:
-    if not 0 <= (value := int(raw)) <= 19:
-        raise ValueError(raw)
-    return value
-
-
-def _s3_store_uri(raw: str) -> str | None:
-    value = raw.strip()
-    if value in ("", "local"):
-        return None
-    bucket = value[5:].split("/", 1)[0] if value.startswith("s3://") else ""
-    if not bucket:
-        raise ValueError(raw)
-    return value.rstrip("/")
-
-
-def _finite(raw: str) -> float:
-    value = float(raw)
-    if not math.isfinite(value):  # float() takes "nan" and "inf": no setting means either
-        raise ValueError(raw)
-    return value
-
-
-def _positive(raw: str) -> float:
-    value = _finite(raw)
-    if value <= 0:
-        raise ValueError(raw)
-    return value
-
-
-def _at_least(low: float) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
-        value = _finite(raw)
-        if value < low:
-            raise ValueError(raw)
-        return value
-
-    return parse
-
-
-MAX_TOKEN_HOURS = 24 * 365
-
-
-def _token_hours(raw: str) -> float:
-    value = _finite(raw)
-    if not 0 < value <= MAX_TOKEN_HOURS or value * 3600 < 1:
-        raise ValueError(raw)
-    return value
-
-
-QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-
-
-def _queue_name(raw: str) -> str:
-    if not QUEUE_NAME.fullmatch(raw.strip()):
-        raise ValueError(raw)
-    return raw.strip()
-
-
-def _one_of(*choices: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        value = raw.strip().lower()
-        if value not in choices:
-            raise ValueError(raw)
-        return value
-
-    return parse
-
-
-def _bool(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(raw)
-
-
-_READING_ENVIRONMENT = contextvars.ContextVar("reading_environment", default=False)
-
-
-class _Parse:
-    """How one environment variable's text becomes its field's value."""
-
-    def __init__(self, parse: Callable[[str], Any] | None, expected: str, empty_is_default: bool) -> None:
-        self.parse, self.expected, self.empty_is_default = parse, expected, empty_is_default
-
-
-def env(name: str, *more: str, default: Any = None, description: str = "", shown: str | None = None,
-        parse: Callable[[str], Any] | None = None, expected: str = "", empty_is_default: bool = True,
-        default_factory: Callable[[], Any] | None = None) -> Any:
-    """A field read from the environment variable ``name`` (else from the first of ``more`` that is set).
-
-    ``parse`` turns the variable's text into the value, and a ``ValueError`` from it becomes "NAME must be
-    EXPECTED, got 'raw'"; ``shown``: the default as docs/configuration.md shows it; ``empty_is_default``: an
-    empty variable is the default (else it is parsed: an empty INGESTION_RETRY_BACKOFF means no retries)."""
-    extra = {"env": name, "shown": shown, "parse": _Parse(parse, expected, empty_is_default)}
-    kwargs: dict[str, Any] = {"validation_alias": AliasChoices(name, *more), "description": description,
-                              "json_schema_extra": extra}
-    if default_factory is not None:
-        return Field(default_factory=default_factory, **kwargs)
-    return Field(default, **kwargs)
-
-
-class _Area(BaseSettings):
-    """One area's settings. Built directly: defaults and arguments; ``from_environment()``: the environment too."""
-
-    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True, env_ignore_empty=False,
-                                      case_sensitive=True)
-
-    @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                   file_secret_settings):
-        if _READING_ENVIRONMENT.get():
-            return init_settings, env_settings
-        return (init_settings,)
-
-    @classmethod
-    def from_environment(cls, **overrides: Any):
-        token = _READING_ENVIRONMENT.set(True)
-        try:
-            return cls(**overrides)
-        except ValidationError as exc:  # the first problem, as the variable's own message
-            error = exc.errors()[0]
-            cause = error.get("ctx", {}).get("error")
-            raise ValueError(str(cause) if cause else f"{error['loc']}: {error['msg']}") from None
-        finally:
-            _READING_ENVIRONMENT.reset(token)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _from_text(cls, value: Any, info) -> Any:
-        """A variable's text through its field's parser (values given as arguments are taken as they are)."""
-        field = cls.model_fields[info.field_name]
-        extra = field.json_schema_extra or {}
-        rule: _Parse | None = extra.get("parse") if isinstance(extra, dict) else None
-        if not isinstance(value, str) or rule is None or not _READING_ENVIRONMENT.get():
-            return value
-        if value == "" and rule.empty_is_default:
-            raise PydanticUseDefault()
-        if rule.parse is None:
-            return value
-        try:
-            return rule.parse(value)
-        except ValueError as exc:
-            raise ValueError(f"{extra['env']} must be {rule.expected}, got {value!r}") from exc
-
-
-def _http_url(raw: str) -> str:
-    if raw.strip().lower() == "off":
-        return "off"
-    url = raw.strip().rstrip("/")
-    if not url.startswith(("http://", "https://")) or len(url) < 10:
-        raise ValueError(raw)
-    return url
-
-
-def _int(raw: str) -> int:
-    return int(raw)
-
-
-def _float(raw: str) -> float:
-    return float(raw)
-
-
-def _path(raw: str) -> Path:
-    return Path(raw).resolve()
-
-
-def _comma_list(raw: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in raw.split(",") if part.strip())
-
-
-def _seconds_list(raw: str) -> tuple[float, ...]:
-    return tuple(float(part) for part in raw.split(",") if part.strip())
-
-
-def _redis_url(raw: str) -> str | None:
-    return None if raw.strip().lower() == "none" else raw
-
-
-WHOLE_AT_LEAST_ONE = "a whole number of at least 1"
 
 
 class UploadSettings(_Area):
@@ -400,6 +231,11 @@ class QueueSettings(_Area):
     dead_letter_max_age_days: float = env(
         "INGESTION_DEAD_LETTER_MAX_AGE_DAYS", default=30.0, parse=_positive, expected="a number of days above 0",
         shown="30", description="Days a Redis dead letter is kept; older entries are trimmed at each round.")
+    dead_letter_max_bytes: int = env(
+        "INGESTION_DEAD_LETTER_MAX_BYTES", default=64 * 1024 * 1024, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
+        shown="67108864", description="Bytes the Redis dead-letter list may hold; the oldest entries beyond them are "
+                                      "trimmed at each round (an entry is at most ~90 KB: a 64 KiB message, kept "
+                                      "whole for replay).")
     sqs_queue_urls: Annotated[tuple[str, ...], NoDecode] = env(
         "INGESTION_SQS_QUEUE_URLS", default=(), parse=_comma_list, shown="none",
         description="Comma-separated SQS queue URLs, polled in turn by `ingestion-pipeline intake`. Endpoint "
@@ -431,6 +267,17 @@ class ExtractionLimits(_Area):
     max_tokens: int = env("INGESTION_MAX_TOKENS_PER_FILE", default=10_000_000, parse=_at_least_one,
                           expected=WHOLE_AT_LEAST_ONE, shown="10000000",
                           description="Tokens of one file's chunks (beyond: `file_too_much_text`).")
+    # 8 times the corpus's largest PDF (619 pages): ~12 s of text layer; checked from the page count alone
+    max_pages: int = env("INGESTION_MAX_PAGES_PER_FILE", default=5_000, parse=_at_least_one,
+                         expected=WHOLE_AT_LEAST_ONE, shown="5000",
+                         description="Pages one PDF may have (beyond: `file_too_many_pages`, refused when it is "
+                                     "opened, before any page is read).")
+    # a long scanned book; at 0.2-2 s a page, at most ~30 minutes of one core's OCR per file
+    max_ocr_pages: int = env("INGESTION_MAX_OCR_PAGES_PER_FILE", default=1_000, parse=_at_least_one,
+                             expected=WHOLE_AT_LEAST_ONE, shown="1000",
+                             description="Pages of one PDF to read by OCR: pages without a text layer, less blank "
+                                         "ones and an earlier version's unchanged ones (beyond: "
+                                         "`file_too_many_pages`, refused before any page is read).")
     max_member_bytes: int = env("INGESTION_MAX_ZIP_MEMBER_BYTES", default=200 << 20, parse=_int, expected="an integer",
                                 shown="209715200 (200 MB)",
                                 description="One uncompressed part of an office file.")
@@ -518,6 +365,15 @@ class Settings(BaseModel):
                                         "limits", "queues", "executor")
 
 
+def _networks(raw: str) -> tuple[str, ...]:
+    """Each entry an address or a network, written as a network (uvicorn would take a typo, or a network with
+    host bits, for a name that matches nothing); not every address (``*``, ``0.0.0.0/0``: any client's claim)."""
+    networks = [ipaddress.ip_network(entry, strict=False) for entry in _comma_list(raw)]
+    if any(network.prefixlen == 0 for network in networks):
+        raise ValueError("every address")
+    return tuple(str(network) for network in networks)
+
+
 class ApiSettings(_Area):
     """The HTTP API (README: HTTP API). ``jwt_secret`` is checked when the server starts."""
 
@@ -551,14 +407,25 @@ class ApiSettings(_Area):
                                                  "each); over 4x that waiting: 429.")
     login_failures_per_address: int = env(
         "INGESTION_API_LOGIN_FAILURES_PER_ADDRESS", default=20, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
-        description="Failed logins from one client address within the window; beyond: 429 with Retry-After.")
+        description="Failed logins from one client address (an IPv6 one: its /64), whatever the accounts, within "
+                    "the window; beyond: 429 with Retry-After.")
+    # counted per (address, account), not per account: guesses from elsewhere never lock the owner out
     login_failures_per_account: int = env(
-        "INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT", default=10, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
-        description="Failed logins for one email (existing or not) within the window; beyond: 429 with "
-                    "Retry-After.")
+        "INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT", default=5, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
+        description="Failed logins from one client address for one account (a tenant's user, or an unknown "
+                    "email) within the window; beyond: each further try from there waits a delay that doubles "
+                    "with each failure (5 s, 10 s, ... at most the window), 429 with Retry-After until then.")
     login_window_seconds: float = env("INGESTION_API_LOGIN_WINDOW_SECONDS", default=300.0, parse=_positive,
                                       expected="a number of seconds above 0", shown="300",
                                       description="The window the failed-login limits count in.")
+    # who may say which address a request came from (api/server.py); none: the connection's peer, always
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = env(
+        "INGESTION_API_TRUSTED_PROXIES", default=(), parse=_networks, shown="none",
+        expected="comma-separated IP addresses or CIDR networks",
+        description="Comma-separated addresses or CIDR networks of the reverse proxies in front of the API. Only "
+                    "a request whose connection comes from one has its `X-Forwarded-For` believed (the client: "
+                    "the rightmost address in it that is not a proxy); none: never, the client is the "
+                    "connection's peer. Failed logins are counted per client address.")
     # a request body (an upload's or a JSON one) silent this long ends with 408
     upload_idle_seconds: float = env("INGESTION_API_UPLOAD_IDLE_SECONDS", default=10.0, parse=_positive,
                                      expected="a number of seconds above 0", shown="10",
@@ -576,7 +443,8 @@ class ApiSettings(_Area):
                                 "opened (or after its previous response) gets 408 and is closed; headers over 64 KiB "
                                 "get 431.")
     upload_bucket: str | None = env("INGESTION_UPLOAD_BUCKET", shown="none",
-                                    description="Where presigned uploads land.")
+                                    description="Where presigned uploads land; give it to every service: "
+                                                "each refuses it as a tenant's location.")
     upload_s3_endpoint: str | None = env("INGESTION_UPLOAD_S3_ENDPOINT", shown="AWS",
                                          description="The presigned-upload bucket's endpoint, if not AWS.")
     upload_prefix: str = "api-uploads/"
