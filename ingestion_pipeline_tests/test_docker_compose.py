@@ -30,6 +30,8 @@ def test_compose_is_the_distributed_topology():
         assert env["REDIS_URL"] == "redis://redis:6379/0", name
         assert env["INGESTION_UPLOAD_STORE"].startswith("s3://") and env["INGESTION_EXECUTOR"] == "celery", name
         assert env["INGESTION_UPLOAD_STORE_ENDPOINT_URL"] == "http://minio:9000", name
+        # every process that checks a tenant's S3 location must know the project's own buckets
+        assert env["INGESTION_UPLOAD_BUCKET"] == "ingestion-uploads", name
     api = services["api"]
     assert api["command"][:2] == ["ingestion-pipeline", "serve"]
     assert "JWT_SECRET" in api["environment"] and api["environment"]["INGESTION_UPLOAD_BUCKET"]

@@ -13,6 +13,7 @@ from ingestion_pipeline.api.read_slots import RefuseOverShare, TenantReadSlots
 from ingestion_pipeline.api.routes import auth, documents, files, health, ingest, metrics, sources
 from ingestion_pipeline.api.services import ApiServices
 from ingestion_pipeline.api.upload_slots import UploadSlots
+from ingestion_pipeline.core import login_failures
 
 # Routes that stream their body as they parse it (paced and bounded there); every other body is read whole first.
 STREAMING_UPLOADS = {("POST", "/v1/ingest"), ("POST", "/v1/metrics/uploads")}
@@ -40,8 +41,9 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
     app.state.search_slots = TenantReadSlots(services.api.searches_per_tenant)
     app.state.login_guard = LoginGuard(concurrent=api.max_concurrent_logins,
                                        per_address=api.login_failures_per_address,
-                                       per_account=api.login_failures_per_account,
-                                       window_seconds=api.login_window_seconds)
+                                       per_pair=api.login_failures_per_account,
+                                       window_seconds=api.login_window_seconds,
+                                       key=login_failures.derive_key(api.jwt_secret) if api.jwt_secret else None)
     errors.install(app)
     app.add_middleware(RefuseOverShare, slots=app.state.search_slots, secret=api.jwt_secret,
                        auth_enabled=api.auth_enabled)

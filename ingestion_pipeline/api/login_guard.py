@@ -11,16 +11,21 @@ if the hash ran while a database connection was held, every connection of the po
   processes (``concurrent`` of them, started by the first login; until then on lowered threads) a flood's hashes
   take the cores only as far as the tenants' searches leave them free. A user's login is slower only while
   the cores are busy.
-- **Throttling by failures**: ``INGESTION_API_LOGIN_FAILURES_PER_ADDRESS`` (default 20) failed logins from one
-  client address, or ``INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT`` (default 10) for one email (whether or not it
-  exists, so the answer tells nothing about which do), within ``INGESTION_API_LOGIN_WINDOW_SECONDS`` (300):
-  the next attempt gets 429 ``too_many_logins`` with ``Retry-After`` (when the oldest failure leaves the
-  window), and costs no hash. A success clears the account's failures.
+- **Throttling by failures** (``core/login_failures.py``), that slows a guesser without locking the owner out:
+  ``INGESTION_API_LOGIN_FAILURES_PER_ADDRESS`` (default 20) failed logins from one client address within
+  ``INGESTION_API_LOGIN_WINDOW_SECONDS`` (300), whatever the accounts, and its next attempt gets 429
+  ``too_many_logins`` with ``Retry-After`` (when the oldest failure leaves the window). Past
+  ``INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT`` (default 5) failures from one address for one account (a tenant's
+  user; an unknown email counts as an account, so the answers tell nothing about which exist), each further
+  attempt of that pair waits a delay that doubles with each failure (5 s, 10 s, ... at most the window): 429 with
+  ``Retry-After`` until it has passed. A refusal costs no hash. Failures from other addresses never refuse an
+  account, so its owner signs in from their own address whoever guesses elsewhere; a success clears only its
+  own (address, account) pair.
 
-Failures are counted in Postgres (``core/login_failures.py``), so every API process and host sees the same
-counts: a flood spread over several replicas gets no more guesses than one. The bound on hashes at once is
-each process's own (it protects that process's cores). The address is the connection's peer (behind a proxy,
-the proxy's: configure uvicorn's ``--proxy-headers`` and ``--forwarded-allow-ips`` so it is the client's).
+Failures are counted in Postgres, so every API process and host sees the same counts: a flood spread over
+several replicas gets no more guesses than one. The bound on hashes at once is each process's own (it protects
+that process's cores). The address is the connection's peer; X-Forwarded-For is believed only from the proxies
+named in ``INGESTION_API_TRUSTED_PROXIES`` (``api/server.py``), so a client cannot claim addresses of its own.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import psycopg
@@ -50,11 +56,14 @@ class LoginRefused(Exception):
 
 
 class LoginGuard:
-    def __init__(self, *, concurrent: int = 2, per_address: int = 20, per_account: int = 10,
-                 window_seconds: float = 300.0) -> None:
+    def __init__(self, *, concurrent: int = 2, per_address: int = 20, per_pair: int = 5,
+                 window_seconds: float = 300.0, key: bytes | None = None) -> None:
         self.concurrent = concurrent
         self.max_waiting = 4 * concurrent
-        self.limits = FailureLimits(per_address, per_account, window_seconds)
+        self.limits = FailureLimits(per_address, per_pair, window_seconds)
+        # the rows' HMAC key (login_failures.derive_key of the deployment's secret, the same on every replica);
+        # without one (no secret: no logins are served), a key of this process's own
+        self.key = key if key is not None else secrets.token_bytes(32)
         self._slots = threading.BoundedSemaphore(concurrent)
         self._waiting = 0
         self._lock = threading.Lock()
@@ -65,14 +74,21 @@ class LoginGuard:
         # kernel's OOM killer took the server; the checks beyond the cores wait in the pool's queue.
         self._hash_processes = LoweredProcess(min(concurrent, os.cpu_count() or 1), "login-hash", warm=_hash_ready)
 
-    def check(self, conn: psycopg.Connection, address: str, account: str) -> None:
-        """``LoginRefused`` if this address or account has failed too often lately (on any API process)."""
-        wait = login_failures.retry_after(conn, address, account, self.limits)
+    def check(self, conn: psycopg.Connection, address: str, accounts: Iterable[str]) -> None:
+        """``LoginRefused`` if this address, or this address for any of ``accounts``, has failed too often
+        lately (on any API process)."""
+        wait = login_failures.retry_after(conn, self.key, address, accounts, self.limits)
         if wait is not None:
             raise LoginRefused("too many failed logins: try again later", math.ceil(wait))
 
-    def record(self, conn: psycopg.Connection, address: str, account: str, succeeded: bool) -> None:
-        login_failures.record(conn, address, account, succeeded=succeeded)
+    def record(self, conn: psycopg.Connection, address: str, accounts: Iterable[str], *,
+               succeeded: bool = False, forgive: str | None = None) -> None:
+        """A failure of ``address`` for ``accounts``, or a success, which clears ``forgive``'s count (if any)."""
+        if succeeded:
+            if forgive is not None:
+                login_failures.record(conn, self.key, address, accounts, signed_in=forgive)
+            return
+        login_failures.record(conn, self.key, address, accounts)
         now = time.monotonic()
         with self._lock:
             due = now - self._swept >= SWEEP_EVERY_SECONDS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -36,11 +37,24 @@ class _JsonLines(logging.Formatter):
         return message if message.startswith("{") else json.dumps({"event": "log", "message": message})
 
 
+def uvicorn_config(app, host: str, port: int, api: ApiSettings):
+    """How ``serve`` runs ``app``. X-Forwarded-For is believed only from ``INGESTION_API_TRUSTED_PROXIES``:
+    uvicorn's own default believes it from 127.0.0.1 (and ``FORWARDED_ALLOW_IPS``), so a client on the host, or
+    anything relaying through a local port, could claim any address and get a fresh failed-login count with
+    each. With proxies named, the client is the rightmost address of the header that is not one of them."""
+    import uvicorn
+
+    from ingestion_pipeline.api.header_deadline import protocol_with_header_deadline
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                          http=protocol_with_header_deadline(api.header_timeout_seconds),
+                          proxy_headers=bool(api.trusted_proxies), forwarded_allow_ips=list(api.trusted_proxies))
+
+
 def serve(host: str, port: int, *, url: str, settings, api: ApiSettings) -> None:
     import uvicorn
 
     from ingestion_pipeline.api.app import create_app
-    from ingestion_pipeline.api.header_deadline import protocol_with_header_deadline
     from ingestion_pipeline.api.services import ApiServices
     from ingestion_pipeline.core.db import Database
 
@@ -57,5 +71,9 @@ def serve(host: str, port: int, *, url: str, settings, api: ApiSettings) -> None
     app = create_app(services, close_on_shutdown=True)
     print(f"API on http://{host}:{port} (docs at /docs){'' if api.auth_enabled else ' - AUTH DISABLED'}",
           file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
-                http=protocol_with_header_deadline(api.header_timeout_seconds))
+    server = uvicorn.Server(uvicorn_config(app, host, port, api))
+    # Ctrl-C is raised again once the server has shut down: as with uvicorn.run, a clean end
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:  # as uvicorn.run: the port could not be bound, or the app not started
+        sys.exit(3)

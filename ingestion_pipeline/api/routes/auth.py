@@ -11,7 +11,7 @@ from ingestion_pipeline.api.errors import ApiError, ErrorBody, not_found
 from ingestion_pipeline.api.login_guard import LoginGuard, LoginRefused
 from ingestion_pipeline.api.schemas import TokenRequest, TokenResponse, UserIn, UserOut
 from ingestion_pipeline.api.security import Admin, Services
-from ingestion_pipeline.core import users
+from ingestion_pipeline.core import login_failures, users
 from ingestion_pipeline.core.access_tokens import Principal, issue_token
 
 router = APIRouter(prefix="/v1", tags=["auth"])
@@ -20,24 +20,30 @@ REFUSAL_PAUSE_SECONDS = 1.0
 
 @router.post("/auth/token", response_model=TokenResponse, responses={
     401: {"description": "bad credentials"},
-    429: {"model": ErrorBody, "description": "too many failed logins from this address or for this account, or "
-                                             "too many at once: wait `Retry-After` seconds"},
+    429: {"model": ErrorBody, "description": "too many failed logins from this address, or from it for this "
+                                             "account, or too many at once: wait `Retry-After` seconds"},
     400: {"model": ErrorBody, "description": "the pair signs in to several tenants: give tenant_id"}})
 async def token(body: TokenRequest, request: Request, services: Services) -> dict:
     """Exchange email and password for a bearer token. A wrong password and an unknown email get the same
-    answer in similar time. Failed logins are throttled per address and per account (``api/login_guard.py``)."""
+    answer in similar time. Failed logins are throttled per address and per (address, account) pair
+    (``api/login_guard.py``)."""
     if not services.api.auth_enabled:
         raise ApiError(400, "auth_disabled", "AUTH_ENABLED=false: no tokens are issued in development mode")
     guard: LoginGuard = request.app.state.login_guard
+    # the connection's peer, or what a trusted proxy says it is (api/server.py), never a client's own claim
     address = request.client.host if request.client else "unknown"
 
     def check():
         with services.db.connection() as conn:  # read, and give the connection back before the slow hash
-            guard.check(conn, address, body.email)
             rows = users.login_candidates(conn, body.email, tenant_id=body.tenant_id)
+            # counted per login as asked (tenant, email), whatever it matched: the same email in another tenant,
+            # whoever made it, is another login whose sign-ins forgive nothing of this one's failures
+            accounts = login_failures.accounts(rows, body.email, body.tenant_id)
+            guard.check(conn, address, accounts)
         user = guard.hash(users.match_password, rows, body.password)
         with services.db.connection() as conn:
-            guard.record(conn, address, body.email, succeeded=user is not None)
+            guard.record(conn, address, accounts, succeeded=user is not None,
+                         forgive=login_failures.forgiven_by(rows, accounts) if user else None)
         return user
 
     try:
