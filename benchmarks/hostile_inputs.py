@@ -95,6 +95,14 @@ def _fifo(work: Path) -> list[Path]:
     return [path]
 
 
+def _blank_pages(work: Path) -> list[Path]:
+    """10,000 pages that draw nothing in 1.3 MB: over the page budget (5,000), refused from the page count alone
+    (before: surveyed as 10,000 pages to OCR, 500 units, each page rendered and read by Tesseract)."""
+    from ingestion_pipeline.samples.scanned_pdf import write_blank_pages
+
+    return [write_blank_pages(work / "blank-pages.pdf", 10_000)]
+
+
 def _documents(files: list[Path]) -> list[list[str]]:
     return [["ingest", *map(str, files), "--tenant", "bench"]]
 
@@ -109,6 +117,7 @@ CASES = [
     Case("giant-word", _giant_word, _documents, "ingestion_runs"),
     Case("token-bomb", _token_bomb, _documents, "ingestion_runs"),
     Case("deep-markdown", _deep_markdown, _documents, "ingestion_runs"),
+    Case("blank-pages-pdf", _blank_pages, _documents, "ingestion_runs"),
     Case("fifo", _fifo, _documents, "ingestion_runs"),
     Case("deep-json", _deep_json, _metrics, "data_uploads"),
     Case("digits-json", _digits_json, _metrics, "data_uploads"),

@@ -83,6 +83,7 @@ def to_json(pages: PdfPages) -> dict:
                        for p in pages.read_pages],
         "unread": pages.unread,
         "copy_protected": pages.copy_protected,
+        "blank": pages.blank,
     }
 
 
@@ -94,6 +95,7 @@ def from_json(unit: dict) -> PdfPages:
         [ReadPage(page, image, engine, text, source, reused)
          for page, image, engine, text, source, reused in result["read_pages"]],
         list(result["unread"]), bool(result["copy_protected"]),
+        list(result.get("blank", [])),  # a unit kept before blank pages were told apart has none
     )
 
 

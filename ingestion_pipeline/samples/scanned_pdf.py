@@ -1,5 +1,5 @@
-"""Write PDFs whose pages are images of text (scans: no text layer), optionally after the pages of
-another PDF, for the OCR tests, the benchmarks and the demo."""
+"""Write PDFs whose pages are images of text (scans: no text layer), or blank pages, optionally after the pages
+of another PDF, for the OCR tests, the benchmarks and the demo."""
 
 from __future__ import annotations
 
@@ -33,4 +33,16 @@ def write_scanned_pages(path: Path, pages: list[list[str]], *, after: Path | Non
     scanned.close()
     document.close()
     scan.unlink()
+    return path
+
+
+def write_blank_pages(path: Path, pages: int, *, after: Path | None = None) -> Path:
+    """``pages`` US Letter pages that draw nothing (no object at all: ~125 bytes each), after ``after``'s pages."""
+    import pypdfium2 as pdfium
+
+    document = pdfium.PdfDocument(str(after)) if after else pdfium.PdfDocument.new()
+    for _ in range(pages):
+        document.new_page(612, 792).close()
+    document.save(str(path))
+    document.close()
     return path

@@ -98,12 +98,9 @@ def test_copy_protection_is_noted(corpus_dir):
 
 
 def test_pdf_without_text_layer_and_without_ocr_says_how_to_enable_it(tmp_path, monkeypatch):
-    import pypdfium2 as pdfium
+    from ingestion_pipeline.samples.scanned_pdf import write_scanned_pdf
 
-    pdf = pdfium.PdfDocument.new()
-    pdf.new_page(200, 200)
-    path = tmp_path / "scan.pdf"
-    pdf.save(str(path))
+    path = write_scanned_pdf(tmp_path / "scan.pdf", ["Minutes of the harbour board"])
     monkeypatch.setenv("INGESTION_TESSERACT", str(tmp_path / "no-such-tesseract"))
     with pytest.raises(ExtractionError, match=r"no text layer on any of its 1 page\(s\) \(scanned or image-only\) "
                                               r"and OCR is not available: install Tesseract") as failure:
@@ -112,14 +109,14 @@ def test_pdf_without_text_layer_and_without_ocr_says_how_to_enable_it(tmp_path, 
 
 
 @needs_tesseract
-def test_blank_pdf_page_has_no_text_even_by_ocr(tmp_path):
+def test_blank_pdf_page_has_no_text_and_is_not_read_by_ocr(tmp_path):
     import pypdfium2 as pdfium
 
     pdf = pdfium.PdfDocument.new()
     pdf.new_page(200, 200)
     path = tmp_path / "blank.pdf"
     pdf.save(str(path))
-    with pytest.raises(ExtractionError, match=r"PDF has no text on any of its 1 page\(s\) \(not even by OCR\)"):
+    with pytest.raises(ExtractionError, match=r"PDF has no text on any of its 1 page\(s\), all of them blank$"):
         _extract(path)
 
 

@@ -57,10 +57,12 @@ def test_the_survey_finds_the_pages_without_text(corpus_dir, tmp_path):
     known = [ocr.source_digest(pdf[i]) for i in range(3)]
     pdf.close()
     assert pdf_survey(revised, 0, known) == PdfSurvey(3, [2], known=2)
-    # the pages it counts as work are those extraction finds without a text layer (an empty page included)
+    # the pages it counts as work are those extraction finds without a text layer, less the blank ones: page 2
+    # draws nothing; page 3 only an annotation ("This page is intentionally left blank"), read by OCR
     path = corpus_dir / "documents" / "layout-parser-paper-with-empty-pages.pdf"
     whole = extract_pdf_pages(path, 1, pdf_survey(path).page_count)
-    assert pdf_survey(path).scanned == sorted([p.page_number for p in whole.read_pages] + whole.unread) == [2, 3]
+    assert pdf_survey(path).scanned == sorted([p.page_number for p in whole.read_pages] + whole.unread) == [3]
+    assert (pdf_survey(path).blank, whole.blank) == (1, [2])
 
 
 def _in_units(path: Path, unit_pages: int):

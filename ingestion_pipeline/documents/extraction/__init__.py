@@ -77,12 +77,13 @@ def extract_pdf_pages(path: Path, first_page: int, last_page: int,
     return read_pdf_pages(Path(path), first_page, last_page, reusable_ocr)
 
 
-def pdf_survey(path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()):
-    """A PDF's page count and, past ``look_beyond`` pages, the pages without text not among ``known_sources``
-    (``pdf.pdf_survey``)."""
+def pdf_survey(path: Path, look_beyond: int = 0, known_sources: Sequence[str] = (),
+               limits: ExtractionLimits | None = None):
+    """A PDF's page count and, past ``look_beyond`` pages, the pages without text not among ``known_sources``;
+    a PDF over ``limits``' page or OCR budget is refused (``pdf.pdf_survey``)."""
     from ingestion_pipeline.documents.extraction.pdf import pdf_survey as survey
 
-    return survey(Path(path), look_beyond, frozenset(known_sources))
+    return survey(Path(path), look_beyond, frozenset(known_sources), limits)
 
 
 class InProcessExtractor:
@@ -98,7 +99,7 @@ class InProcessExtractor:
         return extract_pdf_pages(path, *pages, reusable_ocr)
 
     def survey(self, path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()):
-        return pdf_survey(path, look_beyond, known_sources)
+        return pdf_survey(path, look_beyond, known_sources, self.limits)
 
 
 def assemble_pdf(parts: Sequence, page_count: int, limits: ExtractionLimits | None = None) -> ExtractedDocument:

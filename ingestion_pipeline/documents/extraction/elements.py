@@ -55,8 +55,9 @@ class ExtractedDocument:
 @dataclass
 class PdfPages:
     """What a range of a PDF's pages holds: their elements (no section paths yet), the pages read by OCR, the
-    pages without a text layer that could not be read, and whether the file forbids copying. A whole PDF is
-    one range; a big one is read as several (``documents/units.py``) and finished as one (``pdf.finish_pdf``)."""
+    pages without a text layer that could not be read, whether the file forbids copying, and the blank pages
+    (no text, nothing for OCR to read). A whole PDF is one range; a big one is read as several
+    (``documents/units.py``) and finished as one (``pdf.finish_pdf``)."""
 
     first_page: int
     last_page: int
@@ -64,17 +65,19 @@ class PdfPages:
     read_pages: list[ReadPage] = field(default_factory=list)
     unread: list[int] = field(default_factory=list)
     copy_protected: bool = False
+    blank: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class PdfSurvey:
     """A cheap look at a PDF before it is read (``pdf.pdf_survey``): how many pages, which draw no text and need
-    OCR (``None``: not looked at, the file being small), and how many more draw none but are an earlier version's
-    unchanged pages (their text is reused)."""
+    OCR (``None``: not looked at, the file being small), how many more draw none but are an earlier version's
+    unchanged pages (their text is reused), and how many draw nothing at all (blank: no work)."""
 
     page_count: int
     scanned: list[int] | None = None
     known: int = 0
+    blank: int = 0
 
 
 MAX_TITLE_CHARS = 200

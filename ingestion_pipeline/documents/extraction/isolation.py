@@ -56,7 +56,7 @@ def _serve(conn, memory_mb: int) -> None:
         path, extension, limits, reusable_ocr, pages = task
         try:
             if isinstance(pages, tuple) and pages[0] == "survey":
-                reply = ("ok", pdf_survey(Path(path), pages[1], pages[2]))
+                reply = ("ok", pdf_survey(Path(path), pages[1], pages[2], limits))
             elif pages is None:
                 reply = ("ok", extract(Path(path), extension, limits, reusable_ocr))
             else:
@@ -151,7 +151,7 @@ class IsolatedExtractor:
 
     def survey(self, path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()) -> PdfSurvey:
         """A PDF's page count and pages to OCR (``pdf.pdf_survey``), looked up by the worker (PDFium parses the
-        file: untrusted input)."""
+        file: untrusted input) under this extractor's limits: a PDF over its page or OCR budget is refused."""
         return self._ask((str(path), ".pdf", self.limits, [], ("survey", look_beyond, list(known_sources))))
 
     def _ask(self, task: tuple):

@@ -6,6 +6,11 @@ heading heuristic (numbered or upper-case short lines). PDFium repairs many stru
 (missing startxref, broken linearization) and then reads the text layer completely; such files
 are ingested. Files it cannot open, encrypted files and files without any text fail with the reason
 (for a scan without Tesseract: how to enable OCR).
+
+A file's pages are bounded: a PDF of more than ``INGESTION_MAX_PAGES_PER_FILE`` pages, or with more than
+``INGESTION_MAX_OCR_PAGES_PER_FILE`` pages to read by OCR, is refused (``file_too_many_pages``) before any page
+is read, whether it is read whole or surveyed to be cut into units. A blank page is no work: it is never read by
+OCR nor counted as a page to OCR (a 1.3 MB PDF holds 10,000 of them).
 """
 
 from __future__ import annotations
@@ -114,38 +119,81 @@ def _looks_like_heading(line: str) -> bool:
     return len(letters) >= 4 and all(c.isupper() for c in letters) and not line.endswith((".", ","))
 
 
+def _draws_nothing(page: pdfium.PdfPage) -> bool:
+    """Whether a page is blank by its content: no object and no annotation (a form field, a stamp) to draw.
+    Told from the parsed page without rendering it: never rendered, read by OCR or counted as OCR work."""
+    return pdfium_c.FPDFPage_CountObjects(page.raw) == 0 and pdfium_c.FPDFPage_GetAnnotCount(page.raw) == 0
+
+
+def _within_page_budget(page_count: int, limits: ExtractionLimits) -> None:
+    """Refuse a PDF of more pages than a file may have, from its page count alone: even blank, each page is
+    parsed, and a 1.3 MB file can hold 10,000 of them."""
+    if page_count > limits.max_pages:
+        raise ExtractionError(
+            f"PDF has {page_count:,} pages, over the limit of {limits.max_pages:,} pages per file "
+            "(INGESTION_MAX_PAGES_PER_FILE raises it)", code="file_too_many_pages",
+            suggestion="split the file, or raise INGESTION_MAX_PAGES_PER_FILE")
+
+
+def _within_ocr_budget(ocr_pages: int, limits: ExtractionLimits) -> None:
+    """Refuse a PDF with more pages to read by OCR than a file may have, before any is read (0.2-2 s each)."""
+    if ocr_pages > limits.max_ocr_pages:
+        raise ExtractionError(
+            f"PDF has {ocr_pages:,} pages to read by OCR, over the limit of {limits.max_ocr_pages:,} per file "
+            "(INGESTION_MAX_OCR_PAGES_PER_FILE raises it)", code="file_too_many_pages",
+            suggestion="split the file, or raise INGESTION_MAX_OCR_PAGES_PER_FILE")
+
+
 def _draws_text(page: pdfium.PdfPage) -> bool:
     """Whether a page (or a form XObject on it) draws any text: PDFium parses its content stream, but builds
     no text page (a third of the cost of reading the text); the first text object found answers."""
     return next(page.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_TEXT,)), None) is not None
 
 
-def pdf_survey(path: Path, look_beyond: int = 0, known_sources: frozenset[str] = frozenset()) -> PdfSurvey:
+def _has_text(page: pdfium.PdfPage) -> bool:
+    textpage = page.get_textpage()
+    try:
+        return bool(textpage.get_text_bounded().strip())
+    finally:
+        textpage.close()
+
+
+def pdf_survey(path: Path, look_beyond: int = 0, known_sources: frozenset[str] = frozenset(),
+               limits: ExtractionLimits | None = None) -> PdfSurvey:
     """The page count, and — for a PDF of more than ``look_beyond`` pages — the pages that draw no text (scans:
     OCR reads them, at ~400 times the cost of a text page), so a big PDF is cut into units of even work. A scanned
     page whose source is in ``known_sources`` (``ocr.source_digest``: an earlier version's unchanged page, whose text
-    is reused) is no work either. No text is read: 0.8 ms a page (619 pages in 0.5 s; reading their text takes
-    1.5 s)."""
+    is reused) is no work either, nor is a page that draws nothing (blank). No text is read: 0.8 ms a page (619
+    pages in 0.5 s; reading their text takes 1.5 s). A PDF over ``limits``' page budget is refused from its count,
+    one over its OCR budget once its pages are looked at (``file_too_many_pages``)."""
+    limits = limits or ExtractionLimits()
     pdf = _open(path)
     try:
         count = len(pdf)
+        _within_page_budget(count, limits)
         if count <= look_beyond:
             return PdfSurvey(count, None)
-        scanned, known = [], 0
+        scanned, known, blank = [], 0, 0
         for index in range(count):
             try:
                 page = pdf[index]
             except pdfium.PdfiumError:  # read (and failed, saying where) by the unit that holds it
                 continue
             try:
-                if not _draws_text(page):
-                    if known_sources and ocr.source_digest(page) in known_sources:
-                        known += 1
-                    else:
-                        scanned.append(index + 1)
+                # the reader's own test (text that strips to nothing is OCR work): a text object of a space over
+                # a scanned image must count against the OCR budget as the reader will spend it
+                if _draws_text(page) and _has_text(page):
+                    continue
+                if _draws_nothing(page):
+                    blank += 1
+                elif known_sources and ocr.source_digest(page) in known_sources:
+                    known += 1
+                else:
+                    scanned.append(index + 1)
             finally:
                 page.close()
-        return PdfSurvey(count, scanned, known)
+        _within_ocr_budget(len(scanned), limits)
+        return PdfSurvey(count, scanned, known, blank)
     finally:
         pdf.close()
 
@@ -182,13 +230,18 @@ def read_pdf_pages(path: Path, first_page: int, last_page: int | None,
                 textpage = page.get_textpage()
                 text = textpage.get_text_bounded()
                 textpage.close()
-                if not text.strip():  # no text layer: a scanned page
-                    if tesseract is None:
+                if not text.strip():  # no text layer: a scanned page, or a blank one
+                    if _draws_nothing(page):
+                        result.blank.append(page_number)
+                    elif tesseract is None:
                         result.unread.append(page_number)
                     else:
                         read = ocr.read_page(page, page_number, tesseract, known)
-                        result.read_pages.append(read)
-                        text, by_ocr = read.text, True
+                        if read is None:  # rendered blank: nothing for Tesseract to read
+                            result.blank.append(page_number)
+                        else:
+                            result.read_pages.append(read)
+                            text, by_ocr = read.text, True
             except pdfium.PdfiumError as exc:
                 raise ExtractionError(f"PDF page {page_number} cannot be read ({exc})",
                                       code="pdf_page_unreadable") from exc
@@ -216,6 +269,7 @@ def finish_pdf(parts: Sequence[PdfPages], page_count: int) -> ExtractedDocument:
     elements = [element for part in parts for element in part.elements]
     read_pages = [page for part in parts for page in part.read_pages]
     unread = [page for part in parts for page in part.unread]
+    blank = sum(len(part.blank) for part in parts)
     notes: list[str] = []
     if any(part.copy_protected for part in parts):
         notes.append("PDF is copy-protected (owner permissions); its text layer was extracted for indexing")
@@ -223,6 +277,8 @@ def finish_pdf(parts: Sequence[PdfPages], page_count: int) -> ExtractedDocument:
         reused = sum(p.reused for p in read_pages)
         notes.append(f"{len(read_pages)} page(s) without a text layer read by OCR (Tesseract)"
                      + (f", {reused} of them unchanged since the last version: its text reused" if reused else ""))
+    if blank:
+        notes.append(f"{blank} blank page(s) skipped, not read by OCR")
     if not any(e.text.strip() for e in elements if e.type != Kind.TITLE):
         if unread:
             raise ExtractionError(
@@ -231,6 +287,7 @@ def finish_pdf(parts: Sequence[PdfPages], page_count: int) -> ExtractedDocument:
                 suggestion=ocr.HOW_TO_ENABLE)
         raise ExtractionError(
             f"PDF has no text on any of its {page_count} page(s)"
+            + (", all of them blank" if blank == page_count else "")
             + (" (not even by OCR)" if read_pages else ""), code="pdf_no_text_layer")
     if unread:
         notes.append(f"page(s) {_ranges(unread)} have no text layer and were not read: {ocr.HOW_TO_ENABLE}")
@@ -239,9 +296,14 @@ def finish_pdf(parts: Sequence[PdfPages], page_count: int) -> ExtractedDocument:
 
 def extract_pdf(path: Path, limits: ExtractionLimits | None = None,
                 reusable_ocr: Iterable[ReadPage] = ()) -> ExtractedDocument:
-    """The text layer of every page, OCR for pages without one (``limits`` unused: PDFium reads a page at a
-    time). A page whose rendered image is in ``reusable_ocr`` (an earlier version's pages) is not read again."""
-    pages = read_pdf_pages(path, 1, None, reusable_ocr)  # the file opened once
+    """The text layer of every page, OCR for pages without one, within ``limits``' page and OCR budgets (refused
+    before any page is read). A page whose rendered image is in ``reusable_ocr`` (an earlier version's pages) is
+    not read again."""
+    limits = limits or ExtractionLimits()
+    reusable_ocr = list(reusable_ocr)
+    # a PDF of no more pages than the OCR budget cannot exceed it: then only its page count is looked at
+    pdf_survey(path, limits.max_ocr_pages, frozenset(p.source_sha256 for p in reusable_ocr if p.source_sha256), limits)
+    pages = read_pdf_pages(path, 1, None, reusable_ocr)
     return finish_pdf([pages], pages.last_page)
 
 

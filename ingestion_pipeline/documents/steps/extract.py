@@ -51,7 +51,8 @@ def _units_of(run: StepRunner, path: Path, extension: str,
               reusable: list[ReadPage]) -> list[units.Unit] | None:
     """The units a PDF of more than a unit's work is read in (None: read whole). The extraction worker surveys
     the file (PDFium parses it: untrusted input): its pages, and which need OCR — not an earlier version's
-    unchanged scanned pages, whose text is reused (a revision with 2 of 60 pages changed is 2 pages of work)."""
+    unchanged scanned pages, whose text is reused (a revision with 2 of 60 pages changed is 2 pages of work), nor
+    blank ones. A PDF over the page or OCR budget fails here (``file_too_many_pages``), before any unit is planned."""
     survey = getattr(run.extract_file, "survey", None)
     if survey is None or extension.lower() != ".pdf":
         return None
