@@ -2,11 +2,14 @@
 
 The estimate is the rate at which the tenant's files finished lately (``RATE_WINDOW_SECONDS``): that rate
 already holds what the tenant's share of the run slots, its files' sizes and the model's speed make of it.
-A tenant with nothing finished lately is given the deployment's recent rate divided among the tenants with
-work waiting (the shares are per tenant); with nothing finished anywhere lately there is no estimate (None)
-rather than a guess. Batches are done in the order they run: those with a running file first, then by their
-first file, the files not yet in a batch last. Counted in files: a file's tokens are not known before it is
-extracted, and the embed step's own ETA (in tokens) takes over once a batch runs.
+Asked for one tenant (the HTTP API: a tenant's own view), everything comes from that tenant's own files:
+another tenant's activity, even as a rate shared out, is not the caller's to see, so a tenant with nothing
+finished lately has no estimate (None). The deployment's view (the CLI, every tenant) gives a tenant with
+nothing finished lately the deployment's recent rate divided among the tenants with work waiting; with nothing
+finished anywhere lately there is no estimate rather than a guess. Batches are done in the order they run:
+those with a running file first, then by their first file, the files not yet in a batch last. Counted in
+files: a file's tokens are not known before it is extracted, and the embed step's own ETA (in tokens) takes
+over once a batch runs.
 """
 
 from __future__ import annotations
@@ -58,29 +61,26 @@ SELECT tenant_id, count(*) AS finished,
   FROM ingestion_runs
  WHERE finished_at > now() - make_interval(secs => %(window)s)
    AND status IN ('succeeded', 'failed', 'dead_letter', 'canceled')
+   AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
  GROUP BY tenant_id
 """
 
 
 def backlog(conn: psycopg.Connection, *, tenant_id: str | None = None,
             window_seconds: float = RATE_WINDOW_SECONDS) -> list[TenantBacklog]:
-    """Every tenant with files queued or running (or only ``tenant_id``, listed even with nothing waiting)."""
+    """Every tenant with files queued or running (or only ``tenant_id``, listed even with nothing waiting, from
+    its own files alone)."""
     waiting = conn.execute(_WAITING, {"tenant": tenant_id}).fetchall()
-    finished = conn.execute(_FINISHED, {"window": window_seconds, "min_span": MIN_SPAN_SECONDS}).fetchall()
+    finished = conn.execute(_FINISHED, {"window": window_seconds, "min_span": MIN_SPAN_SECONDS,
+                                        "tenant": tenant_id}).fetchall()
     rates = {r["tenant_id"]: r["finished"] / float(r["span"]) for r in finished}
     groups: dict[str, list[dict]] = {}
     for row in waiting:
         groups.setdefault(row["tenant_id"], []).append(row)
     if tenant_id is not None:
         groups.setdefault(tenant_id, [])
-    tenants_waiting = len(groups) if tenant_id is None else _tenants_waiting(conn)
-    share = sum(rates.values()) / max(1, tenants_waiting) if rates else None
+    share = sum(rates.values()) / max(1, len(groups)) if rates and tenant_id is None else None
     return [_tenant(tenant, rows, rates.get(tenant), share) for tenant, rows in sorted(groups.items())]
-
-
-def _tenants_waiting(conn: psycopg.Connection) -> int:
-    return conn.execute("SELECT count(DISTINCT tenant_id) AS n FROM ingestion_runs "
-                        "WHERE status IN ('queued', 'running')").fetchone()["n"]
 
 
 def _tenant(tenant_id: str, rows: list[dict], own_rate: float | None, share_rate: float | None) -> TenantBacklog:

@@ -65,11 +65,22 @@ def test_one_tenant_sees_only_its_own_and_an_idle_one_nothing(database, ledger):
     with database.connection() as conn:
         [globex] = backlog(conn, tenant_id="globex")
         [idle] = backlog(conn, tenant_id="initech")
+        [acme] = backlog(conn, tenant_id="acme")
     assert globex.tenant_id == "globex" and {b.partition_key for b in globex.batches} == {None}
-    assert globex.rate_from == "deployment"  # still divided among the two tenants waiting
-    assert globex.files_per_second == pytest.approx(0.05, rel=0.05)
+    # the deployment's rate, even shared out, would tell globex how busy acme is: from its own files only
+    assert (globex.rate_from, globex.files_per_second, globex.eta_seconds) == ("none", None, None)
+    assert acme.rate_from == "tenant" and acme.files_per_second == pytest.approx(0.1, rel=0.05)
     assert (idle.queued, idle.running, idle.batches) == (0, 0, ())
     assert describe(idle) == "initech: nothing waiting"
+
+
+def test_another_tenants_activity_moves_nothing_a_tenant_is_told(database, ledger):
+    with database.connection() as conn:
+        before = backlog(conn, tenant_id="globex")[0].as_dict()
+    _set(database, ledger[12:15], status="succeeded", partition_key="acme-b2", finished_ago=1)  # acme speeds up
+    _set(database, ledger[10:12], status="queued")
+    with database.connection() as conn:
+        assert backlog(conn, tenant_id="globex")[0].as_dict() == before
 
 
 def test_with_nothing_finished_lately_there_is_no_estimate(database, ledger):
