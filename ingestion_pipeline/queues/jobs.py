@@ -123,6 +123,11 @@ def _field(data: dict, name: str, kind: type, *, default: Any = None, required: 
     # bool is an int in Python: a count given as true is as wrong as one given as "3"
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise MalformedJob(f"field {name!r} must be a {kind.__name__}, not {type(value).__name__}")
+    if kind is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\udc80": a lone surrogate no status hash or database row can hold
+            raise MalformedJob(f"field {name!r} holds a lone surrogate: not text") from None
     return value
 
 
@@ -227,7 +232,7 @@ SUGGESTIONS: dict[str, tuple[str, ...]] = {
                            "push the job again once the file is in place"),
     "ERR_UNSUPPORTED_TYPE": ("convert the file to a supported format (pdf, docx, html, md, txt, pptx, xlsx, eml, "
                              "msg, epub, odt, rtf)",),
-    "ERR_FILE_TOO_LARGE": ("split the file, or raise INGESTION_MAX_UPLOAD_BYTES / the text limits "
+    "ERR_FILE_TOO_LARGE": ("split the file, or raise INGESTION_MAX_UPLOAD_BYTES / the text or page limits "
                            "(docs/configuration.md)",),
     "ERR_PATH_REFUSED": ("put the file under the rag's root (`ingestion-pipeline queue rag list`)",
                          "symlinks are resolved: a link out of the root is refused"),
@@ -265,6 +270,7 @@ _BY_PIPELINE_CODE: dict[str, str] = {
     "extraction_failed": "ERR_DOCUMENT_INVALID", "text_truncated_json": "ERR_DOCUMENT_INVALID",
     "text_encoding_unknown": "ERR_ENCODING",
     "text_too_large": "ERR_FILE_TOO_LARGE", "file_too_much_text": "ERR_FILE_TOO_LARGE",
+    "file_too_many_pages": "ERR_FILE_TOO_LARGE",
     "extraction_memory_exceeded": "ERR_FILE_TOO_LARGE",
     "extraction_timeout": "ERR_EXTRACTION_TIMEOUT",
     "unsupported_format": "ERR_UNSUPPORTED_TYPE", "format_support_missing": "ERR_UNSUPPORTED_TYPE",
@@ -304,8 +310,12 @@ _FROM_FILE_STATUS = {"queued": QUEUED, "running": PROCESSING, "succeeded": DONE,
                      "dead_letter": FAILED, "canceled": FAILED}
 
 
-def find(conn: psycopg.Connection, job_id: str) -> dict | None:
-    return conn.execute("SELECT * FROM queue_jobs WHERE job_id = %s", (job_id,)).fetchone()
+def find(conn: psycopg.Connection, job_id: str, intake: str, tenant_id: str | None = None) -> dict | None:
+    """The intake's job of this id; ``tenant_id``: that tenant's (an SQS job id is unique per tenant only; a
+    Redis job id names its rag, and so its tenant, and is never confused with an SQS job's)."""
+    return conn.execute(
+        "SELECT * FROM queue_jobs WHERE job_id = %s AND intake = %s AND (%s::text IS NULL OR tenant_id = %s) "
+        "LIMIT 1", (job_id, intake, tenant_id, tenant_id)).fetchone()
 
 
 def record_accepted(conn: psycopg.Connection, *, job_id: str, intake: str, tenant_id: str, filename: str,
@@ -332,7 +342,7 @@ def record_refused(conn: psycopg.Connection, *, job_id: str, intake: str, tenant
         """INSERT INTO queue_jobs (job_id, intake, rag_id, tenant_id, source_path, filename, message, status,
                                    outcome, finished_at)
            VALUES (%s, %s, %s, %s, %s, %s, %s, 'failed', %s, now())
-           ON CONFLICT (job_id) DO NOTHING RETURNING job_id""",
+           ON CONFLICT (tenant_id, job_id) DO NOTHING RETURNING job_id""",
         (job_id, intake, rag_id, tenant_id, source_path, filename, Jsonb(message), Jsonb(outcome)),
     ).fetchone()
     return row is not None
@@ -358,14 +368,14 @@ def unreported(conn: psycopg.Connection, intake: str, limit: int = 1000,
     return rows
 
 
-def advance(conn: psycopg.Connection, job_id: str, status: str, *, reported: bool) -> None:
+def advance(conn: psycopg.Connection, job_id: str, status: str, *, tenant_id: str, reported: bool) -> None:
     """Record the status last written to the queue; ``reported``: the job's final status is written."""
     conn.execute(
         """UPDATE queue_jobs SET status = %s,
                   finished_at = CASE WHEN %s IN ('done', 'failed') THEN coalesce(finished_at, now()) END,
                   reported_at = CASE WHEN %s THEN now() END
-            WHERE job_id = %s""",
-        (status, status, reported, job_id),
+            WHERE tenant_id = %s AND job_id = %s""",
+        (status, status, reported, tenant_id, job_id),
     )
 
 
@@ -435,7 +445,7 @@ class Intake:
 def accept_job(db: Database, store: UploadStore, job: JobMessage, *, fingerprint: str,
                max_bytes: int) -> Intake:
     with db.connection() as conn:
-        existing = find(conn, job.job_id)
+        existing = find(conn, job.job_id, "redis")
         rag = get_rag(conn, job.rag_id) if existing is None else None
     if existing is not None:
         return Intake(ALREADY, existing["status"], existing["file_id"], existing["tenant_id"])
@@ -480,7 +490,7 @@ def accept_job(db: Database, store: UploadStore, job: JobMessage, *, fingerprint
                                in_same_transaction=record)
     except psycopg.errors.UniqueViolation:  # another consumer accepted the same job a moment earlier
         with db.connection() as conn:
-            existing = find(conn, job.job_id)
+            existing = find(conn, job.job_id, "redis")
         return Intake(ALREADY, existing["status"] if existing else None, tenant_id=rag.tenant_id)
     if result.status == REJECTED:
         reason = result.reason or "rejected"

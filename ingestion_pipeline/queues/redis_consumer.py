@@ -69,15 +69,31 @@ if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
 end
 return 0
 """
-# Move up to 100 due members of the sorted set KEYS[1] (JSON: priority, message) to the right end of their queue.
+# Move up to 100 due members of the sorted set KEYS[1] (JSON: queue, message) to the right end of their queue,
+# which must be one of KEYS[3..]. The set is read as untrusted: a member that is not such JSON becomes a dead
+# letter in KEYS[2] (ARGV[2]: the time), so one bad member never fails the round that would move the others.
 _RETURN_DUE = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
+local moved = 0
 for _, member in ipairs(due) do
-  local entry = cjson.decode(member)
   redis.call('ZREM', KEYS[1], member)
-  redis.call('RPUSH', entry['queue'], entry['message'])
+  local ok, entry = pcall(cjson.decode, member)
+  local target = nil
+  if ok and type(entry) == 'table' and type(entry['message']) == 'string' then
+    for i = 3, #KEYS do
+      if entry['queue'] == KEYS[i] then target = KEYS[i] end
+    end
+  end
+  if target then
+    redis.call('RPUSH', target, entry['message'])
+    moved = moved + 1
+  else
+    redis.call('LPUSH', KEYS[2], cjson.encode({reason = 'a delayed retry that is not one a consumer wrote',
+      error_code = 'ERR_MALFORMED_RECORD', dead_lettered_at = ARGV[2], priority = 'normal',
+      message = string.sub(member, 1, 2048), truncated = true, message_bytes = #member}))
+  end
 end
-return #due
+return moved
 """
 
 
@@ -101,9 +117,11 @@ class RedisJobConsumer:
                  backoff: tuple[float, ...] = (5.0, 10.0, 30.0), consumer_id: str | None = None,
                  heartbeat_seconds: float = HEARTBEAT_SECONDS,
                  dead_letter_max_entries: int = redis_contract.DEAD_LETTER_MAX_ENTRIES,
-                 dead_letter_max_age_days: float = redis_contract.DEAD_LETTER_MAX_AGE_DAYS) -> None:
+                 dead_letter_max_age_days: float = redis_contract.DEAD_LETTER_MAX_AGE_DAYS,
+                 dead_letter_max_bytes: int = redis_contract.DEAD_LETTER_MAX_BYTES) -> None:
         self.redis, self.db, self.store = redis, db, store
         self.dead_letter_max_entries, self.dead_letter_max_age_days = dead_letter_max_entries, dead_letter_max_age_days
+        self.dead_letter_max_bytes = dead_letter_max_bytes
         self.heartbeat_seconds = heartbeat_seconds
         self.fingerprint, self.max_bytes, self.backoff = fingerprint, max_bytes, backoff
         self.consumer_id = consumer_id or new_consumer_id()
@@ -121,7 +139,8 @@ class RedisJobConsumer:
             report.returned = self.return_abandoned()
             report.due = self.return_due()
             redis_contract.trim_dead_letters(self.redis, max_entries=self.dead_letter_max_entries,
-                                             max_age_days=self.dead_letter_max_age_days)
+                                             max_age_days=self.dead_letter_max_age_days,
+                                             max_bytes=self.dead_letter_max_bytes)
             while report.taken < max_jobs:
                 taken = self.take()
                 if taken is None:
@@ -233,20 +252,30 @@ class RedisJobConsumer:
         """Hand the jobs of consumers whose heartbeat expired back to their queues; how many."""
         returned = 0
         for member in self.redis.smembers(redis_contract.CONSUMERS):
-            consumer = member.decode() if isinstance(member, bytes) else member
+            consumer = redis_contract.consumer_name(member)
+            if consumer is None:  # not an id a consumer writes (they are ASCII): nothing of ours to hand back
+                self.redis.srem(redis_contract.CONSUMERS, member)
+                continue
             if consumer == self.consumer_id or self.redis.exists(redis_contract.heartbeat(consumer)):
                 continue
+            from redis.exceptions import ResponseError
+
             for priority in redis_contract.PRIORITIES:
                 # newest first from the left, each to the right end: the oldest ends where it is taken next
-                while self.redis.lmove(redis_contract.processing(consumer, priority), redis_contract.queue(priority),
-                                       "LEFT", "RIGHT") is not None:
-                    returned += 1
+                try:
+                    while self.redis.lmove(redis_contract.processing(consumer, priority),
+                                           redis_contract.queue(priority), "LEFT", "RIGHT") is not None:
+                        returned += 1
+                except ResponseError as exc:  # a key planted with another type: nothing a consumer held
+                    _log.warning("consumer %s: its %s list is not one (%s); left as it is", consumer, priority, exc)
             self.redis.srem(redis_contract.CONSUMERS, consumer)
         return returned
 
     def return_due(self) -> int:
         """Retries whose backoff has ended go back to the right end of their queue."""
-        return int(self.redis.eval(_RETURN_DUE, 1, redis_contract.DELAYED, time.time()))
+        queues = [redis_contract.queue(p) for p in redis_contract.PRIORITIES]
+        return int(self.redis.eval(_RETURN_DUE, 2 + len(queues), redis_contract.DELAYED, redis_contract.DEAD_LETTER,
+                                   *queues, time.time(), utc_timestamp()))
 
 
 def _error_fields(error: JobError | None) -> dict:
@@ -291,7 +320,8 @@ def take_jobs(client, db: Database, store: UploadStore, settings: Settings, *, f
                                 backoff=settings.reliability.retry_backoff_seconds or (5.0,),
                                 heartbeat_seconds=settings.queues.consumer_heartbeat_seconds,
                                 dead_letter_max_entries=settings.queues.dead_letter_max_entries,
-                                dead_letter_max_age_days=settings.queues.dead_letter_max_age_days)
+                                dead_letter_max_age_days=settings.queues.dead_letter_max_age_days,
+                                dead_letter_max_bytes=settings.queues.dead_letter_max_bytes)
     report = consumer.consume(max_jobs or settings.queues.jobs_per_tick)
     return RedisRound(report, redis_contract.depths(client))
 

@@ -19,24 +19,28 @@ status to read.
 **Depths**: how much the queues hold (per priority, waiting out a retry, held by consumers, dead-lettered)
 and which consumers are alive (``queue status``, the sensor's tick message, the dead-letter asset check).
 
-**Dead letters** (``rag:ingest:queue:dead-letter``): messages that could not become a job, with why. Each
-entry is JSON: ``reason``, ``error_code``, ``dead_lettered_at``, ``priority``, ``job_id`` (when the message had
-one) and ``message`` (the message exactly as it arrived, when it is within the 64 KiB a job may be; a larger
-one keeps its first 2 KiB as ``message``, with ``truncated``, ``message_bytes`` and ``message_sha256``, and is
-never replayed: it would be refused again). ``replay_dead_letters`` puts messages back on their queue (a job's
-``retry_count`` starts again at 0), each move one Redis transaction. The list keeps the newest
-``INGESTION_DEAD_LETTER_MAX_ENTRIES`` (10,000) entries and none older than ``INGESTION_DEAD_LETTER_MAX_AGE_DAYS``
-(30): a producer that sends garbage fills a bounded list, not Redis's memory.
+**Dead letters** (``rag:ingest:queue:dead-letter``): messages that could not become a job, with why. Each entry is
+JSON: ``reason``, ``error_code``, ``dead_lettered_at``, ``priority``, ``job_id`` (when the message had one) and
+``message`` (the message exactly as it arrived, when it is within the 64 KiB a job may be, or ``message_base64``
+when JSON would enlarge it; a larger one keeps its first 2 KiB, with ``truncated``, ``message_bytes`` and
+``message_sha256``, and is never replayed: it would be refused again). Entries are read back as untrusted
+(``read_dead_letter``): anything that can write to Redis can write one. ``replay_dead_letters`` puts messages back
+on their queue (a job's ``retry_count`` starts again at 0), each move one Redis transaction. The list keeps the
+newest ``INGESTION_DEAD_LETTER_MAX_ENTRIES`` (10,000) entries, none older than
+``INGESTION_DEAD_LETTER_MAX_AGE_DAYS`` (30) and at most ``INGESTION_DEAD_LETTER_MAX_BYTES``: a producer that sends
+garbage fills a bounded list, not Redis's memory.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.queues import jobs, settling
+from ingestion_pipeline.queues import jobs, rag_registry, settling
 from ingestion_pipeline.queues.jobs import (
     NON_RECOVERABLE,
     RECOVERABLE,
@@ -60,6 +64,7 @@ CONSUMERS = "rag:ingest:consumers"  # a set of consumer ids that may hold proces
 STATUS_TTL_SECONDS = 7 * 24 * 3600  # a finished job's status hash expires 7 days after completion
 DEAD_LETTER_MAX_ENTRIES = 10_000  # the settings' defaults (core/settings.py QueueSettings)
 DEAD_LETTER_MAX_AGE_DAYS = 30
+DEAD_LETTER_MAX_BYTES = 64 * 1024 * 1024
 DEAD_LETTER_EXCERPT_BYTES = 2048  # what a dead letter keeps of a message over the size a job may be
 
 
@@ -156,7 +161,18 @@ def initial_status(job: JobMessage, status: str) -> dict[str, Any]:
 
 
 def read_status(redis, job_id: str) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in redis.hgetall(status(job_id)).items()}
+    """The job's status hash; bytes that are not UTF-8 (a producer wrote them) read as replacement characters."""
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in redis.hgetall(status(job_id)).items()}
+
+
+def consumer_name(member: bytes | str) -> str | None:
+    """A member of the consumers set as the id a consumer wrote, or None when it cannot be one (not UTF-8)."""
+    if isinstance(member, str):
+        return member
+    try:
+        return member.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def _status_values(row: dict) -> dict[str, Any]:
@@ -201,6 +217,8 @@ def sync_statuses(db: Database, redis, *, limit: int = 1000) -> dict[str, int]:
     moved: dict[str, int] = {}
     with db.connection() as conn:
         rows = jobs.unreported(conn, "redis", limit)
+        # a file is settled from its rag's root as registered now: a rag removed since leaves its files be
+        roots = {rag.rag_id: rag.root for rag in rag_registry.list_rags(conn)} if rows else {}
     for row in rows:
         status = row["now_status"]
         final = status in (jobs.DONE, jobs.FAILED)
@@ -215,12 +233,13 @@ def sync_statuses(db: Database, redis, *, limit: int = 1000) -> dict[str, int]:
                            **{k: status_field_text(values.get(k))
                               for k in ("error", "error_code", "error_type", "failed_at")},
                            "suggestions": values.get("suggestions", []), "retry_count": values["retry_count"]}
-            moved_to = settling.settle(row["source_path"], status, row["job_id"], failure)
+            moved_to = settling.settle(row["source_path"], status, row["job_id"], failure,
+                                       root=roots.get(row["rag_id"]))
             if moved_to is not None:
                 values["moved_to"] = str(moved_to)
         write_status(redis, row["job_id"], values, final=final)
         with db.transaction() as conn:
-            jobs.advance(conn, row["job_id"], status, reported=final)
+            jobs.advance(conn, row["job_id"], status, tenant_id=row["tenant_id"], reported=final)
         moved[status] = moved.get(status, 0) + 1
     return moved
 
@@ -248,7 +267,7 @@ class FinalStatusWriter:
         for row in rows:
             write_status(self._client, row["job_id"], _status_values(row), final=True)
             with self._db.transaction() as conn:
-                jobs.advance(conn, row["job_id"], row["now_status"], reported=False)
+                jobs.advance(conn, row["job_id"], row["now_status"], tenant_id=row["tenant_id"], reported=False)
 
 
 # -- producing ---------------------------------------------------------------------------------------------------------
@@ -262,13 +281,20 @@ def push(redis, job: JobMessage, priority: str = "normal") -> None:
 
 # -- depths ------------------------------------------------------------------------------------------------------------
 def depths(redis) -> dict:
+    from redis.exceptions import ResponseError  # here: a client exists, so redis-py is installed
+
     consumers = []
     for member in sorted(redis.smembers(CONSUMERS)):
-        consumer = member.decode()
-        beat = redis.get(heartbeat(consumer))
-        holding = sum(redis.llen(processing(consumer, p)) for p in PRIORITIES)
+        consumer = consumer_name(member)
+        if consumer is None:
+            continue  # not a consumer's id: the next round's janitor removes it
+        try:
+            beat = redis.get(heartbeat(consumer))
+            holding = sum(redis.llen(processing(consumer, p)) for p in PRIORITIES)
+        except ResponseError:  # a key planted with another type (WRONGTYPE): not a consumer's
+            continue
         consumers.append({"consumer": consumer, "alive": beat is not None,
-                          "heartbeat": beat.decode() if beat else None, "holding": holding})
+                          "heartbeat": beat.decode(errors="replace") if beat else None, "holding": holding})
     return {**{p: redis.llen(queue(p)) for p in PRIORITIES},
             "retrying": redis.zcard(DELAYED), "processing": sum(c["holding"] for c in consumers),
             "dead_letter": redis.llen(DEAD_LETTER), "consumers": consumers}
@@ -296,34 +322,126 @@ def dead_letter_entry(raw: bytes, *, reason: str, error_code: str, priority: str
     entry: dict[str, Any] = {"reason": reason[:1000], "error_code": error_code, "dead_lettered_at": utc_timestamp(),
                              "priority": priority, "job_id": job_id}
     if len(raw) <= jobs.MAX_MESSAGE_BYTES:
-        entry["message"] = raw.decode("utf-8", errors="backslashreplace")
+        entry.update(_message_fields(raw))
     else:
-        entry.update(message=raw[:DEAD_LETTER_EXCERPT_BYTES].decode("utf-8", errors="backslashreplace"),
-                     truncated=True, message_bytes=len(raw), message_sha256=hashlib.sha256(raw).hexdigest())
-    return json.dumps(entry).encode()
+        entry.update(_message_fields(raw[:DEAD_LETTER_EXCERPT_BYTES]), truncated=True, message_bytes=len(raw),
+                     message_sha256=hashlib.sha256(raw).hexdigest())
+    return json.dumps(entry, ensure_ascii=False).encode()
+
+
+def _message_fields(raw: bytes) -> dict[str, str]:
+    """The message as text when JSON keeps it near its size, else as base64: escaped control characters or
+    bytes that are not UTF-8 would make an entry up to six times the message (``\\u0001`` for one byte)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is not None and len(json.dumps(text, ensure_ascii=False).encode()) <= len(raw) * 4 // 3 + 64:
+        return {"message": text}
+    return {"message_base64": base64.b64encode(raw).decode()}
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One entry of the list as read back: every field checked, since anything that can write to Redis can
+    write to the list. An entry that is not one this code wrote is ``readable=False``, listed with what it
+    holds, never replayed, and trimmed by count and bytes like the others."""
+
+    raw: bytes
+    readable: bool
+    reason: str
+    error_code: str
+    dead_lettered_at: datetime | None
+    priority: str
+    job_id: str | None
+    message: bytes | None  # None: not kept whole (truncated) or unreadable
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dead_lettered_at": self.dead_lettered_at.isoformat() if self.dead_lettered_at else None,
+                "job_id": self.job_id, "error_code": self.error_code, "reason": self.reason,
+                "priority": self.priority, "readable": self.readable, "replayable": self.message is not None,
+                "message": (self.message.decode("utf-8", errors="backslashreplace")[:DEAD_LETTER_EXCERPT_BYTES]
+                            if self.message is not None else None)}
+
+
+def read_dead_letter(raw: bytes) -> DeadLetter:
+    try:
+        item = json.loads(raw)
+    except (ValueError, RecursionError):  # deep nesting exhausts the parser's stack: one bad entry, not a crash
+        item = None
+    if not isinstance(item, dict):
+        return DeadLetter(raw, False, f"not a dead-letter entry: {raw[:200]!r}", "unreadable_entry", None,
+                          "normal", None, None)
+    reason, code, job_id = item.get("reason"), item.get("error_code"), item.get("job_id")
+    priority = item.get("priority") if item.get("priority") in PRIORITIES else "normal"
+    message: bytes | None = None
+    if not item.get("truncated"):
+        try:
+            if isinstance(item.get("message_base64"), str):
+                message = base64.b64decode(item["message_base64"], validate=True)
+            elif isinstance(item.get("message"), str):
+                message = item["message"].encode("utf-8", errors="surrogateescape")
+        except (ValueError, UnicodeEncodeError):
+            message = None
+    readable = isinstance(reason, str) and isinstance(code, str) and (job_id is None or isinstance(job_id, str))
+    return DeadLetter(raw, readable, reason if isinstance(reason, str) else "(no reason recorded)",
+                      code if isinstance(code, str) else "unreadable_entry", _when(item.get("dead_lettered_at")),
+                      priority, job_id if isinstance(job_id, str) else None, message if readable else None)
+
+
+def _when(value: Any) -> datetime | None:
+    """An entry's time, or None when it has none to keep it by; a time without a zone is taken as UTC (it
+    compares with the cutoff instead of raising)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def trim_dead_letters(redis, *, max_entries: int = DEAD_LETTER_MAX_ENTRIES,
-                      max_age_days: float = DEAD_LETTER_MAX_AGE_DAYS) -> int:
-    """Drop the entries beyond the newest ``max_entries`` and those older than ``max_age_days`` (the list is
-    newest first, so the old ones are at its end); how many were dropped."""
+                      max_age_days: float = DEAD_LETTER_MAX_AGE_DAYS,
+                      max_bytes: int = DEAD_LETTER_MAX_BYTES) -> int:
+    """Drop the entries beyond the newest ``max_entries``, those older than ``max_age_days`` and the oldest
+    while the list holds more than ``max_bytes`` (the list is newest first, so the old ones are at its end);
+    how many were dropped."""
     before = redis.llen(DEAD_LETTER)
     redis.ltrim(DEAD_LETTER, 0, max_entries - 1)
+    _trim_to_bytes(redis, max_bytes)
     cutoff = datetime.now(UTC) - timedelta(days=max_age_days)
     while (oldest := redis.lindex(DEAD_LETTER, -1)) is not None:
-        try:
-            when = datetime.fromisoformat(json.loads(oldest)["dead_lettered_at"].replace("Z", "+00:00"))
-        except (ValueError, KeyError, TypeError):
-            when = None  # not an entry this code wrote: it has no age to keep it by
+        when = read_dead_letter(oldest).dead_lettered_at
         if when is not None and when >= cutoff:
             break
         redis.lrem(DEAD_LETTER, -1, oldest)
     return max(0, before - redis.llen(DEAD_LETTER))
 
 
+def _trim_to_bytes(redis, max_bytes: int) -> None:
+    """Keep the newest entries whose bytes fit ``max_bytes``: the list is read from the newest in pages, so a
+    list within its bound costs one pass of reads and no write."""
+    # Redis's own count of every node (samples=0: an estimate from the newest nodes could be steered by a
+    # producer), at least the entries' bytes
+    if (redis.memory_usage(DEAD_LETTER, samples=0) or 0) <= max_bytes:
+        return
+    kept_bytes, index, page = 0, 0, 200
+    while entries := redis.lrange(DEAD_LETTER, index, index + page - 1):
+        for offset, entry in enumerate(entries):
+            kept_bytes += len(entry)
+            if kept_bytes > max_bytes:
+                if index + offset == 0:
+                    redis.delete(DEAD_LETTER)  # the newest alone is over: LTRIM 0 -1 would keep them all
+                else:
+                    redis.ltrim(DEAD_LETTER, 0, index + offset - 1)
+                return
+        index += page
+
+
 def list_dead_letters(redis, limit: int = 100) -> list[dict]:
     """The newest ``limit`` entries, newest first."""
-    return [json.loads(e) for e in redis.lrange(DEAD_LETTER, 0, limit - 1)]
+    return [read_dead_letter(e).as_dict() for e in redis.lrange(DEAD_LETTER, 0, limit - 1)]
 
 
 def dead_letter_count(redis) -> int:
@@ -331,19 +449,19 @@ def dead_letter_count(redis) -> int:
 
 
 def replay_dead_letters(redis, *, job_ids: set[str] | None = None, limit: int = 1000) -> list[dict]:
-    """Move dead letters (all, or those of ``job_ids``) back to their queue; the entries moved."""
+    """Move dead letters (all, or those of ``job_ids``) back to their queue; the entries moved. An entry
+    without its whole message (truncated, or not one this code wrote) stays."""
     moved = []
     for raw_entry in redis.lrange(DEAD_LETTER, 0, limit - 1):
-        item = json.loads(raw_entry)
-        if (job_ids is not None and item.get("job_id") not in job_ids) or item.get("truncated"):
+        item = read_dead_letter(raw_entry)
+        if item.message is None or (job_ids is not None and item.job_id not in job_ids):
             continue
-        message = item["message"].encode()
+        message = item.message
         try:
             job = parse_job(message)
             message = type(job)(**{**job.__dict__, "retry_count": 0}).to_json().encode()
         except MalformedJob:
             pass  # replayed as it was: a fixed consumer may read it now, or it comes back here with its reason
-        if redis.eval(MOVE_IF_HELD, 2, DEAD_LETTER, queue(item.get("priority") or "normal"),
-                      raw_entry, message, "LPUSH"):
-            moved.append(item)
+        if redis.eval(MOVE_IF_HELD, 2, DEAD_LETTER, queue(item.priority), raw_entry, message, "LPUSH"):
+            moved.append(item.as_dict())
     return moved

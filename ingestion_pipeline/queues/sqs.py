@@ -3,12 +3,13 @@
 **Plumbing**: the client, a queue's dead-letter queue (from its redrive policy), and moving dead letters
 back (``replay_dead_letters``).
 
-**Job messages** name bytes already in S3 (no file bytes in the message):
-``{"tenant", "upload_uri": "s3://bucket/key", "content_hash": "<sha256 hex>", "filename"}`` and optionally
-``job_id`` (default: the SQS message id), ``doc`` (a stable document key: a later job with the same key is
-a new version of that document) and ``title``. The object is streamed into the upload store and hashed on
-the way; bytes that do not match ``content_hash`` fail the job (``ERR_CHECKSUM``). The job's
-``queue_jobs`` row is written in the transaction that writes its ledger row.
+**Job messages** name bytes already in S3 (no file bytes in the message): ``{"tenant", "upload_uri":
+"s3://bucket/key", "content_hash": "<sha256 hex>", "filename"}`` and optionally ``job_id`` (default: the SQS message
+id; unique per tenant: another tenant's job of the same id is its own, while the tenant's own later job of other
+content under a taken id is refused), ``doc`` (a stable document key: a later job with the same key is a new version
+of that document) and ``title``. The object is streamed into the upload store and hashed on the way; bytes that do
+not match ``content_hash`` fail the job (``ERR_CHECKSUM``). The job's ``queue_jobs`` row is written in the
+transaction that writes its ledger row.
 
 **One round on one queue** (``SqsIntake.poll``): receive (long polling), apply each message to the ledger,
 delete it only after that commits. A message is S3 event notifications of a watched bucket (``s3_events``)
@@ -138,6 +139,10 @@ def parse_sqs_job(body: dict, message_id: str) -> SqsJob:
             return None
         if not isinstance(value, str) or not value:
             raise MalformedJob(f"field {name!r} must be a non-empty string")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # JSON's "\udc80": no database row can hold it
+            raise MalformedJob(f"field {name!r} holds a lone surrogate: not text") from None
         return value
 
     try:
@@ -171,14 +176,14 @@ def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any
     from botocore.exceptions import ClientError
 
     with db.connection() as conn:
-        existing = jobs.find(conn, job.job_id)
+        existing = jobs.find(conn, job.job_id, "sqs", tenant_id=job.tenant)  # ids are the tenant's own
     if existing is not None:
         before = existing["message"] or {}
-        if existing["tenant_id"] == job.tenant and all(before.get(k) == message.get(k) for k in JOB_IDENTITY):
+        if all(before.get(k) == message.get(k) for k in JOB_IDENTITY):
             return "already accepted"  # a redelivery
-        # another job under a taken id: refused and said, never dropped as if it were the first one again
-        _log.warning("sqs job %s refused: the id is already taken by another job (%s); nothing of it is kept",
-                     job.job_id, "another tenant's" if existing["tenant_id"] != job.tenant else "other content")
+        # another job of the tenant under a taken id: refused and said, never dropped as if it were the first
+        _log.warning("sqs job %s refused: the tenant's id is already taken by a job of other content; nothing of "
+                     "it is kept", job.job_id)
         return DUPLICATE_ID
 
     def failed(code: str, text: str) -> str:

@@ -13,7 +13,9 @@ to that tenant (``tenant_s3_locations``: endpoint, bucket, prefix), or it is ref
   shared bucket is shared by disjoint prefixes (``s3://shared/acme/``, ``s3://shared/globex/``).
 - **The project's own buckets** (``INGESTION_UPLOAD_BUCKET``, where presigned uploads land before they are
   complete, and the bucket of ``INGESTION_UPLOAD_STORE``, where every tenant's stored files are) are never
-  bound: they hold every tenant's bytes. They are refused by name on any endpoint.
+  bound: they hold every tenant's bytes. They are refused by name on any endpoint. Every service gets both
+  settings (compose's and Helm's shared environment), and the database adds every bucket a presigned upload
+  landed in, whatever a process's environment says.
 - An endpoint is part of the location: ``''`` is the AWS environment's, another is compared as written
   (without a trailing ``/``).
 """
@@ -54,8 +56,10 @@ def location(bucket: str, prefix: str = "", endpoint_url: str | None = None) -> 
     return Location(bucket, prefix or "", (endpoint_url or "").strip().rstrip("/"))
 
 
-def reserved_buckets() -> set[str]:
-    """The project's own buckets (read from the environment): never a tenant's."""
+def reserved_buckets(conn: psycopg.Connection | None = None) -> set[str]:
+    """The project's own buckets: never a tenant's. From this process's settings and, with ``conn``, from the
+    database: every bucket a presigned upload landed in, so a process whose environment lacks
+    ``INGESTION_UPLOAD_BUCKET`` still knows the upload bucket once anything waits in it."""
     from ingestion_pipeline.core.settings import load_api_settings, load_settings
 
     reserved = set()
@@ -65,7 +69,20 @@ def reserved_buckets() -> set[str]:
     store = load_settings().upload.store_uri  # s3://bucket[/prefix], checked when the settings are read
     if store:
         reserved.add(store.removeprefix("s3://").split("/", 1)[0])
+    if conn is not None:
+        reserved.update(row["bucket"] for row in conn.execute(_UPLOAD_BUCKETS).fetchall())
     return reserved
+
+
+# the distinct buckets of api_uploads by a skip scan of its bucket index: one index probe per bucket
+_UPLOAD_BUCKETS = """
+WITH RECURSIVE seen AS (
+    SELECT min(bucket) AS bucket FROM api_uploads
+    UNION ALL
+    SELECT (SELECT min(bucket) FROM api_uploads WHERE bucket > seen.bucket) FROM seen WHERE seen.bucket IS NOT NULL
+)
+SELECT bucket FROM seen WHERE bucket IS NOT NULL
+"""
 
 
 def bindings(conn: psycopg.Connection, tenant_id: str | None = None) -> list[dict]:
@@ -82,7 +99,7 @@ def bind(conn: psycopg.Connection, tenant_id: str, where: Location, *, by: str,
     from ingestion_pipeline.core.tenants import ensure_tenant
 
     validate_tenant_id(tenant_id)
-    if where.bucket in (reserved_buckets() if reserved is None else reserved):
+    if where.bucket in (reserved_buckets(conn) if reserved is None else reserved):
         raise ValueError(f"s3://{where.bucket}/ is one of the project's own buckets (the upload bucket or the upload "
                          "store): it holds every tenant's files and is never bound to one")
     with conn.transaction():
@@ -121,7 +138,7 @@ def require(conn: psycopg.Connection, tenant_id: str, where: Location, *, entran
     """Return if ``where`` lies inside a location bound to the tenant; else audit the refusal and raise
     ``LocationNotBound`` saying what an operator runs. ``conn`` is in autocommit mode (the audit row stays
     whatever the caller does next)."""
-    if where.bucket in (reserved_buckets() if reserved is None else reserved):
+    if where.bucket in (reserved_buckets(conn) if reserved is None else reserved):
         reason = "one of the project's own buckets, which hold every tenant's files"
     else:
         rows = conn.execute(

@@ -28,7 +28,7 @@ def test_a_planted_error_record_link_is_replaced_not_written_through(tmp_path):
     victim.write_text("root:x:0:0\n")
     (tmp_path / "kb" / "failed").mkdir()
     (tmp_path / "kb" / "failed" / "a.md.error.json").symlink_to(victim)
-    moved = settle(str(incoming / "a.md"), "failed", FAILURE["job_id"], FAILURE)
+    moved = settle(str(incoming / "a.md"), "failed", FAILURE["job_id"], FAILURE, root=incoming.parent)
     assert moved == tmp_path / "kb" / "failed" / "a.md"
     assert victim.read_text() == "root:x:0:0\n"
     record = tmp_path / "kb" / "failed" / "a.md.error.json"
@@ -38,10 +38,10 @@ def test_a_planted_error_record_link_is_replaced_not_written_through(tmp_path):
 def test_a_destination_folder_that_is_a_link_is_not_followed(tmp_path):
     incoming, outside = _rag(tmp_path)
     (tmp_path / "kb" / "failed").symlink_to(outside)
-    assert settle(str(incoming / "a.md"), "failed", FAILURE["job_id"], FAILURE) is None
+    assert settle(str(incoming / "a.md"), "failed", FAILURE["job_id"], FAILURE, root=incoming.parent) is None
     assert (incoming / "a.md").is_file() and list(outside.iterdir()) == []
     (tmp_path / "kb" / "processed").symlink_to(outside)
-    assert settle(str(incoming / "a.md"), "done", FAILURE["job_id"]) is None
+    assert settle(str(incoming / "a.md"), "done", FAILURE["job_id"], root=incoming.parent) is None
     assert (incoming / "a.md").is_file() and list(outside.iterdir()) == []
 
 
@@ -49,11 +49,11 @@ def test_a_source_that_is_a_link_or_in_a_linked_folder_stays(tmp_path):
     incoming, outside = _rag(tmp_path)
     (outside / "secret.md").write_text("secret\n")
     (incoming / "link.md").symlink_to(outside / "secret.md")
-    assert settle(str(incoming / "link.md"), "done", FAILURE["job_id"]) is None
+    assert settle(str(incoming / "link.md"), "done", FAILURE["job_id"], root=incoming.parent) is None
     linked = tmp_path / "kb2"
     linked.mkdir()
     (linked / "incoming").symlink_to(outside)
-    assert settle(str(linked / "incoming" / "secret.md"), "done", FAILURE["job_id"]) is None
+    assert settle(str(linked / "incoming" / "secret.md"), "done", FAILURE["job_id"], root=linked) is None
     assert (outside / "secret.md").is_file() and not (linked / "processed").exists()
 
 
@@ -61,6 +61,6 @@ def test_a_taken_name_gets_the_job_id_and_nothing_is_overwritten(tmp_path):
     incoming, _ = _rag(tmp_path)
     (tmp_path / "kb" / "processed").mkdir()
     (tmp_path / "kb" / "processed" / "a.md").write_text("earlier\n")
-    moved = settle(str(incoming / "a.md"), "done", "rag-kb1-1-0000000a")
+    moved = settle(str(incoming / "a.md"), "done", "rag-kb1-1-0000000a", root=incoming.parent)
     assert moved.name == "a.rag-kb1-1-0000000a.md" and moved.read_text() == "# A\n"
     assert (tmp_path / "kb" / "processed" / "a.md").read_text() == "earlier\n"

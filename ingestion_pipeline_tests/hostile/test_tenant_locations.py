@@ -54,6 +54,30 @@ def test_the_projects_own_buckets_are_nobodys(database, db, monkeypatch):
             locations.require(conn, "acme", locations.location(bucket, "api-uploads/"), entrance="test")
 
 
+def test_a_process_without_the_upload_bucket_setting_still_refuses_it(database, db, monkeypatch, tmp_path):
+    """Before: the guard knew the upload bucket only from INGESTION_UPLOAD_BUCKET, which compose set for the API
+    alone; `tenant bind` then accepted it, and an SQS job pulled another tenant's pending upload."""
+    monkeypatch.delenv("INGESTION_UPLOAD_BUCKET", raising=False)
+    with database.connection() as conn:
+        conn.execute("INSERT INTO tenants (tenant_id) VALUES ('globex'), ('acme') ON CONFLICT DO NOTHING")
+        conn.execute("""INSERT INTO api_uploads (tenant_id, filename, content_type, size_bytes, bucket, object_key,
+                                                 expires_at)
+                        VALUES ('globex', 'merger.pdf', 'application/pdf', 10, 'uploads-b', 'api-uploads/globex/x',
+                                now() + interval '1 hour')""")
+        assert "uploads-b" in locations.reserved_buckets(conn)
+        assert "uploads-b" not in locations.reserved_buckets()  # this process's settings alone do not know it
+    refused = run_cli("tenant", "bind", "acme", "s3://uploads-b/api-uploads/", check=False)
+    assert refused.returncode != 0 and "project's own buckets" in refused.stderr
+    message = {"tenant": "acme", "upload_uri": "s3://uploads-b/api-uploads/globex/x", "filename": "merger.pdf",
+               "content_hash": "0" * 64}
+    outcome = accept_sqs_job(database, LocalUploadStore(tmp_path / "store"), parse_sqs_job(message, "m"), None,
+                             fingerprint="fp", max_bytes=10**6, message=message)
+    assert outcome == "failed"
+    [row] = table(db, "SELECT outcome FROM queue_jobs")
+    assert row["outcome"]["error_code"] == "ERR_LOCATION_NOT_BOUND"
+    assert table(db, "SELECT * FROM tenant_s3_locations") == []
+
+
 def test_an_unbound_source_stops_syncing_with_what_to_run(database, db, bucket, s3_env):
     client, name = bucket
     client.put_object(Bucket=name, Key="kb/a.md", Body=b"# A\n\nalpha\n")
@@ -111,12 +135,15 @@ def test_the_operator_binds_from_the_cli(database, db):
     assert [a["action"] for a in audit] == ["bound"]
 
 
-def test_a_taken_sqs_job_id_with_other_content_is_refused_not_dropped(database, db, bucket, s3_env, tmp_path,
-                                                                      monkeypatch):
+def test_a_taken_sqs_job_id_with_other_content_is_refused_not_dropped_and_ids_are_per_tenant(
+        database, db, bucket, s3_env, tmp_path, monkeypatch):
+    """Before: job ids were first come across tenants, and another tenant's later job with the same id was
+    refused and deleted, its file never ingested."""
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_env)
     client, name = bucket
-    body = b"# Mine\n\nacme's text\n"
+    body, theirs = b"# Mine\n\nacme's text\n", b"# Theirs\n\nglobex's text\n"
     client.put_object(Bucket=name, Key="acme/mine.md", Body=body)
+    client.put_object(Bucket=name, Key="globex/other.md", Body=theirs)
     with database.connection() as conn:
         locations.bind(conn, "acme", locations.location(name, "acme/"), by="test")
         locations.bind(conn, "globex", locations.location(name, "globex/"), by="test")
@@ -132,11 +159,13 @@ def test_a_taken_sqs_job_id_with_other_content_is_refused_not_dropped(database, 
 
     assert accept(first) == "accepted"
     assert accept(first) == "already accepted"  # a redelivery
-    squatter = {**first, "tenant": "globex", "upload_uri": f"s3://{name}/globex/other.md"}
-    assert accept(squatter) == "refused: job_id taken by another job"
+    same_id = {**first, "tenant": "globex", "upload_uri": f"s3://{name}/globex/other.md",
+               "content_hash": hashlib.sha256(theirs).hexdigest()}
+    assert accept(same_id) == "accepted"  # another tenant's id space
+    assert accept(same_id) == "already accepted"
     assert accept({**first, "filename": "renamed.md"}) == "refused: job_id taken by another job"
-    [row] = table(db, "SELECT tenant_id, status FROM queue_jobs WHERE job_id = 'shared-id'")
-    assert (row["tenant_id"], row["status"]) == ("acme", "queued")
+    rows = table(db, "SELECT tenant_id, status FROM queue_jobs WHERE job_id = 'shared-id' ORDER BY tenant_id")
+    assert [(r["tenant_id"], r["status"]) for r in rows] == [("acme", "queued"), ("globex", "queued")]
 
 
 def test_a_source_name_another_tenant_holds_is_not_told(database, database_url, db, bucket, s3_env):
