@@ -122,6 +122,7 @@ def test_a_query_embedded_in_the_lowered_process_has_this_processs_vector(databa
         services.close_lowered()
 
 
+@pytest.mark.integration  # a heavy end-to-end case: with make test, not test-fast
 def test_a_given_model_is_not_rebuilt_in_a_lowered_process(database):
     from ingestion_pipeline_tests.api.conftest import shared_embedder
 

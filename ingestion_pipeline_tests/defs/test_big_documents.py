@@ -193,6 +193,7 @@ def fanned_out_job() -> dg.JobDefinition:
     ).resolve_job_def("fanned_out_batch_job")
 
 
+@pytest.mark.integration  # a heavy end-to-end case: with make test, not test-fast
 def test_a_reexecution_from_failure_runs_only_the_failed_unit_again(instance, database, db, corpus_dir, monkeypatch):
     from ingestion_pipeline.documents.pipeline import DocumentPipeline
     from ingestion_pipeline_tests.helpers import batch_queued

@@ -116,6 +116,7 @@ def test_pipeline_change_creates_new_version_and_reuses_embeddings(instance, dat
     assert table(db, "SELECT count(*) AS n FROM chunks WHERE version_id = %s", v1["version_id"])[0]["n"] > 0
 
 
+@pytest.mark.integration  # a heavy end-to-end case: with make test, not test-fast
 def test_failed_promotion_leaves_previous_version_served(instance, database, db, corpus_dir, monkeypatch):
     path = corpus_dir / "documents" / "fake-memo.pdf"
     ingest(instance, database, "acme", path)

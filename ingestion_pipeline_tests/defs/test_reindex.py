@@ -47,6 +47,7 @@ def _plan(database, **kwargs) -> reindex.ReindexPlan:
         return reindex.find_versions(conn, pipeline_for(database).fingerprint_for, **kwargs)
 
 
+@pytest.mark.integration  # a heavy end-to-end case: with make test, not test-fast
 def test_chunker_change_reindexes_every_version_from_stored_elements(instance, database, db, corpus_dir, monkeypatch):
     docs = corpus_dir / "documents"
     ingest(instance, database, "acme", *(docs / f for f in FILES))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 import numpy as np
+import pytest
 
 from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.documents.promotion import deactivate_document
@@ -42,6 +43,7 @@ def _entries(path, texts: list[str]):
     return path
 
 
+@pytest.mark.integration  # a heavy end-to-end case: with make test, not test-fast
 def test_a_tenants_word_counts_are_what_counting_its_served_chunks_gives_after_every_change(
         db, database, tmp_path, monkeypatch):
     """Promotion, a new version of a document, a deactivated document made active again, a row's words changed,
