@@ -47,12 +47,21 @@ def add_rag(conn: psycopg.Connection, rag_id: str, *, tenant_id: str, root: str 
     real = Path(os.path.realpath(root))
     if not real.is_dir():
         raise ValueError(f"root {root} is not a folder")
-    ensure_tenant(conn, tenant_id)
-    conn.execute(
-        """INSERT INTO rag_sources (rag_id, tenant_id, root) VALUES (%s, %s, %s)
-           ON CONFLICT (rag_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, root = EXCLUDED.root""",
-        (rag_id, tenant_id, str(real)),
-    )
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('rag_sources'))")  # overlap checks in turn
+        # a root inside (or around) another tenant's would let either tenant's jobs take the other's files, as
+        # S3 locations of two tenants may not overlap either
+        for other in list_rags(conn):
+            if other.tenant_id != tenant_id and other.rag_id != rag_id and (
+                    real.is_relative_to(other.root) or other.root.is_relative_to(real)):
+                raise ValueError(f"root {real} overlaps rag {other.rag_id}'s root {other.root}, another tenant's: "
+                                 "tenants' rags have disjoint folders")
+        ensure_tenant(conn, tenant_id)
+        conn.execute(
+            """INSERT INTO rag_sources (rag_id, tenant_id, root) VALUES (%s, %s, %s)
+               ON CONFLICT (rag_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, root = EXCLUDED.root""",
+            (rag_id, tenant_id, str(real)),
+        )
     return RagSource(rag_id, tenant_id, real)
 
 

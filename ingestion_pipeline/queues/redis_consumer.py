@@ -96,6 +96,24 @@ end
 return moved
 """
 
+# Hand each consumer's (ARGV) processing lists back to their queues (KEYS[2..]: high, normal, low, as
+# redis_contract.PRIORITIES), newest first from the left, each to the right end (the oldest ends where it is
+# taken next), then remove the consumer from the set KEYS[1]. A list planted with another type is left as it is.
+_RETURN_HELD = """
+local priorities = {'high', 'normal', 'low'}
+local moved = 0
+for i = 1, #ARGV do
+  for j, priority in ipairs(priorities) do
+    local held = 'rag:ingest:processing:' .. ARGV[i] .. ':' .. priority
+    if redis.call('TYPE', held).ok == 'list' then
+      while redis.call('LMOVE', held, KEYS[j + 1], 'LEFT', 'RIGHT') do moved = moved + 1 end
+    end
+  end
+  redis.call('SREM', KEYS[1], ARGV[i])
+end
+return moved
+"""
+
 
 @dataclass
 class ConsumeReport:
@@ -130,6 +148,7 @@ class RedisJobConsumer:
     def consume(self, max_jobs: int) -> ConsumeReport:
         """Take up to ``max_jobs`` jobs, accept each into the ledger, acknowledge it; then write statuses."""
         report = ConsumeReport()
+        redis_contract.set_aside_foreign_keys(self.redis)
         self._beat()
         self.redis.sadd(redis_contract.CONSUMERS, self.consumer_id)
         # a missed beat only risks a job taken twice, which is recognised
@@ -248,28 +267,38 @@ class RedisJobConsumer:
         self.redis.ltrim(redis_contract.DEAD_LETTER, 0, self.dead_letter_max_entries - 1)
 
     # -- the janitor's part ---------------------------------------------------------------------------------------
-    def return_abandoned(self) -> int:
-        """Hand the jobs of consumers whose heartbeat expired back to their queues; how many."""
-        returned = 0
-        for member in self.redis.smembers(redis_contract.CONSUMERS):
-            consumer = redis_contract.consumer_name(member)
-            if consumer is None:  # not an id a consumer writes (they are ASCII): nothing of ours to hand back
-                self.redis.srem(redis_contract.CONSUMERS, member)
-                continue
-            if consumer == self.consumer_id or self.redis.exists(redis_contract.heartbeat(consumer)):
-                continue
-            from redis.exceptions import ResponseError
-
-            for priority in redis_contract.PRIORITIES:
-                # newest first from the left, each to the right end: the oldest ends where it is taken next
-                try:
-                    while self.redis.lmove(redis_contract.processing(consumer, priority),
-                                           redis_contract.queue(priority), "LEFT", "RIGHT") is not None:
-                        returned += 1
-                except ResponseError as exc:  # a key planted with another type: nothing a consumer held
-                    _log.warning("consumer %s: its %s list is not one (%s); left as it is", consumer, priority, exc)
-            self.redis.srem(redis_contract.CONSUMERS, consumer)
+    def return_abandoned(self, limit: int = 10_000) -> int:
+        """Hand the jobs of consumers whose heartbeat expired back to their queues; how many. At most ``limit``
+        consumers are looked at a round, in pipelined batches: the set can be planted with any number of ids."""
+        returned, looked_at = 0, 0
+        for batch in self._consumer_batches(limit):
+            looked_at += len(batch)
+            names = {m: redis_contract.consumer_name(m) for m in batch}
+            # not an id a consumer writes (they are ASCII): nothing of ours to hand back
+            foreign = [m for m, n in names.items() if n is None]
+            if foreign:
+                self.redis.srem(redis_contract.CONSUMERS, *foreign)
+            others = [n for n in names.values() if n is not None and n != self.consumer_id]
+            pipe = self.redis.pipeline(transaction=False)
+            for consumer in others:
+                pipe.exists(redis_contract.heartbeat(consumer))
+            dead = [c for c, alive in zip(others, pipe.execute(), strict=True) if not alive]
+            if dead:
+                returned += int(self.redis.eval(_RETURN_HELD, 1 + len(redis_contract.PRIORITIES),
+                                                redis_contract.CONSUMERS,
+                                                *(redis_contract.queue(p) for p in redis_contract.PRIORITIES),
+                                                *dead))
         return returned
+
+    def _consumer_batches(self, limit: int, size: int = 500) -> Iterator[list]:
+        cursor, seen = 0, 0
+        while seen < limit:
+            cursor, batch = self.redis.sscan(redis_contract.CONSUMERS, cursor, count=size)
+            if batch:
+                seen += len(batch)
+                yield batch
+            if cursor == 0:
+                return
 
     def return_due(self) -> int:
         """Retries whose backoff has ended go back to the right end of their queue."""

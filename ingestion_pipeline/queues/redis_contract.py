@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,8 @@ from ingestion_pipeline.queues.jobs import (
 
 if TYPE_CHECKING:
     import redis
+
+_log = logging.getLogger(__name__)
 
 # -- keys --------------------------------------------------------------------------------------------------------------
 QUEUE = "rag:ingest:queue"  # the normal priority: producers LPUSH, the consumer takes from the right
@@ -143,14 +146,25 @@ def status_field_text(value: Any) -> str:
 
 def write_status(redis, job_id: str, values: dict[str, Any], *, final: bool = False) -> None:
     """Set fields of the job's hash; a final status starts its 7-day expiry."""
+    from redis.exceptions import ResponseError  # here: a client exists, so redis-py is installed
+
     key = status(job_id)
-    pipe = redis.pipeline(transaction=True)
-    pipe.hset(key, mapping={name: status_field_text(v) for name, v in values.items()})
-    if final:
-        pipe.expire(key, STATUS_TTL_SECONDS)
-    else:  # a replayed job that had failed is alive again
-        pipe.persist(key)
-    pipe.execute()
+    for attempt in (1, 2):
+        pipe = redis.pipeline(transaction=True)
+        pipe.hset(key, mapping={name: status_field_text(v) for name, v in values.items()})
+        if final:
+            pipe.expire(key, STATUS_TTL_SECONDS)
+        else:  # a replayed job that had failed is alive again
+            pipe.persist(key)
+        try:
+            pipe.execute()
+            return
+        except ResponseError as exc:
+            # the key planted with another type (a producer writes these keys too): it is this job's record,
+            # so it is replaced, never left to fail every round that writes the job's status
+            if "WRONGTYPE" not in str(exc) or attempt == 2:
+                raise
+            redis.delete(key)
 
 
 def initial_status(job: JobMessage, status: str) -> dict[str, Any]:
@@ -162,7 +176,37 @@ def initial_status(job: JobMessage, status: str) -> dict[str, Any]:
 
 def read_status(redis, job_id: str) -> dict[str, str]:
     """The job's status hash; bytes that are not UTF-8 (a producer wrote them) read as replacement characters."""
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in redis.hgetall(status(job_id)).items()}
+    from redis.exceptions import ResponseError
+
+    try:
+        fields = redis.hgetall(status(job_id))
+    except ResponseError:  # not a hash: no status this code wrote
+        return {}
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in fields.items()}
+
+
+# The contract's own keys and their types: one planted with another type (anything that can write to Redis can)
+# would fail every command on it, every round, for every tenant.
+def _own_keys() -> dict[str, str]:
+    return {**{queue(p): "list" for p in PRIORITIES}, DEAD_LETTER: "list", DELAYED: "zset", CONSUMERS: "set"}
+
+
+def set_aside_foreign_keys(redis) -> list[str]:
+    """Rename aside each of the contract's keys that holds another type (kept for whoever looks, logged), so
+    that the round runs; the names they went to."""
+    keys = _own_keys()
+    pipe = redis.pipeline(transaction=False)
+    for key in keys:
+        pipe.type(key)
+    moved = []
+    for (key, kind), found in zip(keys.items(), pipe.execute(), strict=True):
+        found = found.decode() if isinstance(found, bytes) else found
+        if found not in ("none", kind):
+            aside = f"{key}:unreadable:{utc_timestamp()}"
+            redis.rename(key, aside)
+            _log.error("Redis key %s held a %s, not a %s: renamed to %s", key, found, kind, aside)
+            moved.append(aside)
+    return moved
 
 
 def consumer_name(member: bytes | str) -> str | None:
@@ -280,24 +324,31 @@ def push(redis, job: JobMessage, priority: str = "normal") -> None:
 
 
 # -- depths ------------------------------------------------------------------------------------------------------------
-def depths(redis) -> dict:
-    from redis.exceptions import ResponseError  # here: a client exists, so redis-py is installed
+CONSUMERS_SHOWN = 1000  # consumers ``depths`` reads one by one; the rest are counted (a set can be planted)
 
+
+def depths(redis) -> dict:
+    set_aside_foreign_keys(redis)
+    members = [m for m in redis.srandmember(CONSUMERS, CONSUMERS_SHOWN) or []]
+    names = sorted(n for n in (consumer_name(m) for m in members) if n is not None)
+    pipe = redis.pipeline(transaction=False)
+    for consumer in names:
+        pipe.get(heartbeat(consumer))
+        for p in PRIORITIES:
+            pipe.llen(processing(consumer, p))
+    # raise_on_error=False: a key planted with another type (WRONGTYPE) is not a consumer's, not the answer's end
+    answers = iter(pipe.execute(raise_on_error=False))
     consumers = []
-    for member in sorted(redis.smembers(CONSUMERS)):
-        consumer = consumer_name(member)
-        if consumer is None:
-            continue  # not a consumer's id: the next round's janitor removes it
-        try:
-            beat = redis.get(heartbeat(consumer))
-            holding = sum(redis.llen(processing(consumer, p)) for p in PRIORITIES)
-        except ResponseError:  # a key planted with another type (WRONGTYPE): not a consumer's
+    for consumer in names:
+        beat, *held = (next(answers) for _ in range(1 + len(PRIORITIES)))
+        if isinstance(beat, Exception) or any(isinstance(h, Exception) for h in held):
             continue
         consumers.append({"consumer": consumer, "alive": beat is not None,
-                          "heartbeat": beat.decode(errors="replace") if beat else None, "holding": holding})
+                          "heartbeat": beat.decode(errors="replace") if beat else None, "holding": sum(held)})
     return {**{p: redis.llen(queue(p)) for p in PRIORITIES},
             "retrying": redis.zcard(DELAYED), "processing": sum(c["holding"] for c in consumers),
-            "dead_letter": redis.llen(DEAD_LETTER), "consumers": consumers}
+            "dead_letter": redis.llen(DEAD_LETTER), "consumers": consumers,
+            "consumers_total": redis.scard(CONSUMERS)}
 
 
 def depths_summary(d: dict) -> str:
@@ -441,6 +492,7 @@ def _trim_to_bytes(redis, max_bytes: int) -> None:
 
 def list_dead_letters(redis, limit: int = 100) -> list[dict]:
     """The newest ``limit`` entries, newest first."""
+    set_aside_foreign_keys(redis)
     return [read_dead_letter(e).as_dict() for e in redis.lrange(DEAD_LETTER, 0, limit - 1)]
 
 
@@ -451,6 +503,7 @@ def dead_letter_count(redis) -> int:
 def replay_dead_letters(redis, *, job_ids: set[str] | None = None, limit: int = 1000) -> list[dict]:
     """Move dead letters (all, or those of ``job_ids``) back to their queue; the entries moved. An entry
     without its whole message (truncated, or not one this code wrote) stays."""
+    set_aside_foreign_keys(redis)
     moved = []
     for raw_entry in redis.lrange(DEAD_LETTER, 0, limit - 1):
         item = read_dead_letter(raw_entry)

@@ -94,3 +94,20 @@ def test_every_intake_keeps_its_tenant(database, db, bucket, s3_env, redis_queue
     listed = api.client.get("/v1/documents", headers=api.as_("globex-user")).json()
     assert [d["filename"] for d in listed["items"]] == ["g.md"]
     assert len(api.client.get("/v1/documents", headers=api.as_("acme-user")).json()["items"]) == len(PHRASES)
+
+
+def test_rags_of_two_tenants_may_not_nest(database, tmp_path):
+    """A rag root inside another tenant's (or around it) let one tenant's jobs ingest the other's files."""
+    from ingestion_pipeline.queues.rag_registry import list_rags
+
+    (tmp_path / "shared" / "globex").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    with database.transaction() as conn:
+        add_rag(conn, "kb_globex", tenant_id="globex", root=tmp_path / "shared" / "globex")
+    for root in (tmp_path / "shared", tmp_path / "shared" / "globex"):
+        with database.transaction() as conn, pytest.raises(ValueError, match="overlaps rag kb_globex's root"):
+            add_rag(conn, "kb_acme", tenant_id="acme", root=root)
+    with database.transaction() as conn:
+        add_rag(conn, "kb_acme", tenant_id="acme", root=tmp_path / "elsewhere")
+        add_rag(conn, "kb_globex2", tenant_id="globex", root=tmp_path / "shared")  # its own tenant's: allowed
+        assert sorted(r.rag_id for r in list_rags(conn)) == ["kb_acme", "kb_globex", "kb_globex2"]

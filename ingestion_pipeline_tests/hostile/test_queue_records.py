@@ -172,3 +172,45 @@ def test_the_newest_entry_alone_over_the_byte_bound_leaves_an_empty_list(redis_q
         b"z" * 5_000, reason="r", error_code="E", priority="normal"))
     assert redis_contract.trim_dead_letters(redis_queue, max_bytes=1_000) == 1
     assert redis_contract.dead_letter_count(redis_queue) == 0
+
+
+def test_a_status_hash_planted_with_another_type_is_replaced_not_a_dead_round(redis_queue, database, tmp_path):
+    """Producers write the status keys too: one planted as a string or a list made every round that wrote the
+    job's status raise (WRONGTYPE), at intake and at the final status, for every tenant's jobs behind it."""
+    jobs = _two_tenants_jobs(redis_queue, database, tmp_path)
+    redis_queue.set(redis_contract.status(jobs[0].job_id), "not a hash")
+    redis_queue.delete(redis_contract.status(jobs[1].job_id))
+    redis_queue.rpush(redis_contract.status(jobs[1].job_id), "nor", "this")
+    assert redis_contract.read_status(redis_queue, jobs[1].job_id) == {}
+    assert _consumer(redis_queue, database, tmp_path).consume(10).outcomes["accepted"] == 2
+    assert [redis_contract.read_status(redis_queue, j.job_id)["status"] for j in jobs] == ["queued", "queued"]
+
+
+@pytest.mark.parametrize("key", [redis_contract.DEAD_LETTER, redis_contract.DELAYED, redis_contract.CONSUMERS,
+                                 redis_contract.queue("high")])
+def test_the_contracts_own_keys_planted_with_another_type_are_set_aside(key, redis_queue, database, tmp_path):
+    redis_queue.set(key, "x")
+    jobs = _two_tenants_jobs(redis_queue, database, tmp_path)
+    assert _consumer(redis_queue, database, tmp_path).consume(10).outcomes["accepted"] == 2
+    assert all(redis_contract.read_status(redis_queue, j.job_id)["status"] == "queued" for j in jobs)
+    [aside] = redis_queue.keys(f"{key}:unreadable:*")
+    assert redis_queue.get(aside) == b"x"  # kept for whoever looks
+    redis_queue.set(key, "y")  # again, before the operator's commands read it
+    assert redis_contract.depths(redis_queue)["dead_letter"] == 0
+    assert redis_contract.list_dead_letters(redis_queue) == [] and redis_contract.replay_dead_letters(redis_queue) == []
+
+
+def test_a_flood_of_planted_consumer_ids_is_drained_in_bounded_rounds(redis_queue, database, tmp_path):
+    """200,000 planted ids made a round take minutes, one Redis command after another per id."""
+    redis_queue.sadd(redis_contract.CONSUMERS, *(f"planted-{n}" for n in range(25_000)))
+    redis_queue.rpush(redis_contract.processing("planted-7", "high"), "a held job")
+    consumer = _consumer(redis_queue, database, tmp_path)
+    assert len(redis_contract.depths(redis_queue)["consumers"]) == redis_contract.CONSUMERS_SHOWN
+    consumer.return_abandoned(limit=10_000)
+    assert redis_queue.scard(redis_contract.CONSUMERS) >= 14_000  # a bounded share a round
+    while redis_queue.scard(redis_contract.CONSUMERS):
+        consumer.return_abandoned()
+    assert redis_queue.lrange(redis_contract.queue("high"), 0, -1) == [b"a held job"]  # handed back, not lost
+    jobs = _two_tenants_jobs(redis_queue, database, tmp_path)
+    assert consumer.consume(10).outcomes["accepted"] == 2
+    assert redis_contract.read_status(redis_queue, jobs[0].job_id)["status"] == "queued"

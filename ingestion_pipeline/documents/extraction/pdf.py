@@ -144,13 +144,10 @@ def _within_ocr_budget(ocr_pages: int, limits: ExtractionLimits) -> None:
             suggestion="split the file, or raise INGESTION_MAX_OCR_PAGES_PER_FILE")
 
 
-def _draws_text(page: pdfium.PdfPage) -> bool:
-    """Whether a page (or a form XObject on it) draws any text: PDFium parses its content stream, but builds
-    no text page (a third of the cost of reading the text); the first text object found answers."""
-    return next(page.get_objects(filter=(pdfium_c.FPDF_PAGEOBJ_TEXT,)), None) is not None
-
-
 def _has_text(page: pdfium.PdfPage) -> bool:
+    """Whether the page's text strips to something: the reader's own test (text that strips to nothing is OCR
+    work). Built by PDFium in C: walking a page's objects in Python to look for a text one took minutes for
+    pages of tens of thousands of drawing operators."""
     textpage = page.get_textpage()
     try:
         return bool(textpage.get_text_bounded().strip())
@@ -160,12 +157,13 @@ def _has_text(page: pdfium.PdfPage) -> bool:
 
 def pdf_survey(path: Path, look_beyond: int = 0, known_sources: frozenset[str] = frozenset(),
                limits: ExtractionLimits | None = None) -> PdfSurvey:
-    """The page count, and — for a PDF of more than ``look_beyond`` pages — the pages that draw no text (scans:
-    OCR reads them, at ~400 times the cost of a text page), so a big PDF is cut into units of even work. A scanned
-    page whose source is in ``known_sources`` (``ocr.source_digest``: an earlier version's unchanged page, whose text
-    is reused) is no work either, nor is a page that draws nothing (blank). No text is read: 0.8 ms a page (619
-    pages in 0.5 s; reading their text takes 1.5 s). A PDF over ``limits``' page budget is refused from its count,
-    one over its OCR budget once its pages are looked at (``file_too_many_pages``)."""
+    """The page count, and — for a PDF of more than ``look_beyond`` pages — the pages whose text strips to nothing
+    (scans: OCR reads them, at ~400 times the cost of a text page), so a big PDF is cut into units of even work. A
+    scanned page whose source is in ``known_sources`` (``ocr.source_digest``: an earlier version's unchanged page,
+    whose text is reused) is no work either, nor is a page that draws nothing (blank). Each page's text is built by
+    PDFium to answer (the reader's own test, so the OCR budget counts what the reader will OCR; its cost:
+    ``benchmarks/hostile_inputs.py``, docs/benchmarks.md). A PDF over ``limits``' page budget is refused from its
+    count, one over its OCR budget once its pages are looked at (``file_too_many_pages``)."""
     limits = limits or ExtractionLimits()
     pdf = _open(path)
     try:
@@ -182,7 +180,7 @@ def pdf_survey(path: Path, look_beyond: int = 0, known_sources: frozenset[str] =
             try:
                 # the reader's own test (text that strips to nothing is OCR work): a text object of a space over
                 # a scanned image must count against the OCR budget as the reader will spend it
-                if _draws_text(page) and _has_text(page):
+                if _has_text(page):
                     continue
                 if _draws_nothing(page):
                     blank += 1
