@@ -36,6 +36,7 @@ import os
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
@@ -65,6 +66,10 @@ class LoginGuard:
         # without one (no secret: no logins are served), a key of this process's own
         self.key = key if key is not None else secrets.token_bytes(32)
         self._slots = threading.BoundedSemaphore(concurrent)
+        # checks one client address may have hashing or waiting at once: a slot always left for the others, so
+        # one address signing in (successfully) in a loop cannot hold every check and refuse everyone else
+        self.per_address_in_flight = max(1, concurrent - 1)
+        self._in_flight: Counter[str] = Counter()
         self._waiting = 0
         self._lock = threading.Lock()
         self._swept = 0.0
@@ -98,27 +103,38 @@ class LoginGuard:
             login_failures.forget_older_than(conn, self.limits.window_seconds)
 
     @contextlib.contextmanager
-    def hashing(self) -> Iterator[None]:
-        """One password check (on a worker thread): at most ``concurrent`` at once; ``LoginRefused`` when
+    def hashing(self, address: str = "") -> Iterator[None]:
+        """One password check (on a worker thread): at most ``concurrent`` at once, at most
+        ``per_address_in_flight`` of them (hashing or waiting) from one client ``address``; ``LoginRefused`` when
         ``max_waiting`` already wait, so a flood holds at most that many threads."""
+        client = login_failures.client(address)
         with self._lock:
+            if self._in_flight[client] >= self.per_address_in_flight:
+                raise LoginRefused("too many logins at once from this address: try again shortly", 1)
             if self._waiting >= self.max_waiting:
                 raise LoginRefused("too many logins at once: try again shortly", 1)
             self._waiting += 1
+            self._in_flight[client] += 1
         try:
-            self._slots.acquire()
+            try:
+                self._slots.acquire()
+            finally:
+                with self._lock:
+                    self._waiting -= 1
+            try:
+                yield
+            finally:
+                self._slots.release()
         finally:
             with self._lock:
-                self._waiting -= 1
-        try:
-            yield
-        finally:
-            self._slots.release()
+                self._in_flight[client] -= 1
+                if not self._in_flight[client]:
+                    del self._in_flight[client]
 
-    def hash(self, check: Callable[..., T], *args) -> T:
+    def hash(self, check: Callable[..., T], *args, address: str = "") -> T:
         """Run the password ``check`` (picklable, as its arguments) in the bound of ``hashing``, in a lowered
         process once they run, else on a lowered thread; waited for here."""
-        with self.hashing():
+        with self.hashing(address):
             return self._hash_processes.call(check, *args,
                                              here=lambda: self._hashers.pool.submit(check, *args).result())
 

@@ -71,6 +71,20 @@ def test_too_many_waiting_hashes_are_refused_not_queued():
         pass
 
 
+def test_one_address_cannot_hold_every_password_check():
+    """Successes are not throttled, so an address signing in in a loop held both checks and the waiting room:
+    everyone else got 429. One address may hold all checks but one."""
+    guard = LoginGuard(concurrent=2)
+    with guard.hashing("10.0.0.1"):
+        with pytest.raises(LoginRefused, match="from this address"), guard.hashing("10.0.0.1"):
+            pass
+        with guard.hashing("10.0.0.2"):  # another address still gets the other check
+            pass
+    with guard.hashing("10.0.0.1"):  # released: the address may check again
+        pass
+    assert not guard._in_flight
+
+
 @pytest.mark.integration
 def test_a_flood_of_wrong_passwords_leaves_other_tenants_served(database_url, tmp_path):
     with start_server(database_url, tmp_path, INGESTION_API_LOGIN_FAILURES_PER_ADDRESS="1000",

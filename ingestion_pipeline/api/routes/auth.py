@@ -40,7 +40,7 @@ async def token(body: TokenRequest, request: Request, services: Services) -> dic
             # whoever made it, is another login whose sign-ins forgive nothing of this one's failures
             accounts = login_failures.accounts(rows, body.email, body.tenant_id)
             guard.check(conn, address, accounts)
-        user = guard.hash(users.match_password, rows, body.password)
+        user = guard.hash(users.match_password, rows, body.password, address=address)
         with services.db.connection() as conn:
             guard.record(conn, address, accounts, succeeded=user is not None,
                          forgive=login_failures.forgiven_by(rows, accounts) if user else None)
