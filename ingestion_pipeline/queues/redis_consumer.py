@@ -265,6 +265,7 @@ class RedisJobConsumer:
         self.redis.eval(MOVE_IF_HELD, 2, redis_contract.processing(self.consumer_id, priority),
                         redis_contract.DEAD_LETTER, raw, item, "LPUSH")
         self.redis.ltrim(redis_contract.DEAD_LETTER, 0, self.dead_letter_max_entries - 1)
+        redis_contract.trim_to_bytes(self.redis, self.dead_letter_max_bytes)  # within the round, too
 
     # -- the janitor's part ---------------------------------------------------------------------------------------
     def return_abandoned(self, limit: int = 10_000) -> int:

@@ -460,7 +460,7 @@ def trim_dead_letters(redis, *, max_entries: int = DEAD_LETTER_MAX_ENTRIES,
     how many were dropped."""
     before = redis.llen(DEAD_LETTER)
     redis.ltrim(DEAD_LETTER, 0, max_entries - 1)
-    _trim_to_bytes(redis, max_bytes)
+    trim_to_bytes(redis, max_bytes)
     cutoff = datetime.now(UTC) - timedelta(days=max_age_days)
     while (oldest := redis.lindex(DEAD_LETTER, -1)) is not None:
         when = read_dead_letter(oldest).dead_lettered_at
@@ -470,7 +470,7 @@ def trim_dead_letters(redis, *, max_entries: int = DEAD_LETTER_MAX_ENTRIES,
     return max(0, before - redis.llen(DEAD_LETTER))
 
 
-def _trim_to_bytes(redis, max_bytes: int) -> None:
+def trim_to_bytes(redis, max_bytes: int) -> None:
     """Keep the newest entries whose bytes fit ``max_bytes``: the list is read from the newest in pages, so a
     list within its bound costs one pass of reads and no write."""
     # Redis's own count of every node (samples=0: an estimate from the newest nodes could be steered by a

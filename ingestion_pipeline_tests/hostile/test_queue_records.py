@@ -214,3 +214,14 @@ def test_a_flood_of_planted_consumer_ids_is_drained_in_bounded_rounds(redis_queu
     jobs = _two_tenants_jobs(redis_queue, database, tmp_path)
     assert consumer.consume(10).outcomes["accepted"] == 2
     assert redis_contract.read_status(redis_queue, jobs[0].job_id)["status"] == "queued"
+
+
+def test_dead_letters_written_within_a_round_keep_to_the_byte_bound(redis_queue, database, tmp_path):
+    """The bound was applied at a round's start only: 50 messages of 64 KiB in one round left 4.4 MB under a
+    100 KB bound."""
+    for n in range(50):
+        redis_queue.lpush(redis_contract.QUEUE, bytes([n % 200 + 50]) + b"\xff" * (MAX_MESSAGE_BYTES - 1))
+    RedisJobConsumer(redis_queue, database, LocalUploadStore(tmp_path / "store"), fingerprint="fp",
+                     max_bytes=10**6, dead_letter_max_bytes=100_000).consume(50)
+    assert sum(len(e) for e in redis_queue.lrange(redis_contract.DEAD_LETTER, 0, -1)) <= 100_000
+    assert redis_contract.dead_letter_count(redis_queue) >= 1
