@@ -80,11 +80,11 @@ def client(address: str) -> str:
     return str(ip)
 
 
-def accounts(candidates: Sequence[dict], email: str, tenant_id: str | None) -> tuple[str, ...]:
+def accounts(email: str, tenant_id: str | None) -> tuple[str, ...]:
     """What a login's failures count against: the account as asked (the tenant named, or none, and the email),
     whether or not it names an account, so that no count is shared between two ways of asking for one account
-    and the answers say nothing about which emails exist in which tenant. ``candidates`` is not read for the
-    key; ``forgiven_by`` says when a success may clear it."""
+    and the answers say nothing about which emails exist in which tenant (and a refusal needs no lookup of
+    them); ``forgiven_by`` says when a success may clear it."""
     return (account(tenant_id, email),)
 
 

@@ -35,11 +35,12 @@ async def token(body: TokenRequest, request: Request, services: Services) -> dic
 
     def check():
         with services.db.connection() as conn:  # read, and give the connection back before the slow hash
-            rows = users.login_candidates(conn, body.email, tenant_id=body.tenant_id)
-            # counted per login as asked (tenant, email), whatever it matched: the same email in another tenant,
-            # whoever made it, is another login whose sign-ins forgive nothing of this one's failures
-            accounts = login_failures.accounts(rows, body.email, body.tenant_id)
+            # counted per login as asked (tenant, email), whatever it matches: the same email in another tenant,
+            # whoever made it, is another login whose sign-ins forgive nothing of this one's failures. Checked
+            # before the accounts are looked up: a refused flood costs one query a try
+            accounts = login_failures.accounts(body.email, body.tenant_id)
             guard.check(conn, address, accounts)
+            rows = users.login_candidates(conn, body.email, tenant_id=body.tenant_id)
         user = guard.hash(users.match_password, rows, body.password, address=address)
         with services.db.connection() as conn:
             guard.record(conn, address, accounts, succeeded=user is not None,
