@@ -123,11 +123,16 @@ def _field(data: dict, name: str, kind: type, *, default: Any = None, required: 
     # bool is an int in Python: a count given as true is as wrong as one given as "3"
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise MalformedJob(f"field {name!r} must be a {kind.__name__}, not {type(value).__name__}")
-    if kind is str:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # JSON's "\udc80": a lone surrogate no status hash or database row can hold
-            raise MalformedJob(f"field {name!r} holds a lone surrogate: not text") from None
+    return require_text(name, value) if kind is str else value
+
+
+def require_text(name: str, value: str) -> str:
+    """``value`` if it is text: JSON's "\udc80" decodes to a lone surrogate that no status hash or database
+    row can hold, and writing one would fail the round rather than the message."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MalformedJob(f"field {name!r} holds a lone surrogate: not text") from None
     return value
 
 

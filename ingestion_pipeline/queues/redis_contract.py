@@ -328,27 +328,36 @@ CONSUMERS_SHOWN = 1000  # consumers ``depths`` reads one by one; the rest are co
 
 
 def depths(redis) -> dict:
-    set_aside_foreign_keys(redis)
-    members = [m for m in redis.srandmember(CONSUMERS, CONSUMERS_SHOWN) or []]
-    names = sorted(n for n in (consumer_name(m) for m in members) if n is not None)
+    """What the queues hold and who holds it, read only (a sensor's tick and ``queue status`` ask): a key of the
+    contract's that holds another type counts as empty here, and the intake's next round sets it aside
+    (``set_aside_foreign_keys``)."""
+    pipe = redis.pipeline(transaction=False)
+    for p in PRIORITIES:
+        pipe.llen(queue(p))
+    pipe.zcard(DELAYED)
+    pipe.llen(DEAD_LETTER)
+    pipe.scard(CONSUMERS)
+    pipe.srandmember(CONSUMERS, CONSUMERS_SHOWN)
+    # raise_on_error=False: a key planted with another type (WRONGTYPE) is an answer of its own, not the end
+    *queued, retrying, dead, total, members = [None if isinstance(v, Exception) else v
+                                               for v in pipe.execute(raise_on_error=False)]
+    names = sorted(n for n in (consumer_name(m) for m in members or []) if n is not None)
     pipe = redis.pipeline(transaction=False)
     for consumer in names:
         pipe.get(heartbeat(consumer))
         for p in PRIORITIES:
             pipe.llen(processing(consumer, p))
-    # raise_on_error=False: a key planted with another type (WRONGTYPE) is not a consumer's, not the answer's end
     answers = iter(pipe.execute(raise_on_error=False))
     consumers = []
     for consumer in names:
         beat, *held = (next(answers) for _ in range(1 + len(PRIORITIES)))
         if isinstance(beat, Exception) or any(isinstance(h, Exception) for h in held):
-            continue
+            continue  # a key planted with another type: not a consumer's
         consumers.append({"consumer": consumer, "alive": beat is not None,
                           "heartbeat": beat.decode(errors="replace") if beat else None, "holding": sum(held)})
-    return {**{p: redis.llen(queue(p)) for p in PRIORITIES},
-            "retrying": redis.zcard(DELAYED), "processing": sum(c["holding"] for c in consumers),
-            "dead_letter": redis.llen(DEAD_LETTER), "consumers": consumers,
-            "consumers_total": redis.scard(CONSUMERS)}
+    return {**{p: n or 0 for p, n in zip(PRIORITIES, queued, strict=True)},
+            "retrying": retrying or 0, "processing": sum(c["holding"] for c in consumers),
+            "dead_letter": dead or 0, "consumers": consumers, "consumers_total": total or 0}
 
 
 def depths_summary(d: dict) -> str:
@@ -491,13 +500,24 @@ def trim_to_bytes(redis, max_bytes: int) -> None:
 
 
 def list_dead_letters(redis, limit: int = 100) -> list[dict]:
-    """The newest ``limit`` entries, newest first."""
-    set_aside_foreign_keys(redis)
-    return [read_dead_letter(e).as_dict() for e in redis.lrange(DEAD_LETTER, 0, limit - 1)]
+    """The newest ``limit`` entries, newest first; none when the key holds another type (read only: the
+    intake's next round sets it aside)."""
+    from redis.exceptions import ResponseError
+
+    try:
+        entries = redis.lrange(DEAD_LETTER, 0, limit - 1)
+    except ResponseError:
+        return []
+    return [read_dead_letter(e).as_dict() for e in entries]
 
 
 def dead_letter_count(redis) -> int:
-    return redis.llen(DEAD_LETTER)
+    from redis.exceptions import ResponseError
+
+    try:
+        return redis.llen(DEAD_LETTER)
+    except ResponseError:  # another type: no dead letters this code wrote
+        return 0
 
 
 def replay_dead_letters(redis, *, job_ids: set[str] | None = None, limit: int = 1000) -> list[dict]:

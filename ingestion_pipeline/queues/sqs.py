@@ -139,11 +139,7 @@ def parse_sqs_job(body: dict, message_id: str) -> SqsJob:
             return None
         if not isinstance(value, str) or not value:
             raise MalformedJob(f"field {name!r} must be a non-empty string")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # JSON's "\udc80": no database row can hold it
-            raise MalformedJob(f"field {name!r} holds a lone surrogate: not text") from None
-        return value
+        return jobs.require_text(name, value)
 
     try:
         tenant = validate_tenant_id(text("tenant"))
