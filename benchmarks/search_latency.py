@@ -81,15 +81,11 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
     indexes (``halfvec``: the HNSW index over the vectors in half precision instead of the pipeline's own, see
     ``use_halfvec``). The vectors are stored as ``model``'s (a search through the API finds them under the
     deployment's own model)."""
-    from psycopg import sql
-
     from ingestion_pipeline.documents.chunking import text_hash
-    from ingestion_pipeline.documents.vector_index import ensure_vector_index, index_name
 
     centers = rng.normal(size=(200, DIM))
     centers /= np.linalg.norm(centers, axis=1, keepdims=True)
     vectors_by_tenant: dict[str, np.ndarray] = {}
-    conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(index_name(DIM))))
     conn.execute(f"DROP INDEX IF EXISTS {FTS_INDEX}")
     chunk_id = 0
     started = time.perf_counter()
@@ -148,15 +144,115 @@ def load(conn, sizes: list[int], rng: np.random.Generator, *, halfvec: bool = Fa
     print(f"full-text rows and GIN index over {chunk_id:,} chunks in {time.perf_counter() - started:.0f} s, "
           f"index {relation_mb(conn, FTS_INDEX):,.0f} MB", flush=True)
     started = time.perf_counter()
-    if halfvec:
-        conn.execute(f"CREATE INDEX {index_name(DIM)} ON chunk_embeddings USING hnsw "
-                     f"((embedding::halfvec({DIM})) halfvec_cosine_ops) WHERE vector_dims(embedding) = {DIM}")
-    else:
-        ensure_vector_index(conn, DIM)  # the pipeline's own index of this dimension (sql/013, sql/038)
-    print(f"HNSW index over {chunk_id:,} vectors built in {time.perf_counter() - started:.0f} s, "
-          f"{relation_mb(conn, index_name(DIM)):,.0f} MB", flush=True)
+    build_graphs(conn, vectors_by_tenant, halfvec=halfvec)
+    print(f"HNSW graphs of the {sum(len(v) > exact_max() for v in vectors_by_tenant.values())} tenants past "
+          f"{exact_max():,} chunks built in {time.perf_counter() - started:.0f} s, {graphs_mb(conn):,.0f} MB",
+          flush=True)
     conn.execute("VACUUM ANALYZE")
     return vectors_by_tenant
+
+
+def exact_max() -> int:
+    from ingestion_pipeline.documents import search
+
+    return search.EXACT_SEARCH_MAX_CHUNKS
+
+
+def build_graphs(conn, vectors_by_tenant: dict[str, np.ndarray], *, halfvec: bool = False) -> None:
+    """Each tenant past the exact-ranking size its own graph, as promotion leaves them (``vector_index.py``);
+    ``halfvec``: over the vectors in half precision instead (see ``use_halfvec``)."""
+    from psycopg import sql
+
+    from ingestion_pipeline.documents import vector_index
+
+    for tenant, vectors in vectors_by_tenant.items():
+        if len(vectors) <= exact_max():
+            continue
+        if not halfvec:
+            vector_index.build_graph(conn, tenant, DIM)
+            continue
+        conn.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw ((embedding::halfvec({})) halfvec_cosine_ops) "
+                             "WHERE tenant_id = {} AND vector_dims(embedding) = {} AND indexed").format(
+            sql.Identifier(vector_index.graph_name(tenant, DIM)),
+            sql.Identifier(vector_index.partition_of(conn, tenant)), DIM, sql.Literal(tenant), DIM))
+
+
+def graphs_mb(conn) -> float:
+    """The HNSW indexes' size, every graph of chunk_embeddings'."""
+    return conn.execute("SELECT coalesce(sum(pg_relation_size(indexrelid)), 0)::float8 AS b FROM pg_stat_user_indexes "
+                        "WHERE indexrelname LIKE 'chunk\\_embeddings%%hnsw%%'").fetchone()["b"] / 1e6
+
+
+def use_shared_graphs(conn) -> float:
+    """The layout before per-tenant graphs, for comparison in the same run: one graph per partition holding every
+    tenant's vectors (sql/044's indexes), which every large tenant's search scans past its neighbours' rows. The
+    tenants' own graphs are dropped; search is told a graph is ready for every tenant, and the planner takes the
+    partition's. Seconds the build took."""
+    from psycopg import sql
+
+    from ingestion_pipeline.documents import search, vector_index
+
+    for row in conn.execute("SELECT indexrelname AS name FROM pg_stat_user_indexes "
+                            "WHERE indexrelname LIKE 'chunk\\_embeddings\\_hnsw\\_%%'").fetchall():
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(row["name"])))
+    started = time.perf_counter()
+    for partition in vector_index.partitions(conn):
+        conn.execute(sql.SQL("CREATE INDEX {} ON {} USING hnsw ((embedding::vector({})) vector_cosine_ops) "
+                             "WHERE vector_dims(embedding) = {} AND indexed").format(
+            sql.Identifier(f"{partition}_hnsw_{DIM}"), sql.Identifier(partition), DIM, DIM))
+    search.graph_ready = lambda *_: True
+    conn.execute("VACUUM ANALYZE chunk_embeddings")
+    return time.perf_counter() - started
+
+
+def add_probe_neighbour(conn, vectors: dict[str, np.ndarray], rng: np.random.Generator,
+                        count: int = 50_000) -> tuple[str, str, np.ndarray]:
+    """A tenant beside the smallest one with a graph (the one whose rows are the smallest share of a shared graph),
+    in its partition, ``count`` vectors around topics of its own that no other tenant writes about: what the
+    neighbour probe asks about. The probed tenant, the neighbour, its vectors."""
+    from hnsw_insert import stage_new_vectors, timed_inserts
+
+    from ingestion_pipeline.documents import vector_index
+
+    probed = min((t for t in vectors if len(vectors[t]) > exact_max()), key=lambda t: len(vectors[t]))
+    partition = vector_index.partition_of(conn, probed)
+    neighbour = next(f"beside{i}" for i in range(10_000) if vector_index.partition_of(conn, f"beside{i}") == partition)
+    ids = stage_new_vectors(conn, count, rng, tenant=neighbour)
+    timed_inserts(conn, ids, 500, tenant=neighbour)
+    theirs = np.array([r["embedding"].to_numpy() for r in conn.execute(
+        f'SELECT embedding FROM "pending_{neighbour}" ORDER BY chunk_id')], dtype=np.float32)
+    conn.execute("VACUUM ANALYZE chunk_embeddings")
+    return probed, neighbour, theirs
+
+
+def neighbour_probe(conn, tenant: str, theirs: np.ndarray, queries: int, rng: np.random.Generator) -> None:
+    """What the timing of a large tenant's search tells it about the tenant beside it in its partition: its
+    searches on topics only the neighbour writes about, against searches on topics nobody writes about (both far
+    from its own vectors), interleaved, with a text no chunk holds so that the vector stage decides. p50/p95 of
+    each and the difference of the medians: what the tenant can learn of its neighbour's content."""
+    from ingestion_pipeline.documents.search import hybrid_search
+
+    nobodys = rng.normal(size=(50, DIM))
+    nobodys /= np.linalg.norm(nobodys, axis=1, keepdims=True)
+    timed: dict[str, list[float]] = {"theirs": [], "nobody's": []}
+    for i in range(2 * queries + 10):
+        kind = "theirs" if i % 2 else "nobody's"
+        anchor = theirs[rng.integers(0, len(theirs))] if kind == "theirs" else nobodys[rng.integers(0, len(nobodys))]
+        query = anchor + rng.normal(scale=0.2, size=DIM) / np.sqrt(DIM)
+        started = time.perf_counter()
+        hybrid_search(conn, tenant_id=tenant, query="zzqqxx", k=10, model="bench",
+                      query_vector=(query / np.linalg.norm(query)).astype(np.float32))
+        if i >= 10:  # the first ten warm the caches
+            timed[kind].append((time.perf_counter() - started) * 1000)
+
+    def line(values: list[float]) -> str:
+        values = sorted(values)
+        return f"p50 {statistics.median(values):.1f} / p95 {values[int(0.95 * (len(values) - 1))]:.1f} ms"
+
+    theirs_ms, nobodys_ms = timed["theirs"], timed["nobody's"]
+    gap = statistics.median(theirs_ms) - statistics.median(nobodys_ms)
+    print(f"  neighbour probe, {tenant} beside {len(theirs):,} vectors of another tenant: on its neighbour's topics "
+          f"{line(theirs_ms)}, on nobody's {line(nobodys_ms)}; difference of the medians {gap:+.1f} ms", flush=True)
 
 
 def use_halfvec() -> None:
@@ -200,16 +296,19 @@ def measure(conn, tenant: str, vectors: np.ndarray, queries: int, rng: np.random
 
 
 def insert_cost(conn, count: int, rng: np.random.Generator) -> tuple[float, float]:
-    """Seconds per vector promoted into the loaded table, with its HNSW index and then without it
-    (``hnsw_insert.py``'s promotion-shaped inserts, transactions of 500); the index is dropped after."""
+    """Seconds per vector promoted into the loaded table by a new tenant with a graph of its own (as a tenant past
+    the exact-ranking size has), and then without it (``hnsw_insert.py``'s promotion-shaped inserts, transactions
+    of 500); the graph is dropped after."""
     from hnsw_insert import stage_new_vectors, timed_inserts
+    from psycopg import sql
 
-    from ingestion_pipeline.documents.vector_index import index_name
+    from ingestion_pipeline.documents import vector_index
 
     ids = stage_new_vectors(conn, count, rng)
+    vector_index.build_graph(conn, "new", DIM)  # empty, then grown by the inserts as promotion grows it
     with_index = statistics.median(timed_inserts(conn, ids, 500))
     conn.execute("DELETE FROM chunk_embeddings WHERE tenant_id = 'new'")
-    conn.execute(f'DROP INDEX "{index_name(DIM)}"')
+    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(vector_index.graph_name("new", DIM))))
     return with_index, statistics.median(timed_inserts(conn, ids, 500))
 
 
@@ -521,6 +620,28 @@ def sweep(conn, vectors: dict[str, np.ndarray], seed: int, queries: int = 30) ->
               f"{statistics.mean(ms for m in every.values() for ms in m['latencies']):>7.1f}", flush=True)
 
 
+def measure_layout(conn, vectors: dict[str, np.ndarray], chosen: tuple[str, ...], queries: int, seed: int,
+                   probe: tuple[str, np.ndarray] | None = None) -> None:
+    """The largest and smallest tenant's searches, every tenant's (30 queries), and the neighbour probe (the probed
+    tenant and its neighbour's vectors)."""
+    rng = np.random.default_rng(seed)  # each layout asked the same queries
+    for tenant in chosen:
+        measure(conn, tenant, vectors[tenant], 5, rng)  # warm the caches
+        m = measure(conn, tenant, vectors[tenant], queries, rng)
+        print(f"  {tenant}: hybrid search p50 {m['p50_ms']:.1f} ms, p95 {m['p95_ms']:.1f} ms; "
+              f"vector recall@10 {m['recall_at_10']:.3f} (worst query {m['min_recall']:.1f})", flush=True)
+    # every size in between: where a filtered HNSW scan could return too few of the tenant's rows
+    every = {t: measure(conn, t, vectors[t], 30, rng) for t in vectors}
+    for label, key in (("lowest recall@10", "recall_at_10"), ("highest p95", "p95_ms")):
+        name, m = (min if key == "recall_at_10" else max)(every.items(), key=lambda item: item[1][key])
+        print(f"  {label} of all {len(vectors)} tenants (30 queries each): {name} ({len(vectors[name]):,} "
+              f"chunks) recall@10 {m['recall_at_10']:.3f}, p50 {m['p50_ms']:.1f} ms, p95 {m['p95_ms']:.1f} ms")
+    print("  by tenant size (chunks: p95 ms, recall@10): " + ", ".join(
+        f"{len(vectors[t]):,}: {m['p95_ms']:.0f}, {m['recall_at_10']:.2f}" for t, m in every.items()))
+    if probe is not None:
+        neighbour_probe(conn, probe[0], probe[1], 100, rng)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=1_000_000)
@@ -540,6 +661,10 @@ def main() -> None:
                         help="chunks of each document (1: tenants of many one-chunk documents)")
     parser.add_argument("--revisions", type=int, default=1, metavar="N",
                         help="versions of each document, the last active (earlier ones keep their rows, inactive)")
+    parser.add_argument("--probe-neighbour", type=int, default=50_000, metavar="N",
+                        help="vectors of the tenant the neighbour probe puts beside a large one (default 50,000)")
+    parser.add_argument("--shared-graphs", action="store_true",
+                        help="then the same measurements with one graph per partition shared by its tenants (before)")
     parser.add_argument("--text-arm-of", metavar="REVISION",
                         help="also measure the full-text arm as it was at this git revision (before/after)")
     args = parser.parse_args()
@@ -568,19 +693,17 @@ def main() -> None:
                   f"{args.revisions} version(s) of each; largest "
                   f"{large}: {sizes[0]:,} chunks, smallest {small}: {sizes[-1]:,} chunks; {args.queries} queries each",
                   flush=True)
-            for tenant in (large, small):
-                measure(conn, tenant, vectors[tenant], 5, rng)  # warm the caches
-                m = measure(conn, tenant, vectors[tenant], args.queries, rng)
-                print(f"  {tenant}: hybrid search p50 {m['p50_ms']:.1f} ms, p95 {m['p95_ms']:.1f} ms; "
-                      f"vector recall@10 {m['recall_at_10']:.3f} (worst query {m['min_recall']:.1f})", flush=True)
-            # every size in between: where a filtered HNSW scan could return too few of the tenant's rows
-            every = {t: measure(conn, t, vectors[t], 30, rng) for t in vectors}
-            for label, key in (("lowest recall@10", "recall_at_10"), ("highest p95", "p95_ms")):
-                name, m = (min if key == "recall_at_10" else max)(every.items(), key=lambda item: item[1][key])
-                print(f"  {label} of all {len(vectors)} tenants (30 queries each): {name} ({len(vectors[name]):,} "
-                      f"chunks) recall@10 {m['recall_at_10']:.3f}, p50 {m['p50_ms']:.1f} ms, p95 {m['p95_ms']:.1f} ms")
-            print("  by tenant size (chunks: p95 ms, recall@10): " + ", ".join(
-                f"{len(vectors[t]):,}: {m['p95_ms']:.0f}, {m['recall_at_10']:.2f}" for t, m in every.items()))
+            probed, neighbour, theirs = add_probe_neighbour(conn, vectors, rng, args.probe_neighbour)
+            print(f"probe: {neighbour}, {len(theirs):,} vectors on topics of its own, beside {probed}", flush=True)
+            layouts = ["a graph per tenant"] + (["a graph per partition, shared (before)"] if args.shared_graphs
+                                                else [])
+            for layout in layouts:
+                if layout != layouts[0]:
+                    seconds = use_shared_graphs(conn)
+                    print(f"\n{layout}: built in {seconds:.0f} s, {graphs_mb(conn):,.0f} MB", flush=True)
+                else:
+                    print(f"\n{layout}:", flush=True)
+                measure_layout(conn, vectors, (large, small), args.queries, args.seed, (probed, theirs))
             if args.text_arm_of:
                 compare_text_arms(conn, vectors, args.text_arm_of, args.seed, 60)
             if args.sweep:

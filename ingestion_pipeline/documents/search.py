@@ -27,11 +27,13 @@ from ingestion_pipeline.documents import fusion, late_interaction, serving_model
 from ingestion_pipeline.documents.extraction.elements import OCR_TEXT
 from ingestion_pipeline.documents.search_results import shape_results
 from ingestion_pipeline.documents.text_ranking import scored_text_candidates
-from ingestion_pipeline.documents.vector_index import of_dimension
+from ingestion_pipeline.documents.vector_index import graph_ready, of_dimension
 
-EXACT_SEARCH_MAX_CHUNKS = 5_000  # a tenant this small is ranked exactly (see _vector_candidates)
-# how a larger tenant's HNSW scan goes on past other tenants' rows (pgvector >= 0.8; benchmarks/search_latency.py
-# --sweep measures the choices)
+# a tenant this small is ranked exactly (see _vector_candidates); a larger one has its own HNSW graph
+# (vector_index.py)
+EXACT_SEARCH_MAX_CHUNKS = 5_000
+# how a larger tenant's HNSW scan goes on past its rows of other models and inactive versions (pgvector >= 0.8;
+# benchmarks/search_latency.py --sweep measures the choices)
 HNSW_EF_SEARCH = 600  # the scan's candidate list (at least; 4 x the candidates asked for, up to 1,000)
 HNSW_SCAN_ORDER = "relaxed_order"
 HNSW_MAX_SCAN_TUPLES = 20_000  # pgvector's default: index entries visited before an iterative scan gives up
@@ -136,9 +138,11 @@ def sweep_settings() -> Iterator[tuple[str, SearchSettings]]:
     yield "no demotion", replace(base, demote_navigational=False)
 
 
-# The vector stage, by the HNSW index of the query's dimension (documents/vector_index.py), over the
-# current model's vectors only. The index is scanned before the tenant/active filter applies, so when
-# the nearest vectors belong to other tenants it can return fewer than asked for (even none).
+# The vector stage, by the tenant's own HNSW graph of the query's dimension (documents/vector_index.py: a partial
+# index whose predicate names the tenant, used because the statement is planned with its tenant, see
+# _scored_vector_candidates), over the current model's vectors only. The graph is scanned before the model and
+# active filters apply, so when its nearest vectors are another model's or inactive versions' it can return fewer
+# than asked for (even none).
 _VECTOR_ANN_SQL = """
 SELECT e.chunk_id, ({vector} <=> %(vector)s) AS distance
   FROM chunk_embeddings e
@@ -403,14 +407,17 @@ def _scored_vector_candidates(conn: psycopg.Connection, tenant_id: str, query_ve
     (figures: ``benchmarks/search_latency.py``, 1M chunks in 50 tenants):
 
     - a tenant of at most ``EXACT_SEARCH_MAX_CHUNKS`` chunks is ranked exactly: reading its rows costs
-      less than an HNSW scan whose neighbourhood is mostly other tenants' (4 ms for 1,000 chunks);
-    - a larger one by the HNSW index, and its vectors not in the graph yet (promoted since the index last took
-      its backlog, ``vector_backlog.py``) exactly beside it, the two merged by distance. With pgvector >= 0.8
-      the scan goes on until enough rows pass the tenant filter (iterative scans); older versions (0.6: the
-      embedded server before) stop after ``ef_search`` index entries, so it is the most pgvector allows (1,000)
-      and the scan can come back short when the query's neighbourhood belongs to other tenants. Fewer than
-      ``k`` then, and the tenant's rows are ranked exactly, so a tenant never gets fewer results than it has
-      chunks.
+      less than an HNSW scan (4 ms for 1,000 chunks);
+    - a larger one by its own HNSW graph (``vector_index.py``; exactly until the graph is built), and its vectors
+      not in the graph yet (promoted since the graph last took its backlog, ``vector_backlog.py``) exactly beside
+      it, the two merged by distance. With pgvector >= 0.8 the scan goes on until enough rows pass the model and
+      active filters (iterative scans); older versions (0.6: the embedded server before) stop after
+      ``ef_search`` index entries, so it is the most pgvector allows (1,000) and the scan can come back short
+      when the query's neighbourhood is inactive versions or another model's. Fewer than ``k`` then, and the
+      tenant's rows are ranked exactly, so a tenant never gets fewer results than it has chunks.
+
+    Nothing on either path reads another tenant's rows, so what a search costs depends on its own tenant's content
+    only.
 
     ``exact``: whether the model's share of the tenant is small enough to rank exactly (None: by the tenant's size)."""
     params = {"tenant": tenant_id, "vector": query_vector, "model": model, "candidates": candidates}
@@ -418,8 +425,13 @@ def _scored_vector_candidates(conn: psycopg.Connection, tenant_id: str, query_ve
     if exact is None:
         exact = conn.execute(_TENANT_CHUNKS_SQL, {"tenant": tenant_id, "limit": EXACT_SEARCH_MAX_CHUNKS + 1}
                              ).fetchone()["n"] <= EXACT_SEARCH_MAX_CHUNKS
-    if exact:
+    # a large tenant whose graph is not built yet (or whose build failed) is ranked exactly meanwhile: slower, but
+    # never through another tenant's rows
+    if exact or not graph_ready(conn, tenant_id, dim):
         return [(r["chunk_id"], 1 - float(r["distance"])) for r in _exact_rows(conn, params, dim, _VECTOR_EXACT_SQL)]
+    # planned with its values: a generic plan (a statement prepared after a few runs) cannot prove the graph's
+    # predicate from a parameter and would scan the partition instead
+    conn.execute("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
     if _supports_iterative_scan(conn):
         conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true), set_config('hnsw.max_scan_tuples', %s, true),"
                      " set_config('hnsw.ef_search', %s, true)",

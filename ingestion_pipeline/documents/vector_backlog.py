@@ -1,4 +1,5 @@
-"""Promoted vectors into their partition's HNSW graph, after the transaction that promoted them (sql/044).
+"""Promoted vectors into their tenant's HNSW graph, after the transaction that promoted them (sql/044). A tenant
+small enough to be ranked exactly has no graph (``vector_index.py``): for its vectors ``indexed`` is only a flag.
 
 Inserting a vector into an HNSW graph is CPU in the database backend: 0.6 ms a vector in a small graph, 1.5-2.8 ms
 at a million (benchmarks/hnsw_insert.py, search_latency.py), and it was nearly all of a promotion (a version of 251

@@ -1,56 +1,149 @@
-"""One HNSW index per embedding dimension (sql/013): `embedding::vector(dim)`, partial on the dimension and on
-``indexed`` (sql/044: a promoted vector joins the graph after its promotion, ``vector_backlog.py``).
+"""One HNSW graph per tenant and embedding dimension, for a tenant too large to rank exactly (sql/052).
 
-The dimension is part of the SQL text (an index expression and predicate cannot take parameters, and a
-query only uses a partial index whose predicate the planner can prove from literals); it is always an
-int, composed with ``psycopg.sql.Literal``.
+A graph shared by the tenants of a partition leaked one tenant's content to another through time: a large
+tenant's query in a co-partitioned tenant's vocabulary walked that tenant's vectors, filtered out one by one, and
+came back measurably slower. A tenant's own graph holds only its own rows, so what its searches cost depends on
+its own content. A tenant of at most ``search.EXACT_SEARCH_MAX_CHUNKS`` served chunks needs no graph: it is ranked
+exactly over its own rows (no graph maintenance either). Past that size its graph is built once, by the promotion
+step whose promotion took it past (``ensure_graphs``), and kept by every insertion after; until it is valid, its
+searches rank exactly, which is slower but neither wrong nor dependent on anyone else's rows. Figures:
+``benchmarks/search_latency.py``.
+
+A graph is a partial index on the tenant's partition of chunk_embeddings (sql/038):
+``embedding::vector(dim)`` WHERE the tenant, the dimension and ``indexed`` (sql/044: a promoted vector joins the
+graph after its promotion, ``vector_backlog.py``). The tenant and the dimension are literals in the DDL (an index
+predicate cannot take parameters), composed with ``psycopg.sql.Literal``; a search proves the predicate from its
+bound tenant because it is planned with its values (``search.py`` asks for custom plans). The index's name is
+derived from the tenant and the dimension (``graph_name``), so finding a tenant's graph is a catalog lookup.
+
+Built with ``CREATE INDEX CONCURRENTLY``: the partition's other tenants keep promoting meanwhile. A build that
+failed or was killed leaves an invalid index, which the next ``ensure_graphs`` drops and builds again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+from dataclasses import dataclass
+
 import psycopg
 from psycopg import sql
 
-_LOCK = 0x5EC7041D  # advisory lock: one process creates a new dimension's index at a time
+from ingestion_pipeline.core.db import Database
+
+log = logging.getLogger(__name__)
+
+_PREFIX = "chunk_embeddings_hnsw_"
+_BUILD_LOCK = 0x5EC7041E  # advisory lock class: one build of a (tenant, dimension) graph at a time
+BUILD_LOCK_TIMEOUT = "30s"  # how long a build waits for the partition's older transactions before it gives up
+
+_GRAPH = ("CREATE INDEX CONCURRENTLY {name} ON {partition} USING hnsw ((embedding::vector({dim})) vector_cosine_ops) "
+          "WHERE tenant_id = {tenant} AND vector_dims(embedding) = {dim} AND indexed")
+
+# The graph's state by name: absent (no row), valid, or left invalid by a build that did not finish.
+_STATE_SQL = """
+SELECT c.relname AS name, i.indisvalid AS valid
+  FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE c.relname = ANY(%(names)s) AND c.relkind = 'i'
+"""
+# Tenants past the size, with every dimension their served models embed in (the models' dimensions as registered
+# by the promotion that used them, sql/029).
+_LARGE_TENANTS_SQL = """
+SELECT t.tenant_id, m.dimension
+  FROM tenant_serving_totals t
+  JOIN (SELECT DISTINCT model_name, dimension FROM embedding_models) m ON m.model_name = t.name
+ WHERE t.kind = 'model' AND (%(tenants)s::text[] IS NULL OR t.tenant_id = ANY(%(tenants)s))
+ GROUP BY t.tenant_id, m.dimension
+HAVING sum(t.chunks) > %(chunks)s
+"""
 
 
-def index_name(dimension: int) -> str:
-    return f"chunk_embeddings_hnsw_{int(dimension)}"
+def graph_name(tenant_id: str, dimension: int) -> str:
+    """The index holding ``tenant_id``'s graph of ``dimension``: ``chunk_embeddings_hnsw_384_<digest>``, a digest of
+    the tenant id (96 bits), so that any tenant id, of any length or characters, names one index of at most 63
+    characters."""
+    digest = hashlib.sha256(tenant_id.encode()).hexdigest()[:24]
+    return f"{_PREFIX}{int(dimension)}_{digest}"
 
 
-def partition_index_name(partition: str, dimension: int) -> str:
-    """The index of ``dimension`` on one partition of chunk_embeddings (sql/038): ``chunk_embeddings_p03_hnsw_384``."""
-    return f"{partition}_hnsw_{int(dimension)}"
+def graph_ready(conn: psycopg.Connection, tenant_id: str, dimension: int) -> bool:
+    """Whether the tenant's graph of ``dimension`` exists and is valid (a search may use it)."""
+    rows = conn.execute(_STATE_SQL, {"names": [graph_name(tenant_id, dimension)]}).fetchall()
+    return bool(rows) and rows[0]["valid"]
 
 
-_INDEX = "CREATE INDEX {name} ON {only}{table} USING hnsw ((embedding::vector({dim})) vector_cosine_ops) " \
-         "WHERE vector_dims(embedding) = {dim} AND indexed"
+def partition_of(conn: psycopg.Connection, tenant_id: str) -> str:
+    """The partition of chunk_embeddings that takes ``tenant_id``'s rows (by the hash of its id, sql/038)."""
+    row = conn.execute(
+        """SELECT relid::regclass::text AS p FROM pg_partition_tree('chunk_embeddings') t
+            WHERE isleaf AND satisfies_hash_partition('chunk_embeddings'::regclass,
+                  (SELECT count(*)::int FROM pg_partition_tree('chunk_embeddings') WHERE isleaf),
+                  (regexp_match(relid::regclass::text, '_p([0-9]+)$'))[1]::int, %s::text)""", (tenant_id,)).fetchone()
+    if row is None:
+        raise LookupError(f"no partition of chunk_embeddings takes tenant {tenant_id!r}")
+    return row["p"]
 
 
-def ensure_vector_index(conn: psycopg.Connection, dimension: int) -> bool:
-    """Create the index of ``dimension`` if it does not exist yet (True if it was created).
-
-    chunk_embeddings is partitioned by tenant (sql/038): the index is made on the parent alone and one per
-    partition, named by the partition and the dimension, then attached, so that an operator reading a plan or
-    ``pg_indexes`` sees which tenant partition and which dimension an index serves."""
+def build_graph(conn: psycopg.Connection, tenant_id: str, dimension: int) -> bool:
+    """Build the tenant's graph of ``dimension`` unless it is valid already or another connection is building it;
+    True if this call built it. ``conn`` must be in autocommit mode (a concurrent build runs outside any
+    transaction). An invalid index left by a failed build is dropped first."""
     dimension = int(dimension)
     if not 1 <= dimension <= 2000:  # pgvector indexes vectors of up to 2,000 dimensions
         raise ValueError(f"embedding dimension {dimension} cannot be indexed (pgvector: 1 to 2000)")
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
-        exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (index_name(dimension),)).fetchone()
-        created = not exists["present"]
-        if created:
-            dim = sql.Literal(dimension)
-            conn.execute(sql.SQL(_INDEX).format(name=sql.Identifier(index_name(dimension)), only=sql.SQL("ONLY "),
-                                                table=sql.Identifier("chunk_embeddings"), dim=dim))
-            for partition in partitions(conn):
-                child = sql.Identifier(partition_index_name(partition, dimension))
-                conn.execute(sql.SQL(_INDEX).format(name=child, only=sql.SQL(""), table=sql.Identifier(partition),
-                                                    dim=dim))
-                conn.execute(sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(
-                    sql.Identifier(index_name(dimension)), child))
-    return created
+    name = graph_name(tenant_id, dimension)
+    lock = (_BUILD_LOCK, int(name.rsplit("_", 1)[1][:7], 16))
+    if not conn.execute("SELECT pg_try_advisory_lock(%s, %s) AS got", lock).fetchone()["got"]:
+        return False  # another connection is building it
+    try:
+        rows = conn.execute(_STATE_SQL, {"names": [name]}).fetchall()
+        if rows and rows[0]["valid"]:
+            return False
+        if rows:  # a build that did not finish
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (BUILD_LOCK_TIMEOUT,))
+        try:
+            conn.execute(sql.SQL(_GRAPH).format(
+                name=sql.Identifier(name), partition=sql.Identifier(partition_of(conn, tenant_id)),
+                dim=sql.Literal(dimension), tenant=sql.Literal(tenant_id)))
+        finally:
+            conn.execute("RESET lock_timeout")
+        return True
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s, %s)", lock)
+
+
+@dataclass(frozen=True)
+class GraphsEnsured:
+    built: list[tuple[str, int]]
+    failed: list[tuple[str, int, str]]
+
+
+def ensure_graphs(db: Database, min_chunks: int, tenants: list[str] | None = None) -> GraphsEnsured:
+    """Build the graph of every tenant (of ``tenants``; None: of all) serving more than ``min_chunks`` chunks that has
+    none valid, in each dimension its models embed in. A build that fails is logged and reported, not raised: its
+    tenant is ranked exactly meanwhile, and the tenant's next promotion tries again."""
+    with db.connection() as conn:
+        wanted = [(r["tenant_id"], r["dimension"]) for r in conn.execute(
+            _LARGE_TENANTS_SQL, {"chunks": min_chunks, "tenants": tenants})]
+        if not wanted:
+            return GraphsEnsured([], [])
+        names = {graph_name(t, d): (t, d) for t, d in wanted}
+        valid = {r["name"] for r in conn.execute(_STATE_SQL, {"names": list(names)}) if r["valid"]}
+    built, failed = [], []
+    for name, (tenant_id, dimension) in names.items():
+        if name in valid:
+            continue
+        try:
+            with db.connection() as conn:
+                if build_graph(conn, tenant_id, dimension):
+                    built.append((tenant_id, dimension))
+                    log.info("built the HNSW graph of tenant %s, dimension %d (%s)", tenant_id, dimension, name)
+        except psycopg.Error as exc:
+            log.warning("the HNSW graph of tenant %s, dimension %d was not built (%s); it is ranked exactly "
+                        "until a later promotion builds it", tenant_id, dimension, exc)
+            failed.append((tenant_id, dimension, str(exc)))
+    return GraphsEnsured(built, failed)
 
 
 def partitions(conn: psycopg.Connection) -> list[str]:

@@ -202,13 +202,17 @@ def test_a_batch_of_uploads_builds_no_s3_client(instance, database, corpus_dir, 
 
 
 def test_a_batch_leaves_every_vector_in_its_graph_with_those_a_run_before_it_left(instance, database, db,
-                                                                                 corpus_dir):
+                                                                                 corpus_dir, monkeypatch):
     """Promotion writes a version's vectors outside the HNSW graph (searchable at once, ranked exactly); the
-    step takes the whole backlog before it ends, a killed run's leftovers included, and says so in the run log."""
+    step takes the whole backlog before it ends, a killed run's leftovers included, and says so in the run log.
+    A tenant the batch took past the exact-ranking size has its own graph when the step ends."""
     import numpy as np
 
-    from ingestion_pipeline.documents import vector_backlog
+    from ingestion_pipeline.documents import search, vector_backlog
+    from ingestion_pipeline.documents.vector_index import graph_ready
     from ingestion_pipeline_tests.helpers import add_tenant_vectors
+
+    monkeypatch.setattr(search, "EXACT_SEARCH_MAX_CHUNKS", 1)  # the batch's two chunks take acme past it
 
     left = add_tenant_vectors(db, "globex", np.random.default_rng(2).normal(size=(30, 384)), indexed=False)
     docs = corpus_dir / "documents"
@@ -223,3 +227,4 @@ def test_a_batch_leaves_every_vector_in_its_graph_with_those_a_run_before_it_lef
     messages = [e.user_message for e in instance.all_logs(result.run_id)]
     total = promoted + len(left)
     assert any(m.startswith(f"index: {total:,}/{total:,} vectors") for m in messages), messages
+    assert graph_ready(db, "acme", 384) and not graph_ready(db, "globex", 384)  # globex promoted nothing here

@@ -17,7 +17,7 @@ from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.documents import search, vector_backlog
 from ingestion_pipeline.documents.search import hybrid_search
-from ingestion_pipeline.documents.vector_index import of_dimension, partitions
+from ingestion_pipeline.documents.vector_index import build_graph, graph_name, of_dimension
 from ingestion_pipeline_tests.documents.test_search import tenant_beside
 from ingestion_pipeline_tests.helpers import add_tenant_vectors, database_migrated_before
 
@@ -29,8 +29,11 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 
 def _through_the_index(db, monkeypatch) -> None:
-    """Rank every tenant through HNSW (as a large one is), and make the planner use the index at a test's size."""
+    """Rank every tenant through its HNSW graph (as a large one is): each tenant's graph built, and the planner made
+    to use it at a test's size."""
     monkeypatch.setattr(search, "EXACT_SEARCH_MAX_CHUNKS", 0)
+    for row in db.execute("SELECT DISTINCT tenant_id, vector_dims(embedding) AS dim FROM chunk_embeddings").fetchall():
+        build_graph(db, row["tenant_id"], row["dim"])
     db.execute("ANALYZE")
     db.execute("SET enable_seqscan = off")
 
@@ -194,18 +197,17 @@ def test_a_database_from_before_upgrades_with_every_vector_in_its_index(pg_serve
     with connect(url, autocommit=True) as conn:
         assert vector_backlog.pending(conn) == 0
         assert {r["chunk_id"] for r in conn.execute("SELECT chunk_id FROM chunk_embeddings")} == set(acme + tiny)
+        _through_the_index(conn, monkeypatch)
         definitions = {r["indexname"]: r["indexdef"] for r in conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE 'chunk_embeddings%%hnsw%%'")}
-        assert set(definitions) == {"chunk_embeddings_hnsw_384", "chunk_embeddings_hnsw_8"} | {
-            f"{p}_hnsw_{d}" for p in partitions(conn) for d in (384, 8)}
+        assert set(definitions) == {graph_name("acme", 384), graph_name("tiny", 8)}
         assert all("indexed" in d for d in definitions.values())
-        _through_the_index(conn, monkeypatch)
         query = np.asarray(json.loads(stored[acme[7]]), dtype=np.float32)
         with conn.transaction():
             [[plan]] = conn.execute(of_dimension("EXPLAIN (FORMAT JSON) " + search._VECTOR_ANN_SQL, 384),
                                     {"tenant": "acme", "vector": query, "model": "m", "candidates": 10}
                                     ).fetchone().values()
-        assert "_hnsw_384" in json.dumps(plan)
+        assert graph_name("acme", 384) in json.dumps(plan)
         hits = hybrid_search(conn, tenant_id="acme", query="nothing", query_vector=query, k=3, model="m")
         assert hits[0].chunk_id == acme[7]
 

@@ -1,5 +1,5 @@
-"""The vectors are partitioned by tenant (sql/038): a new dimension's index is one per partition, and a database of
-the unpartitioned table upgrades with every vector and every dimension's index. (A search reading its tenant's
+"""The vectors are partitioned by tenant (sql/038), and a large tenant's HNSW graph is its own (sql/052), in its
+partition; a database of the unpartitioned table upgrades with every vector. (A search reading its tenant's
 partition only: ``test_search.py``.)"""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import psycopg
 from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.core.migrations import apply_migrations
 from ingestion_pipeline.documents.search import hybrid_search
-from ingestion_pipeline.documents.vector_index import ensure_vector_index, partitions
+from ingestion_pipeline.documents.vector_index import build_graph, graph_name, graph_ready, partition_of, partitions
 from ingestion_pipeline_tests.helpers import add_tenant_vectors, database_migrated_before
 
 
@@ -21,15 +21,29 @@ def _kind(conn: psycopg.Connection) -> str:
     return conn.execute("SELECT relkind FROM pg_class WHERE relname = 'chunk_embeddings'").fetchone()["relkind"]
 
 
-def test_a_new_dimensions_index_is_one_per_partition_named_by_it(db):
-    assert ensure_vector_index(db, 12) is True
-    assert ensure_vector_index(db, 12) is False
-    children = {r["name"] for r in db.execute(
-        "SELECT relid::regclass::text AS name FROM pg_partition_tree('chunk_embeddings_hnsw_12') WHERE isleaf")}
-    assert len(partitions(db)) == 16
-    assert children == {f"{p}_hnsw_12" for p in partitions(db)}
-    db.execute("DROP INDEX chunk_embeddings_hnsw_12")  # the parent's drop takes its partitions' along
-    assert db.execute("SELECT count(*) AS n FROM pg_indexes WHERE indexname LIKE '%%_hnsw_12'").fetchone()["n"] == 0
+def test_a_tenants_graph_holds_its_own_rows_in_its_partition_and_is_built_once(db):
+    rng = np.random.default_rng(4)
+    add_tenant_vectors(db, "acme", rng.normal(size=(40, 12)))
+    add_tenant_vectors(db, "globex", rng.normal(size=(10, 12)))
+    assert not graph_ready(db, "acme", 12)
+    assert build_graph(db, "acme", 12) is True
+    assert build_graph(db, "acme", 12) is False  # valid already
+    assert graph_ready(db, "acme", 12) and not graph_ready(db, "globex", 12) and not graph_ready(db, "acme", 384)
+    [row] = db.execute("SELECT tablename, indexdef FROM pg_indexes WHERE indexname = %s",
+                       (graph_name("acme", 12),)).fetchall()
+    assert row["tablename"] == partition_of(db, "acme") and row["tablename"] in partitions(db)
+    assert "tenant_id = 'acme'::text" in row["indexdef"] and "indexed" in row["indexdef"]
+    assert len(graph_name("x" * 10_000, 384)) <= 63 and graph_name("a", 384) != graph_name("b", 384)
+
+
+def test_a_graph_left_invalid_by_a_failed_build_is_built_again(db):
+    add_tenant_vectors(db, "acme", np.random.default_rng(6).normal(size=(20, 12)))
+    assert build_graph(db, "acme", 12)
+    # what a build killed half-way leaves: the index, marked invalid
+    db.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (graph_name("acme", 12),))
+    assert not graph_ready(db, "acme", 12)
+    assert build_graph(db, "acme", 12) is True
+    assert graph_ready(db, "acme", 12)
 
 
 def test_an_unpartitioned_table_upgrades_with_every_vector_and_each_dimensions_index(pg_server_url, tmp_path):
@@ -53,11 +67,34 @@ def test_an_unpartitioned_table_upgrades_with_every_vector_and_each_dimensions_i
         for tenant in ("acme", "globex", "tiny"):  # each tenant's rows in one partition, the one its hash names
             assert conn.execute("SELECT count(DISTINCT tableoid) AS n FROM chunk_embeddings WHERE tenant_id = %s",
                                 (tenant,)).fetchone()["n"] == 1
+        # the graphs shared by a partition's tenants are gone (sql/052); tenants this small are ranked exactly
         names = {r["indexname"] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE "
                                                       "'chunk_embeddings_%%hnsw_%%'")}
-        assert names == {"chunk_embeddings_hnsw_384", "chunk_embeddings_hnsw_8"} | {
-            f"{p}_hnsw_{d}" for p in partitions(conn) for d in (384, 8)}
+        assert names == set()
         assert conn.execute("SELECT to_regclass('chunk_embeddings_unpartitioned') AS t").fetchone()["t"] is None
         hits = hybrid_search(conn, tenant_id="globex", query="nothing", k=3, model="m",
                              query_vector=np.asarray(json.loads(stored[globex[0]]), dtype=np.float32))
         assert hits[0].chunk_id == globex[0]
+
+
+def test_a_database_of_shared_graphs_upgrades_to_a_graph_per_large_tenant(pg_server_url, tmp_path):
+    url = database_migrated_before(pg_server_url, tmp_path, "052")
+    rng = np.random.default_rng(8)
+    with connect(url, autocommit=True) as conn:
+        big = add_tenant_vectors(conn, "big", rng.normal(size=(5_001, 384)))
+        add_tenant_vectors(conn, "small", rng.normal(size=(20, 384)))
+        conn.execute("INSERT INTO embedding_models (model_name, model_digest, dimension, model_path) "
+                     "VALUES ('m', %s, 384, '/models/m')", ("0" * 64,))
+        conn.execute("UPDATE document_versions SET embedding_model = 'm'")  # as promotion sets it
+        assert conn.execute("SELECT to_regclass('chunk_embeddings_hnsw_384') AS i").fetchone()["i"] is not None
+    apply_migrations(url)
+    with connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('chunk_embeddings_hnsw_384') AS i").fetchone()["i"] is None
+        assert graph_ready(conn, "big", 384) and not graph_ready(conn, "small", 384)
+        names = {r["indexname"] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE "
+                                                      "'chunk_embeddings_%%hnsw_%%'")}
+        assert names == {graph_name("big", 384)}  # the name the code derives, from SQL's own digest
+        stored = np.asarray(json.loads(conn.execute("SELECT embedding::text AS e FROM chunk_embeddings "
+                                                    "WHERE chunk_id = %s", (big[9],)).fetchone()["e"]), np.float32)
+        hits = hybrid_search(conn, tenant_id="big", query="nothing", query_vector=stored, k=3, model="m")
+        assert hits[0].chunk_id == big[9]

@@ -1,20 +1,20 @@
 """Step 5, ``promoted_documents``: each file's version promoted in one transaction, the old one deactivated; then
-the vectors promoted (by this run or one before it) put into their HNSW graphs (``vector_backlog.py``)."""
+the vectors promoted (by this run or one before it) put into their HNSW graphs (``vector_backlog.py``), and a
+tenant grown past the exact-ranking size given its graph (``vector_index.py``)."""
 
 from __future__ import annotations
 
 import functools
 
 from ingestion_pipeline.core.failpoints import failpoint_statement
-from ingestion_pipeline.documents import file_ledger, serving_models, staging, vector_backlog
+from ingestion_pipeline.documents import file_ledger, search, serving_models, staging, vector_backlog
 from ingestion_pipeline.documents.promotion import PromotionError, Superseded, promote_document_version
 from ingestion_pipeline.documents.steps.runner import SKIPPED, FileOutcome, StepRunner
-from ingestion_pipeline.documents.vector_index import ensure_vector_index
+from ingestion_pipeline.documents.vector_index import ensure_graphs
 
 
 def promote_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
-    with run.db.connection() as conn:  # the first vectors of a new model dimension get their index
-        ensure_vector_index(conn, run.model.dimension)
+    with run.db.connection() as conn:
         # where this model's files are: a search host loads it from there while its versions still serve
         serving_models.register(conn, run.embedder.file_info, run.embedder.model_path)
     outcomes = run.for_each(partition_key, functools.partial(_promote_one, run), "promote", lanes=run.lanes)
@@ -22,6 +22,11 @@ def promote_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
     # on as many connections as files are promoted at once
     vector_backlog.index_backlog(run.db, connections=run.lanes, sinks=run.progress_sinks,
                                  nice=run.settings.batch.index_nice)
+    # a tenant these promotions took past the exact-ranking size gets its own graph (until then: ranked exactly)
+    with run.db.connection() as conn:
+        tenants = [r["tenant_id"] for r in conn.execute(
+            "SELECT DISTINCT tenant_id FROM ingestion_runs WHERE run_id = ANY(%s)", ([o.file_id for o in outcomes],))]
+    ensure_graphs(run.db, search.EXACT_SEARCH_MAX_CHUNKS, tenants)
     return outcomes
 
 
