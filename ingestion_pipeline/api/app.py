@@ -6,7 +6,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from ingestion_pipeline.api import errors
+from ingestion_pipeline.api import docs_pages, errors
 from ingestion_pipeline.api.body_bounds import BodyBounds
 from ingestion_pipeline.api.login_guard import LoginGuard
 from ingestion_pipeline.api.read_slots import RefuseOverShare, TenantReadSlots
@@ -34,6 +34,8 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
         summary="Upload documents and metric exports, follow their runs, search with citations.",
         lifespan=lifespan,
         responses=errors.COMMON_ERRORS,
+        docs_url=None,  # docs_pages.py serves them without a CDN
+        redoc_url=None,
     )
     app.state.services = services
     app.state.upload_slots = UploadSlots(services.api.max_inflight_uploads)
@@ -52,4 +54,5 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
     for module in (health, auth, ingest, files, documents, sources, metrics):
         app.include_router(module.router)
     app.include_router(files.deprecated_router)
+    docs_pages.install(app)
     return app
