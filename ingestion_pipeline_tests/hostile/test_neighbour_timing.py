@@ -107,3 +107,21 @@ def test_a_neighbours_vectors_moving_near_the_query_change_nothing_a_search_read
     assert read_after == read_before, (
         f"the search read {read_before} blocks of vectors with the neighbour's far from the query and {read_after} "
         "with them around it")
+
+
+def test_a_small_tenants_exact_ranking_reads_its_own_rows_however_much_its_neighbour_stores(db, database,
+                                                                                          monkeypatch):
+    """A tenant ranked exactly reads its rows through its key, not the partition: read whole, its neighbours'
+    rows would make its searches slower the more they store."""
+    rng = np.random.default_rng(22)
+    own = add_tenant_vectors(db, "big", rng.normal(size=(300, 384)))
+    query = _unit(rng.normal(size=384))
+    _settle(db, monkeypatch, query)
+    before, plans_before = _searched(db, monkeypatch, "big", query)
+    add_tenant_vectors(db, tenant_beside(db, "big"), rng.normal(size=(3000, 384)))
+    _settle(db, monkeypatch, query)
+    after, plans_after = _searched(db, monkeypatch, "big", query)
+    assert before == after and set(after) <= set(own)
+    assert [n["Node Type"] for p in plans_after for n in _embedding_scans(p)] and not [
+        n for p in plans_before + plans_after for n in _embedding_scans(p) if n["Node Type"] == "Seq Scan"]
+    assert _blocks(plans_after) == _blocks(plans_before)
