@@ -115,36 +115,42 @@ def disable_user(conn: psycopg.Connection, email: str, *, tenant_id: str | None 
     return User(**row)
 
 
+class TenantRequired(Exception):
+    """The address and password sign in to users of several tenants: the login must name the tenant."""
+
+
 def authenticate(conn: psycopg.Connection, email: str, password: str, *,
                  tenant_id: str | None = None) -> User | None:
     """The user whose address and password match, enabled (of ``tenant_id`` if given); None otherwise, in
-    similar time (``login_candidates``: one hash whatever the address)."""
+    similar time. An address may exist in several tenants: the password picks the account, and if it matches
+    in more than one, ``TenantRequired`` (only someone who knows the password learns that)."""
     return match_password(login_candidates(conn, email, tenant_id=tenant_id), password)
 
 
 def login_candidates(conn: psycopg.Connection, email: str, *, tenant_id: str | None = None) -> list[dict]:
-    """The account ``email`` may sign in to, with its hash (read first, so that the slow hashing,
-    ``match_password``, holds no database connection): the tenant's, or, with no tenant named, the address's
-    only account. An address of several tenants signs in naming one: trying each of its accounts' hashes took
-    a hash's time per tenant, so the time of a login without a tenant told anyone how many tenants hold the
-    address; now every login costs one hash and an address of several tenants is answered as a wrong password."""
-    rows = conn.execute(
+    """The accounts ``email`` may sign in to, with their hashes: read first, so that the slow hashing
+    (``match_password``) holds no database connection."""
+    return conn.execute(
         f"""SELECT {_COLUMNS}, password_hash FROM users
-             WHERE lower(email) = lower(%s) AND (%s::text IS NULL OR tenant_id = %s) ORDER BY tenant_id LIMIT 2""",
+             WHERE lower(email) = lower(%s) AND (%s::text IS NULL OR tenant_id = %s) ORDER BY tenant_id""",
         (email.strip(), tenant_id, tenant_id),
     ).fetchall()
-    return rows if len(rows) == 1 else []
 
 
 def match_password(rows: list[dict], password: str) -> User | None:
-    """The enabled account of ``rows`` (at most one, ``login_candidates``) whose hash ``password`` matches; no
-    rows cost one dummy hash, so an unknown address takes as long as a wrong password."""
-    row = rows[0] if rows else None
-    candidate = row["password_hash"].encode() if row else _dummy_hash()
-    try:
-        matches = bcrypt.checkpw(password.encode()[:72], candidate)
-    except ValueError:
-        matches = False
-    if row is None or not matches or row["disabled"]:
+    """The enabled account of ``rows`` whose hash ``password`` matches (see ``authenticate``); no rows cost
+    one dummy hash, so an unknown address takes as long as a wrong password."""
+    matched = []
+    for row in rows or [None]:
+        candidate = row["password_hash"].encode() if row else _dummy_hash()
+        try:
+            matches = bcrypt.checkpw(password.encode()[:72], candidate)
+        except ValueError:
+            matches = False
+        if row is not None and matches and not row["disabled"]:
+            matched.append(row)
+    if len(matched) > 1:
+        raise TenantRequired("this address and password sign in to several tenants: give tenant_id")
+    if not matched:
         return None
-    return User(**{k: v for k, v in row.items() if k != "password_hash"})
+    return User(**{k: v for k, v in matched[0].items() if k != "password_hash"})

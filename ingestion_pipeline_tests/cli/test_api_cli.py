@@ -39,8 +39,8 @@ def test_users_add_list_disable(database, db, project_dagster_home, monkeypatch,
     assert main(["users", "disable", "OPS@acme.example"]) == 2  # in two tenants: which one?
     assert "several tenants (acme, globex)" in capsys.readouterr().err
     assert main(["users", "disable", "OPS@acme.example", "--tenant", "acme"]) == 0
-    assert users.authenticate(db, "ops@acme.example", "a long password", tenant_id="acme") is None
-    assert users.authenticate(db, "ops@acme.example", "another password", tenant_id="globex").tenant_id == "globex"
+    assert users.authenticate(db, "ops@acme.example", "a long password") is None
+    assert users.authenticate(db, "ops@acme.example", "another password").tenant_id == "globex"
     assert main(["users", "disable", "nobody@acme.example"]) == 2
 
 

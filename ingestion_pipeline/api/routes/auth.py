@@ -21,11 +21,12 @@ REFUSAL_PAUSE_SECONDS = 1.0
 @router.post("/auth/token", response_model=TokenResponse, responses={
     401: {"description": "bad credentials"},
     429: {"model": ErrorBody, "description": "too many failed logins from this address, or from it for this "
-                                             "account, or too many at once: wait `Retry-After` seconds"}})
+                                             "account, or too many at once: wait `Retry-After` seconds"},
+    400: {"model": ErrorBody, "description": "the pair signs in to several tenants: give tenant_id"}})
 async def token(body: TokenRequest, request: Request, services: Services) -> dict:
-    """Exchange email and password for a bearer token. A wrong password, an unknown email and an email of
-    several tenants asked without ``tenant_id`` get the same answer in the time of one hash. Failed logins are
-    throttled per address and per (address, account) pair (``api/login_guard.py``)."""
+    """Exchange email and password for a bearer token. A wrong password and an unknown email get the same
+    answer in similar time. Failed logins are throttled per address and per (address, account) pair
+    (``api/login_guard.py``)."""
     if not services.api.auth_enabled:
         raise ApiError(400, "auth_disabled", "AUTH_ENABLED=false: no tokens are issued in development mode")
     guard: LoginGuard = request.app.state.login_guard
@@ -52,9 +53,10 @@ async def token(body: TokenRequest, request: Request, services: Services) -> dic
         # answered after a pause on the event loop: refusals sent at once become a flood of their own
         await asyncio.sleep(REFUSAL_PAUSE_SECONDS)
         raise ApiError(429, "too_many_logins", str(exc), {"Retry-After": str(exc.retry_after)}) from exc
+    except users.TenantRequired as exc:
+        raise ApiError(400, "tenant_required", str(exc)) from exc
     if user is None:
-        raise ApiError(401, "invalid_credentials", "wrong email or password (an email of several tenants signs in "
-                       "with its tenant_id)", {"WWW-Authenticate": "Bearer"})
+        raise ApiError(401, "invalid_credentials", "wrong email or password", {"WWW-Authenticate": "Bearer"})
     expiry = services.api.jwt_expiry_seconds
     access = issue_token(Principal(user.user_id, user.tenant_id, user.role), services.api.jwt_secret or "",
                          expiry_seconds=expiry)
