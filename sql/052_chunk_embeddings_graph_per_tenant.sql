@@ -1,34 +1,28 @@
 -- One HNSW graph per tenant (and dimension) instead of one per partition (sql/038, sql/044). A partition holds several
 -- tenants, and in their shared graph a large tenant's query in a neighbour's vocabulary walked the neighbour's vectors,
--- dropped by the tenant filter one by one: ~10 ms slower, which told the tenant what its neighbour holds. A tenant's
--- own graph holds its own rows only (documents/vector_index.py). A tenant of at most 5,000 served chunks
--- (search.EXACT_SEARCH_MAX_CHUNKS) is ranked exactly and gets no graph; a larger one gets its graph here, and a tenant
--- that grows past the size later gets it from the promotion that took it there. Index names are the dimension and a
--- digest of the tenant id, as vector_index.graph_name derives them. Upgrading builds each large tenant's graph once
--- (minutes for millions of chunks).
-CREATE TEMP TABLE tenant_graphs_to_build ON COMMIT DROP AS
-SELECT t.tenant_id, m.dimension,
-       (SELECT e.tableoid::regclass::text FROM chunk_embeddings e WHERE e.tenant_id = t.tenant_id LIMIT 1) AS partition
-  FROM tenant_serving_totals t
-  JOIN (SELECT DISTINCT model_name, dimension FROM embedding_models) m ON m.model_name = t.name
- WHERE t.kind = 'model' AND m.dimension BETWEEN 1 AND 2000
- GROUP BY t.tenant_id, m.dimension
-HAVING sum(t.chunks) > 5000;
+-- dropped by the tenant filter one by one: slower, which told the tenant what its neighbour holds. A tenant's own graph
+-- holds its own rows only (documents/vector_index.py). A tenant of at most 5,000 served chunks
+-- (search.EXACT_SEARCH_MAX_CHUNKS) is ranked exactly and gets no graph.
+--
+-- This drops the shared graphs and nothing more: dropping a partitioned index locks the table until the migration
+-- commits, so the large tenants' graphs are built after it, concurrently (`ingestion-pipeline db migrate` builds
+-- them once the migrations are applied; so do the intake service's janitor and each tenant's next promotion). Until
+-- its graph is built a large tenant is ranked exactly: correct, slower.
+--
+-- An empty index keeps each dropped graph's name on the parent alone (ON ONLY, no partition attached, so it is
+-- never valid and never used): a worker of the release before, still promoting during the rollout, finds its
+-- dimension's index present and does not build the shared graph again.
 DO $$
 DECLARE
     shared text;
-    large record;
+    dim integer;
 BEGIN
     FOR shared IN SELECT indexname FROM pg_indexes
                    WHERE tablename = 'chunk_embeddings' AND indexname ~ '^chunk_embeddings_hnsw_[0-9]+$' LOOP
+        dim := substring(shared FROM '([0-9]+)$')::integer;
         EXECUTE format('DROP INDEX %I', shared);  -- the partitions' indexes attached to it go with it
-    END LOOP;
-    -- read from a table of its own: a loop over chunk_embeddings itself would hold the partition the index is on
-    FOR large IN SELECT * FROM tenant_graphs_to_build WHERE partition IS NOT NULL LOOP
-        EXECUTE format('CREATE INDEX %I ON %I USING hnsw ((embedding::vector(%s)) vector_cosine_ops) '
-                       'WHERE tenant_id = %L AND vector_dims(embedding) = %s AND indexed',
-                       'chunk_embeddings_hnsw_' || large.dimension || '_'
-                           || left(encode(sha256(convert_to(large.tenant_id, 'UTF8')), 'hex'), 24),
-                       large.partition, large.dimension, large.tenant_id, large.dimension);
+        EXECUTE format('CREATE INDEX %I ON ONLY chunk_embeddings USING hnsw ((embedding::vector(%s)) '
+                       'vector_cosine_ops) WHERE vector_dims(embedding) = %s AND indexed AND false',
+                       shared, dim, dim);
     END LOOP;
 END $$;

@@ -39,7 +39,12 @@ def bootstrap() -> Context:
     url = resolve_database_url(allow_embedded=True)
     resolve_dagster_storage_url(allow_embedded=True)
     if embedded:
-        apply_migrations(url)
+        if apply_migrations(url):  # an upgrade: the large tenants' graphs it leaves to build (sql/052)
+            from ingestion_pipeline.core.db import Database
+            from ingestion_pipeline.documents import search, vector_index
+
+            with Database(url, max_size=1, name="migrate") as db:
+                vector_index.ensure_graphs(db, search.EXACT_SEARCH_MAX_CHUNKS)
     else:
         with psycopg.connect(url) as conn:
             check_schema(conn)

@@ -27,12 +27,23 @@ def cmd_db(args: argparse.Namespace) -> int:
         check_databases()
         emit(args, [{"ok": True}], lambda r: print("both databases answer; the schema is current"))
     elif args.db_command == "migrate":
-        from ingestion_pipeline.core.db import resolve_database_url
+        from ingestion_pipeline.core.db import Database, resolve_database_url
         from ingestion_pipeline.core.migrations import apply_migrations
+        from ingestion_pipeline.documents import search, vector_index
 
-        applied = apply_migrations(resolve_database_url(allow_embedded=True))
-        emit(args, [{"applied": applied}],
-             lambda r: print("applied: " + (", ".join(applied) if applied else "nothing (up to date)")))
+        url = resolve_database_url(allow_embedded=True)
+        applied = apply_migrations(url)
+        # the large tenants' HNSW graphs an upgrade leaves to build (sql/052), built concurrently: searches and
+        # promotions go on meanwhile
+        with Database(url, max_size=1, name="migrate") as db:
+            graphs = vector_index.ensure_graphs(db, search.EXACT_SEARCH_MAX_CHUNKS)
+        emit(args, [{"applied": applied, "graphs_built": [list(g) for g in graphs.built],
+                     "graphs_failed": [list(g) for g in graphs.failed]}],
+             lambda r: print("applied: " + (", ".join(applied) if applied else "nothing (up to date)")
+                             + (f"; HNSW graphs built for {len(graphs.built)} large tenant(s)" if graphs.built else "")
+                             + (f"; {len(graphs.failed)} graph(s) not built (see the log; built again by the "
+                                "next `db migrate`, the janitor or the tenant's next promotion)"
+                                if graphs.failed else "")))
     return 0
 
 

@@ -140,7 +140,7 @@ def sweep_settings() -> Iterator[tuple[str, SearchSettings]]:
 
 # The vector stage, by the tenant's own HNSW graph of the query's dimension (documents/vector_index.py: a partial
 # index whose predicate names the tenant, used because the statement is planned with its tenant, see
-# _scored_vector_candidates), over the current model's vectors only. The graph is scanned before the model and
+# _ranked_vector_candidates), over the current model's vectors only. The graph is scanned before the model and
 # active filters apply, so when its nearest vectors are another model's or inactive versions' it can return fewer
 # than asked for (even none).
 _VECTOR_ANN_SQL = """
@@ -402,6 +402,16 @@ def _vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: n
 
 def _scored_vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,
                               candidates: int, k: int, *, exact: bool | None = None) -> list[tuple[int, float]]:
+    """``_ranked_vector_candidates`` in a transaction: the settings its statements are planned and scanned with
+    (``set_config(..., true)``) last as long as the transaction, and outside one they would last no statement."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        with conn.transaction():
+            return _ranked_vector_candidates(conn, tenant_id, query_vector, model, candidates, k, exact=exact)
+    return _ranked_vector_candidates(conn, tenant_id, query_vector, model, candidates, k, exact=exact)
+
+
+def _ranked_vector_candidates(conn: psycopg.Connection, tenant_id: str, query_vector: np.ndarray, model: str,
+                              candidates: int, k: int, *, exact: bool | None = None) -> list[tuple[int, float]]:
     """The tenant's nearest active chunks (up to ``candidates``) and their cosine similarity, nearest first,
     chosen by the tenant's size
     (figures: ``benchmarks/search_latency.py``, 1M chunks in 50 tenants):
@@ -456,12 +466,11 @@ def _exact_rows(conn: psycopg.Connection, params: dict, dim: int, statement: str
     # through the tenant's key, never a scan of the partition: the planner reads the whole partition when the
     # tenant is most of it, and its neighbours' rows would then make the search slower the more they store
     # (hostile/test_neighbour_timing.py). Only for this statement: the caller's setting is put back after.
+    # (A statement that fails leaves the setting to the transaction's rollback, which undoes it.)
     was = conn.execute("SELECT current_setting('enable_seqscan') AS v, set_config('enable_seqscan', 'off', true)"
                        ).fetchone()["v"]
-    try:
-        rows = conn.execute(of_dimension(statement, dim), {**params, "nearest": nearest}).fetchall()
-    finally:
-        conn.execute("SELECT set_config('enable_seqscan', %s, true)", (was,))
+    rows = conn.execute(of_dimension(statement, dim), {**params, "nearest": nearest}).fetchall()
+    conn.execute("SELECT set_config('enable_seqscan', %s, true)", (was,))
     if every_row:
         return rows
     active = [r for r in rows if r["active"]]

@@ -4,8 +4,9 @@ A graph shared by the tenants of a partition leaked one tenant's content to anot
 tenant's query in a co-partitioned tenant's vocabulary walked that tenant's vectors, filtered out one by one, and
 came back measurably slower. A tenant's own graph holds only its own rows, so what its searches cost depends on
 its own content. A tenant of at most ``search.EXACT_SEARCH_MAX_CHUNKS`` served chunks needs no graph: it is ranked
-exactly over its own rows (no graph maintenance either). Past that size its graph is built once, by the promotion
-step whose promotion took it past (``ensure_graphs``), and kept by every insertion after; until it is valid, its
+exactly over its own rows (no graph maintenance either). Past that size its graph is built once (``ensure_graphs``)
+by the promotion step whose promotion took it past, and kept by every insertion after; ``db migrate`` and the intake
+service's janitor build any that are missing (after an upgrade, or a build that failed). Until it is valid, its
 searches rank exactly, which is slower but neither wrong nor dependent on anyone else's rows. Figures:
 ``benchmarks/search_latency.py``.
 
@@ -92,24 +93,23 @@ def build_graph(conn: psycopg.Connection, tenant_id: str, dimension: int) -> boo
     if not 1 <= dimension <= 2000:  # pgvector indexes vectors of up to 2,000 dimensions
         raise ValueError(f"embedding dimension {dimension} cannot be indexed (pgvector: 1 to 2000)")
     name = graph_name(tenant_id, dimension)
-    lock = (_BUILD_LOCK, int(name.rsplit("_", 1)[1][:7], 16))
+    lock = (_BUILD_LOCK, int(hashlib.sha256(name.encode()).hexdigest()[:7], 16))  # the tenant and the dimension
     if not conn.execute("SELECT pg_try_advisory_lock(%s, %s) AS got", lock).fetchone()["got"]:
         return False  # another connection is building it
     try:
         rows = conn.execute(_STATE_SQL, {"names": [name]}).fetchall()
         if rows and rows[0]["valid"]:
             return False
+        # waits on the partition's older transactions, bounded: past it the build fails and is tried again later
+        conn.execute("SELECT set_config('lock_timeout', %s, false)", (BUILD_LOCK_TIMEOUT,))
         if rows:  # a build that did not finish
             conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute("SELECT set_config('lock_timeout', %s, false)", (BUILD_LOCK_TIMEOUT,))
-        try:
-            conn.execute(sql.SQL(_GRAPH).format(
-                name=sql.Identifier(name), partition=sql.Identifier(partition_of(conn, tenant_id)),
-                dim=sql.Literal(dimension), tenant=sql.Literal(tenant_id)))
-        finally:
-            conn.execute("RESET lock_timeout")
+        conn.execute(sql.SQL(_GRAPH).format(
+            name=sql.Identifier(name), partition=sql.Identifier(partition_of(conn, tenant_id)),
+            dim=sql.Literal(dimension), tenant=sql.Literal(tenant_id)))
         return True
     finally:
+        conn.execute("RESET lock_timeout")
         conn.execute("SELECT pg_advisory_unlock(%s, %s)", lock)
 
 
@@ -121,16 +121,20 @@ class GraphsEnsured:
 
 def ensure_graphs(db: Database, min_chunks: int, tenants: list[str] | None = None) -> GraphsEnsured:
     """Build the graph of every tenant (of ``tenants``; None: of all) serving more than ``min_chunks`` chunks that has
-    none valid, in each dimension its models embed in. A build that fails is logged and reported, not raised: its
-    tenant is ranked exactly meanwhile, and the tenant's next promotion tries again."""
-    with db.connection() as conn:
-        wanted = [(r["tenant_id"], r["dimension"]) for r in conn.execute(
-            _LARGE_TENANTS_SQL, {"chunks": min_chunks, "tenants": tenants})]
-        if not wanted:
-            return GraphsEnsured([], [])
-        names = {graph_name(t, d): (t, d) for t, d in wanted}
-        valid = {r["name"] for r in conn.execute(_STATE_SQL, {"names": list(names)}) if r["valid"]}
-    built, failed = [], []
+    none valid, in each dimension its models embed in. Nothing here is raised: a build that fails is logged and
+    reported, its tenant is ranked exactly meanwhile, and the next call tries again (a promotion of the tenant's,
+    the janitor's next round, ``db migrate``); the caller's own work (promotions committed already) stands."""
+    built: list[tuple[str, int]] = []
+    failed: list[tuple[str, int, str]] = []
+    try:
+        with db.connection() as conn:
+            wanted = [(r["tenant_id"], r["dimension"]) for r in conn.execute(
+                _LARGE_TENANTS_SQL, {"chunks": min_chunks, "tenants": tenants})]
+            names = {graph_name(t, d): (t, d) for t, d in wanted}
+            valid = {r["name"] for r in conn.execute(_STATE_SQL, {"names": list(names)}) if r["valid"]}
+    except psycopg.Error as exc:
+        log.warning("the tenants that need an HNSW graph could not be listed (%s); tried again later", exc)
+        return GraphsEnsured(built, [("", 0, str(exc))])
     for name, (tenant_id, dimension) in names.items():
         if name in valid:
             continue
@@ -139,9 +143,9 @@ def ensure_graphs(db: Database, min_chunks: int, tenants: list[str] | None = Non
                 if build_graph(conn, tenant_id, dimension):
                     built.append((tenant_id, dimension))
                     log.info("built the HNSW graph of tenant %s, dimension %d (%s)", tenant_id, dimension, name)
-        except psycopg.Error as exc:
+        except (psycopg.Error, LookupError, ValueError) as exc:
             log.warning("the HNSW graph of tenant %s, dimension %d was not built (%s); it is ranked exactly "
-                        "until a later promotion builds it", tenant_id, dimension, exc)
+                        "until a later try builds it", tenant_id, dimension, exc)
             failed.append((tenant_id, dimension, str(exc)))
     return GraphsEnsured(built, failed)
 

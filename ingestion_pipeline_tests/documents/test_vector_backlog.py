@@ -200,7 +200,8 @@ def test_a_database_from_before_upgrades_with_every_vector_in_its_index(pg_serve
         _through_the_index(conn, monkeypatch)
         definitions = {r["indexname"]: r["indexdef"] for r in conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE indexname LIKE 'chunk_embeddings%%hnsw%%'")}
-        assert set(definitions) == {graph_name("acme", 384), graph_name("tiny", 8)}
+        assert set(definitions) == {graph_name("acme", 384), graph_name("tiny", 8),
+                                    "chunk_embeddings_hnsw_384", "chunk_embeddings_hnsw_8"}  # sql/052's empty names
         assert all("indexed" in d for d in definitions.values())
         query = np.asarray(json.loads(stored[acme[7]]), dtype=np.float32)
         with conn.transaction():

@@ -67,34 +67,72 @@ def test_an_unpartitioned_table_upgrades_with_every_vector_and_each_dimensions_i
         for tenant in ("acme", "globex", "tiny"):  # each tenant's rows in one partition, the one its hash names
             assert conn.execute("SELECT count(DISTINCT tableoid) AS n FROM chunk_embeddings WHERE tenant_id = %s",
                                 (tenant,)).fetchone()["n"] == 1
-        # the graphs shared by a partition's tenants are gone (sql/052); tenants this small are ranked exactly
-        names = {r["indexname"] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE "
-                                                      "'chunk_embeddings_%%hnsw_%%'")}
-        assert names == set()
+        # the graphs shared by a partition's tenants are gone (sql/052), their names kept by empty indexes that
+        # nothing uses; tenants this small are ranked exactly
+        assert _index_names(conn) == {"chunk_embeddings_hnsw_384": False, "chunk_embeddings_hnsw_8": False}
         assert conn.execute("SELECT to_regclass('chunk_embeddings_unpartitioned') AS t").fetchone()["t"] is None
         hits = hybrid_search(conn, tenant_id="globex", query="nothing", k=3, model="m",
                              query_vector=np.asarray(json.loads(stored[globex[0]]), dtype=np.float32))
         assert hits[0].chunk_id == globex[0]
 
 
-def test_a_database_of_shared_graphs_upgrades_to_a_graph_per_large_tenant(pg_server_url, tmp_path):
+def _register_model_m(conn) -> None:
+    conn.execute("INSERT INTO embedding_models (model_name, model_digest, dimension, model_path) "
+                 "VALUES ('m', %s, 384, '/models/m')", ("0" * 64,))
+    conn.execute("UPDATE document_versions SET embedding_model = 'm'")  # as promotion sets it
+
+
+def _index_names(conn) -> dict[str, bool]:
+    return {r["name"]: r["valid"] for r in conn.execute(
+        "SELECT c.relname AS name, i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "WHERE c.relname LIKE 'chunk\\_embeddings%%hnsw%%'")}
+
+
+def test_a_database_of_shared_graphs_upgrades_to_a_graph_per_large_tenant(pg_server_url, tmp_path, monkeypatch,
+                                                                         capsys):
+    from ingestion_pipeline.cli import main
+
     url = database_migrated_before(pg_server_url, tmp_path, "052")
     rng = np.random.default_rng(8)
     with connect(url, autocommit=True) as conn:
         big = add_tenant_vectors(conn, "big", rng.normal(size=(5_001, 384)))
         add_tenant_vectors(conn, "small", rng.normal(size=(20, 384)))
-        conn.execute("INSERT INTO embedding_models (model_name, model_digest, dimension, model_path) "
-                     "VALUES ('m', %s, 384, '/models/m')", ("0" * 64,))
-        conn.execute("UPDATE document_versions SET embedding_model = 'm'")  # as promotion sets it
-        assert conn.execute("SELECT to_regclass('chunk_embeddings_hnsw_384') AS i").fetchone()["i"] is not None
+        _register_model_m(conn)
+        assert _index_names(conn)["chunk_embeddings_hnsw_384"]  # the shared graph, valid
     apply_migrations(url)
     with connect(url, autocommit=True) as conn:
-        assert conn.execute("SELECT to_regclass('chunk_embeddings_hnsw_384') AS i").fetchone()["i"] is None
-        assert graph_ready(conn, "big", 384) and not graph_ready(conn, "small", 384)
-        names = {r["indexname"] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE "
-                                                      "'chunk_embeddings_%%hnsw_%%'")}
-        assert names == {graph_name("big", 384)}  # the name the code derives, from SQL's own digest
+        # the shared graph is gone; its name stays on an empty index that nothing uses, so a worker of the release
+        # before does not build it again during the rollout
+        assert _index_names(conn) == {"chunk_embeddings_hnsw_384": False}
         stored = np.asarray(json.loads(conn.execute("SELECT embedding::text AS e FROM chunk_embeddings "
                                                     "WHERE chunk_id = %s", (big[9],)).fetchone()["e"]), np.float32)
+        # until its graph is built the large tenant is ranked exactly
+        assert hybrid_search(conn, tenant_id="big", query="nothing", query_vector=stored, k=3, model="m"
+                             )[0].chunk_id == big[9]
+    monkeypatch.setenv("DATABASE_URL", url)
+    assert main(["db", "migrate", "--json"]) == 0
+    [report] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert report["applied"] == [] and report["graphs_built"] == [["big", 384]] and report["graphs_failed"] == []
+    with connect(url, autocommit=True) as conn:
+        assert graph_ready(conn, "big", 384) and not graph_ready(conn, "small", 384)
+        assert _index_names(conn) == {"chunk_embeddings_hnsw_384": False, graph_name("big", 384): True}
         hits = hybrid_search(conn, tenant_id="big", query="nothing", query_vector=stored, k=3, model="m")
         assert hits[0].chunk_id == big[9]
+
+
+def test_the_janitor_builds_a_large_tenants_missing_graph(database, db, monkeypatch):
+    import dagster as dg
+
+    from ingestion_pipeline.core.settings import ReliabilitySettings
+    from ingestion_pipeline.defs.ledger import janitor
+    from ingestion_pipeline.documents import search
+
+    monkeypatch.setattr(search, "EXACT_SEARCH_MAX_CHUNKS", 30)
+    add_tenant_vectors(db, "acme", np.random.default_rng(9).normal(size=(40, 384)))
+    add_tenant_vectors(db, "globex", np.random.default_rng(10).normal(size=(10, 384)))
+    _register_model_m(db)
+    with dg.instance_for_test() as instance:
+        report = janitor.run_janitor(instance, database, ReliabilitySettings(), backlog_per_round=0)
+        assert report.graphs_built == [("acme", 384)] and "HNSW graph built: acme (384)" in report.describe()
+        assert janitor.run_janitor(instance, database, ReliabilitySettings(), backlog_per_round=0).is_empty
+    assert graph_ready(db, "acme", 384) and not graph_ready(db, "globex", 384)

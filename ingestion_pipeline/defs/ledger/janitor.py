@@ -31,7 +31,7 @@ from ingestion_pipeline.core.ledger import DOCUMENT_FILES, TABLES
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.defs.ledger.finalization import owner_of, retry_follows, table_for_run
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
-from ingestion_pipeline.documents import file_ledger, units, vector_backlog
+from ingestion_pipeline.documents import file_ledger, search, units, vector_backlog, vector_index
 
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
@@ -47,10 +47,12 @@ class JanitorReport:
     stale_units: list[dict] = field(default_factory=list)  # units of big PDFs whose reader stopped renewing
     indexed: int = 0  # promoted vectors put into their HNSW graph
     left_to_index: int = 0
+    graphs_built: list[tuple[str, int]] = field(default_factory=list)  # large tenants' graphs (vector_index.py)
 
     @property
     def is_empty(self) -> bool:
-        return not (self.dead_runs or self.expired or self.relaunched or self.stale_units or self.indexed)
+        return not (self.dead_runs or self.expired or self.relaunched or self.stale_units or self.indexed
+                    or self.graphs_built)
 
     def describe(self) -> str:
         if self.is_empty:
@@ -70,6 +72,9 @@ class JanitorReport:
         if self.indexed:
             parts.append(f"{self.indexed:,} promoted vector(s) put into their HNSW graph "
                          f"({self.left_to_index:,} still waiting)")
+        if self.graphs_built:
+            parts.append(f"{len(self.graphs_built)} large tenant(s)' HNSW graph built: "
+                         + ", ".join(f"{t} ({d})" for t, d in self.graphs_built[:5]))
         return "; ".join(parts)
 
 
@@ -137,6 +142,8 @@ def run_janitor(instance: dg.DagsterInstance, db: Database, policy: ReliabilityS
         step_values.drop_older_than(conn)
     if backlog_per_round and not running:  # a run in progress sweeps the whole backlog at its promotion step
         report.indexed, report.left_to_index = vector_backlog.index_up_to(db, backlog_per_round, nice=index_nice)
+    if not running:  # a graph an upgrade left to build, or whose build failed (a promotion builds its tenant's)
+        report.graphs_built = vector_index.ensure_graphs(db, search.EXACT_SEARCH_MAX_CHUNKS).built
     return report
 
 
