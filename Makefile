@@ -35,7 +35,8 @@ bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 ingestion_pipeline >/dev/null
 
 # OCR of scanned PDF pages needs the system's Tesseract, the Redis job queue a redis-server (tests and `make dev`
-# start their own on 127.0.0.1): installed where that is possible (root and apt-get), otherwise a note.
+# start their own on 127.0.0.1), the web app's tests a Chromium (Debian's: Playwright drives it, downloads none):
+# installed where that is possible (root and apt-get), otherwise a note.
 system-deps:
 	@command -v tesseract >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -50,6 +51,13 @@ system-deps:
 	      { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive \
 	        apt-get install -y -qq --no-install-recommends redis-server >/dev/null; }; }; \
 	  else echo "note: redis-server is not installed; the Redis queue needs REDIS_URL (apt-get install redis-server)"; fi; }
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium (the web app's tests drive a real browser)"; \
+	    { apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+	      { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	        apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; }; \
+	  else echo "note: chromium is not installed; the web app's browser tests are skipped (apt-get install chromium)"; fi; }
 
 demo: $(STAMP) system-deps bytecode
 	$(BIN)/ingestion-pipeline db migrate

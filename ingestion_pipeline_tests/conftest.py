@@ -26,6 +26,9 @@ from ingestion_pipeline_tests.helpers import DOCS, put
 # the other worker's tests; its runs sweep at the server's priority. The lowered sweep is tested on its own
 # (documents/test_vector_backlog.py), by the module's default.
 os.environ.setdefault("INGESTION_INDEX_SWEEP_NICE", "0")
+# pages are rendered for the web app only where a test looks at them (webapp/, documents/test_page_views.py): the
+# corpus's big PDFs would spend minutes of the suite rendering pages nobody opens
+os.environ.setdefault("INGESTION_PAGE_IMAGES", "false")
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,25 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from ingestion_pipeline.api import docs_pages, errors
+from ingestion_pipeline.api import docs_pages, errors, web_session
 from ingestion_pipeline.api.body_bounds import BodyBounds
+from ingestion_pipeline.api.file_events import FileEvents
 from ingestion_pipeline.api.login_guard import LoginGuard
 from ingestion_pipeline.api.read_slots import RefuseOverShare, TenantReadSlots
-from ingestion_pipeline.api.routes import auth, documents, files, health, ingest, metrics, sources
+from ingestion_pipeline.api.routes import (
+    auth,
+    documents,
+    evaluations,
+    files,
+    health,
+    ingest,
+    metrics,
+    reading,
+    sources,
+)
 from ingestion_pipeline.api.services import ApiServices
 from ingestion_pipeline.api.upload_slots import UploadSlots
+from ingestion_pipeline.api.webapp import pages as web_pages
 from ingestion_pipeline.core import login_failures
 
 # Routes that stream their body as they parse it (paced and bounded there); every other body is read whole first.
@@ -24,6 +36,7 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
     async def lifespan(_app: FastAPI):
         yield
         services.close_lowered()
+        app.state.file_events.close()
         app.state.login_guard.close()
         if close_on_shutdown:
             services.db.close()
@@ -38,6 +51,7 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
         redoc_url=None,
     )
     app.state.services = services
+    app.state.file_events = FileEvents(getattr(services.db, "url", None))
     app.state.upload_slots = UploadSlots(services.api.max_inflight_uploads)
     api = services.api
     app.state.search_slots = TenantReadSlots(services.api.searches_per_tenant)
@@ -48,11 +62,12 @@ def create_app(services: ApiServices, *, close_on_shutdown: bool = False) -> Fas
                                        key=login_failures.derive_key(api.jwt_secret) if api.jwt_secret else None)
     errors.install(app)
     app.add_middleware(RefuseOverShare, slots=app.state.search_slots, secret=api.jwt_secret,
-                       auth_enabled=api.auth_enabled)
+                       auth_enabled=api.auth_enabled, session_key=web_session.signing_key(api))
     app.add_middleware(BodyBounds, streaming=STREAMING_UPLOADS, idle_seconds=services.api.upload_idle_seconds,
                        min_bytes_per_second=services.api.upload_min_bytes_per_second)
-    for module in (health, auth, ingest, files, documents, sources, metrics):
+    for module in (health, auth, ingest, files, documents, reading, evaluations, sources, metrics):
         app.include_router(module.router)
     app.include_router(files.deprecated_router)
     docs_pages.install(app)
+    web_pages.install(app)
     return app

@@ -32,10 +32,12 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qs
 
 from ingestion_pipeline.api.errors import ApiError
 from ingestion_pipeline.api.lowered_work import LoweredThreads
+from ingestion_pipeline.api.web_session import COOKIE
 from ingestion_pipeline.core.access_tokens import InvalidToken, verify_token
 
 RETRY_AFTER_SECONDS = "1"
@@ -112,9 +114,10 @@ class RefuseOverShare:
     routing it. The tenant is the bearer token's when its signature holds (or ``?tenant_id=`` with auth off);
     a request without one goes on to the route, which answers it as every route does (401)."""
 
-    def __init__(self, app, *, slots: TenantReadSlots, secret: str | None, auth_enabled: bool,
+    def __init__(self, app, *, slots: TenantReadSlots, secret: str | None, auth_enabled: bool, session_key: str,
                  path: str = "/v1/search") -> None:
         self.app, self.slots, self.secret, self.auth_enabled, self.path = app, slots, secret, auth_enabled, path
+        self.session_key = session_key  # the web app's session cookie (api/web_session.py)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["path"] == self.path and scope["method"] == "GET":
@@ -132,6 +135,12 @@ class RefuseOverShare:
         await self.app(scope, receive, send)
 
     def _tenant(self, scope) -> str | None:
+        session = _session_cookie(scope)
+        if session is not None and not any(name == b"authorization" for name, _ in scope.get("headers", ())):
+            try:
+                return verify_token(session, self.session_key).tenant_id
+            except InvalidToken:
+                return None
         if not self.auth_enabled:
             values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("tenant_id")
             return values[0] if values else None
@@ -145,3 +154,16 @@ class RefuseOverShare:
                 except InvalidToken:
                     return None
         return None
+
+
+def _session_cookie(scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"cookie":
+            jar = SimpleCookie()
+            try:
+                jar.load(value.decode("latin-1"))
+            except CookieError:
+                return None
+            if COOKIE in jar:
+                return jar[COOKIE].value or None
+    return None

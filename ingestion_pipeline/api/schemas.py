@@ -315,3 +315,43 @@ class EventOut(BaseModel):
 class Health(BaseModel):
     status: str
     detail: str | None = None
+
+
+class ChunkOut(BaseModel):
+    chunk_id: int
+    ordinal: int
+    text: str
+    page_start: int | None = None
+    page_end: int | None = None
+    section_path: list[str]
+    token_count: int
+    language: str = Field(description="the chunk's text-search configuration (its language)")
+    ocr: bool = Field(description="its text was read by OCR")
+
+
+class VersionChunksOut(BaseModel):
+    doc_id: int
+    version_id: int
+    version_number: int
+    is_active: bool
+    title: str | None = None
+    filename: str | None = None
+    content_type: str | None = None
+    source_uri: str
+    page_count: int | None = None
+    chunk_count: int
+    token_count: int
+    pages_imaged: bool = Field(description="its pages have images (GET .../pages/{page}/image)")
+    chunks: list[ChunkOut]
+
+
+class PageBoxes(BaseModel):
+    page: int
+    boxes: list[list[float]]
+
+
+class ChunkBoxesOut(BaseModel):
+    chunk_id: int
+    doc_id: int
+    version_number: int
+    pages: list[PageBoxes]

@@ -1,4 +1,5 @@
-"""Who is calling: the principal from the bearer token (or, in development mode, a tenant parameter)."""
+"""Who is calling: the principal from the bearer token, or the web app's session cookie (``web_session.py``), or,
+in development mode, a tenant parameter."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ingestion_pipeline.api import web_session
 from ingestion_pipeline.api.errors import ApiError
 from ingestion_pipeline.api.services import ApiServices
 from ingestion_pipeline.core.access_tokens import InvalidToken, Principal, verify_token
@@ -26,6 +28,12 @@ def principal(
     tenant_id: Annotated[str | None, Query(include_in_schema=False)] = None,
 ) -> Principal:
     api = services(request).api
+    session = web_session.session_of(request)
+    if credentials is None and session is not None:  # the web app's sign-in (api/web_session.py)
+        who = web_session.principal_from_session(request, api, session)
+        if api.auth_enabled and not services(request).user_is_active(who.user_id):
+            raise ApiError(401, "account_disabled", "this session's user is disabled or removed", _CHALLENGE)
+        return who
     if not api.auth_enabled:  # development mode: loopback only, tenant from the query string
         if not tenant_id:
             raise ApiError(401, "tenant_required", "AUTH_ENABLED=false: pass ?tenant_id=", _CHALLENGE)

@@ -82,7 +82,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(f"Embedding: {row['embedding_precision']} on {row['embedding_runtime']}")
         print(f"Intake service (queues, sources, janitor): pid {row['intake_pid']}")
         if "api" in row:
-            print(f"HTTP API: {row['api']} (docs at {row['api']}/docs; auth {row['api_auth']})")
+            print(f"HTTP API: {row['api']} (docs at {row['api']}/docs; web app at {row['api']}/app; "
+                  f"auth {row['api_auth']})")
         print("Ctrl-C stops them all")
 
     emit(args, [started], describe)

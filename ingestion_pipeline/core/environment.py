@@ -84,6 +84,7 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         _setting("INGESTION_MAX_OCR_PAGES_PER_FILE"),
         _setting("INGESTION_MAX_ZIP_MEMBER_BYTES"),
         _setting("INGESTION_MAX_COMPRESSION_RATIO"),
+        _setting("INGESTION_PAGE_IMAGES"),
         _setting("INGESTION_UNIT_PAGES"),
         _setting("INGESTION_UNIT_TEXT_PAGES"),
         _setting("INGESTION_UNIT_CHARACTERS"),

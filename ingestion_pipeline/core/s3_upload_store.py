@@ -32,10 +32,12 @@ from ingestion_pipeline.core.hashing import CHUNK_BYTES, SizeLimitExceeded
 from ingestion_pipeline.core.s3_ranged_reader import S3RangedReader
 from ingestion_pipeline.core.upload_store import (
     READER_BUFFER_BYTES,
+    VIEWS,
     LocalCopy,
     StoredFile,
     StoredObjectChanged,
     StoredObjectMissing,
+    view_name_ok,
     write_all,
 )
 
@@ -236,13 +238,32 @@ class S3UploadStore:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(location))
         return int(head.get("ContentLength", 0))
 
+    def _view_key(self, tenant_id: str, sha256: str, name: str) -> str:
+        if not (view_name_ok(name) and view_name_ok(sha256) and view_name_ok(tenant_id)):
+            raise ValueError(f"not a view's name: {tenant_id!r}/{sha256!r}/{name!r}")
+        return f"{self.prefix}{VIEWS}/{tenant_id}/{sha256}/{name}"
+
+    def put_view(self, tenant_id: str, sha256: str, name: str, data: bytes) -> None:
+        """Keep ``data`` as the view ``name`` of the tenant's file ``sha256`` (tenant-prefixed keys)."""
+        self.client.put_object(Bucket=self.bucket, Key=self._view_key(tenant_id, sha256, name), Body=data)
+
+    def get_view(self, tenant_id: str, sha256: str, name: str) -> bytes | None:
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._view_key(tenant_id, sha256, name))["Body"]
+            return body.read()
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+
     def stale(self, older_than_seconds: float) -> list[str]:
         """Objects (and temporary ``.incoming/`` ones) last written longer ago than that; unfinished multipart
         uploads that old are aborted on the way (a process died mid-upload)."""
         cutoff = datetime.now(UTC) - timedelta(seconds=older_than_seconds)
         found: list[str] = []
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
-            found += [self.uri_of(o["Key"]) for o in page.get("Contents", []) if o["LastModified"] < cutoff]
+            found += [self.uri_of(o["Key"]) for o in page.get("Contents", [])
+                      if o["LastModified"] < cutoff and not o["Key"].startswith(f"{self.prefix}{VIEWS}/")]
         for page in self.client.get_paginator("list_multipart_uploads").paginate(
                 Bucket=self.bucket, Prefix=f"{self.prefix}{INCOMING}"):
             for upload in page.get("Uploads", []):

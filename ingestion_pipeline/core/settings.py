@@ -284,6 +284,10 @@ class ExtractionLimits(_Area):
     max_compression_ratio: float = env("INGESTION_MAX_COMPRESSION_RATIO", default=100.0, parse=_finite, shown="100",
                                        expected="a finite number",
                                        description="Uncompressed / compressed, for parts over 1 MiB.")
+    page_images: bool = env("INGESTION_PAGE_IMAGES", default=True, parse=_bool, expected="true or false",
+                            shown="true",
+                            description="Render each PDF page at ingest, with where its text lies, for the web "
+                                        "app's inspector (kept in the upload store beside the file).")
     # measured by benchmarks/big_documents.py: see docs/benchmarks.md (a unit is one extraction worker's job)
     unit_pages: int = env("INGESTION_UNIT_PAGES", default=8, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
                           description="A PDF of more pages to OCR than this is read in units of about this many, "

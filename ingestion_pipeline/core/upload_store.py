@@ -19,6 +19,7 @@ import io
 import os
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -86,6 +87,8 @@ class UploadStore(Protocol):
     def reader(self, location: str | Path): ...  # a context manager of an io.BufferedReader, bytes unchecked
     def release(self, location: str | Path) -> int: ...
     def stale(self, older_than_seconds: float) -> list[str]: ...
+    def put_view(self, tenant_id: str, sha256: str, name: str, data: bytes) -> None: ...
+    def get_view(self, tenant_id: str, sha256: str, name: str) -> bytes | None: ...
 
 
 class IncomingFile:
@@ -195,12 +198,42 @@ class LocalUploadStore:
             return 0
         return size
 
+    def put_view(self, tenant_id: str, sha256: str, name: str, data: bytes) -> None:
+        """Keep ``data`` as the view ``name`` of the tenant's file ``sha256`` (written whole, then renamed)."""
+        path = _view_path(self.root, tenant_id, sha256, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}")
+        partial.write_bytes(data)
+        partial.replace(path)
+
+    def get_view(self, tenant_id: str, sha256: str, name: str) -> bytes | None:
+        try:
+            return _view_path(self.root, tenant_id, sha256, name).read_bytes()
+        except FileNotFoundError:
+            return None
+
     def stale(self, older_than_seconds: float) -> list[str]:
         """Stored files (and half-written ``.incoming-*``) last written longer ago than that."""
         cutoff = time.time() - older_than_seconds
         if not self.root.is_dir():
             return []
         return [str(p) for p in self.root.glob("*/*") if p.is_file() and p.stat().st_mtime < cutoff]
+
+
+# What is made of a stored file for people to see (its pages' images and layouts: documents/page_views.py), kept
+# apart from the files themselves: never counted stale, never released with the file.
+VIEWS = ".views"
+
+
+def view_name_ok(name: str) -> bool:
+    """A view's name is one plain file name (``12.jpg``): never a path."""
+    return bool(name) and len(name) <= 64 and all(c.isalnum() or c in "._-" for c in name) and not name.startswith(".")
+
+
+def _view_path(root: Path, tenant_id: str, sha256: str, name: str) -> Path:
+    if not view_name_ok(name) or not view_name_ok(sha256) or not view_name_ok(tenant_id):
+        raise ValueError(f"not a view's name: {tenant_id!r}/{sha256!r}/{name!r}")
+    return root / VIEWS / tenant_id / sha256 / name
 
 
 def stored_in(location: str | Path | None) -> LocalUploadStore:

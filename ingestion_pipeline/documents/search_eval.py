@@ -56,16 +56,21 @@ class QuestionSetError(ValueError):
 
 def load_questions(path: Path) -> list[Question]:
     """The questions of a JSON Lines file (one object a line: id, document, kind, language, question, answer)."""
+    return parse_questions(Path(path).read_text(encoding="utf-8").splitlines(), str(path))
+
+
+def parse_questions(lines: Iterable[str], path: str) -> list[Question]:
+    """The questions of JSON Lines ``lines``; ``path`` names them in an error (a file, or a pasted set)."""
     questions: list[Question] = []
     seen: set[str] = set()
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
             question = Question(**{name: str(record[name]) for name in
                                    ("id", "document", "kind", "language", "question", "answer")})
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise QuestionSetError(f"{path}, line {number}: not a question ({exc})") from exc
         if question.kind not in KINDS:
             raise QuestionSetError(f"{path}, line {number}: kind {question.kind!r} is not one of {', '.join(KINDS)}")

@@ -77,6 +77,8 @@ class Server:
     proc: subprocess.Popen
     headers: dict[str, str]
     upload_dir: Path
+    env: dict[str, str]  # the server's environment: a command run with it works on the server's database and store
+    email: str  # the acme admin's, whose password is PASSWORD
 
     def status(self, field: str) -> int:
         """VmRSS / VmHWM of the server process, in bytes."""
@@ -132,7 +134,7 @@ def start_server(database_url: str, tmp_path: Path, **extra_env: str) -> Iterato
                 """INSERT INTO users (tenant_id, email, password_hash, role) VALUES ('acme', %s, %s, 'admin')
                    RETURNING user_id::text""", (f"server-{port}@acme.example", _password_hash())).fetchone()[0]
         token = issue_token(Principal(user_id, "acme", "admin"), SECRET, expiry_seconds=3600)
-        yield Server(url, proc, {"Authorization": f"Bearer {token}"}, upload_dir)
+        yield Server(url, proc, {"Authorization": f"Bearer {token}"}, upload_dir, env, f"server-{port}@acme.example")
     finally:
         proc.terminate()
         try:

@@ -11,6 +11,7 @@ from ingestion_pipeline.api.errors import ApiError, ErrorBody, not_found
 from ingestion_pipeline.api.login_guard import LoginGuard, LoginRefused
 from ingestion_pipeline.api.schemas import TokenRequest, TokenResponse, UserIn, UserOut
 from ingestion_pipeline.api.security import Admin, Services
+from ingestion_pipeline.api.services import ApiServices
 from ingestion_pipeline.core import login_failures, users
 from ingestion_pipeline.core.access_tokens import Principal, issue_token
 
@@ -18,15 +19,11 @@ router = APIRouter(prefix="/v1", tags=["auth"])
 REFUSAL_PAUSE_SECONDS = 1.0
 
 
-@router.post("/auth/token", response_model=TokenResponse, responses={
-    401: {"description": "bad credentials"},
-    429: {"model": ErrorBody, "description": "too many failed logins from this address, or from it for this "
-                                             "account, or too many at once: wait `Retry-After` seconds"},
-    400: {"model": ErrorBody, "description": "the pair signs in to several tenants: give tenant_id"}})
-async def token(body: TokenRequest, request: Request, services: Services) -> dict:
-    """Exchange email and password for a bearer token. A wrong password and an unknown email get the same
-    answer in similar time. Failed logins are throttled per address and per (address, account) pair
-    (``api/login_guard.py``)."""
+async def sign_in(request: Request, services: ApiServices, email: str, password: str,
+                  tenant_id: str | None) -> Principal:
+    """The account ``email`` and ``password`` open (in ``tenant_id`` if given), throttled per address and per
+    (address, account) pair (``api/login_guard.py``); an ``ApiError`` (401, 429, 400) otherwise. The token route
+    and the web app's sign-in both come here."""
     if not services.api.auth_enabled:
         raise ApiError(400, "auth_disabled", "AUTH_ENABLED=false: no tokens are issued in development mode")
     guard: LoginGuard = request.app.state.login_guard
@@ -38,10 +35,10 @@ async def token(body: TokenRequest, request: Request, services: Services) -> dic
             # counted per login as asked (tenant, email), whatever it matches: the same email in another tenant,
             # whoever made it, is another login whose sign-ins forgive nothing of this one's failures. Checked
             # before the accounts are looked up: a refused flood costs one query a try
-            accounts = login_failures.accounts(body.email, body.tenant_id)
+            accounts = login_failures.accounts(email, tenant_id)
             guard.check(conn, address, accounts)
-            rows = users.login_candidates(conn, body.email, tenant_id=body.tenant_id)
-        user = guard.hash(users.match_password, rows, body.password, address=address)
+            rows = users.login_candidates(conn, email, tenant_id=tenant_id)
+        user = guard.hash(users.match_password, rows, password, address=address)
         with services.db.connection() as conn:
             guard.record(conn, address, accounts, succeeded=user is not None,
                          forgive=login_failures.forgiven_by(rows, accounts) if user else None)
@@ -57,8 +54,21 @@ async def token(body: TokenRequest, request: Request, services: Services) -> dic
         raise ApiError(400, "tenant_required", str(exc)) from exc
     if user is None:
         raise ApiError(401, "invalid_credentials", "wrong email or password", {"WWW-Authenticate": "Bearer"})
+    return Principal(user.user_id, user.tenant_id, user.role)
+
+
+@router.post("/auth/token", response_model=TokenResponse, responses={
+    401: {"description": "bad credentials"},
+    429: {"model": ErrorBody, "description": "too many failed logins from this address, or from it for this "
+                                             "account, or too many at once: wait `Retry-After` seconds"},
+    400: {"model": ErrorBody, "description": "the pair signs in to several tenants: give tenant_id"}})
+async def token(body: TokenRequest, request: Request, services: Services) -> dict:
+    """Exchange email and password for a bearer token. A wrong password and an unknown email get the same
+    answer in similar time. Failed logins are throttled per address and per (address, account) pair
+    (``api/login_guard.py``)."""
+    who = await sign_in(request, services, body.email, body.password, body.tenant_id)
     expiry = services.api.jwt_expiry_seconds
-    access = issue_token(Principal(user.user_id, user.tenant_id, user.role), services.api.jwt_secret or "",
+    access = issue_token(who, services.api.jwt_secret or "",
                          expiry_seconds=expiry)
     return {"access_token": access, "token_type": "bearer", "expires_in": expiry}
 

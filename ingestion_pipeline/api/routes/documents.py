@@ -92,12 +92,14 @@ async def search(
         hits = await asyncio.get_running_loop().run_in_executor(slots.lower_priority, run)
     else:
         hits = await run_in_threadpool(run)
-    return {"query": q, "hits": [
-        {"chunk_id": h.chunk_id, "score": h.score, "citation": h.citation(), "vector_rank": h.vector_rank,
-         "text_rank": h.text_rank, "navigational": h.navigational, "also_in": h.also_in,
-         "context_before": h.context_before, "context_after": h.context_after,
-         "source": {"doc_id": h.doc_id, "title": h.title, "filename": h.filename, "source_uri": h.source_uri,
-                    "version_number": h.version_number, "page_start": h.page_start, "page_end": h.page_end,
-                    "section_path": h.section_path, "text": h.text, "ocr": h.ocr}}
-        for h in hits
-    ]}
+    return {"query": q, "hits": [hit_out(h) for h in hits]}
+
+
+def hit_out(h) -> dict:
+    """A search hit as the API answers it (``SearchOut``'s hits)."""
+    return {"chunk_id": h.chunk_id, "score": h.score, "citation": h.citation(), "vector_rank": h.vector_rank,
+            "text_rank": h.text_rank, "navigational": h.navigational, "also_in": h.also_in,
+            "context_before": h.context_before, "context_after": h.context_after,
+            "source": {"doc_id": h.doc_id, "title": h.title, "filename": h.filename, "source_uri": h.source_uri,
+                       "version_number": h.version_number, "page_start": h.page_start, "page_end": h.page_end,
+                       "section_path": h.section_path, "text": h.text, "ocr": h.ocr}}

@@ -6,11 +6,16 @@ document) for clients written before "run" came to mean only a Dagster run.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
 
-from ingestion_pipeline.api.errors import found
+from ingestion_pipeline.api.errors import ApiError, found
+from ingestion_pipeline.api.file_events import FileEvents
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, BacklogOut, FileOut, Page
 from ingestion_pipeline.api.security import Caller, Services
@@ -21,6 +26,7 @@ router = APIRouter(prefix="/v1/files", tags=["files"])
 deprecated_router = APIRouter(prefix="/v1/ingestion-runs", tags=["files"], deprecated=True)
 FileStatus = Literal["queued", "running", "succeeded", "failed", "dead_letter", "canceled"]
 FileId = Annotated[int, Path(ge=1, le=MAX_ID)]
+KEEPALIVE_SECONDS = 15.0
 
 
 @router.get("", response_model=Page[FileOut])
@@ -38,6 +44,48 @@ def file_backlog(who: Caller, services: Services) -> dict:
     with services.db.connection() as conn:
         [tenant] = backlog(conn, tenant_id=who.tenant_id)
     return tenant.as_dict()
+
+
+@router.get("/events", response_class=StreamingResponse, responses={
+    200: {"content": {"text/event-stream": {}}, "description": "`event: file`, data: the file as `GET /v1/files/"
+          "{file_id}` answers; `event: resync`: moves may have been missed, list the files again"}})
+async def file_events(request: Request, who: Caller, services: Services) -> StreamingResponse:
+    """The tenant's files as they move (queued, running with its step's progress, succeeded, failed), pushed as
+    server-sent events the moment each move commits (``api/file_events.py``); a comment every
+    ``KEEPALIVE_SECONDS`` keeps proxies from closing a quiet stream. Sign-out or a disabled account ends it."""
+    events: FileEvents = request.app.state.file_events
+    try:
+        queue = events.subscribe(who.tenant_id)
+    except RuntimeError as exc:
+        raise ApiError(503, "events_unavailable", "live file events need the database URL") from exc
+
+    def read(file_id: int) -> dict | None:
+        with services.db.connection() as conn:
+            row = file_ledger.get_file(conn, file_id, tenant_id=who.tenant_id)
+        return None if row is None else FileOut.model_validate(row).model_dump(mode="json")
+
+    async def stream():
+        try:
+            yield "retry: 2000\n\n"
+            while True:
+                try:
+                    file_id = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                except TimeoutError:
+                    if not await run_in_threadpool(services.user_is_active, who.user_id):
+                        return
+                    yield ": keepalive\n\n"
+                    continue
+                if file_id is None:
+                    yield "event: resync\ndata: {}\n\n"
+                    continue
+                body = await run_in_threadpool(read, file_id)
+                if body is not None:
+                    yield f"event: file\ndata: {json.dumps(body)}\n\n"
+        finally:
+            events.unsubscribe(who.tenant_id, queue)
+
+    return StreamingResponse(stream(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 @router.get("/{file_id}", response_model=FileOut)

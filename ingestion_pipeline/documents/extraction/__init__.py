@@ -101,6 +101,11 @@ class InProcessExtractor:
     def survey(self, path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()):
         return pdf_survey(path, look_beyond, known_sources, self.limits)
 
+    def render(self, path: Path, first_page: int, last_page: int) -> list:
+        from ingestion_pipeline.documents.page_views import render_pages
+
+        return render_pages(Path(path), first_page, last_page)
+
 
 def assemble_pdf(parts: Sequence, page_count: int, limits: ExtractionLimits | None = None) -> ExtractedDocument:
     """The document a PDF's units make: what ``extract`` returns for the whole file (the same elements, notes,

@@ -26,6 +26,7 @@ from ingestion_pipeline.core.settings import ExtractionLimits
 from ingestion_pipeline.documents.extraction import extract, extract_pdf_pages, load_extractors, pdf_survey
 from ingestion_pipeline.documents.extraction.elements import ExtractedDocument, PdfPages, PdfSurvey, ReadPage
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
+from ingestion_pipeline.documents.page_views import render_pages
 
 _log = logging.getLogger("ingestion_pipeline.extraction")
 
@@ -57,6 +58,8 @@ def _serve(conn, memory_mb: int) -> None:
         try:
             if isinstance(pages, tuple) and pages[0] == "survey":
                 reply = ("ok", pdf_survey(Path(path), pages[1], pages[2], limits))
+            elif isinstance(pages, tuple) and pages[0] == "render":
+                reply = ("ok", render_pages(Path(path), pages[1], pages[2]))
             elif pages is None:
                 reply = ("ok", extract(Path(path), extension, limits, reusable_ocr))
             else:
@@ -154,6 +157,11 @@ class IsolatedExtractor:
         file: untrusted input) under this extractor's limits: a PDF over its page or OCR budget is refused."""
         return self._ask((str(path), ".pdf", self.limits, [], ("survey", look_beyond, list(known_sources))))
 
+    def render(self, path: Path, first_page: int, last_page: int) -> list:
+        """Pages ``first_page``..``last_page`` of a PDF as images with their text's boxes
+        (``page_views.render_pages``), made by the worker: PDFium renders untrusted input there."""
+        return self._ask((str(path), ".pdf", self.limits, [], ("render", first_page, last_page)))
+
     def _ask(self, task: tuple):
         if not self._alive():
             self._discard()
@@ -236,6 +244,13 @@ class ExtractorPool:
         extractor = self._borrow()
         try:
             return extractor.survey(path, look_beyond, known_sources)
+        finally:
+            self._give_back(extractor)
+
+    def render(self, path: Path, first_page: int, last_page: int) -> list:
+        extractor = self._borrow()
+        try:
+            return extractor.render(path, first_page, last_page)
         finally:
             self._give_back(extractor)
 

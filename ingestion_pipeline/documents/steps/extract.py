@@ -18,6 +18,7 @@ from ingestion_pipeline.core.progress import UnitProgress
 from ingestion_pipeline.core.upload_store import StoredObjectMissing
 from ingestion_pipeline.documents import file_ledger, staging, units
 from ingestion_pipeline.documents.extraction import ExtractedDocument, ExtractionError, ReadPage, assemble_pdf
+from ingestion_pipeline.documents.steps.page_images import keep_page_images
 from ingestion_pipeline.documents.steps.runner import (
     STEP_DONE,
     FileOutcome,
@@ -82,6 +83,8 @@ def _extract_one(run: StepRunner, row: dict) -> FileOutcome:
             _read_units_on_lanes(run, row, raw.path, planned, reusable)
             return _assemble(run, row, planned[-1].last_page, ms(start), raw.fetched_bytes)
         document = run.extract_file(raw.path, extension, reusable)
+        if extension.lower() == ".pdf" and document.page_count:
+            keep_page_images(run, row, raw.path, 1, document.page_count)
     return _stage(run, row, document, ms(start), raw.fetched_bytes)
 
 
@@ -146,6 +149,7 @@ def _read_unit(run: StepRunner, row: dict, path: Path, unit: units.Unit, reusabl
             pages = run.extract_file(path, ".pdf", reusable, (unit.first_page, unit.last_page))
         except ExtractionError as exc:  # the file's failure, saying where
             raise ExtractionError(f"{unit.pages}: {exc}", code=exc.code, suggestion=exc.suggestion) from exc
+        keep_page_images(run, row, path, unit.first_page, unit.last_page)
         with run.db.transaction() as conn:  # the file's hold first: a run that lost the file writes nothing
             file_ledger.hold(conn, row["run_id"], run.owner)
             units.finish(conn, row["run_id"], unit, pages, done_by=f"{socket.gethostname()}:{os.getpid()}",

@@ -1,0 +1,64 @@
+"""A document as its readers see it: a version's chunks in order, its pages' images, where a chunk lies on its
+pages (the web app's inspector, and a citation that opens the page)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import Response
+
+from ingestion_pipeline.api.errors import found, not_found
+from ingestion_pipeline.api.schemas import MAX_ID, ChunkBoxesOut, VersionChunksOut
+from ingestion_pipeline.api.security import Caller, Services
+from ingestion_pipeline.documents import page_views, reading
+
+router = APIRouter(prefix="/v1", tags=["documents"])
+DocId = Annotated[int, Path(ge=1, le=MAX_ID)]
+Version = Annotated[int | None, Query(ge=1, le=MAX_ID, description="a version number; default: the active one")]
+# a page's image is the bytes of one version's file, which never change: cached by the browser for a day
+IMAGE_CACHE = "private, max-age=86400"
+
+
+@router.get("/documents/{doc_id}/chunks", response_model=VersionChunksOut)
+def chunks(doc_id: DocId, who: Caller, services: Services, version: Version = None) -> dict:
+    """A version's chunks in reading order (section path, pages, language, tokens, whether OCR read it), and which
+    of its pages have an image (``pages/{page}/image``)."""
+    with services.db.connection() as conn:
+        found_version = found(reading.version_to_read(conn, who.tenant_id, doc_id, version), "document version")
+        rows = reading.version_chunks(conn, who.tenant_id, found_version["version_id"])
+    imaged = services.document_store.get_view(who.tenant_id, found_version["content_hash"],
+                                              page_views.layout_name(1)) is not None
+    return {**found_version, "pages_imaged": imaged, "chunks": rows}
+
+
+@router.get("/documents/{doc_id}/pages/{page}/image", response_class=Response,
+            responses={200: {"content": {page_views.IMAGE_TYPE: {}}}, 404: {"description": "no such page image"}})
+def page_image(doc_id: DocId, page: Annotated[int, Path(ge=1, le=100_000)], who: Caller, services: Services,
+               version: Version = None) -> Response:
+    """The page as rendered at ingest (PDFs; other formats are read as text)."""
+    with services.db.connection() as conn:
+        found_version = found(reading.version_to_read(conn, who.tenant_id, doc_id, version), "document version")
+    image = services.document_store.get_view(who.tenant_id, found_version["content_hash"],
+                                             page_views.image_name(page))
+    if image is None:
+        raise not_found("page image")
+    return Response(image, media_type=page_views.IMAGE_TYPE, headers={"Cache-Control": IMAGE_CACHE})
+
+
+@router.get("/chunks/{chunk_id}/boxes", response_model=ChunkBoxesOut)
+def chunk_boxes(chunk_id: Annotated[int, Path(ge=1, le=MAX_ID)], who: Caller, services: Services) -> dict:
+    """Where the chunk lies on each of its pages: boxes ``[x0, y0, x1, y1]`` in fractions of the page's width and
+    height from its top left corner, found from the text boxes PDFium gave at ingest. A page without them (not a
+    PDF, not rendered, read by OCR) has no boxes."""
+    with services.db.connection() as conn:
+        chunk = found(reading.chunk_to_locate(conn, who.tenant_id, chunk_id), "chunk")
+    pages = []
+    if chunk["page_start"] is not None:
+        for page in range(chunk["page_start"], (chunk["page_end"] or chunk["page_start"]) + 1):
+            layout = services.document_store.get_view(who.tenant_id, chunk["content_hash"],
+                                                      page_views.layout_name(page))
+            boxes = page_views.chunk_boxes(page_views.read_layout(layout), chunk["text"]) if layout else []
+            pages.append({"page": page, "boxes": boxes})
+    return {"chunk_id": chunk_id, "doc_id": chunk["doc_id"], "version_number": chunk["version_number"],
+            "pages": pages}

@@ -1,0 +1,165 @@
+"""A PDF's pages as a person sees them: an image of each page and where its text lies, made once at ingest
+(``render_pages``, in the extraction worker: PDFium parses untrusted input there), kept in the upload store beside
+the file's bytes (``UploadStore.put_view``), and the boxes of a chunk on a page found from them (``chunk_boxes``).
+
+The boxes come from PDFium's text rectangles (one per run of text on a line), each with the text it bounds. A
+chunk's text is cleaned and joined from those same runs, so a run whose letters occur in the chunk's letters is
+the chunk's; matching on letters and digits only makes the join's spaces, hyphens and line breaks irrelevant.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# 90 dpi: a page of text is readable in the inspector at its width (a few hundred KiB as JPEG)
+RENDER_SCALE = 1.25
+IMAGE_TYPE = "image/jpeg"
+IMAGE_QUALITY = 80
+# a run shorter than this (a page number, a bullet, "of") occurs in almost any chunk: it never starts a chain
+MIN_RUN_LETTERS = 6
+MAX_GAP_LETTERS = 40
+MAX_MISSES = 3
+_NOT_LETTER = re.compile(r"[\W_]+", re.UNICODE)
+
+
+@dataclass
+class PageView:
+    """One page: its image and the runs of text on it, each ``[x0, y0, x1, y1]`` in fractions of the page's width
+    and height from its top left corner."""
+
+    page_number: int
+    width_points: float
+    height_points: float
+    image: bytes
+    runs: list[tuple[str, list[float]]] = field(default_factory=list)
+
+    def layout(self) -> bytes:
+        """What is stored beside the image (``read_layout`` reads it back)."""
+        return json.dumps({"page_number": self.page_number, "width_points": self.width_points,
+                           "height_points": self.height_points,
+                           "runs": [{"text": text, "box": box} for text, box in self.runs]}).encode()
+
+
+def image_name(page_number: int) -> str:
+    return f"{page_number}.jpg"
+
+
+def layout_name(page_number: int) -> str:
+    return f"{page_number}.json"
+
+
+def render_pages(path: Path, first_page: int, last_page: int, scale: float = RENDER_SCALE) -> list[PageView]:
+    """Pages ``first_page``..``last_page`` (1-based, inclusive) of the PDF at ``path``: each rendered, with its
+    text runs. A page PDFium cannot render is left out (the inspector then shows its text only)."""
+    import pypdfium2 as pdfium
+
+    views: list[PageView] = []
+    pdf = pdfium.PdfDocument(str(path))
+    try:
+        last_page = min(last_page, len(pdf))
+        for index in range(first_page - 1, last_page):
+            try:
+                page = pdf[index]
+            except pdfium.PdfiumError:
+                continue
+            try:
+                views.append(_view(page, index + 1, scale))
+            except pdfium.PdfiumError:
+                continue
+            finally:
+                page.close()
+    finally:
+        pdf.close()
+    return views
+
+
+def _view(page, page_number: int, scale: float) -> PageView:
+    width, height = page.get_size()
+    bitmap = page.render(scale=scale)
+    try:
+        image = bitmap.to_pil().convert("RGB")
+    finally:
+        bitmap.close()
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=IMAGE_QUALITY)
+    runs: list[tuple[str, list[float]]] = []
+    textpage = page.get_textpage()
+    try:
+        for i in range(textpage.count_rects()):
+            left, bottom, right, top = textpage.get_rect(i)
+            text = textpage.get_text_bounded(left, bottom, right, top)
+            if not text.strip():
+                continue
+            runs.append((text, [_fraction(left, width), _fraction(height - top, height),
+                                _fraction(right, width), _fraction(height - bottom, height)]))
+    finally:
+        textpage.close()
+    return PageView(page_number, round(width, 2), round(height, 2), out.getvalue(), runs)
+
+
+def _fraction(value: float, whole: float) -> float:
+    return round(min(max(value / whole, 0.0), 1.0), 5) if whole else 0.0
+
+
+def read_layout(data: bytes) -> list[tuple[str, list[float]]]:
+    """The runs of a stored layout (``PageView.layout``); a malformed one reads as no runs."""
+    try:
+        runs = json.loads(data)["runs"]
+        return [(str(run["text"]), [float(v) for v in run["box"]][:4]) for run in runs]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+def _letters(text: str) -> str:
+    return _NOT_LETTER.sub("", text.replace("\x02", "")).casefold()
+
+
+def chunk_boxes(runs: list[tuple[str, list[float]]], chunk_text: str) -> list[list[float]]:
+    """The boxes on one page of the chunk whose text is ``chunk_text``, merged per line: the longest chain of runs,
+    in the page's order, whose letters follow each other in the chunk's (a gap of at most ``MAX_GAP_LETTERS``, at
+    most ``MAX_MISSES`` runs in a row that are not the chunk's: a page number, a running head). A word of the chunk
+    that also stands alone elsewhere on the page (a title) is not part of the chain."""
+    letters = _letters(chunk_text)
+    keys = [_letters(text) for text, _ in runs]
+    best: list[int] = []
+    best_cover = 0
+    chained: set[int] = set()
+    for start, key in enumerate(keys):
+        if start in chained or len(key) < MIN_RUN_LETTERS or key not in letters:
+            continue
+        chain, pointer, misses = [start], letters.find(key) + len(key), 0
+        for j in range(start + 1, len(runs)):
+            if not keys[j]:
+                continue
+            found = letters.find(keys[j], pointer)
+            if found < 0 or found - pointer > MAX_GAP_LETTERS:
+                misses += 1
+                if misses > MAX_MISSES:
+                    break
+                continue
+            chain.append(j)
+            pointer, misses = found + len(keys[j]), 0
+        chained.update(chain)
+        cover = sum(len(keys[i]) for i in chain)
+        if cover > best_cover:
+            best, best_cover = chain, cover
+    return _merge_lines([runs[i][1] for i in best])
+
+
+def _merge_lines(boxes: list[list[float]]) -> list[list[float]]:
+    """Runs side by side on one line (overlapping vertically, in order) as one box."""
+    merged: list[list[float]] = []
+    for box in boxes:
+        if merged:
+            last = merged[-1]
+            overlap = min(last[3], box[3]) - max(last[1], box[1])
+            if overlap > 0.5 * min(last[3] - last[1], box[3] - box[1]) and box[0] >= last[0]:
+                merged[-1] = [min(last[0], box[0]), min(last[1], box[1]), max(last[2], box[2]),
+                              max(last[3], box[3])]
+                continue
+        merged.append(list(box))
+    return merged

@@ -1,0 +1,244 @@
+"""The web app as a person uses it: a real Chromium (Debian's, driven by Playwright) against `ingestion-pipeline serve`,
+the pipeline run by `ingestion-pipeline process`. Sign in, upload two files, watch them move in the history without
+reloading it, find a passage by a question and follow its citation to the page, where the passage is outlined."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.sources import registry
+from ingestion_pipeline_tests.api.conftest import PASSWORD, start_server, user_token
+
+pytestmark = pytest.mark.integration
+CHROMIUM = os.environ.get("INGESTION_TEST_CHROMIUM", "/usr/bin/chromium")
+# a root-run Chromium needs --no-sandbox; the rest keep it off this machine's closed network
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+WAIT_MS = 60_000
+
+
+@pytest.fixture
+def browser():
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        pytest.skip("Chromium is not installed: `make` installs Debian's chromium where it runs as root")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM if Path(CHROMIUM).exists()
+                                          else shutil.which("chromium"), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def server(database_url, tmp_path, model_cache):
+    with start_server(database_url, tmp_path, INGESTION_PAGE_IMAGES="true") as running:
+        yield running
+
+
+def _until(condition, what: str) -> None:
+    """Poll ``condition`` until it holds (a page's own script cannot be asked: its CSP allows no eval)."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not condition():
+        assert time.monotonic() < deadline, f"not seen within {WAIT_MS / 1000:.0f} s: {what}"
+        time.sleep(0.2)
+
+
+def _process(server) -> str:
+    """The pipeline over what is queued, as `make demo` runs it, on the server's database and store."""
+    done = subprocess.run([str(Path(sys.executable).parent / "ingestion-pipeline"), "process"], env=server.env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _sign_in(page, server) -> None:
+    page.goto(f"{server.url}/app/documents")
+    assert "/app/sign-in" in page.url  # a page asked without a session goes to sign in, and comes back after
+    page.fill("input[name=email]", server.email)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{server.url}/app/documents")
+
+
+HOSTILE_TEXT = (b'<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>\n'
+                b"The acme widget weighs exactly forty-two grams and ships in a blue box.\n")
+QUESTIONS = "\n".join(json.dumps(q) for q in [
+    {"id": "w1", "document": "layout-parser-paper-fast.pdf", "kind": "natural", "language": "en",
+     "question": "software for analysing scanned pages with neural networks",
+     "answer": "Recent advances in document image analysis (DIA) have been primarily driven"},
+    {"id": "w2", "document": "layout-parser-paper-fast.pdf", "kind": "lookup", "language": "en",
+     "question": "what is the moon made of", "answer": "the moon is made of green cheese"}])
+
+
+def _screenshot(page, tmp_path: Path, name: str) -> None:
+    """Kept as the test's artifacts: in INGESTION_TEST_ARTIFACTS when set (CI), else beside the test's files."""
+    folder = Path(os.environ.get("INGESTION_TEST_ARTIFACTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"web-app-{name}.png"), full_page=True)
+
+
+def test_upload_watch_search_and_follow_a_citation_to_its_outlined_passage(browser, server, corpus_dir, tmp_path,
+                                                                         database_url):
+    context = browser.new_context()
+    history = context.new_page()
+    _sign_in(history, server)
+    session = next(c for c in context.cookies() if c["name"] == "ingestion_session")
+    assert session["httpOnly"] and session["sameSite"] == "Strict"
+    assert history.locator("#documents .empty").is_visible()
+
+    history.goto(f"{server.url}/app/files")
+    history.wait_for_selector("#live.on", timeout=WAIT_MS)  # the event stream is open
+
+    upload = context.new_page()
+    upload.goto(f"{server.url}/app/upload")
+    pdf = corpus_dir / "documents" / "layout-parser-paper-fast.pdf"
+    docx = corpus_dir / "documents" / "fake.docx"
+    widget = tmp_path / "widget.txt"
+    widget.write_bytes(HOSTILE_TEXT)
+    upload.set_input_files("#files", [str(pdf), str(docx), str(widget)])
+    _until(lambda: upload.locator("#uploads li[data-result]").count() == 3, "three uploads answered")
+    assert upload.locator('#uploads li[data-result="queued"]').count() == 3, upload.locator("#uploads").inner_text()
+    _screenshot(upload, tmp_path, "upload")
+
+    # the history shows all three, queued, pushed to it: the page was never reloaded
+    rows = history.locator("#files tbody tr")
+    _until(lambda: history.locator("#files tbody tr[data-status=queued]").count() == 3, "three files queued")
+    output = _process(server)
+    _until(lambda: history.locator("#files tbody tr[data-status=succeeded]").count() == 3, "three files succeeded")
+    assert rows.count() == 3, output
+    _screenshot(history, tmp_path, "history")
+    assert "chunks" in history.locator("#files tbody tr").first.locator(".progress").inner_text()
+
+    # the same bytes again: the page says it is already there
+    upload.set_input_files("#files", [str(pdf)])
+    upload.wait_for_selector('#uploads li[data-result="duplicate"]', timeout=WAIT_MS)
+
+    documents = context.new_page()
+    documents.goto(f"{server.url}/app/documents")
+    assert documents.locator("#documents tbody tr").count() == 3
+    assert "served" in documents.locator("#documents tbody").inner_text()
+    _screenshot(documents, tmp_path, "documents")
+
+    search = context.new_page()
+    search.goto(f"{server.url}/app/search?q=" + "software for analysing scanned pages with neural networks")
+    search.wait_for_selector("#hits li", timeout=WAIT_MS)
+    first = search.locator("#hits li").first
+    assert "LayoutParser" in first.locator(".citation").inner_text()
+    first.locator(".citation").click()
+    search.wait_for_url("**/app/documents/*chunk=*")
+    search.wait_for_selector("figure.page .box", timeout=WAIT_MS)
+    selected = search.locator(".chunk.selected")
+    assert selected.count() == 1
+    box = search.locator("figure.page .box").first
+    figure = box.locator("xpath=..")
+    # the outline lies on the page the citation named, and inside it
+    assert figure.get_attribute("data-page") == search.url.split("page=")[1].split("&")[0]
+    outline, page_box = box.bounding_box(), figure.bounding_box()
+    assert outline["width"] > 20 and outline["height"] > 5
+    assert page_box["x"] <= outline["x"] and outline["x"] + outline["width"] <= page_box["x"] + page_box["width"] + 1
+    assert search.locator("figure.page img").first.evaluate("img => img.naturalWidth") > 500
+    _screenshot(search, tmp_path, "inspector")
+    acme_pdf_url = search.url
+
+    # the docx is read as text: its chunk is listed, with no page image
+    docx_id = documents.locator("#documents tbody tr", has_text="fake.docx").get_attribute("data-doc-id")
+    text_id = documents.locator("#documents tbody tr", has_text="widget.txt").get_attribute("data-doc-id")
+    documents.goto(f"{server.url}/app/documents/{docx_id}")
+    documents.wait_for_selector("#chunks li", timeout=WAIT_MS)
+    assert "Lorem ipsum" in documents.locator("#chunks").inner_text()
+    assert documents.locator("figure.page").count() == 0
+
+    # markup in a file's text is shown as text, never run
+    documents.goto(f"{server.url}/app/documents/{text_id}")
+    documents.wait_for_selector("#chunks li", timeout=WAIT_MS)
+    assert '<script>window.pwned=2</script>' in documents.locator("#chunks").inner_text()
+    assert documents.evaluate("window.pwned") is None
+    assert documents.locator("#chunks img").count() == 0
+
+    # the retrieval test: figures per kind, and the miss with what came back instead
+    evaluation = context.new_page()
+    evaluation.goto(f"{server.url}/app/evaluation")
+    evaluation.fill("#questions", QUESTIONS)
+    evaluation.click("#evaluation-form button")
+    evaluation.wait_for_selector('#figures tr[data-group="all"]', timeout=WAIT_MS)
+    cells = evaluation.locator('#figures tr[data-group="natural"] td').all_inner_texts()
+    assert cells[:4] == ["natural", "1", "1", "1"], cells  # the question, found first
+    assert evaluation.locator("#misses > li").count() == 1
+    assert evaluation.locator('#misses li[data-id="w2"] .got li').count() >= 1
+    _screenshot(evaluation, tmp_path, "evaluation")
+
+    # sources: an admin pauses and resumes one
+    with Database(database_url) as database, database.connection() as conn:
+        registry.add_source(conn, "s3://acme-bucket/kb/", tenant_id="acme", name="acme-kb")
+    sources = context.new_page()
+    sources.goto(f"{server.url}/app/sources")
+    sources.wait_for_selector("#sources tbody tr", timeout=WAIT_MS)
+    sources.click('button[data-action="pause"]')
+    sources.wait_for_selector('#sources tr[data-status="paused"] button[data-action="resume"]', timeout=WAIT_MS)
+    sources.click('button[data-action="resume"]')
+    sources.wait_for_selector('#sources tr[data-status="syncing"]', timeout=WAIT_MS)
+    context.close()
+
+    # another tenant's user sees none of it, typed URLs included
+    _other_tenants_user_sees_nothing(browser, server, database_url, acme_pdf_url, text_id)
+
+
+def _other_tenants_user_sees_nothing(browser, server, database_url, acme_inspector_url: str, acme_doc: str) -> None:
+    user_token(database_url, "globex", "reader@globex.example")
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{server.url}/app/sign-in")
+    page.fill("input[name=email]", "reader@globex.example")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{server.url}/app/documents")
+    assert page.locator("#documents .empty").is_visible()
+    page.goto(acme_inspector_url)
+    _until(lambda: page.locator("#doc-meta").inner_text() != "", "the inspector answered")
+    assert page.locator("#doc-meta").inner_text() == "no document version"
+    assert page.locator("figure.page, #chunks li").count() == 0
+    doc_id = acme_inspector_url.split("/app/documents/")[1].split("?")[0]
+    for path in (f"/v1/documents/{doc_id}/pages/1/image", f"/v1/documents/{acme_doc}/chunks"):
+        response = page.goto(server.url + path)
+        assert response.status == 404, path
+    page.goto(f"{server.url}/app/search?q=" + "software for analysing scanned pages with neural networks")
+    _until(lambda: "passages" in page.locator("#search-status").inner_text(), "the search answered")
+    assert page.locator("#hits li").count() == 0
+    page.goto(f"{server.url}/app/files")
+    assert page.locator("#files tbody tr").count() == 0
+    context.close()
+
+
+def test_a_request_signed_in_by_cookie_must_carry_the_pages_csrf_token(browser, server):
+    context = browser.new_context()
+    page = context.new_page()
+    _sign_in(page, server)
+    cookie = {c["name"]: c["value"] for c in context.cookies()}
+    token = page.locator("body").get_attribute("data-csrf")
+    with httpx.Client(base_url=server.url, cookies=cookie) as client:
+        assert client.get("/v1/documents").status_code == 200  # reading needs the cookie only
+        refused = client.post("/v1/documents/1/deactivate")
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "csrf_failed"
+        forged = client.post("/v1/documents/1/deactivate", headers={"X-CSRF-Token": token[:-1] + "0"})
+        assert forged.status_code == 403
+        # with the page's token it goes through to the route (no such document here)
+        assert client.post("/v1/documents/1/deactivate", headers={"X-CSRF-Token": token}).status_code == 404
+        assert client.post("/app/sign-out").status_code == 403  # another site cannot sign a user out
+    page.click("form.who button")
+    page.wait_for_url("**/app/sign-in")
+    page.goto(f"{server.url}/app/files")
+    assert "/app/sign-in" in page.url
+    context.close()

@@ -1,0 +1,193 @@
+"""What the web app reads: pages rendered at ingest (whole files and a big PDF's units), a chunk's boxes on its pages,
+a version's chunks, the session cookie, the file events — each read by its own tenant only."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import pytest
+
+from ingestion_pipeline.api import web_session
+from ingestion_pipeline.core.upload_store import LocalUploadStore
+from ingestion_pipeline.documents import page_views
+from ingestion_pipeline.documents.page_views import chunk_boxes, read_layout
+from ingestion_pipeline_tests.helpers import ingest
+
+RUNS = [("LayoutParser", [0.3, 0.1, 0.5, 0.12]),           # a title word, also in the chunk's last sentence
+        ("Abstract. Recent advances in", [0.2, 0.5, 0.6, 0.52]),
+        ("document image analysis", [0.6, 0.5, 0.8, 0.52]),  # the same line: one box with the run before
+        ("12", [0.5, 0.95, 0.52, 0.97]),                    # a page number
+        ("have been primarily driven by neural", [0.2, 0.53, 0.8, 0.55]),
+        ("networks. This paper introduces LayoutParser.", [0.2, 0.56, 0.8, 0.58])]
+CHUNK = "Abstract. Recent advances in document image analysis have been primarily driven by neural networks. " \
+        "This paper introduces LayoutParser."
+
+
+def test_a_chunks_boxes_are_its_runs_in_order_merged_per_line_and_not_a_stray_word_of_it():
+    boxes = chunk_boxes(RUNS, CHUNK)
+    assert boxes == [[0.2, 0.5, 0.8, 0.52], [0.2, 0.53, 0.8, 0.55], [0.2, 0.56, 0.8, 0.58]]
+    # a chunk that only begins on this page: its first part's runs, wherever they are in the chunk's text
+    assert chunk_boxes(RUNS[:3], "the end of a paragraph before. " + CHUNK) == [[0.2, 0.5, 0.8, 0.52]]
+    assert chunk_boxes(RUNS, "Nothing on this page at all.") == []
+    assert chunk_boxes([], CHUNK) == []
+
+
+@pytest.mark.parametrize("stored", [b"", b"not json", b'{"runs": 3}', b'{"runs": [{"text": 1}]}', b"[]"])
+def test_a_malformed_stored_layout_reads_as_no_runs(stored):
+    assert read_layout(stored) == []
+
+
+def test_views_are_kept_per_tenant_and_file_and_a_name_is_never_a_path(tmp_path):
+    store = LocalUploadStore(tmp_path)
+    store.put_view("acme", "ab" * 32, "1.jpg", b"page one")
+    assert store.get_view("acme", "ab" * 32, "1.jpg") == b"page one"
+    assert store.get_view("globex", "ab" * 32, "1.jpg") is None
+    for tenant, sha, name in [("acme", "ab", "../1.jpg"), ("acme", "..", "1.jpg"), ("..", "ab", "1.jpg"),
+                              ("acme", "ab", "a/b"), ("acme", "ab", ".hidden"), ("acme", "ab", "")]:
+        with pytest.raises(ValueError):
+            store.put_view(tenant, sha, name, b"x")
+    assert store.stale(-1) == []  # a view is never an upload waiting to be released
+
+
+def test_pages_rendered_in_the_extraction_worker_carry_their_text_boxes(corpus_dir):
+    from ingestion_pipeline.core.settings import ExtractionLimits
+    from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
+
+    with IsolatedExtractor(ExtractionLimits()) as extractor:
+        views = extractor.render(corpus_dir / "documents" / "layout-parser-paper-fast.pdf", 1, 5)
+    assert [v.page_number for v in views] == [1, 2]  # asked past the end: the pages there are
+    first = views[0]
+    assert first.image[:3] == b"\xff\xd8\xff" and len(first.image) > 20_000
+    assert any("LayoutParser" in text for text, _ in first.runs)
+    assert all(0 <= v <= 1 for _, box in first.runs for v in box)
+    assert read_layout(first.layout()) == [(text, box) for text, box in first.runs]
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+@pytest.mark.integration  # two runs of PDFs, one of them in units (~30 s)
+def test_ingest_keeps_each_pages_image_and_a_citation_finds_its_passage_for_its_tenant_only(
+        api, instance, database, corpus_dir, monkeypatch):
+    monkeypatch.setenv("INGESTION_PAGE_IMAGES", "true")
+    monkeypatch.setenv("INGESTION_UNIT_PAGES", "4")  # fr_olap's 12 pages in units, each rendering its own pages
+    monkeypatch.setenv("INGESTION_UNIT_TEXT_PAGES", "1")
+    ingest(instance, database, "acme", corpus_dir / "documents" / "layout-parser-paper-fast.pdf",
+           corpus_dir / "documents" / "fr_olap.pdf")
+    docs = api.client.get("/v1/documents", headers=api.as_("acme-user")).json()["items"]
+    by_name = {d["filename"]: d["doc_id"] for d in docs}
+    with database.connection() as conn:
+        units = conn.execute("SELECT max((stats->>'units')::int) AS n FROM ingestion_runs").fetchone()["n"]
+    assert units > 1  # fr_olap was read in units
+
+    for name, pages in (("layout-parser-paper-fast.pdf", 2), ("fr_olap.pdf", 12)):
+        body = api.client.get(f"/v1/documents/{by_name[name]}/chunks", headers=api.as_("acme-user")).json()
+        assert body["pages_imaged"] and body["page_count"] == pages
+        for page in range(1, pages + 1):
+            image = api.client.get(f"/v1/documents/{by_name[name]}/pages/{page}/image", headers=api.as_("acme-user"))
+            assert image.status_code == 200 and image.headers["content-type"] == page_views.IMAGE_TYPE, (name, page)
+        assert api.client.get(f"/v1/documents/{by_name[name]}/pages/{pages + 1}/image",
+                              headers=api.as_("acme-user")).status_code == 404
+        located = 0
+        for chunk in body["chunks"]:
+            boxes = api.client.get(f"/v1/chunks/{chunk['chunk_id']}/boxes", headers=api.as_("acme-user")).json()
+            assert [p["page"] for p in boxes["pages"]] == list(range(chunk["page_start"], chunk["page_end"] + 1))
+            located += any(p["boxes"] for p in boxes["pages"])
+        assert located == len(body["chunks"]), name  # every chunk is found on its pages
+
+    chunk_id = body["chunks"][0]["chunk_id"]
+    doc_id = by_name["fr_olap.pdf"]
+    for path in (f"/v1/documents/{doc_id}/chunks", f"/v1/documents/{doc_id}/pages/1/image",
+                 f"/v1/chunks/{chunk_id}/boxes"):
+        refused = api.client.get(path, headers=api.as_("globex-admin"))
+        assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found", path
+
+
+def test_a_session_cookie_signs_in_reads_and_writes_only_with_the_pages_token(api):
+    who = api.services.api
+    from ingestion_pipeline.core.access_tokens import verify_token
+
+    principal = verify_token(api.tokens["acme-admin"], who.jwt_secret)
+    from fastapi import Response
+    from starlette.requests import Request
+
+    response = Response()
+    request = Request({"type": "http", "scheme": "http", "path": "/", "headers": []})
+    web_session.open_session(response, request, who, principal)
+    cookie = response.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    session = cookie.split(";")[0].split("=", 1)[1]
+    api.client.cookies.set(web_session.COOKIE, session)
+    try:
+        assert api.client.get("/v1/documents").status_code == 200
+        assert api.client.post("/v1/documents/999/deactivate").json()["error"]["code"] == "csrf_failed"
+        token = web_session.csrf_token(who, session)
+        assert api.client.post("/v1/documents/999/deactivate", headers={"X-CSRF-Token": token}).status_code == 404
+        # a bearer token is checked as it always was: the cookie never widens what a request may do
+        assert api.client.get("/v1/documents", headers={"Authorization": "Bearer nonsense"}).status_code == 401
+        page = api.client.get("/app/documents")
+        assert page.status_code == 200 and "acme · admin" in page.text
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        assert f'data-csrf="{token}"' in page.text
+        api.client.cookies.set(web_session.COOKIE, session[:-2] + "xx")
+        assert api.client.get("/v1/documents").json()["error"]["code"] == "invalid_session"
+        assert api.client.get("/app/documents", follow_redirects=False).headers["location"].startswith(
+            "/app/sign-in?next=")
+    finally:
+        api.client.cookies.clear()
+
+
+@pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/app/", "/v1/documents",
+                                    "/app/\\evil", None])
+def test_signing_in_goes_back_to_a_page_of_the_app_only(target):
+    from ingestion_pipeline.api.webapp.pages import _safe_next
+
+    assert _safe_next(target) == "/app/documents"
+    assert _safe_next("/app/search?q=x") == "/app/search?q=x"
+
+
+def test_the_file_events_listener_hands_each_notice_to_its_tenants_streams_only(database):
+    import asyncio
+
+    from ingestion_pipeline.api.file_events import FileEvents
+
+    events = FileEvents(database.url)
+
+    async def run() -> tuple[list, list]:
+        acme, globex = events.subscribe("acme"), events.subscribe("globex")
+        await asyncio.get_running_loop().run_in_executor(None, events.listening.wait, 10)
+        while not acme.empty():
+            acme.get_nowait()  # the resync every stream gets when the listener connects
+        while not globex.empty():
+            globex.get_nowait()
+        with database.connection() as conn:
+            conn.execute("INSERT INTO tenants (tenant_id) VALUES ('acme') ON CONFLICT DO NOTHING")
+            conn.execute("SELECT pg_notify('file_events', %s)", (json.dumps({"tenant_id": "acme", "file_id": 7}),))
+            conn.execute("SELECT pg_notify('file_events', 'not json')")
+            conn.execute("SELECT pg_notify('file_events', %s)", (json.dumps({"tenant_id": "acme", "file_id": "7"}),))
+        got = await asyncio.wait_for(acme.get(), 10)
+        await asyncio.sleep(0.5)
+        return [got, *[acme.get_nowait() for _ in range(acme.qsize())]], \
+            [globex.get_nowait() for _ in range(globex.qsize())]
+
+    try:
+        acme_got, globex_got = asyncio.run(run())
+    finally:
+        events.close()
+    assert acme_got == [7] and globex_got == []
+
+
+def test_a_files_move_is_notified_at_commit_with_its_tenant(database, api):
+    import psycopg
+
+    with psycopg.connect(database.url, autocommit=True) as listener:
+        listener.execute("LISTEN file_events")
+        r = api.client.post("/v1/ingest", headers=api.as_("acme-user"),
+                            files={"file": ("w.txt", b"words " * 50, "text/plain")})
+        assert r.status_code == 202
+        notices = [json.loads(n.payload) for n in listener.notifies(timeout=5, stop_after=1)]
+    assert notices == [{"tenant_id": "acme", "file_id": r.json()["file_id"]}]
