@@ -35,8 +35,8 @@ bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q -j 0 ingestion_pipeline >/dev/null
 
 # OCR of scanned PDF pages needs the system's Tesseract, the Redis job queue a redis-server (tests and `make dev`
-# start their own on 127.0.0.1), the web app's tests a Chromium (Debian's: Playwright drives it, downloads none):
-# installed where that is possible (root and apt-get), otherwise a note.
+# start their own on 127.0.0.1), the web app's tests a Chromium (Debian's: Playwright drives it, downloads none),
+# its page images of office files LibreOffice: installed where that is possible (root and apt-get), else a note.
 system-deps:
 	@command -v tesseract >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -58,6 +58,14 @@ system-deps:
 	      { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive \
 	        apt-get install -y -qq --no-install-recommends chromium >/dev/null; }; }; \
 	  else echo "note: chromium is not installed; the web app's browser tests are skipped (apt-get install chromium)"; fi; }
+	@command -v soffice >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing LibreOffice, headless (DOCX, PPTX and ODT laid out as pages for the web app)"; \
+	    { apt-get install -y -qq --no-install-recommends libreoffice-writer-nogui libreoffice-impress-nogui \
+	        >/dev/null 2>&1 || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	        apt-get install -y -qq --no-install-recommends libreoffice-writer-nogui libreoffice-impress-nogui \
+	        >/dev/null; }; }; \
+	  else echo "note: LibreOffice is not installed; DOCX, PPTX and ODT are shown as text (apt-get install libreoffice-writer-nogui)"; fi; }
 
 demo: $(STAMP) system-deps bytecode
 	$(BIN)/ingestion-pipeline db migrate

@@ -341,7 +341,9 @@ class VersionChunksOut(BaseModel):
     page_count: int | None = None
     chunk_count: int
     token_count: int
-    pages_imaged: bool = Field(description="its pages have images (GET .../pages/{page}/image)")
+    page_images: int = Field(description="how many of its pages have images (GET .../pages/{page}/image)")
+    laid_out: bool = Field(description="the pages are LibreOffice's layout of a DOCX, PPTX or ODT: its chunks' "
+                                       "page numbers are not these pages' (GET /v1/chunks/{id}/boxes finds them)")
     chunks: list[ChunkOut]
 
 

@@ -115,6 +115,18 @@ def mark_failed(conn: psycopg.Connection, run_id: int, owner: str, failure: Fail
     return row
 
 
+def retry(conn: psycopg.Connection, run_id: int, *, tenant_id: str, actor: str) -> tuple[dict, bool] | None:
+    """Replay one of the tenant's failed, dead-lettered or canceled files as a new attempt (what
+    ``ingestion-pipeline retry`` does): the file and whether it was replayed (a file in another state is left as it
+    is); None when the tenant has no such file."""
+    row = get_file(conn, run_id, tenant_id=tenant_id)
+    if row is None:
+        return None
+    requeued = ledger.requeue(conn, DOCUMENT_FILES, [run_id], actor=actor)
+    report(conn, requeued)
+    return (requeued[0], True) if requeued else (row, False)
+
+
 def report(conn: psycopg.Connection, rows: Iterable[dict]) -> None:
     """After transitions: the S3 objects the files came from follow, and each row logs one JSON line."""
     rows = list(rows)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from pathlib import Path
 RENDER_SCALE = 1.25
 IMAGE_TYPE = "image/jpeg"
 IMAGE_QUALITY = 80
+MAX_IMAGE_SIDE = 2000  # pixels: a US Letter page at the default scale is 765 x 990
 # a run shorter than this (a page number, a bullet, "of") occurs in almost any chunk: it never starts a chain
 MIN_RUN_LETTERS = 6
 MAX_GAP_LETTERS = 40
@@ -79,6 +81,8 @@ def render_pages(path: Path, first_page: int, last_page: int, scale: float = REN
 
 def _view(page, page_number: int, scale: float) -> PageView:
     width, height = page.get_size()
+    # a page may declare any size (20,000 x 20,000 points): its image is capped, never its size times the scale
+    scale = min(scale, MAX_IMAGE_SIDE / max(width, height, 1.0))
     bitmap = page.render(scale=scale)
     try:
         image = bitmap.to_pil().convert("RGB")
@@ -119,20 +123,32 @@ def _letters(text: str) -> str:
 
 
 def chunk_boxes(runs: list[tuple[str, list[float]]], chunk_text: str) -> list[list[float]]:
-    """The boxes on one page of the chunk whose text is ``chunk_text``, merged per line: the longest chain of runs,
-    in the page's order, whose letters follow each other in the chunk's (a gap of at most ``MAX_GAP_LETTERS``, at
-    most ``MAX_MISSES`` runs in a row that are not the chunk's: a page number, a running head). A word of the chunk
-    that also stands alone elsewhere on the page (a title) is not part of the chain."""
-    letters = _letters(chunk_text)
+    """The boxes on one page of the chunk whose text is ``chunk_text``, merged per line (``_best_chain``)."""
+    chain = _best_chain(runs, _letters(chunk_text))
+    return _merge_lines([runs[i][1] for i in chain.runs])
+
+
+@dataclass(frozen=True)
+class _Chain:
+    runs: list[int]  # indexes into the page's runs
+    cover: int = 0  # letters of the chunk they hold
+    start: int = 0  # where in the chunk's letters the first begins
+    end: int = 0  # and the last ends
+
+
+def _best_chain(runs: list[tuple[str, list[float]]], letters: str) -> _Chain:
+    """The longest chain of runs, in the page's order, whose letters follow each other in ``letters`` (a gap of at
+    most ``MAX_GAP_LETTERS``, at most ``MAX_MISSES`` runs in a row that are not the chunk's: a page number, a
+    running head). A word of the chunk that also stands alone elsewhere on the page (a title) is not part of it."""
     keys = [_letters(text) for text, _ in runs]
-    best: list[int] = []
-    best_cover = 0
+    best = _Chain([])
     chained: set[int] = set()
-    for start, key in enumerate(keys):
-        if start in chained or len(key) < MIN_RUN_LETTERS or key not in letters:
+    for first, key in enumerate(keys):
+        if first in chained or len(key) < MIN_RUN_LETTERS or key not in letters:
             continue
-        chain, pointer, misses = [start], letters.find(key) + len(key), 0
-        for j in range(start + 1, len(runs)):
+        start = letters.find(key)
+        chain, pointer, misses = [first], start + len(key), 0
+        for j in range(first + 1, len(runs)):
             if not keys[j]:
                 continue
             found = letters.find(keys[j], pointer)
@@ -145,9 +161,36 @@ def chunk_boxes(runs: list[tuple[str, list[float]]], chunk_text: str) -> list[li
             pointer, misses = found + len(keys[j]), 0
         chained.update(chain)
         cover = sum(len(keys[i]) for i in chain)
-        if cover > best_cover:
-            best, best_cover = chain, cover
-    return _merge_lines([runs[i][1] for i in best])
+        if cover > best.cover:
+            best = _Chain(chain, cover, start, pointer)
+    return best
+
+
+def find_chunk(layout_of: Callable[[int], list[tuple[str, list[float]]]], chunk_text: str, pages: Sequence[int]
+               ) -> list[tuple[int, list[list[float]]]]:
+    """Where a chunk lies among ``pages`` when its page is not known (a file laid out by LibreOffice: the chunk's
+    page numbers are the extractor's, not the layout's): the page whose runs cover most of its text, then the page
+    before it when it holds the chunk's beginning that this one lacks, and the page after it for its end (a chunk
+    across a page break). ``layout_of(page)`` gives a page's runs."""
+    letters = _letters(chunk_text)
+    if not letters:
+        return []
+    chains = {page: (_best_chain(runs, letters), runs) for page in pages if (runs := layout_of(page))}
+    if not chains or max(chain.cover for chain, _ in chains.values()) == 0:
+        return []
+    best = max(chains, key=lambda page: (chains[page][0].cover, -page))
+    found = {best: chains[best]}
+    head, tail = letters[:chains[best][0].start], letters[chains[best][0].end:]
+    for page, rest, keep_end in ((best - 1, head, True), (best + 1, tail, False)):
+        if len(rest) < MIN_RUN_LETTERS or page not in chains:
+            continue
+        runs = chains[page][1]
+        chain = _best_chain(runs, rest)
+        # the page before must hold the rest up to its end, the page after from its start
+        if chain.cover >= MIN_RUN_LETTERS and (len(rest) - chain.end <= MAX_GAP_LETTERS if keep_end
+                                               else chain.start <= MAX_GAP_LETTERS):
+            found[page] = (chain, runs)
+    return [(page, _merge_lines([runs[i][1] for i in chain.runs])) for page, (chain, runs) in sorted(found.items())]
 
 
 def _merge_lines(boxes: list[list[float]]) -> list[list[float]]:

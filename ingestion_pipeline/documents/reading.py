@@ -37,7 +37,7 @@ def chunk_to_locate(conn: psycopg.Connection, tenant_id: str, chunk_id: int) -> 
     """The chunk with its version's file digest and pages (to find it on its pages), or None."""
     validate_tenant_id(tenant_id)
     return conn.execute(
-        """SELECT c.chunk_id, c.doc_id, c.text, c.page_start, c.page_end, v.version_number, v.content_hash,
-                  v.page_count
+        """SELECT c.chunk_id, c.doc_id, c.ordinal, c.text, c.page_start, c.page_end, v.version_number,
+                  v.content_hash, v.page_count, v.chunk_count
              FROM chunks c JOIN document_versions v ON v.version_id = c.version_id AND v.tenant_id = c.tenant_id
             WHERE c.tenant_id = %s AND c.chunk_id = %s""", (tenant_id, chunk_id)).fetchone()

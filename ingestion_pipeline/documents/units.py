@@ -219,6 +219,13 @@ def finish(conn: psycopg.Connection, run_id: int, unit: Unit, pages: PdfPages, *
     return row is not None
 
 
+def counts(conn: psycopg.Connection, run_id: int) -> tuple[int, int]:
+    """The file's units done, and planned."""
+    row = conn.execute("""SELECT count(*) FILTER (WHERE state = 'done') AS done, count(*) AS planned
+                            FROM staging_units WHERE run_id = %s""", (run_id,)).fetchone()
+    return row["done"], row["planned"]
+
+
 def done(conn: psycopg.Connection, run_id: int) -> tuple[int, list[PdfPages], dict]:
     """How many units the file has, the done ones' results in page order, and their figures (units reused from
     an earlier attempt, the milliseconds the done units took to read)."""

@@ -45,6 +45,9 @@ def _id_paths(ids: dict) -> list[tuple[str, str]]:
         ("GET", f"/v1/metrics/uploads/{ids['metric']}"),
         ("GET", f"/v1/metrics/uploads/{ids['metric']}/errors"),
         ("POST", f"/v1/uploads/{ids['upload']}/complete"),
+        ("POST", f"/v1/files/{ids['run']}/retry"),
+        ("GET", f"/v1/documents/{ids['doc']}/chunks"),
+        ("GET", f"/v1/documents/{ids['doc']}/pages/1/image"),
     ]
 
 
@@ -74,7 +77,7 @@ def test_users_get_403_on_every_admin_action(api, acme_objects):
         ("POST", f"/v1/documents/{ids['doc']}/deactivate"), ("DELETE", f"/v1/documents/{ids['doc']}"),
         ("POST", "/v1/sources"), ("POST", f"/v1/sources/{ids['source']}/pause"),
         ("POST", f"/v1/sources/{ids['source']}/resume"), ("POST", f"/v1/sources/{ids['source']}/sync"),
-        ("DELETE", f"/v1/sources/{ids['source']}"),
+        ("DELETE", f"/v1/sources/{ids['source']}"), ("POST", f"/v1/files/{ids['run']}/retry"),
         ("GET", "/v1/users"), ("POST", "/v1/users"), ("POST", "/v1/users/admin@acme.example/disable"),
     ]
     # Every route that needs the admin role is in the list above (a new one cannot be forgotten here).
@@ -131,7 +134,7 @@ def _admin_routes(app) -> set[tuple[str, str]]:
 def _template(path: str) -> str:
     """/v1/sources/3/pause -> /v1/sources/{source_id}/pause (as the routes are declared)."""
     parts = path.split("/")
-    names = {"documents": "{doc_id}", "sources": "{source_id}", "users": "{email}"}
+    names = {"documents": "{doc_id}", "sources": "{source_id}", "users": "{email}", "files": "{file_id}"}
     for i in range(1, len(parts) - 1):
         if parts[i] in names and parts[i + 1]:
             parts[i + 1] = names[parts[i]]

@@ -83,6 +83,27 @@ QUESTIONS = "\n".join(json.dumps(q) for q in [
      "question": "what is the moon made of", "answer": "the moon is made of green cheese"}])
 
 
+PIER = ("The keeper wrote that the great storm of 1893 tore the northern pier from its footings and carried "
+        "its timbers two miles down the coast.")
+
+
+def _lighthouse_docx(path: Path) -> Path:
+    """A three-page DOCX whose storm passage is on its last page (a heading and a page break before each page)."""
+    from docx import Document
+
+    document = Document()
+    filler = ("The lamp was trimmed at dusk and the log was kept in the keeper's own hand, each entry dated and "
+              "signed, with the weather, the ships that passed and the oil that was burned. ") * 6
+    for number, (title, text) in enumerate([("The station", filler), ("The keepers", filler),
+                                            ("The storm", PIER + " " + filler)]):
+        if number:
+            document.add_page_break()
+        document.add_heading(title, level=1)
+        document.add_paragraph(text)
+    document.save(path)
+    return path
+
+
 def _screenshot(page, tmp_path: Path, name: str) -> None:
     """Kept as the test's artifacts: in INGESTION_TEST_ARTIFACTS when set (CI), else beside the test's files."""
     folder = Path(os.environ.get("INGESTION_TEST_ARTIFACTS") or tmp_path)
@@ -105,22 +126,32 @@ def test_upload_watch_search_and_follow_a_citation_to_its_outlined_passage(brows
     upload = context.new_page()
     upload.goto(f"{server.url}/app/upload")
     pdf = corpus_dir / "documents" / "layout-parser-paper-fast.pdf"
-    docx = corpus_dir / "documents" / "fake.docx"
+    docx = _lighthouse_docx(tmp_path / "lighthouse.docx")
     widget = tmp_path / "widget.txt"
     widget.write_bytes(HOSTILE_TEXT)
-    upload.set_input_files("#files", [str(pdf), str(docx), str(widget)])
-    _until(lambda: upload.locator("#uploads li[data-result]").count() == 3, "three uploads answered")
-    assert upload.locator('#uploads li[data-result="queued"]').count() == 3, upload.locator("#uploads").inner_text()
+    locked = corpus_dir / "broken" / "password.pdf"
+    upload.set_input_files("#files", [str(pdf), str(docx), str(widget), str(locked)])
+    _until(lambda: upload.locator("#uploads li[data-result]").count() == 4, "four uploads answered")
+    assert upload.locator('#uploads li[data-result="queued"]').count() == 4, upload.locator("#uploads").inner_text()
     _screenshot(upload, tmp_path, "upload")
 
-    # the history shows all three, queued, pushed to it: the page was never reloaded
+    # the history shows all four, queued, pushed to it: the page was never reloaded
     rows = history.locator("#files tbody tr")
-    _until(lambda: history.locator("#files tbody tr[data-status=queued]").count() == 3, "three files queued")
+    _until(lambda: history.locator("#files tbody tr[data-status=queued]").count() == 4, "four files queued")
     output = _process(server)
     _until(lambda: history.locator("#files tbody tr[data-status=succeeded]").count() == 3, "three files succeeded")
-    assert rows.count() == 3, output
+    _until(lambda: history.locator("#files tbody tr[data-status=failed]").count() == 1, "the locked PDF failed")
+    assert rows.count() == 4, output
+    # each file was seen queued, then running, then done, as it happened
+    seen = {row.locator(".name").inner_text(): row.get_attribute("data-seen") for row in rows.all()}
+    assert seen["layout-parser-paper-fast.pdf"] == "queued running succeeded", seen
+    assert seen["password.pdf"].startswith("queued running") and seen["password.pdf"].endswith("failed"), seen
+    failed = history.locator("#files tbody tr[data-status=failed]")
+    assert "pdf_password_protected" in failed.locator(".progress").inner_text()
     _screenshot(history, tmp_path, "history")
-    assert "chunks" in history.locator("#files tbody tr").first.locator(".progress").inner_text()
+    failed.locator("button.retry").click()  # an admin replays it: queued again, at once
+    _until(lambda: history.locator("#files tbody tr[data-status=queued]").count() == 1, "the replay queued")
+    assert "7 chunks" in rows.filter(has_text="layout-parser-paper-fast.pdf").locator(".progress").inner_text()
 
     # the same bytes again: the page says it is already there
     upload.set_input_files("#files", [str(pdf)])
@@ -153,13 +184,21 @@ def test_upload_watch_search_and_follow_a_citation_to_its_outlined_passage(brows
     _screenshot(search, tmp_path, "inspector")
     acme_pdf_url = search.url
 
-    # the docx is read as text: its chunk is listed, with no page image
-    docx_id = documents.locator("#documents tbody tr", has_text="fake.docx").get_attribute("data-doc-id")
+    # the DOCX, laid out as pages by LibreOffice: its citation opens the page its passage is on, outlined
+    docx_id = documents.locator("#documents tbody tr", has_text="lighthouse.docx").get_attribute("data-doc-id")
     text_id = documents.locator("#documents tbody tr", has_text="widget.txt").get_attribute("data-doc-id")
-    documents.goto(f"{server.url}/app/documents/{docx_id}")
-    documents.wait_for_selector("#chunks li", timeout=WAIT_MS)
-    assert "Lorem ipsum" in documents.locator("#chunks").inner_text()
-    assert documents.locator("figure.page").count() == 0
+    search.goto(f"{server.url}/app/search?q=" + "which storm wrecked the harbour's jetty")
+    search.wait_for_selector("#hits li", timeout=WAIT_MS)
+    first = search.locator("#hits li").first
+    assert "lighthouse" in first.locator(".citation").inner_text()
+    first.locator(".citation").click()
+    search.wait_for_url(f"**/app/documents/{docx_id}?*")
+    search.wait_for_selector("figure.page .box", timeout=WAIT_MS)
+    boxed = {search.locator("figure.page .box").nth(i).locator("xpath=..").get_attribute("data-page")
+             for i in range(search.locator("figure.page .box").count())}
+    assert boxed == {"3"}, boxed
+    assert search.locator("figure.page").count() == 3
+    _screenshot(search, tmp_path, "inspector-docx")
 
     # markup in a file's text is shown as text, never run
     documents.goto(f"{server.url}/app/documents/{text_id}")

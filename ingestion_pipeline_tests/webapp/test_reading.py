@@ -33,6 +33,26 @@ def test_a_chunks_boxes_are_its_runs_in_order_merged_per_line_and_not_a_stray_wo
     assert chunk_boxes([], CHUNK) == []
 
 
+FILLER = "The lamp was trimmed at dusk and the log was kept in the keeper's own hand"
+LAID_OUT = {  # a DOCX as LibreOffice lays it out: the same filler on every page, the storm on page 3 and 4
+    1: [("The station", [0.1, 0.1, 0.3, 0.12]), (FILLER, [0.1, 0.2, 0.9, 0.22])],
+    2: [("The keepers", [0.1, 0.1, 0.3, 0.12]), (FILLER, [0.1, 0.2, 0.9, 0.22])],
+    3: [(FILLER, [0.1, 0.2, 0.9, 0.22]), ("The storm", [0.1, 0.5, 0.3, 0.52]),
+        ("The keeper wrote that the great storm of 1893 tore", [0.1, 0.9, 0.9, 0.92])],
+    4: [("the northern pier from its footings.", [0.1, 0.05, 0.6, 0.07]), ("12", [0.5, 0.95, 0.52, 0.97]),
+        (FILLER, [0.1, 0.2, 0.9, 0.22])],
+}
+
+
+def test_a_laid_out_chunk_is_found_on_the_page_that_holds_it_and_the_next_that_holds_its_end():
+    storm = "The storm The keeper wrote that the great storm of 1893 tore the northern pier from its footings."
+    assert [page for page, _ in page_views.find_chunk(LAID_OUT.get, storm, range(1, 5))] == [3, 4]
+    # a chunk wholly on one page: the same filler on the pages beside it is not the chunk's rest
+    assert [page for page, _ in page_views.find_chunk(LAID_OUT.get, "The keepers " + FILLER, range(1, 5))] == [2]
+    assert page_views.find_chunk(LAID_OUT.get, "Nothing of the book at all.", range(1, 5)) == []
+    assert page_views.find_chunk(lambda page: [], storm, range(1, 5)) == []
+
+
 @pytest.mark.parametrize("stored", [b"", b"not json", b'{"runs": 3}', b'{"runs": [{"text": 1}]}', b"[]"])
 def test_a_malformed_stored_layout_reads_as_no_runs(stored):
     assert read_layout(stored) == []
@@ -82,11 +102,16 @@ def test_ingest_keeps_each_pages_image_and_a_citation_finds_its_passage_for_its_
     by_name = {d["filename"]: d["doc_id"] for d in docs}
     with database.connection() as conn:
         units = conn.execute("SELECT max((stats->>'units')::int) AS n FROM ingestion_runs").fetchone()["n"]
+        progress = conn.execute("SELECT stats->>'step' AS step, stats->'units_done' AS done, "
+                                "stats->'units_total' AS total FROM ingestion_runs ORDER BY run_id").fetchall()
     assert units > 1  # fr_olap was read in units
+    # each file's last step, and the units it was read in, as the live history showed them
+    assert [row["step"] for row in progress] == ["promote", "promote"]
+    assert progress[1]["done"] == progress[1]["total"] == units and progress[0]["done"] is None
 
     for name, pages in (("layout-parser-paper-fast.pdf", 2), ("fr_olap.pdf", 12)):
         body = api.client.get(f"/v1/documents/{by_name[name]}/chunks", headers=api.as_("acme-user")).json()
-        assert body["pages_imaged"] and body["page_count"] == pages
+        assert body["page_images"] == body["page_count"] == pages and not body["laid_out"]
         for page in range(1, pages + 1):
             image = api.client.get(f"/v1/documents/{by_name[name]}/pages/{page}/image", headers=api.as_("acme-user"))
             assert image.status_code == 200 and image.headers["content-type"] == page_views.IMAGE_TYPE, (name, page)
@@ -160,8 +185,9 @@ def test_the_file_events_listener_hands_each_notice_to_its_tenants_streams_only(
     async def run() -> tuple[list, list]:
         acme, globex = events.subscribe("acme"), events.subscribe("globex")
         await asyncio.get_running_loop().run_in_executor(None, events.listening.wait, 10)
+        await asyncio.sleep(0.3)  # the resync every stream gets when the listener connects, handed over by now
         while not acme.empty():
-            acme.get_nowait()  # the resync every stream gets when the listener connects
+            assert acme.get_nowait() is None
         while not globex.empty():
             globex.get_nowait()
         with database.connection() as conn:
@@ -191,3 +217,19 @@ def test_a_files_move_is_notified_at_commit_with_its_tenant(database, api):
         assert r.status_code == 202
         notices = [json.loads(n.payload) for n in listener.notifies(timeout=5, stop_after=1)]
     assert notices == [{"tenant_id": "acme", "file_id": r.json()["file_id"]}]
+
+
+def test_an_admin_replays_a_failed_file_of_its_own_tenant_only(api, database):
+    r = api.client.post("/v1/ingest", headers=api.as_("acme-user"),
+                        files={"file": ("w.txt", b"words " * 50, "text/plain")})
+    file_id = r.json()["file_id"]
+    with database.connection() as conn:
+        conn.execute("UPDATE ingestion_runs SET status = 'failed', error = 'broken', finished_at = now() "
+                     "WHERE run_id = %s", (file_id,))
+    assert api.client.post(f"/v1/files/{file_id}/retry", headers=api.as_("acme-user")).status_code == 403
+    assert api.client.post(f"/v1/files/{file_id}/retry", headers=api.as_("globex-admin")).status_code == 404
+    replayed = api.client.post(f"/v1/files/{file_id}/retry", headers=api.as_("acme-admin"))
+    assert replayed.status_code == 200 and replayed.json()["status"] == "queued"
+    assert replayed.json()["error"] is None
+    again = api.client.post(f"/v1/files/{file_id}/retry", headers=api.as_("acme-admin"))
+    assert again.status_code == 409 and again.json()["error"]["code"] == "not_replayable"

@@ -18,7 +18,7 @@ from ingestion_pipeline.api.errors import ApiError, found
 from ingestion_pipeline.api.file_events import FileEvents
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, BacklogOut, FileOut, Page
-from ingestion_pipeline.api.security import Caller, Services
+from ingestion_pipeline.api.security import Admin, Caller, Services
 from ingestion_pipeline.documents import file_ledger
 from ingestion_pipeline.documents.backlog import backlog
 
@@ -93,6 +93,21 @@ def get_file(file_id: FileId, who: Caller, services: Services) -> dict:
     """Status, timings, config, stats, the error and the Dagster run id of one file."""
     with services.db.connection() as conn:
         return found(file_ledger.get_file(conn, file_id, tenant_id=who.tenant_id), "file")
+
+
+@router.post("/{file_id}/retry", response_model=FileOut, responses={
+    409: {"description": "the file is not failed, dead-lettered or canceled: nothing to replay"}})
+def retry_file(file_id: FileId, who: Admin, services: Services) -> dict:
+    """Replay a failed, dead-lettered or canceled file as a new attempt with a fresh retry budget (admin); the
+    sensors or ``process`` run it, as they run an upload."""
+    with services.db.transaction() as conn:
+        row, replayed = found(file_ledger.retry(conn, file_id, tenant_id=who.tenant_id, actor=f"api:{who.user_id}"),
+                              "file")
+    if not replayed:
+        raise ApiError(409, "not_replayable", f"the file is {row['status']}: only failed, dead-lettered or canceled "
+                                              "files are replayed")
+    services.launch_soon()
+    return row
 
 
 # the old paths answer with the same handlers

@@ -65,6 +65,7 @@ def chunk_batch(run: StepRunner, partition_key: str, *, skip: set[int] = frozens
     outcomes += [FileOutcome.of(row, STEP_DONE, "chunked in parts") for row in rows if row["run_id"] in skip]
     rows = [row for row in rows if row["run_id"] not in skip]
     run.progress = Progress("chunk", len(rows), sinks=run.progress_sinks)
+    run.mark_step(rows, "chunk")
     groups = chunk_groups(rows)
 
     def counted(done: list[FileOutcome]) -> None:

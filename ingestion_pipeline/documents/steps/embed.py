@@ -41,6 +41,7 @@ def embed_batch(run: StepRunner, partition_key: str, *, after_shares: bool = Fal
         rows = file_ledger.held_rows(conn, partition_key, run.owner)
         ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else None
     run.progress = Progress("embed", len(rows), total_chunks=ahead, sinks=run.progress_sinks)
+    run.mark_step(rows, "embed")
     start = time.perf_counter()
     work: dict[int, _Embedding] = {}
     if rows:
@@ -230,6 +231,7 @@ def embed_share(run: StepRunner, partition_key: str, ranges: list[list[int]]) ->
         ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else 0
     work = {r["run_id"]: _Embedding(r, {"embedded": 0, "embeddings_reused": 0, "model_ms": 0}) for r in rows}
     run.progress = Progress("embed share", len(rows), total_chunks=ahead, sinks=run.progress_sinks)
+    run.mark_step(rows, "embed")
     outcomes: list[FileOutcome] = []
     unit = run.settings.embedding.batch_size * 16
     while work:

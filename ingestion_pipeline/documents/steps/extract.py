@@ -18,7 +18,7 @@ from ingestion_pipeline.core.progress import UnitProgress
 from ingestion_pipeline.core.upload_store import StoredObjectMissing
 from ingestion_pipeline.documents import file_ledger, staging, units
 from ingestion_pipeline.documents.extraction import ExtractedDocument, ExtractionError, ReadPage, assemble_pdf
-from ingestion_pipeline.documents.steps.page_images import keep_page_images
+from ingestion_pipeline.documents.steps.page_images import keep_office_page_images, keep_page_images
 from ingestion_pipeline.documents.steps.runner import (
     STEP_DONE,
     FileOutcome,
@@ -85,6 +85,8 @@ def _extract_one(run: StepRunner, row: dict) -> FileOutcome:
         document = run.extract_file(raw.path, extension, reusable)
         if extension.lower() == ".pdf" and document.page_count:
             keep_page_images(run, row, raw.path, 1, document.page_count)
+        else:
+            keep_office_page_images(run, row, raw.path, extension)
     return _stage(run, row, document, ms(start), raw.fetched_bytes)
 
 
@@ -152,8 +154,10 @@ def _read_unit(run: StepRunner, row: dict, path: Path, unit: units.Unit, reusabl
         keep_page_images(run, row, path, unit.first_page, unit.last_page)
         with run.db.transaction() as conn:  # the file's hold first: a run that lost the file writes nothing
             file_ledger.hold(conn, row["run_id"], run.owner)
-            units.finish(conn, row["run_id"], unit, pages, done_by=f"{socket.gethostname()}:{os.getpid()}",
-                         extract_ms=ms(start))
+            if units.finish(conn, row["run_id"], unit, pages, done_by=f"{socket.gethostname()}:{os.getpid()}",
+                            extract_ms=ms(start)):
+                done, total = units.counts(conn, row["run_id"])
+                file_ledger.heartbeat(conn, row["run_id"], run.owner, {"units_done": done, "units_total": total})
     failpoint("extract.unit_done")
     return unit
 

@@ -196,10 +196,21 @@ class StepRunner:
         with self.db.connection() as conn:
             rows = file_ledger.held_rows(conn, partition_key, self.owner)
         self.progress = Progress(step, len(rows), sinks=self.progress_sinks)
+        self.mark_step(rows, step)
         outcomes += self.in_lanes(rows, work, lanes)
         if rows:
             self.progress.finish()
         return outcomes
+
+    def mark_step(self, rows: list[dict], step: str) -> None:
+        """Each file's step now, in its stats (what the web app's live history shows of a running file); a file
+        this worker no longer holds is left as it is (its work finds that out)."""
+        with self.db.connection() as conn:
+            for row in sorted(rows, key=lambda r: r["run_id"]):
+                try:
+                    file_ledger.heartbeat(conn, row["run_id"], self.owner, {"step": step})
+                except LeaseLost:
+                    continue
 
     def in_lanes(self, rows: list[dict], work: Callable[[dict], FileOutcome | None],
                   lanes: int) -> list[FileOutcome | None]:

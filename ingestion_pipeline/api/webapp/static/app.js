@@ -3,6 +3,7 @@
 "use strict";
 
 const CSRF = document.body.dataset.csrf || "";
+const ADMIN = document.body.dataset.admin === "1";
 
 async function api(method, url, body) {
   const headers = {"Accept": "application/json"};
@@ -146,7 +147,9 @@ function uploadPage() {
 
 // -- ingestion history, live -------------------------------------------------------------------------------------
 
-const STEPS = [["promote", "promoting"], ["embed", "embedding"], ["chunk", "chunking"], ["extract", "extracting"]];
+const STEP_WORDS = {fetch: "fetching", extract: "extracting", "plan units": "planning units",
+                    "assemble units": "assembling units", chunk: "chunking", "plan chunk parts": "chunking in parts",
+                    "assemble chunks": "chunking in parts", embed: "embedding", promote: "promoting"};
 
 function describe(file) {
   if (file.status === "failed" || file.status === "dead_letter") {
@@ -157,14 +160,14 @@ function describe(file) {
     return [stats.pages && `${stats.pages} pages`, stats.chunks && `${stats.chunks} chunks`].filter(Boolean).join(" · ");
   }
   if (file.status === "running") {
-    const timings = stats.timings_ms || {};
-    const done = STEPS.find(([step]) => step in timings);
-    const next = done ? {extract: "chunking", chunk: "embedding", embed: "promoting", promote: "finishing"}[done[0]]
-                      : "extracting";
-    const units = stats.units ? ` · ${stats.units} units` : "";
-    return `${next}${stats.elements ? ` · ${stats.elements} elements` : ""}${units}`;
+    const parts = [STEP_WORDS[stats.step] || stats.step || "starting"];
+    if (stats.units_total && stats.step === "extract") parts.push(`units ${stats.units_done || 0} / ${stats.units_total}`);
+    if (stats.elements) parts.push(`${stats.elements} elements`);
+    if (stats.chunks) parts.push(`${stats.chunks} chunks`);
+    return parts.join(" · ");
   }
-  return file.next_attempt_at ? `next try ${new Date(file.next_attempt_at).toLocaleTimeString()}` : "";
+  const next = file.next_attempt_at ? new Date(file.next_attempt_at) : null;
+  return next && next > new Date() ? `next try ${next.toLocaleTimeString()}` : "waiting for a run";
 }
 
 function fileRow(file) {
@@ -177,22 +180,40 @@ function fileRow(file) {
     document.querySelector("#files tbody").prepend(row);
   }
   row.dataset.status = file.status;
+  // the states this page saw the file in, in order (what a person watching saw)
+  const seen = (row.dataset.seen || "").split(" ").filter(Boolean);
+  if (seen[seen.length - 1] !== file.status) row.dataset.seen = [...seen, file.status].join(" ");
   row.querySelector(".name").textContent = (file.config || {}).filename || file.source_uri;
   row.querySelector(".status").replaceChildren(el("span", {class: `badge ${file.status}`, text: file.status}));
   row.querySelector(".progress").textContent = describe(file);
   row.querySelector(".updated").textContent = new Date(file.updated_at).toLocaleString();
+  const actions = row.querySelector(".actions");
+  actions.replaceChildren();
+  if (ADMIN && ["failed", "dead_letter", "canceled"].includes(file.status)) {
+    const retry = el("button", {class: "retry", text: "Retry"});
+    retry.addEventListener("click", async () => {
+      retry.disabled = true;
+      const result = await api("POST", `/v1/files/${file.file_id}/retry`);
+      if (result.status === 200) fileRow(result.data);
+      else { retry.disabled = false; actions.append(el("span", {class: "error", text: " " + errorMessage(result)})); }
+    });
+    actions.append(retry);
+  }
+}
+
+async function resyncFiles() {
+  const result = await api("GET", "/v1/files?limit=50");
+  if (result.status === 200) for (const file of result.data.items.reverse()) fileRow(file);
 }
 
 function filesPage() {
+  resyncFiles();  // the rows as the script draws them (their actions included), then kept live
   const live = document.getElementById("live");
   const source = new EventSource("/v1/files/events");
   source.onopen = () => { live.textContent = "live"; live.classList.add("on"); };
   source.onerror = () => { live.textContent = "reconnecting…"; live.classList.remove("on"); };
   source.addEventListener("file", (event) => fileRow(JSON.parse(event.data)));
-  source.addEventListener("resync", async () => {
-    const result = await api("GET", "/v1/files?limit=50");
-    if (result.status === 200) for (const file of result.data.items.reverse()) fileRow(file);
-  });
+  source.addEventListener("resync", resyncFiles);
 }
 
 // -- search ------------------------------------------------------------------------------------------------------
@@ -243,7 +264,7 @@ async function inspectorPage() {
   const pages = document.getElementById("pages");
   const figures = new Map();
   const showPage = (number) => {
-    if (!doc.pages_imaged || figures.has(number)) return figures.get(number);
+    if (!doc.page_images || number > doc.page_images || figures.has(number)) return figures.get(number);
     const image = el("img", {src: `/v1/documents/${doc.doc_id}/pages/${number}/image?version=${doc.version_number}`,
                              alt: `page ${number}`, loading: "lazy"});
     const figure = el("figure", {class: "page", id: `page-${number}`, "data-page": String(number)}, image,
@@ -253,13 +274,14 @@ async function inspectorPage() {
     pages.insertBefore(figure, after || null);
     return figure;
   };
-  if (!doc.pages_imaged) pages.append(el("p", {class: "note", text: "This document is read as text: select a chunk to see it."}));
+  if (!doc.page_images) pages.append(el("p", {class: "note", text: "This document is read as text: select a chunk to see it."}));
+  else if (doc.laid_out) pages.append(el("p", {class: "note", text: "Pages as LibreOffice lays the file out."}));
   const list = document.getElementById("chunks");
   const select = async (chunk, item) => {
     for (const other of list.querySelectorAll(".selected")) other.classList.remove("selected");
     item.classList.add("selected");
     for (const box of pages.querySelectorAll(".box")) box.remove();
-    if (!doc.pages_imaged || !chunk.page_start) { item.scrollIntoView({block: "nearest"}); return; }
+    if (!doc.page_images || !(chunk.page_start || doc.laid_out)) { item.scrollIntoView({block: "nearest"}); return; }
     const boxes = await api("GET", `/v1/chunks/${chunk.chunk_id}/boxes`);
     let first = null;
     for (const page of boxes.data?.pages || []) {
@@ -275,7 +297,7 @@ async function inspectorPage() {
     (first || showPage(chunk.page_start))?.scrollIntoView({block: "center"});
   };
   for (const chunk of doc.chunks) {
-    const where = [chunk.page_start ? `p. ${chunk.page_start}${chunk.page_end && chunk.page_end !== chunk.page_start ? "–" + chunk.page_end : ""}` : "",
+    const where = [chunk.page_start && !doc.laid_out ? `p. ${chunk.page_start}${chunk.page_end && chunk.page_end !== chunk.page_start ? "–" + chunk.page_end : ""}` : "",
                    chunk.section_path.join(" › "), chunk.language, `${chunk.token_count} tokens`, chunk.ocr ? "OCR" : ""];
     const item = el("li", {class: "chunk", "data-chunk-id": String(chunk.chunk_id)},
                     el("p", {class: "where", text: where.filter(Boolean).join(" · ")}), el("p", {class: "text", text: chunk.text}));
@@ -283,9 +305,7 @@ async function inspectorPage() {
     list.append(item);
   }
   const startPage = Number(body.startPage) || (doc.chunks[0]?.page_start ?? 0);
-  if (doc.pages_imaged) {
-    for (let number = 1; number <= (doc.page_count || 0); number++) showPage(number);
-  }
+  for (let number = 1; number <= doc.page_images; number++) showPage(number);
   const wanted = doc.chunks.find((chunk) => String(chunk.chunk_id) === body.chunk);
   if (wanted) select(wanted, list.querySelector(`li[data-chunk-id="${wanted.chunk_id}"]`));
   else if (startPage) showPage(startPage)?.scrollIntoView();
