@@ -114,7 +114,7 @@ def main() -> None:
             page = client.get("/app/documents").text
             client.headers["X-CSRF-Token"] = page.split('data-csrf="', 1)[1].split('"', 1)[0]
             client.post("/v1/ingest", files={"file": (args.pdf.name, args.pdf.read_bytes(), "application/pdf")})
-            subprocess.run([CLI, "process"], env=env, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([CLI, "process"], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             docs = client.get("/v1/documents", params={"search": args.pdf.name, "limit": 1}).json()["items"]
             doc_id = docs[0]["doc_id"]
             chunk_id = client.get(f"/v1/documents/{doc_id}/chunks").json()["chunks"][1]["chunk_id"]

@@ -5,7 +5,6 @@ moves a file), each notice handed to the streams of the notice's tenant only."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import threading
@@ -55,7 +54,12 @@ class FileEvents:
             targets = [entry for tenant, entries in self._streams.items() for entry in entries
                        if tenant_id is None or tenant == tenant_id]
         for loop, queue in targets:
-            loop.call_soon_threadsafe(_offer, queue, file_id)
+            try:
+                loop.call_soon_threadsafe(_offer, queue, file_id)
+            except RuntimeError:  # its event loop has closed: the stream is gone
+                with self._lock:
+                    for streams in self._streams.values():
+                        streams.discard((loop, queue))
 
     def _listen(self) -> None:
         while not self._stopping.is_set():
@@ -69,7 +73,7 @@ class FileEvents:
                             tenant_id, file_id = _parse(notice.payload)
                             if tenant_id is not None:
                                 self._hand(tenant_id, file_id)
-            except psycopg.Error as exc:
+            except Exception as exc:  # the database went away, or anything else: never the listener for good
                 log.warning("file events: %s; listening again in %.0f s", exc, RECONNECT_SECONDS)
             self.listening.clear()
             self._stopping.wait(RECONNECT_SECONDS)
@@ -81,8 +85,13 @@ class FileEvents:
 
 
 def _offer(queue: asyncio.Queue, file_id: int | None) -> None:
-    with contextlib.suppress(asyncio.QueueFull):
+    """A notice for a stream; one that fell ``QUEUE_BOUND`` behind drops what it has and reads everything again."""
+    try:
         queue.put_nowait(file_id)
+    except asyncio.QueueFull:
+        while not queue.empty():
+            queue.get_nowait()
+        queue.put_nowait(None)
 
 
 def _parse(payload: str) -> tuple[str | None, int | None]:

@@ -52,6 +52,24 @@ def principal(
     return who
 
 
+def still_signed_in(request: Request) -> bool:
+    """Whether the request's token or session would still be accepted now (expired, a disabled or removed user):
+    what a long-lived response (an event stream) checks as it goes."""
+    api = services(request).api
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    session = web_session.session_of(request)
+    try:
+        if scheme.lower() == "bearer" and token.strip():
+            who = verify_token(token.strip(), api.jwt_secret or "")
+        elif session is not None:
+            who = verify_token(session, web_session.signing_key(api))
+        else:
+            return not api.auth_enabled  # development mode's ?tenant_id=
+    except InvalidToken:
+        return False
+    return not api.auth_enabled or services(request).user_is_active(who.user_id)
+
+
 def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
     if not who.is_admin:
         raise ApiError(403, "forbidden", "this action needs the admin role")

@@ -4,15 +4,18 @@ the file (close to Word's for most documents, not identical); the text that is c
 extractor's own (``extraction/docx.py``, ``office.py``), so a chunk is found on these pages by its text.
 
 LibreOffice parses untrusted input: it runs in a process group of its own, in a temporary folder that is its home
-and profile, under the extraction worker's memory cap, and is killed with its group past ``CONVERT_TIMEOUT_SECONDS``.
+and profile, with none of this process's environment, links and macros off, without a network where this process
+may start it so (root), under the extraction worker's memory cap, and is killed with its group past
+``CONVERT_TIMEOUT_SECONDS``. It still reads the host's files as this process's user: deployments that render office
+files for untrusted tenants run the workers as a user that can read nothing else (docs/web-app.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -46,15 +49,16 @@ def converted_to_pdf(path: Path, extension: str, *, memory_mb: int = 3072,
         # a plain name: the uploaded file's own name never reaches a command line
         source = Path(folder) / f"document{extension.lower()}"
         shutil.copyfile(path, source)
-        command = [binary, f"-env:UserInstallation={(Path(folder) / 'profile').as_uri()}", "--headless",
+        profile = Path(folder) / "profile"
+        (profile / "user").mkdir(parents=True)
+        (profile / "user" / "registrymodifications.xcu").write_text(_LOCKED_DOWN)
+        command = [*_confined(memory_mb), binary, f"-env:UserInstallation={profile.as_uri()}", "--headless",
                    "--norestore", "--nolockcheck", "--convert-to", "pdf", "--outdir", folder, str(source)]
-        limit = memory_mb * 1024 * 1024
-
-        def bounded() -> None:  # in the child, before LibreOffice starts
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
+        # nothing of this process's environment (database URLs, credentials, secrets) reaches LibreOffice
+        environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": folder, "LANG": "C.UTF-8",
+                       "TMPDIR": folder}
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=folder,
-                                   env={**os.environ, "HOME": folder}, start_new_session=True, preexec_fn=bounded)
+                                   env=environment, start_new_session=True)
         try:
             output, _ = process.communicate(timeout=timeout_seconds)
         except subprocess.TimeoutExpired:
@@ -72,6 +76,43 @@ def converted_to_pdf(path: Path, extension: str, *, memory_mb: int = 3072,
             yield None
             return
         yield pdf
+
+
+# The profile LibreOffice starts with: a text document's links to other files and the web are never updated
+# (Writer's link update mode 0, NEVER), so a document cannot pull in a file of this host or an internal URL; macros
+# never run.
+_SETTINGS = [("/org.openoffice.Office.Writer/Content/Update", "Link", "0"),
+             ("/org.openoffice.Office.Common/Security/Scripting", "MacroSecurityLevel", "3"),
+             ("/org.openoffice.Office.Common/Security/Scripting", "DisableMacrosExecution", "true"),
+             ("/org.openoffice.Office.Common/Security/Scripting", "BlockUntrustedRefererLinks", "true")]
+_LOCKED_DOWN = ('<?xml version="1.0" encoding="UTF-8"?>\n<oor:items xmlns:oor="http://openoffice.org/2001/registry" '
+                'xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">\n'
+                + "".join(f'<item oor:path="{path}"><prop oor:name="{name}" oor:op="fuse"><value>{value}</value>'
+                          "</prop></item>\n" for path, name, value in _SETTINGS)
+                + "</oor:items>\n")
+
+
+@functools.cache
+def _can_leave_the_network() -> bool:
+    """Whether this process may start LibreOffice in a network namespace of its own (root, util-linux's unshare)."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return False
+    try:
+        return subprocess.run([unshare, "--net", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _confined(memory_mb: int) -> list[str]:
+    """What LibreOffice is started under: its address space capped (util-linux's prlimit, not a ``preexec_fn``, which
+    is unsafe in a process with threads), and, where this process may, no network at all."""
+    prefix: list[str] = []
+    if _can_leave_the_network():
+        prefix += ["unshare", "--net", "--"]
+    if shutil.which("prlimit"):
+        prefix += ["prlimit", f"--as={memory_mb * 1024 * 1024}", "--"]
+    return prefix
 
 
 def _end_group(pid: int) -> None:

@@ -207,6 +207,16 @@ def test_upload_watch_search_and_follow_a_citation_to_its_outlined_passage(brows
     assert documents.evaluate("window.pwned") is None
     assert documents.locator("#chunks img").count() == 0
 
+    # a second version of the text file: the inspector lists both, each a link
+    widget.write_bytes(HOSTILE_TEXT + b"It was repainted green in the spring.\n")
+    upload.set_input_files("#files", [str(widget)])
+    _until(lambda: upload.locator('#uploads li[data-result="queued"]').count() == 5, "the new version queued")
+    _process(server)
+    documents.goto(f"{server.url}/app/documents/{text_id}")
+    documents.wait_for_selector("#versions a", timeout=WAIT_MS)
+    assert documents.locator("#versions").inner_text().split() == ["versions:", "2", "(served)", "1"]
+    assert "repainted green" in documents.locator("#chunks").inner_text()
+
     # the retrieval test: figures per kind, and the miss with what came back instead
     evaluation = context.new_page()
     evaluation.goto(f"{server.url}/app/evaluation")

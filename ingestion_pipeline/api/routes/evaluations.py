@@ -26,10 +26,11 @@ router = APIRouter(prefix="/v1", tags=["search"])
 # each question is a search: a set is bounded like any request (a minute or so of the tenant's search share)
 MAX_QUESTIONS = 500
 MISSED_HITS_SHOWN = 3
+MAX_QUESTION_CHARS = 1000  # GET /v1/search's bound on q
 
 
 class EvaluationIn(BaseModel):
-    questions: str = Field(max_length=2_000_000, description="the search-eval format: JSON Lines of id, document, "
+    questions: str = Field(max_length=1_000_000, description="the search-eval format: JSON Lines of id, document, "
                                                              "kind, language, question, answer")
     k: int = Field(10, ge=1, le=50, description="hits asked per question")
 
@@ -56,6 +57,9 @@ async def evaluate(body: EvaluationIn, request: Request, who: Caller, services: 
         raise ApiError(400, "invalid_question_set", "the question set holds no question")
     if len(questions) > MAX_QUESTIONS:
         raise ApiError(400, "invalid_question_set", f"{len(questions)} questions: at most {MAX_QUESTIONS} a test")
+    too_long = next((q.id for q in questions if len(q.question) > MAX_QUESTION_CHARS), None)
+    if too_long is not None:  # as long as a search's own query may be
+        raise ApiError(400, "invalid_question_set", f"question {too_long} is over {MAX_QUESTION_CHARS} characters")
     slots = request.app.state.search_slots
     started = time.perf_counter()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -18,7 +19,7 @@ from ingestion_pipeline.api.errors import ApiError, found
 from ingestion_pipeline.api.file_events import FileEvents
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, BacklogOut, FileOut, Page
-from ingestion_pipeline.api.security import Admin, Caller, Services
+from ingestion_pipeline.api.security import Admin, Caller, Services, still_signed_in
 from ingestion_pipeline.documents import file_ledger
 from ingestion_pipeline.documents.backlog import backlog
 
@@ -27,6 +28,7 @@ deprecated_router = APIRouter(prefix="/v1/ingestion-runs", tags=["files"], depre
 FileStatus = Literal["queued", "running", "succeeded", "failed", "dead_letter", "canceled"]
 FileId = Annotated[int, Path(ge=1, le=MAX_ID)]
 KEEPALIVE_SECONDS = 15.0
+_QUIET = object()  # no move within KEEPALIVE_SECONDS
 
 
 @router.get("", response_model=Page[FileOut])
@@ -51,13 +53,12 @@ def file_backlog(who: Caller, services: Services) -> dict:
           "{file_id}` answers; `event: resync`: moves may have been missed, list the files again"}})
 async def file_events(request: Request, who: Caller, services: Services) -> StreamingResponse:
     """The tenant's files as they move (queued, running with its step's progress, succeeded, failed), pushed as
-    server-sent events the moment each move commits (``api/file_events.py``); a comment every
-    ``KEEPALIVE_SECONDS`` keeps proxies from closing a quiet stream. Sign-out or a disabled account ends it."""
+    server-sent events the moment each move commits (``api/file_events.py``); each connection starts with
+    ``resync``. A comment every ``KEEPALIVE_SECONDS`` keeps proxies from closing a quiet stream; as often, the token
+    or session is checked again: expired, signed out of or disabled, the stream ends."""
     events: FileEvents = request.app.state.file_events
-    try:
-        queue = events.subscribe(who.tenant_id)
-    except RuntimeError as exc:
-        raise ApiError(503, "events_unavailable", "live file events need the database URL") from exc
+    if events.url is None:
+        raise ApiError(503, "events_unavailable", "live file events need the database URL")
 
     def read(file_id: int) -> dict | None:
         with services.db.connection() as conn:
@@ -65,21 +66,26 @@ async def file_events(request: Request, who: Caller, services: Services) -> Stre
         return None if row is None else FileOut.model_validate(row).model_dump(mode="json")
 
     async def stream():
+        queue = events.subscribe(who.tenant_id)  # here, not before: a response never sent subscribes nothing
+        checked = time.monotonic()
         try:
-            yield "retry: 2000\n\n"
+            # every connection, a reconnection too, starts by reading the list again: what moved while it was not
+            # connected is not lost
+            yield "retry: 2000\n\nevent: resync\ndata: {}\n\n"
             while True:
                 try:
                     file_id = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
                 except TimeoutError:
-                    if not await run_in_threadpool(services.user_is_active, who.user_id):
+                    file_id = _QUIET
+                if time.monotonic() - checked >= KEEPALIVE_SECONDS:  # signed out, expired, disabled: it ends
+                    if not await run_in_threadpool(still_signed_in, request):
                         return
+                    checked = time.monotonic()
+                if file_id is _QUIET:
                     yield ": keepalive\n\n"
-                    continue
-                if file_id is None:
+                elif file_id is None:
                     yield "event: resync\ndata: {}\n\n"
-                    continue
-                body = await run_in_threadpool(read, file_id)
-                if body is not None:
+                elif (body := await run_in_threadpool(read, file_id)) is not None:
                     yield f"event: file\ndata: {json.dumps(body)}\n\n"
         finally:
             events.unsubscribe(who.tenant_id, queue)

@@ -21,6 +21,7 @@ Version = Annotated[int | None, Query(ge=1, le=MAX_ID, description="a version nu
 IMAGE_CACHE = "private, max-age=86400"
 # pages either side of where a laid-out file's chunk should be (its place in the file), looked at first
 LAID_OUT_REACH = 3
+LAID_OUT_SCAN_PAGES = 300
 
 
 @router.get("/documents/{doc_id}/chunks", response_model=VersionChunksOut)
@@ -82,8 +83,10 @@ def chunk_boxes(chunk_id: Annotated[int, Path(ge=1, le=MAX_ID)], who: Caller, se
         guess = 1 + chunk["ordinal"] * imaged // max(chunk["chunk_count"], 1)
         reach = max(LAID_OUT_REACH, imaged // 10)
         nearby = range(max(1, guess - reach), min(imaged, guess + reach) + 1)
+        # then everywhere, for a file of a few hundred pages at most: past that, a request's reads are bounded
+        everywhere = len(nearby) < imaged <= LAID_OUT_SCAN_PAGES
         located = page_views.find_chunk(layout_of, chunk["text"], nearby) or (
-            page_views.find_chunk(layout_of, chunk["text"], range(1, imaged + 1)) if len(nearby) < imaged else [])
+            page_views.find_chunk(layout_of, chunk["text"], range(1, imaged + 1)) if everywhere else [])
         pages = [{"page": page, "boxes": boxes} for page, boxes in located]
     elif chunk["page_start"] is not None:
         for page in range(chunk["page_start"], (chunk["page_end"] or chunk["page_start"]) + 1):

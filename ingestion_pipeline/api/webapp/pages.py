@@ -73,6 +73,17 @@ def _viewer(request: Request) -> tuple[Principal, str]:
     return who, session
 
 
+def _security_headers(request: Request) -> dict[str, str]:
+    """``SECURITY_HEADERS``, with the upload bucket's origin allowed to be sent to where presigned uploads go."""
+    api = _services(request).api
+    if not api.upload_bucket:
+        return SECURITY_HEADERS
+    endpoint = api.upload_s3_endpoint or "https://*.amazonaws.com"
+    origin = "/".join(endpoint.split("/")[:3])
+    policy = SECURITY_HEADERS["Content-Security-Policy"].replace("connect-src 'self'", f"connect-src 'self' {origin}")
+    return {**SECURITY_HEADERS, "Content-Security-Policy": policy}
+
+
 def _page(request: Request, template: str, context: dict, status_code: int = 200) -> HTMLResponse:
     who_session = context.pop("_viewer", None)
     if who_session is not None:
@@ -80,7 +91,7 @@ def _page(request: Request, template: str, context: dict, status_code: int = 200
         context.update(who=who, csrf=web_session.csrf_token(_services(request).api, session))
     response = templates.TemplateResponse(request, template, {"page": template.removesuffix(".html"), **context},
                                           status_code=status_code)
-    response.headers.update(SECURITY_HEADERS)
+    response.headers.update(_security_headers(request))
     return response
 
 
@@ -106,6 +117,8 @@ def sign_in_page(request: Request, next: str | None = None) -> HTMLResponse:  # 
 async def sign_in_form(request: Request) -> Response:
     """The sign-in form: the same checks and throttling as ``POST /v1/auth/token``; the token goes into the
     session cookie, never to the page."""
+    if not _from_this_site(request):  # another site's form would sign the browser in to its attacker's account
+        raise ApiError(403, "cross_site", "sign in from this site's own sign-in page")
     body = await request.body()
     if len(body) > SIGN_IN_FORM_BYTES:
         raise ApiError(413, "too_large", "the sign-in form is a few fields")
@@ -133,14 +146,28 @@ async def sign_in_form(request: Request) -> Response:
     return response
 
 
+def _from_this_site(request: Request) -> bool:
+    """Whether a form was posted from this site: the browser says so (``Sec-Fetch-Site``), or the ``Origin`` it
+    sends is this server's. A client that sends neither (not a browser) is not a cross-site form."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        return fetch_site in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    return origin is None or origin == f"{request.url.scheme}://{request.url.netloc}"
+
+
 @router.post("/sign-out")
 async def sign_out(request: Request) -> Response:
     body = await request.body()
     form = {key: values[0] for key, values in parse_qs(body[:SIGN_IN_FORM_BYTES].decode("utf-8", "replace")).items()}
     session = web_session.session_of(request)
     if session is not None:  # a sign-out another site posts is refused: it would be a nuisance, not harmless
-        web_session.principal_from_session(request, _services(request).api, session,
-                                           form_token=form.get(web_session.CSRF_FIELD))
+        try:
+            web_session.principal_from_session(request, _services(request).api, session,
+                                               form_token=form.get(web_session.CSRF_FIELD))
+        except ApiError as exc:
+            if exc.status != 401:  # an expired or broken session is simply cleared
+                raise
     response = RedirectResponse("/app/sign-in", status_code=303)
     web_session.close_session(response)
     return response

@@ -7,8 +7,6 @@ import json
 import logging
 from pathlib import Path
 
-from ingestion_pipeline.core.failures import TransientError
-from ingestion_pipeline.documents.extraction import ExtractionError
 from ingestion_pipeline.documents.office_pages import CONVERTIBLE, MANIFEST, converted_to_pdf
 from ingestion_pipeline.documents.page_views import image_name, layout_name
 
@@ -29,14 +27,15 @@ def keep_page_images(run, row: dict, path: Path, first_page: int, last_page: int
     for start in range(first_page, last_page + 1, PAGES_PER_ASK):
         try:
             views = render(path, start, min(last_page, start + PAGES_PER_ASK - 1))
-        except (ExtractionError, TransientError) as exc:
-            log.warning("%s: pages %d-%d not rendered (%s); the inspector shows their text only",
-                        row.get("filename") or row["run_id"], start, last_page, exc)
+            for view in views:
+                run.store.put_view(row["tenant_id"], row["content_hash"], image_name(view.page_number), view.image)
+                run.store.put_view(row["tenant_id"], row["content_hash"], layout_name(view.page_number),
+                                   view.layout())
+                kept += 1
+        except Exception as exc:  # the worker, the store, anything: the file's text is served all the same
+            log.warning("file %s: pages %d-%d not rendered or kept (%s: %s); the inspector shows their text only",
+                        row["run_id"], start, last_page, type(exc).__name__, exc)
             return kept
-        for view in views:
-            run.store.put_view(row["tenant_id"], row["content_hash"], image_name(view.page_number), view.image)
-            run.store.put_view(row["tenant_id"], row["content_hash"], layout_name(view.page_number), view.layout())
-            kept += 1
     return kept
 
 
@@ -47,17 +46,19 @@ def keep_office_page_images(run, row: dict, path: Path, extension: str) -> int:
     if (extension.lower() not in CONVERTIBLE or not run.settings.limits.page_images
             or getattr(run.extract_file, "render", None) is None):
         return 0
-    with converted_to_pdf(path, extension, memory_mb=run.settings.limits.memory_mb,
-                          timeout_seconds=run.settings.limits.timeout_seconds) as pdf:
-        if pdf is None:
-            return 0
-        try:  # its page count only (every page of a PDF this small is looked at by nobody)
+    try:
+        with converted_to_pdf(path, extension, memory_mb=run.settings.limits.memory_mb,
+                              timeout_seconds=run.settings.limits.timeout_seconds) as pdf:
+            if pdf is None:
+                return 0
+            # its page count only (the survey looks at no page of a PDF of fewer pages than asked)
             pages = run.extract_file.survey(pdf, 1 << 30).page_count
-        except (ExtractionError, TransientError) as exc:
-            log.warning("%s: its layout could not be read (%s); its pages are not shown", row["run_id"], exc)
-            return 0
-        kept = keep_page_images(run, row, pdf, 1, pages)
-    if kept:
-        run.store.put_view(row["tenant_id"], row["content_hash"], MANIFEST,
-                           json.dumps({"pages": kept, "laid_out_by": "libreoffice"}).encode())
-    return kept
+            kept = keep_page_images(run, row, pdf, 1, pages)
+        if kept:
+            run.store.put_view(row["tenant_id"], row["content_hash"], MANIFEST,
+                               json.dumps({"pages": kept, "laid_out_by": "libreoffice"}).encode())
+        return kept
+    except Exception as exc:  # LibreOffice, the worker, the store: the file's text is served all the same
+        log.warning("file %s: not laid out as pages (%s: %s); the inspector shows its text only", row["run_id"],
+                    type(exc).__name__, exc)
+        return 0

@@ -68,6 +68,12 @@ function send(method, url, headers, body, onProgress) {
   });
 }
 
+function keyOf(name) {
+  // a document key is letters, digits and . _ / - (the API's pattern), starting with a letter or digit
+  const key = name.replace(/[^A-Za-z0-9._/-]+/g, "-").replace(/\.\.+/g, ".").replace(/^[^A-Za-z0-9]+/, "");
+  return key.slice(0, 200) || null;
+}
+
 const UPLOADS_AT_ONCE = 2;
 const BUSY_RETRIES = 5;
 
@@ -76,7 +82,9 @@ async function uploadOne(file, item) {
   const state = item.querySelector(".state");
   const progress = (fraction) => { bar.value = fraction; };
   // a presigned S3 PUT when the deployment has an upload bucket; otherwise the bytes streamed to the API
-  let result = await api("POST", "/v1/uploads", {filename: file.name, size_bytes: file.size,
+  // a file named as one uploaded before is its new version (the name as the document's key), unless unticked
+  const key = document.getElementById("as-version").checked ? keyOf(file.name) : null;
+  let result = await api("POST", "/v1/uploads", {filename: file.name, size_bytes: file.size, ...(key ? {key} : {}),
                                                  content_type: file.type || "application/octet-stream"});
   if (result.status === 201) {
     const put = await send(result.data.method, result.data.url, result.data.headers || {}, file, progress);
@@ -88,6 +96,7 @@ async function uploadOne(file, item) {
     result = await api("POST", `/v1/uploads/${result.data.upload_id}/complete`);
   } else {
     const form = new FormData();
+    if (key) form.append("key", key);
     form.append("file", file, file.name);
     for (let attempt = 0; ; attempt++) {
       result = await send("POST", "/v1/ingest", {"X-CSRF-Token": CSRF, "Accept": "application/json"}, form, progress);
@@ -258,15 +267,30 @@ async function inspectorPage() {
   if (result.status !== 200) { document.getElementById("doc-meta").textContent = errorMessage(result); return; }
   const doc = result.data;
   document.getElementById("doc-title").textContent = doc.title || doc.filename || doc.source_uri;
+  const languages = new Map();
+  for (const chunk of doc.chunks) languages.set(chunk.language, (languages.get(chunk.language) || 0) + 1);
+  const language = [...languages.entries()].sort((a, b) => b[1] - a[1])[0]?.[0];
   document.getElementById("doc-meta").textContent =
-    `version ${doc.version_number}${doc.is_active ? " (served)" : ""} · ${doc.page_count ? doc.page_count + " pages · " : ""}` +
-    `${doc.chunk_count} chunks · ${doc.token_count} tokens`;
+    `version ${doc.version_number}${doc.is_active ? " (served)" : ""} · ${doc.filename || ""} · ` +
+    `${doc.page_count ? doc.page_count + " pages · " : ""}${doc.chunk_count} chunks · ${doc.token_count} tokens` +
+    (language ? ` · ${language}` : "") + ` · ${doc.source_uri}`;
+  api("GET", `/v1/documents/${doc.doc_id}`).then((detail) => {  // the document's versions, each one a link
+    if (detail.status !== 200 || detail.data.versions.length < 2) return;
+    const versions = el("p", {class: "note", id: "versions"}, "versions: ");
+    for (const version of detail.data.versions) {
+      const label = `${version.version_number}${version.is_active ? " (served)" : ""}`;
+      versions.append(version.version_number === doc.version_number ? el("strong", {text: label})
+        : el("a", {href: `/app/documents/${doc.doc_id}?version=${version.version_number}`, text: label}), " ");
+    }
+    document.getElementById("doc-meta").after(versions);
+  });
   const pages = document.getElementById("pages");
   const figures = new Map();
   const showPage = (number) => {
     if (!doc.page_images || number > doc.page_images || figures.has(number)) return figures.get(number);
     const image = el("img", {src: `/v1/documents/${doc.doc_id}/pages/${number}/image?version=${doc.version_number}`,
                              alt: `page ${number}`, loading: "lazy"});
+    image.addEventListener("error", () => image.replaceWith(el("p", {class: "note", text: `page ${number}: no image`})));
     const figure = el("figure", {class: "page", id: `page-${number}`, "data-page": String(number)}, image,
                       el("figcaption", {text: `page ${number}`}));
     figures.set(number, figure);
