@@ -129,7 +129,7 @@ def test_the_delay_doubles_up_to_the_window():
     assert limits.delay(10_000) == 300
 
 
-def test_the_owner_signing_in_forgives_nothing_of_a_guesser_elsewhere(database):
+def test_the_owner_signing_in_forgives_nothing_of_a_guesser_elsewhere(database, long_first_delay):
     api = make_api(database, ApiSettings(jwt_secret=SECRET, login_failures_per_account=3))
     attacker, owner = _from(api, "10.5.0.1"), _from(api, "192.0.2.30")
     assert [_login(attacker, "user@acme.example", "wrong password").status_code for _ in range(4)] == \
@@ -138,7 +138,7 @@ def test_the_owner_signing_in_forgives_nothing_of_a_guesser_elsewhere(database):
     assert _login(attacker, "user@acme.example", "wrong password").status_code == 429
 
 
-def test_an_ipv6_client_counts_by_its_64(database):
+def test_an_ipv6_client_counts_by_its_64(database, long_first_delay):
     """One host is given a whole /64: its addresses are one client, or it would have 2^64 of them."""
     api = make_api(database, ApiSettings(jwt_secret=SECRET, login_failures_per_account=1))
     assert _login(_from(api, "2001:db8:1:2::1"), "user@acme.example", "wrong password").status_code == 401
@@ -186,7 +186,7 @@ def _peer(address: str) -> httpx.Client:
     return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30)
 
 
-def test_x_forwarded_for_is_not_believed_without_trusted_proxies(database):
+def test_x_forwarded_for_is_not_believed_without_trusted_proxies(database, long_first_delay):
     settings = ApiSettings(jwt_secret=SECRET, login_failures_per_account=1)
     api = make_api(database, settings)
     with _serving(api, settings) as url, _peer("127.0.0.1") as client:
@@ -196,7 +196,7 @@ def test_x_forwarded_for_is_not_believed_without_trusted_proxies(database):
     assert codes == [401, 429, 429]
 
 
-def test_x_forwarded_for_is_believed_from_a_trusted_proxy_only(database):
+def test_x_forwarded_for_is_believed_from_a_trusted_proxy_only(database, long_first_delay):
     settings = ApiSettings(jwt_secret=SECRET, login_failures_per_account=1, trusted_proxies=("127.0.0.1/32",))
     api = make_api(database, settings)
 
