@@ -10,6 +10,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ingestion_pipeline.cli.bootstrap import Context, bootstrap
@@ -308,16 +309,28 @@ def cmd_documents(args: argparse.Namespace) -> int:
     return 0
 
 
+def _moment(text: str) -> datetime:
+    """A date or a date and time (ISO 8601); without a zone, UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date (2026-12-01, or 2026-12-01T09:30)") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from ingestion_pipeline.documents.search import hybrid_search
+    from ingestion_pipeline.documents.search_filters import search_filter
 
+    only = search_filter(doc_ids=args.doc_id, source=args.source, file_types=args.file_types,
+                         languages=args.languages, since=args.since, until=args.until)
     with bootstrap() as ctx:
         embedders = ctx.query_embedders
         vector, tokens = embedders.embedder.embed_query(args.query)
         with ctx.db.connection() as conn:
             hits = hybrid_search(conn, tenant_id=args.tenant, query=args.query, query_vector=vector, k=args.k,
                                  model=embedders.model, neighbours=args.context,
-                                 other_models=embedders.for_query(args.query), query_tokens=tokens)
+                                 other_models=embedders.for_query(args.query), query_tokens=tokens, only=only)
 
     def render(records: list[dict]) -> None:
         if not records:
@@ -387,5 +400,15 @@ def register(sub) -> None:
     p.add_argument("-k", type=int, default=5)
     p.add_argument("--context", type=int, default=0, choices=range(4), metavar="N",
                    help="also show the N chunks before and after each hit (0-3; default 0)")
+    narrow = p.add_argument_group("filters (the admitted chunks ranked exactly)")
+    narrow.add_argument("--doc-id", type=int, action="append", default=[], metavar="ID", help="only this document "
+                        "(repeatable)")
+    narrow.add_argument("--source", metavar="PREFIX", help="only documents whose source URI starts so")
+    narrow.add_argument("--type", action="append", default=[], dest="file_types", metavar="EXT",
+                        help="only this file type: pdf, docx (repeatable)")
+    narrow.add_argument("--language", action="append", default=[], dest="languages", metavar="CONFIG",
+                        help="only chunks in this language: english, french (repeatable)")
+    narrow.add_argument("--since", type=_moment, metavar="DATE", help="only versions served from then on")
+    narrow.add_argument("--until", type=_moment, metavar="DATE", help="only versions served before then")
     add_json_flag(p)
     p.set_defaults(func=cmd_search)

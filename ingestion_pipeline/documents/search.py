@@ -25,6 +25,7 @@ import psycopg
 from ingestion_pipeline.core.tenants import validate_tenant_id
 from ingestion_pipeline.documents import fusion, late_interaction, serving_models
 from ingestion_pipeline.documents.extraction.elements import OCR_TEXT
+from ingestion_pipeline.documents.search_filters import SearchFilter, admitted_chunks
 from ingestion_pipeline.documents.search_results import shape_results
 from ingestion_pipeline.documents.text_ranking import scored_text_candidates
 from ingestion_pipeline.documents.vector_index import graph_ready, of_dimension
@@ -234,6 +235,7 @@ def hybrid_search(
     conn: psycopg.Connection, *, tenant_id: str, query: str, query_vector: np.ndarray, model: str, k: int = 5,
     candidates: int | None = None, settings: SearchSettings | None = None, neighbours: int = 0,
     other_models: serving_models.QueryUnderModels | None = None, query_tokens: np.ndarray | None = None,
+    only: SearchFilter | None = None,
 ) -> list[SearchHit]:
     """The ``k`` best chunks of the tenant's active versions; ``model`` (the one that embedded
     ``query_vector``) picks the vectors compared with it; ``query_tokens`` (the same model's token vectors of the
@@ -241,7 +243,8 @@ def hybrid_search(
     fused order stands. Versions holding another model's vectors (a
     re-index under a new model not done yet) are searched through ``other_models`` (the query under their
     model); without it they are found by text only. ``neighbours``: each hit also carries up to that many
-    chunks before and after it."""
+    chunks before and after it. ``only``: the chunks a filter admits, ranked exactly (``search_filters.py``); by
+    the query's model only (during a model change, versions under another are found by text)."""
     validate_tenant_id(tenant_id)
     if not query.strip():
         raise ValueError("search query is empty")
@@ -251,8 +254,11 @@ def hybrid_search(
         raise ValueError(f"neighbours must be between 0 and {MAX_NEIGHBOURS}")
     settings = settings or DEFAULT_SETTINGS
     candidates = max(candidates or settings.candidates, k)
+    admitted = admitted_chunks(conn, tenant_id, only) if only else None
+    if admitted is not None and not admitted:
+        return []
     vectors = _QueryVectors(model, query_vector, other_models,
-                            query_tokens if settings.late_interaction else None)
+                            query_tokens if settings.late_interaction else None, admitted)
     hits, deeper = _search_once(conn, tenant_id, query, vectors, k, candidates, settings, neighbours)
     if 0 < len(hits) < k and deeper:  # duplicates folded below k while an arm had more: look deeper once
         hits, _ = _search_once(conn, tenant_id, query, vectors, k, 4 * candidates, settings, neighbours)
@@ -265,6 +271,7 @@ class _QueryVectors:
     vector: np.ndarray
     others: serving_models.QueryUnderModels | None
     tokens: np.ndarray | None = None
+    admitted: list[int] | None = None  # a filtered search's chunks (search_filters.py); None: every served one
 
 
 def _search_once(conn: psycopg.Connection, tenant_id: str, query: str, vectors: _QueryVectors,
@@ -284,9 +291,15 @@ def _search_once(conn: psycopg.Connection, tenant_id: str, query: str, vectors: 
     vector_depth = max(candidates, settings.rerank_vector_candidates) if rerank else candidates
     text_depth = max(candidates, settings.rerank_text_candidates) if rerank else candidates
     with conn.transaction():
-        vector = _vector_arm(conn, tenant_id, vectors, vector_depth, k) if vector_weight > 0 else []
+        if vector_weight <= 0:
+            vector = []
+        elif vectors.admitted is not None:
+            vector = _admitted_vector_arm(conn, tenant_id, vectors, vector_depth)
+        else:
+            vector = _vector_arm(conn, tenant_id, vectors, vector_depth, k)
         text = (scored_text_candidates(conn, tenant_id, query, text_depth, any_word=settings.any_word,
-                                       normalization=settings.normalization, adjacency_weight=settings.adjacency_weight)
+                                       normalization=settings.normalization, adjacency_weight=settings.adjacency_weight,
+                                       admitted=vectors.admitted)
                 if text_weight > 0 else [])
         if settings.fusion == "convex":
             fused = fusion.convex(vector[:candidates], text[:candidates], vector_share=vector_weight)
@@ -350,6 +363,27 @@ SELECT c.chunk_id, v.title, v.filename, c.section_path, c.text
   FROM chunks c JOIN document_versions v ON v.version_id = c.version_id AND v.tenant_id = %(tenant)s
  WHERE c.chunk_id = ANY(%(ids)s) AND c.tenant_id = %(tenant)s
 """
+
+
+# A filtered search's vector ranking: every admitted chunk's vector of the query's model, exactly (search_filters.py)
+_ADMITTED_VECTORS_SQL = """
+SELECT e.chunk_id, ({vector} <=> %(vector)s) + 0 AS distance
+  FROM chunk_embeddings e
+ WHERE e.tenant_id = %(tenant)s AND e.chunk_id = ANY(%(admitted)s) AND vector_dims(e.embedding) = {dim}
+   AND e.model = %(model)s
+ ORDER BY distance, e.chunk_id
+ LIMIT %(candidates)s
+"""
+
+
+def _admitted_vector_arm(conn: psycopg.Connection, tenant_id: str, vectors: _QueryVectors,
+                         candidates: int) -> list[tuple[int, float]]:
+    """The admitted chunks nearest the query, exactly: read by their ids, never through a graph."""
+    dim = len(vectors.vector)
+    rows = conn.execute(of_dimension(_ADMITTED_VECTORS_SQL, dim), {
+        "tenant": tenant_id, "vector": vectors.vector, "model": vectors.model, "admitted": vectors.admitted,
+        "candidates": candidates}).fetchall()
+    return [(r["chunk_id"], 1 - float(r["distance"])) for r in rows]
 
 
 def _vector_arm(conn: psycopg.Connection, tenant_id: str, vectors: _QueryVectors, candidates: int,

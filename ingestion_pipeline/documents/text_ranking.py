@@ -150,6 +150,20 @@ SELECT f.chunk_id, ts_rank_cd(f.tsv, q.query) AS score
 """
 
 
+# A filtered search's words (``search_filters.py``): the same statements, each row matched also kept to the chunks
+# the filter admits, so the seeded pool is the filtered set's best and never another's.
+_ADMITTED = " AND f.chunk_id = ANY(%(admitted)s)"
+_SEED_JOIN = "AND f.tenant_id = %(tenant)s AND f.text_search_config = s.cfg"
+
+
+def _admitting(statement: str) -> str:
+    filtered = statement.replace(_SEED_JOIN, _SEED_JOIN + _ADMITTED).replace(
+        "WHERE f.tenant_id = %(tenant)s AND", "WHERE f.tenant_id = %(tenant)s" + _ADMITTED + " AND")
+    if filtered == statement:
+        raise RuntimeError("a statement of the text arm lost the place its filter goes")
+    return filtered
+
+
 def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candidates: int, *, any_word: bool = True,
                     normalization: int = 0, adjacency_weight: float = 0.5) -> list[int]:
     """The tenant's best chunks by their words, best first (see ``_TEXT_TERMS_SQL``)."""
@@ -159,12 +173,16 @@ def text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candid
 
 
 def scored_text_candidates(conn: psycopg.Connection, tenant_id: str, query: str, candidates: int, *,
-                           any_word: bool = True, normalization: int = 0,
-                           adjacency_weight: float = 0.5) -> list[tuple[int, float]]:
-    """``text_candidates`` with each chunk's score (the sum of its words' weighted ranks), best first."""
-    params = {"tenant": tenant_id, "query": query, "candidates": candidates}
+                           any_word: bool = True, normalization: int = 0, adjacency_weight: float = 0.5,
+                           admitted: list[int] | None = None) -> list[tuple[int, float]]:
+    """``text_candidates`` with each chunk's score (the sum of its words' weighted ranks), best first; ``admitted``:
+    among those chunks only (a filtered search, ``search_filters.py``), the words' weights still the tenant's."""
+    params = {"tenant": tenant_id, "query": query, "candidates": candidates, "admitted": admitted}
+    if admitted is not None and not admitted:
+        return []
     if not any_word:
-        return [(r["chunk_id"], float(r["score"])) for r in conn.execute(_TEXT_ALL_WORDS_SQL, params).fetchall()]
+        statement = _TEXT_ALL_WORDS_SQL if admitted is None else _admitting(_TEXT_ALL_WORDS_SQL)
+        return [(r["chunk_id"], float(r["score"])) for r in conn.execute(statement, params).fetchall()]
     tenant = conn.execute(_TENANT_TEXT_SQL, params).fetchone()
     if not tenant["chunks"]:
         return []
@@ -198,18 +216,20 @@ def _hits(conn: psycopg.Connection, params: dict, terms: list[dict], seeds: list
     if not seeds:
         return []
     params = {**params, "pool": SEEDED_POOL, "normalization": normalization}
+    filtered = params.get("admitted") is not None
     if len(seeds) > SINGLE_READ_SEEDS:
-        rows = conn.execute(_TEXT_HITS_BY_SEED_SQL, {
+        statement = _admitting(_TEXT_HITS_BY_SEED_SQL) if filtered else _TEXT_HITS_BY_SEED_SQL
+        rows = conn.execute(statement, {
             **params, "cfgs": [t["cfg"] for t in terms], "tqs": [t["tq"] for t in terms],
             "idfs": [t["idf"] for t in terms], "seed_cfgs": [t["cfg"] for t in seeds],
             "seed_tqs": [t["tq"] for t in seeds], "seed_idfs": [t["idf"] for t in seeds]}).fetchall()
     else:
-        statement, values = _hits_statement(terms, seeds)
+        statement, values = _hits_statement(terms, seeds, filtered)
         rows = conn.execute(statement, {**params, **values}).fetchall()
     return [(r["chunk_id"], float(r["score"])) for r in rows]
 
 
-def _hits_statement(terms: list[dict], seeds: list[dict]) -> tuple[sql.Composed, dict]:
+def _hits_statement(terms: list[dict], seeds: list[dict], filtered: bool = False) -> tuple[sql.Composed, dict]:
     """``_TEXT_HITS_SQL`` for these terms and seeds, and its values: each seed and each term scored by a CASE of
     its own, its configuration, query and weight bound as ``cfg<i>``, ``tq<i>``, ``idf<i>``. The terms are put in a
     fixed order, so a chunk's sum is added up the same way every time and ties fall to the chunk id alone."""
@@ -238,7 +258,8 @@ def _hits_statement(terms: list[dict], seeds: list[dict]) -> tuple[sql.Composed,
         rest = [score(i, "p") for i, t in enumerate(every) if t in scored]
         total = sql.SQL(" + ").join(rest)
     carried = sql.SQL(", f.tsv, f.text_search_config" if rest else "")
-    return sql.SQL(_TEXT_HITS_SQL).format(score=total, carried=carried, seed_score=seed_score), values
+    statement = _admitting(_TEXT_HITS_SQL) if filtered else _TEXT_HITS_SQL
+    return sql.SQL(statement).format(score=total, carried=carried, seed_score=seed_score), values
 
 
 def _together(words: list[dict]) -> list[dict]:

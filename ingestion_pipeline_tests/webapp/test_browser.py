@@ -187,10 +187,12 @@ def test_upload_watch_search_and_follow_a_citation_to_its_outlined_passage(brows
     # the DOCX, laid out as pages by LibreOffice: its citation opens the page its passage is on, outlined
     docx_id = documents.locator("#documents tbody tr", has_text="lighthouse.docx").get_attribute("data-doc-id")
     text_id = documents.locator("#documents tbody tr", has_text="widget.txt").get_attribute("data-doc-id")
-    search.goto(f"{server.url}/app/search?q=" + "which storm wrecked the harbour's jetty")
+    search.goto(f"{server.url}/app/search?type=docx&q=" + "which storm wrecked the harbour's jetty")
     search.wait_for_selector("#hits li", timeout=WAIT_MS)
+    # filtered to DOCX files: every hit is the lighthouse's
+    assert all("lighthouse" in text for text in search.locator("#hits .citation").all_inner_texts())
+    assert search.locator("#f-type").input_value() == "docx"
     first = search.locator("#hits li").first
-    assert "lighthouse" in first.locator(".citation").inner_text()
     first.locator(".citation").click()
     search.wait_for_url(f"**/app/documents/{docx_id}?*")
     search.wait_for_selector("figure.page .box", timeout=WAIT_MS)

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from pydantic import Field
 
-from ingestion_pipeline.api.errors import not_found
+from ingestion_pipeline.api.errors import ApiError, not_found
 from ingestion_pipeline.api.paging import PageParams
 from ingestion_pipeline.api.schemas import MAX_ID, DeactivatedOut, DocumentDetail, DocumentOut, Page, SearchOut
 from ingestion_pipeline.api.security import Admin, Caller, Services
 from ingestion_pipeline.documents.listing import count_documents, get_document, list_documents
 from ingestion_pipeline.documents.promotion import deactivate_document
 from ingestion_pipeline.documents.search import hybrid_search
+from ingestion_pipeline.documents.search_filters import FilterTooBroad, search_filter
 
 router = APIRouter(prefix="/v1", tags=["documents"])
 DocId = Annotated[int, Path(ge=1, le=MAX_ID)]
@@ -66,15 +69,33 @@ def delete(doc_id: DocId, who: Admin, services: Services) -> dict:
 
 
 @router.get("/search", response_model=SearchOut, tags=["search"], responses={
+    400: {"description": "a filter admitting too many chunks (`filter_too_broad`), or an empty date range"},
     429: {"description": "the tenant already runs and queues its share of searches (Retry-After)"}})
 async def search(
     request: Request, who: Caller, services: Services,
     q: Annotated[str, Query(min_length=1, max_length=1000, pattern=r"\S")],
     k: Annotated[int, Query(ge=1, le=50)] = 5,
     context: Annotated[int, Query(ge=0, le=3, description="chunks before and after each hit to include")] = 0,
+    doc_id: Annotated[list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None,
+                      Query(max_length=100, description="only these documents")] = None,
+    source: Annotated[str | None, Query(max_length=500, description="only documents whose source URI starts so")
+                      ] = None,
+    file_type: Annotated[list[Annotated[str, Field(pattern=r"^\.?[A-Za-z0-9]{1,10}$")]] | None,
+                         Query(alias="type", max_length=20, description="only these file types: pdf, docx")] = None,
+    language: Annotated[list[Annotated[str, Field(pattern=r"^[a-z_]{1,40}$")]] | None,
+                        Query(max_length=20, description="only chunks in these languages: english, french")] = None,
+    since: Annotated[datetime | None, Query(description="only versions served from then on")] = None,
+    until: Annotated[datetime | None, Query(description="only versions served before then")] = None,
 ) -> dict:
     """Hybrid search (vectors + full text) over the tenant's active versions; each hit with its citation.
-    A tenant runs at most its share of searches at once (``api/read_slots.py``)."""
+    A tenant runs at most its share of searches at once (``api/read_slots.py``). Filters narrow it to documents, a
+    source, file types, languages or a date range, the admitted chunks ranked exactly
+    (``documents/search_filters.py``); a filter admitting too many is refused (400 ``filter_too_broad``)."""
+    try:
+        only = search_filter(doc_ids=doc_id or (), source=source, file_types=file_type or (),
+                             languages=language or (), since=since, until=until)
+    except ValueError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from exc
     slots = request.app.state.search_slots  # over its share and queue: refused before routing (RefuseOverShare)
 
     lowered = slots.busy(who.tenant_id)  # it will wait for its tenant's share, or did lately: it runs lowered
@@ -86,12 +107,15 @@ async def search(
             with (services.lowered_db if lowered else services.db).connection() as conn:
                 return hybrid_search(conn, tenant_id=who.tenant_id, query=q, query_vector=vector, k=k,
                                      model=embedders.model, neighbours=context,
-                                     other_models=embedders.for_query(q), query_tokens=tokens)
+                                     other_models=embedders.for_query(q), query_tokens=tokens, only=only)
 
-    if lowered:
-        hits = await asyncio.get_running_loop().run_in_executor(slots.lower_priority, run)
-    else:
-        hits = await run_in_threadpool(run)
+    try:
+        if lowered:
+            hits = await asyncio.get_running_loop().run_in_executor(slots.lower_priority, run)
+        else:
+            hits = await run_in_threadpool(run)
+    except FilterTooBroad as exc:
+        raise ApiError(400, "filter_too_broad", str(exc)) from exc
     return {"query": q, "hits": [hit_out(h) for h in hits]}
 
 

@@ -204,9 +204,14 @@ async def files_page(request: Request) -> HTMLResponse:
     return _page(request, "files.html", {"_viewer": viewer, "rows": await run_in_threadpool(read)})
 
 
+SEARCH_FILTERS = ("type", "language", "source", "doc_id", "since", "until")
+
+
 @router.get("/search")
 def search_page(request: Request, q: Annotated[str, Query(max_length=1000)] = "") -> HTMLResponse:
-    return _page(request, "search.html", {"_viewer": _viewer(request), "q": q})
+    """The search page; its filters are sent as they were typed, and checked by ``GET /v1/search``."""
+    filters = {name: request.query_params[name][:500] for name in SEARCH_FILTERS if request.query_params.get(name)}
+    return _page(request, "search.html", {"_viewer": _viewer(request), "q": q, "filters": filters})
 
 
 @router.get("/sources")

@@ -244,7 +244,22 @@ async function searchPage() {
   const hits = document.getElementById("hits");
   if (!q) return;
   status.textContent = "searching…";
-  const result = await api("GET", `/v1/search?q=${encodeURIComponent(q)}&k=10&context=1`);
+  const params = new URLSearchParams({q, k: "10", context: "1"});
+  const several = (id, name) => {
+    for (const value of document.getElementById(id).value.split(",").map((v) => v.trim()).filter(Boolean)) {
+      params.append(name, value);
+    }
+  };
+  several("f-type", "type");
+  several("f-language", "language");
+  several("f-doc", "doc_id");
+  const source = document.getElementById("f-source").value.trim();
+  if (source) params.set("source", source);
+  for (const [id, name] of [["f-since", "since"], ["f-until", "until"]]) {
+    const day = document.getElementById(id).value;
+    if (day) params.set(name, `${day}T00:00:00Z`);
+  }
+  const result = await api("GET", `/v1/search?${params}`);
   if (result.status !== 200) { status.textContent = errorMessage(result); return; }
   status.textContent = `${result.data.hits.length} passages`;
   hits.replaceChildren(...result.data.hits.map((hit) => {
