@@ -344,12 +344,27 @@ class VersionChunksOut(BaseModel):
     page_images: int = Field(description="how many of its pages have images (GET .../pages/{page}/image)")
     laid_out: bool = Field(description="the pages are LibreOffice's layout of a DOCX, PPTX or ODT: its chunks' "
                                        "page numbers are not these pages' (GET /v1/chunks/{id}/boxes finds them)")
+    ocr_pages: list[int] = Field(default_factory=list,
+                                 description="the pages read by OCR (scans; GET .../pages/{page}/layout: their words)")
     chunks: list[ChunkOut]
 
 
 class PageBoxes(BaseModel):
     page: int
     boxes: list[list[float]]
+
+
+class TextRun(BaseModel):
+    text: str
+    box: list[float] = Field(description="[x0, y0, x1, y1] in fractions of the page from its top left corner")
+
+
+class PageLayoutOut(BaseModel):
+    doc_id: int
+    version_number: int
+    page: int
+    ocr: bool = Field(description="read by OCR: its runs are Tesseract's words")
+    runs: list[TextRun] = Field(description="the page's text as laid out: PDFium's runs of text, or OCR's words")
 
 
 class ChunkBoxesOut(BaseModel):

@@ -286,8 +286,9 @@ class ExtractionLimits(_Area):
                                        description="Uncompressed / compressed, for parts over 1 MiB.")
     page_images: bool = env("INGESTION_PAGE_IMAGES", default=True, parse=_bool, expected="true or false",
                             shown="true",
-                            description="Render each PDF page at ingest, with where its text lies, for the web "
-                                        "app's inspector (kept in the upload store beside the file).")
+                            description="Render each PDF page at ingest, with where its text lies (OCR's word "
+                                        "boxes on a scan), for the web app's inspector (kept in the upload store "
+                                        "beside the file).")
     # measured by benchmarks/big_documents.py: see docs/benchmarks.md (a unit is one extraction worker's job)
     unit_pages: int = env("INGESTION_UNIT_PAGES", default=8, parse=_at_least_one, expected=WHOLE_AT_LEAST_ONE,
                           description="A PDF of more pages to OCR than this is read in units of about this many, "

@@ -2,9 +2,10 @@
 (``render_pages``, in the extraction worker: PDFium parses untrusted input there), kept in the upload store beside
 the file's bytes (``UploadStore.put_view``), and the boxes of a chunk on a page found from them (``chunk_boxes``).
 
-The boxes come from PDFium's text rectangles (one per run of text on a line), each with the text it bounds. A
-chunk's text is cleaned and joined from those same runs, so a run whose letters occur in the chunk's letters is
-the chunk's; matching on letters and digits only makes the join's spaces, hyphens and line breaks irrelevant.
+The boxes come from PDFium's text rectangles (one per run of text on a line), each with the text it bounds, or, on
+a page read by OCR, from Tesseract's words (``ocr.read_image``: the page has no text for PDFium). A chunk's text is
+cleaned and joined from those same runs, so a run whose letters occur in the chunk's letters is the chunk's;
+matching on letters and digits only makes the join's spaces, hyphens and line breaks irrelevant.
 """
 
 from __future__ import annotations
@@ -12,14 +13,21 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ingestion_pipeline.documents.extraction.elements import page_box
 
 # 90 dpi: a page of text is readable in the inspector at its width (a few hundred KiB as JPEG)
 RENDER_SCALE = 1.25
 IMAGE_TYPE = "image/jpeg"
 IMAGE_QUALITY = 80
+# what a page keeps, its image and its layout together: a page of photographs encodes larger, and is encoded again
+# until it fits (``_within_bytes``; benchmarks/page_images.py prints the bytes kept a page)
+MAX_PAGE_BYTES = 200_000
+MIN_IMAGE_BYTES = 100_000  # a page of dense text has a large layout: its image keeps at least this much
+LOWER_QUALITIES = (65, 50, 35)
 MAX_IMAGE_SIDE = 2000  # pixels: a US Letter page at the default scale is 765 x 990
 # a run shorter than this (a page number, a bullet, "of") occurs in almost any chunk: it never starts a chain
 MIN_RUN_LETTERS = 6
@@ -38,11 +46,12 @@ class PageView:
     height_points: float
     image: bytes
     runs: list[tuple[str, list[float]]] = field(default_factory=list)
+    ocr: bool = False  # read by OCR: its runs are Tesseract's words
 
     def layout(self) -> bytes:
         """What is stored beside the image (``read_layout`` reads it back)."""
         return json.dumps({"page_number": self.page_number, "width_points": self.width_points,
-                           "height_points": self.height_points,
+                           "height_points": self.height_points, "ocr": self.ocr,
                            "runs": [{"text": text, "box": box} for text, box in self.runs]}).encode()
 
 
@@ -54,9 +63,11 @@ def layout_name(page_number: int) -> str:
     return f"{page_number}.json"
 
 
-def render_pages(path: Path, first_page: int, last_page: int, scale: float = RENDER_SCALE) -> list[PageView]:
+def render_pages(path: Path, first_page: int, last_page: int, scale: float = RENDER_SCALE,
+                 ocr_words: Mapping[int, list[tuple[str, list[float]]]] | None = None) -> list[PageView]:
     """Pages ``first_page``..``last_page`` (1-based, inclusive) of the PDF at ``path``: each rendered, with its
-    text runs. A page PDFium cannot render is left out (the inspector then shows its text only)."""
+    text runs, or, for a page OCR read, its words (``ocr_words`` by page number: PDFium finds no text on a scan).
+    A page PDFium cannot render is left out (the inspector then shows its text only)."""
     import pypdfium2 as pdfium
 
     views: list[PageView] = []
@@ -69,7 +80,7 @@ def render_pages(path: Path, first_page: int, last_page: int, scale: float = REN
             except pdfium.PdfiumError:
                 continue
             try:
-                views.append(_view(page, index + 1, scale))
+                views.append(_view(page, index + 1, scale, (ocr_words or {}).get(index + 1)))
             except pdfium.PdfiumError:
                 continue
             finally:
@@ -79,7 +90,7 @@ def render_pages(path: Path, first_page: int, last_page: int, scale: float = REN
     return views
 
 
-def _view(page, page_number: int, scale: float) -> PageView:
+def _view(page, page_number: int, scale: float, words: list[tuple[str, list[float]]] | None) -> PageView:
     width, height = page.get_size()
     # a page may declare any size (20,000 x 20,000 points): its image is capped, never its size times the scale
     scale = min(scale, MAX_IMAGE_SIDE / max(width, height, 1.0))
@@ -88,8 +99,17 @@ def _view(page, page_number: int, scale: float) -> PageView:
         image = bitmap.to_pil().convert("RGB")
     finally:
         bitmap.close()
-    out = io.BytesIO()
-    image.save(out, "JPEG", quality=IMAGE_QUALITY)
+    if words is not None:
+        view = PageView(page_number, round(width, 2), round(height, 2), b"", list(words), ocr=True)
+    else:
+        view = PageView(page_number, round(width, 2), round(height, 2), b"", _runs(page, width, height))
+    # the budget is the image's and its layout's together: a page of dense text (or many words) keeps a smaller image
+    view.image = _within_bytes(image, max(MIN_IMAGE_BYTES, MAX_PAGE_BYTES - len(view.layout())))
+    return view
+
+
+def _runs(page, width: float, height: float) -> list[tuple[str, list[float]]]:
+    """PDFium's runs of text on the page, each with its box in fractions of the page."""
     runs: list[tuple[str, list[float]]] = []
     textpage = page.get_textpage()
     try:
@@ -102,7 +122,27 @@ def _view(page, page_number: int, scale: float) -> PageView:
                                 _fraction(right, width), _fraction(height - bottom, height)]))
     finally:
         textpage.close()
-    return PageView(page_number, round(width, 2), round(height, 2), out.getvalue(), runs)
+    return runs
+
+
+def _within_bytes(image, limit: int) -> bytes:
+    """The page as a JPEG of at most ``limit`` bytes: at a lower quality where it is over, then smaller (a page of
+    noise): the box fractions stay right at any size."""
+    encoded = _jpeg(image, IMAGE_QUALITY)
+    for quality in LOWER_QUALITIES:
+        if len(encoded) <= limit:
+            return encoded
+        encoded = _jpeg(image, quality)
+    while len(encoded) > limit and min(image.size) > 64:
+        image = image.resize((image.size[0] * 7 // 10, image.size[1] * 7 // 10))
+        encoded = _jpeg(image, LOWER_QUALITIES[-1])
+    return encoded
+
+
+def _jpeg(image, quality: int) -> bytes:
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=quality)
+    return out.getvalue()
 
 
 def _fraction(value: float, whole: float) -> float:
@@ -111,11 +151,20 @@ def _fraction(value: float, whole: float) -> float:
 
 def read_layout(data: bytes) -> list[tuple[str, list[float]]]:
     """The runs of a stored layout (``PageView.layout``); a malformed one reads as no runs."""
+    return read_page_layout(data)[1]
+
+
+def read_page_layout(data: bytes) -> tuple[bool, list[tuple[str, list[float]]]]:
+    """Whether a stored layout's page was read by OCR, and its runs (Tesseract's words then); a malformed layout
+    reads as no runs."""
     try:
-        runs = json.loads(data)["runs"]
-        return [(str(run["text"]), [float(v) for v in run["box"]][:4]) for run in runs]
-    except (ValueError, KeyError, TypeError):
-        return []
+        layout = json.loads(data)
+        runs = [(run["text"], page_box(run["box"])) for run in layout["runs"]]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False, []
+    if not all(isinstance(text, str) and box is not None for text, box in runs):
+        return False, []
+    return layout.get("ocr") is True, runs
 
 
 def _letters(text: str) -> str:

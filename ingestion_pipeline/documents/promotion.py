@@ -127,8 +127,9 @@ def promote_document_version(
         (version_id, tenant_id, run_id),
     )
     conn.execute(
-        """INSERT INTO version_ocr_pages (version_id, tenant_id, page_number, image_sha256, engine, source_sha256, text)
-           SELECT %s, %s, page_number, image_sha256, engine, source_sha256, text
+        """INSERT INTO version_ocr_pages (version_id, tenant_id, page_number, image_sha256, engine, source_sha256, text,
+                                         words)
+           SELECT %s, %s, page_number, image_sha256, engine, source_sha256, text, words
              FROM staging_ocr_pages WHERE run_id = %s""",
         (version_id, tenant_id, run_id),
     )

@@ -33,6 +33,14 @@ def version_chunks(conn: psycopg.Connection, tenant_id: str, version_id: int) ->
         {"t": tenant_id, "v": version_id, "ocr": OCR_TEXT}).fetchall()
 
 
+def ocr_pages(conn: psycopg.Connection, tenant_id: str, version_id: int) -> list[int]:
+    """The version's pages read by OCR."""
+    validate_tenant_id(tenant_id)
+    rows = conn.execute("SELECT page_number FROM version_ocr_pages WHERE tenant_id = %s AND version_id = %s"
+                        " ORDER BY page_number", (tenant_id, version_id)).fetchall()
+    return [row["page_number"] for row in rows]
+
+
 def chunk_to_locate(conn: psycopg.Connection, tenant_id: str, chunk_id: int) -> dict | None:
     """The chunk with its version's file digest and pages (to find it on its pages), or None."""
     validate_tenant_id(tenant_id)

@@ -9,7 +9,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.documents.chunking import Chunk
-from ingestion_pipeline.documents.extraction.elements import Element, ReadPage
+from ingestion_pipeline.documents.extraction.elements import Element, ReadPage, ocr_words
 
 
 def ensure_staging_row(conn: psycopg.Connection, run_id: int, tenant_id: str) -> None:
@@ -45,18 +45,19 @@ def write_ocr_pages(conn: psycopg.Connection, run_id: int, pages: Iterable[ReadP
     """Replace the run's staged OCR pages (their text by image digest, kept with the version it becomes)."""
     conn.execute("DELETE FROM staging_ocr_pages WHERE run_id = %s", (run_id,))
     with conn.cursor().copy(
-        "COPY staging_ocr_pages (run_id, page_number, image_sha256, engine, source_sha256, text, reused) FROM STDIN"
+        "COPY staging_ocr_pages (run_id, page_number, image_sha256, engine, source_sha256, text, reused, words)"
+        " FROM STDIN"
     ) as copy:
         for page in pages:
             copy.write_row((run_id, page.page_number, page.image_sha256, page.engine, page.source_sha256, page.text,
-                            page.reused))
+                            page.reused, None if page.words is None else Jsonb(page.words)))
 
 
 def reusable_ocr_pages(conn: psycopg.Connection, tenant_id: str, doc_id: int) -> list[ReadPage]:
     """The pages the document's newest version with scanned pages had read by OCR: a new version reuses the
     text of each page whose image is unchanged. Only the tenant's own document's."""
     rows = conn.execute(
-        """SELECT page_number, image_sha256, engine, text, source_sha256 FROM version_ocr_pages
+        """SELECT page_number, image_sha256, engine, text, source_sha256, words FROM version_ocr_pages
             WHERE tenant_id = %(tenant)s AND version_id = (
                   SELECT v.version_id FROM document_versions v
                    WHERE v.tenant_id = %(tenant)s AND v.doc_id = %(doc)s
@@ -64,7 +65,9 @@ def reusable_ocr_pages(conn: psycopg.Connection, tenant_id: str, doc_id: int) ->
                    ORDER BY v.version_number DESC LIMIT 1)
             ORDER BY page_number""",
         {"tenant": tenant_id, "doc": doc_id})
-    return [ReadPage(r["page_number"], r["image_sha256"], r["engine"], r["text"], r["source_sha256"]) for r in rows]
+    return [ReadPage(r["page_number"], r["image_sha256"], r["engine"], r["text"], r["source_sha256"],
+                     words=ocr_words(r["words"])) for r in rows]
+
 
 
 def stage_version_elements(conn: psycopg.Connection, run_id: int, version_id: int, page_count: int | None) -> int:
@@ -73,8 +76,9 @@ def stage_version_elements(conn: psycopg.Connection, run_id: int, version_id: in
     conn.execute("DELETE FROM staging_elements WHERE run_id = %s", (run_id,))
     conn.execute("DELETE FROM staging_ocr_pages WHERE run_id = %s", (run_id,))
     conn.execute(
-        """INSERT INTO staging_ocr_pages (run_id, page_number, image_sha256, engine, source_sha256, text, reused)
-           SELECT %s, page_number, image_sha256, engine, source_sha256, text, true
+        """INSERT INTO staging_ocr_pages (run_id, page_number, image_sha256, engine, source_sha256, text, reused,
+                                         words)
+           SELECT %s, page_number, image_sha256, engine, source_sha256, text, true, words
              FROM version_ocr_pages WHERE version_id = %s""",
         (run_id, version_id))
     n = conn.execute(

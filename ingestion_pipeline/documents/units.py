@@ -21,7 +21,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from ingestion_pipeline.core.beats import Beat
-from ingestion_pipeline.documents.extraction.elements import Element, PdfPages, ReadPage
+from ingestion_pipeline.documents.extraction.elements import Element, PdfPages, ReadPage, ocr_words
 
 _log = logging.getLogger("ingestion_pipeline.documents")
 
@@ -81,6 +81,8 @@ def to_json(pages: PdfPages) -> dict:
         "elements": [[e.type, e.text, e.page_number, e.level] for e in pages.elements],
         "read_pages": [[p.page_number, p.image_sha256, p.engine, p.text, p.source_sha256, p.reused]
                        for p in pages.read_pages],
+        # apart from the pages' six fields, which a worker of the release before reads as exactly six
+        "words": {str(p.page_number): p.words for p in pages.read_pages if p.words is not None},
         "unread": pages.unread,
         "copy_protected": pages.copy_protected,
         "blank": pages.blank,
@@ -89,10 +91,11 @@ def to_json(pages: PdfPages) -> dict:
 
 def from_json(unit: dict) -> PdfPages:
     result = unit["result"]
+    words = result.get("words") if isinstance(result.get("words"), dict) else {}  # none in a unit kept before
     return PdfPages(
         unit["first_page"], unit["last_page"],
         [Element(kind, text, page, level=level) for kind, text, page, level in result["elements"]],
-        [ReadPage(page, image, engine, text, source, reused)
+        [ReadPage(page, image, engine, text, source, reused, words=ocr_words(words.get(str(page))))
          for page, image, engine, text, source, reused in result["read_pages"]],
         list(result["unread"]), bool(result["copy_protected"]),
         list(result.get("blank", [])),  # a unit kept before blank pages were told apart has none

@@ -48,6 +48,7 @@ def _id_paths(ids: dict) -> list[tuple[str, str]]:
         ("POST", f"/v1/files/{ids['run']}/retry"),
         ("GET", f"/v1/documents/{ids['doc']}/chunks"),
         ("GET", f"/v1/documents/{ids['doc']}/pages/1/image"),
+        ("GET", f"/v1/documents/{ids['doc']}/pages/1/layout"),
     ]
 
 

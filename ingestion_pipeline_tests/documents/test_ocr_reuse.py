@@ -105,3 +105,111 @@ def test_a_page_with_more_than_images_has_no_source_digest(corpus_dir):
         assert ocr.source_digest(pdf[0]) is None  # a text page: rendered and compared by its image, if ever read
     finally:
         pdf.close()
+
+
+@needs_tesseract
+def test_ocr_keeps_each_words_box_and_a_reused_page_keeps_them(tmp_path):
+    first = extract(write_scanned_pages(tmp_path / "v1.pdf", PAGES), ".pdf")
+    words = first.ocr_pages[0].words
+    ferry = [box for text, box in words if text == "ferry"]
+    assert ferry, words
+    # the second line is drawn at x 150 px, y 280 px of a 1700 x 2200 px page
+    x0, y0, x1, y1 = ferry[0]
+    assert 0.05 < x0 < x1 < 0.5 and 0.11 < y0 < y1 < 0.16, ferry
+    assert " ".join(text for text, _ in words).startswith("Minutes of the harbour board")
+
+    revised = [PAGES[0], ["Budget for the winter season", "Dredging costs fell by half."], PAGES[2]]
+    second = extract(write_scanned_pages(tmp_path / "v2.pdf", revised), ".pdf", reusable_ocr=first.ocr_pages)
+    assert second.ocr_pages[0].reused and second.ocr_pages[0].words == words
+    assert "fell" in [text for text, _ in second.ocr_pages[1].words]
+
+
+@needs_tesseract
+def test_without_page_images_ocr_reads_the_text_alone(tmp_path):
+    from ingestion_pipeline.core.settings import ExtractionLimits
+
+    limits = ExtractionLimits(page_images=False)  # the boxes are for the page images
+    [page] = extract(write_scanned_pages(tmp_path / "v1.pdf", PAGES[:1]), ".pdf", limits).ocr_pages
+    assert "ferry" in page.text and page.words is None
+
+
+def test_tesseracts_words_are_read_from_its_tsv_and_a_malformed_row_is_skipped():
+    from ingestion_pipeline.documents.extraction.ocr import words_of
+
+    header = "level\tpage_num\tblock_num\tpar_num\tline_num\tword_num\tleft\ttop\twidth\theight\tconf\ttext"
+    rows = ["1\t1\t0\t0\t0\t0\t0\t0\t1000\t2000\t-1\t",      # the page: not a word
+            "5\t1\t1\t1\t1\t1\t100\t200\t300\t40\t96.1\tHarbour",
+            "5\t1\t1\t1\t1\t2\t450\t200\t100\t40\t95.0\t ",    # a word of no text
+            "5\t1\t1\t1\t1\t3\tx\t200\t100\t40\t95.0\tboard",  # not a number
+            "5\t1\t1\t1\t1\t4\t900\t1990\t400\t40\t91.0\tedge",  # past the page: clamped
+            "5\t1\t1"]
+    assert words_of("\n".join([header, *rows]), 1000, 2000) == [
+        ("Harbour", [0.1, 0.1, 0.4, 0.12]), ("edge", [0.9, 0.995, 1.0, 1.0])]
+    assert words_of("\n".join([header, *rows]), 0, 2000) == []
+
+
+@pytest.mark.parametrize("stored, read", [
+    (None, None), ("words", None), ({"a": 1}, None),
+    ([["ferry", [0.1, 0.2, 0.3, 0.4]]], [("ferry", [0.1, 0.2, 0.3, 0.4])]),
+    ([["ferry", [0.1, 0.2]], [3, [0, 0, 1, 1]], "x", ["a", "b"], [["x"], [0, 0, 1, 1]], ["ok", [0, 0, 1, 1]]],
+     [("ok", [0.0, 0.0, 1.0, 1.0])]),
+    # not finite, text, true, five values: dropped; past the page or reversed: clamped and ordered
+    ([["nan", [float("nan"), 0, 1, 1]], ["inf", [0, 0, float("inf"), 1]], ["s", ["0", "0", "1", "1"]],
+      ["b", [True, 0, 1, 1]], ["five", [0, 0, 1, 1, 1]], ["s2", "0000"], ["wide", [-2, 0.5, 3, 0.1]]],
+     [("wide", [0.0, 0.1, 1.0, 0.5])]),
+])
+def test_stored_words_are_read_back_as_untrusted(stored, read):
+    from ingestion_pipeline.documents.extraction.elements import ocr_words
+
+    assert ocr_words(stored) == read
+
+
+@needs_tesseract
+def test_a_tesseract_that_writes_no_word_boxes_still_gives_the_pages_text(tmp_path, monkeypatch):
+    """An older Tesseract, or a tessdata folder without the tsv config: the text is served, the words are not."""
+    real = shutil.which("tesseract")
+    wrapper = tmp_path / "tesseract"
+    # the same call without its last word, "tsv": what such a Tesseract does (it warns and writes the text only)
+    wrapper.write_text(f'#!/bin/bash\nargs=("$@"); [ "${{args[-1]}}" = tsv ] && unset "args[-1]"\n'
+                       f'exec "{real}" "${{args[@]}}"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("INGESTION_TESSERACT", str(wrapper))
+    [page] = extract(write_scanned_pages(tmp_path / "v1.pdf", PAGES[:1]), ".pdf").ocr_pages
+    assert "ferry" in page.text and page.words is None
+
+
+@needs_tesseract
+def test_a_page_read_before_without_its_words_is_read_again_once_when_they_are_wanted(tmp_path, counted_tesseract):
+    from ingestion_pipeline.core.settings import ExtractionLimits
+
+    path = write_scanned_pages(tmp_path / "scan.pdf", PAGES[:2])
+    without = extract(path, ".pdf", ExtractionLimits(page_images=False))
+    assert counted_tesseract() == 2 and all(p.words is None for p in without.ocr_pages)
+    # page images off again: the text is reused as it is
+    again = extract(path, ".pdf", ExtractionLimits(page_images=False), reusable_ocr=without.ocr_pages)
+    assert counted_tesseract() == 2 and all(p.reused for p in again.ocr_pages)
+    # page images on: read once more, for the words; from then on reused with them
+    wanted = extract(path, ".pdf", reusable_ocr=without.ocr_pages)
+    assert counted_tesseract() == 4 and all(p.words and not p.reused for p in wanted.ocr_pages)
+    kept = extract(path, ".pdf", reusable_ocr=wanted.ocr_pages)
+    assert counted_tesseract() == 4 and [p.words for p in kept.ocr_pages] == [p.words for p in wanted.ocr_pages]
+
+
+@needs_tesseract
+def test_the_extraction_worker_gets_a_reused_pages_words_back_without_being_sent_them(tmp_path, monkeypatch):
+    from ingestion_pipeline.core.settings import ExtractionLimits
+    from ingestion_pipeline.documents.extraction import isolation
+
+    sent = []
+    ask = isolation.IsolatedExtractor._ask
+    monkeypatch.setattr(isolation.IsolatedExtractor, "_ask", lambda self, task: sent.append(task) or ask(self, task))
+    path = write_scanned_pages(tmp_path / "scan.pdf", PAGES[:2])
+    with isolation.IsolatedExtractor(ExtractionLimits()) as extractor:
+        first = extractor(path, ".pdf")
+        assert all(p.words for p in first.ocr_pages)
+        whole = extractor(path, ".pdf", first.ocr_pages)
+        unit = extractor(path, ".pdf", first.ocr_pages, (2, 2))
+    assert [p.words for p in whole.ocr_pages] == [p.words for p in first.ocr_pages]
+    assert all(p.reused for p in whole.ocr_pages)
+    assert unit.read_pages[0].reused and unit.read_pages[0].words == first.ocr_pages[1].words
+    assert all(p.words == [] for task in sent[1:] for p in task[3])  # "has words", not the words

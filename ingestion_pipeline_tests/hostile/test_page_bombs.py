@@ -32,9 +32,9 @@ def ocr_calls(monkeypatch) -> dict[str, int]:
         calls["render"] += 1
         return render(page)
 
-    def counted_read(image, page_number, binary):
+    def counted_read(image, page_number, binary, words=True):
         calls["tesseract"] += 1
-        return read_image(image, page_number, binary)
+        return read_image(image, page_number, binary, words)
 
     monkeypatch.setattr(ocr, "render", counted_render)
     monkeypatch.setattr(ocr, "read_image", counted_read)

@@ -129,7 +129,7 @@ def test_a_render_or_store_that_fails_costs_the_images_never_the_file(tmp_path):
             raise OSError("the disk is full")
 
     class Extractor:
-        def render(self, path, first, last):
+        def render(self, path, first, last, ocr_words=None):
             return [SimpleNamespace(page_number=1, image=b"jpeg", layout=lambda: b"{}")]
 
         def survey(self, path, look_beyond):

@@ -16,6 +16,8 @@ import httpx
 import pytest
 
 from ingestion_pipeline.core.db import Database
+from ingestion_pipeline.documents.extraction.ocr import tesseract_binary
+from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
 from ingestion_pipeline.sources import registry
 from ingestion_pipeline_tests.api.conftest import PASSWORD, start_server, user_token
 
@@ -209,11 +211,15 @@ def test_upload_watch_search_and_follow_a_citation_to_its_outlined_passage(brows
     assert documents.evaluate("window.pwned") is None
     assert documents.locator("#chunks img").count() == 0
 
-    # a second version of the text file: the inspector lists both, each a link
+    # a second version of the text file: the inspector lists both, each a link; and a scan, read by OCR
     widget.write_bytes(HOSTILE_TEXT + b"It was repainted green in the spring.\n")
-    upload.set_input_files("#files", [str(widget)])
-    _until(lambda: upload.locator('#uploads li[data-result="queued"]').count() == 5, "the new version queued")
+    scan = write_scanned_pages(tmp_path / "harbour-scan.pdf", [[
+        "Minutes of the harbour board", "The ferry sails twice daily from the northern quay."]])
+    upload.set_input_files("#files", [str(widget), str(scan)])
+    _until(lambda: upload.locator('#uploads li[data-result="queued"]').count() == 6, "the new version queued")
     _process(server)
+    if tesseract_binary() is not None:  # make installs it where it can
+        _scanned_page_shows_its_words(documents, server, tmp_path)
     documents.goto(f"{server.url}/app/documents/{text_id}")
     documents.wait_for_selector("#versions a", timeout=WAIT_MS)
     assert documents.locator("#versions").inner_text().split() == ["versions:", "2", "(served)", "1"]
@@ -245,6 +251,21 @@ def test_upload_watch_search_and_follow_a_citation_to_its_outlined_passage(brows
 
     # another tenant's user sees none of it, typed URLs included
     _other_tenants_user_sees_nothing(browser, server, database_url, acme_pdf_url, text_id)
+
+
+def _scanned_page_shows_its_words(documents, server, tmp_path: Path) -> None:
+    """The scan's page is marked as read by OCR; its words are outlined on demand, and so is a chunk on it."""
+    documents.goto(f"{server.url}/app/documents")
+    documents.wait_for_selector("#documents tbody tr", timeout=WAIT_MS)
+    scan_id = documents.locator("#documents tbody tr", has_text="harbour-scan.pdf").get_attribute("data-doc-id")
+    documents.goto(f"{server.url}/app/documents/{scan_id}")
+    documents.wait_for_selector('figure.page[data-ocr="true"] button.words-toggle', timeout=WAIT_MS)
+    documents.click("button.words-toggle")
+    documents.wait_for_selector("figure.page .word", timeout=WAIT_MS)
+    assert "ferry" in [w.get_attribute("title") for w in documents.locator("figure.page .word").all()]
+    documents.locator("#chunks li").first.click()
+    documents.wait_for_selector("figure.page .box", timeout=WAIT_MS)
+    _screenshot(documents, tmp_path, "inspector-ocr")
 
 
 def _other_tenants_user_sees_nothing(browser, server, database_url, acme_inspector_url: str, acme_doc: str) -> None:

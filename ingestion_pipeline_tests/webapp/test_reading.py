@@ -12,7 +12,8 @@ from ingestion_pipeline.api import web_session
 from ingestion_pipeline.core.upload_store import LocalUploadStore
 from ingestion_pipeline.documents import page_views
 from ingestion_pipeline.documents.page_views import chunk_boxes, read_layout
-from ingestion_pipeline_tests.helpers import ingest
+from ingestion_pipeline.samples.scanned_pdf import write_scanned_pages
+from ingestion_pipeline_tests.helpers import ingest, needs_tesseract
 
 RUNS = [("LayoutParser", [0.3, 0.1, 0.5, 0.12]),           # a title word, also in the chunk's last sentence
         ("Abstract. Recent advances in", [0.2, 0.5, 0.6, 0.52]),
@@ -53,9 +54,22 @@ def test_a_laid_out_chunk_is_found_on_the_page_that_holds_it_and_the_next_that_h
     assert page_views.find_chunk(lambda page: [], storm, range(1, 5)) == []
 
 
-@pytest.mark.parametrize("stored", [b"", b"not json", b'{"runs": 3}', b'{"runs": [{"text": 1}]}', b"[]"])
+@pytest.mark.parametrize("stored", [b"", b"not json", b'{"runs": 3}', b'{"runs": [{"text": 1}]}', b"[]",
+                                    b'{"ocr": true, "runs": [{"box": [0, 0, 1, 1]}]}',
+                                    b'{"runs": [{"text": "a", "box": [NaN, 0, 1, 1]}]}',
+                                    b'{"runs": [{"text": "a", "box": [0, 0, Infinity, 1]}]}',
+                                    b'{"runs": [{"text": "a", "box": [0, 0, 1]}]}',
+                                    b'{"runs": [{"text": "a", "box": ["0", "0", "1", "1"]}]}',
+                                    b'{"runs": [{"text": 5, "box": [0, 0, 1, 1]}]}'])
 def test_a_malformed_stored_layout_reads_as_no_runs(stored):
     assert read_layout(stored) == []
+    assert page_views.read_page_layout(stored) == (False, [])
+
+
+def test_a_stored_layouts_ocr_flag_is_true_only_when_it_says_true():
+    run = b'"runs": [{"text": "a", "box": [0.5, 0.5, 0.1, 2]}]'
+    assert page_views.read_page_layout(b'{"ocr": true, ' + run + b"}") == (True, [("a", [0.1, 0.5, 0.5, 1.0])])
+    assert page_views.read_page_layout(b'{"ocr": "yes", ' + run + b"}")[0] is False
 
 
 def test_views_are_kept_per_tenant_and_file_and_a_name_is_never_a_path(tmp_path):
@@ -130,6 +144,46 @@ def test_ingest_keeps_each_pages_image_and_a_citation_finds_its_passage_for_its_
                  f"/v1/chunks/{chunk_id}/boxes"):
         refused = api.client.get(path, headers=api.as_("globex-admin"))
         assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found", path
+
+
+@needs_tesseract
+@pytest.mark.integration  # two versions of a scan read by OCR (~20 s)
+def test_a_scanned_pages_layout_is_ocrs_words_and_a_new_version_keeps_those_of_its_unchanged_pages(
+        api, instance, database, tmp_path, monkeypatch):
+    monkeypatch.setenv("INGESTION_PAGE_IMAGES", "true")
+    monkeypatch.setenv("INGESTION_UNIT_PAGES", "1")  # a unit a page: words kept with each unit, then assembled
+    pages = [["Minutes of the harbour board", "The ferry sails twice daily from the northern quay."],
+             ["Budget for the winter season", "Dredging costs rose by a third over the year."]]
+    ingest(instance, database, "acme", write_scanned_pages(tmp_path / "v1.pdf", pages), key="minutes.pdf")
+    revised = [pages[0], ["Budget for the winter season", "Dredging costs fell by half over the year."]]
+    [doc] = api.client.get("/v1/documents", headers=api.as_("acme-user")).json()["items"]
+    user = api.as_("acme-user")
+    first = api.client.get(f"/v1/documents/{doc['doc_id']}/chunks", headers=user).json()
+    assert first["ocr_pages"] == [1, 2] and first["page_images"] == 2
+    with database.connection() as conn:
+        units = conn.execute("SELECT stats->'units' AS n FROM ingestion_runs").fetchone()["n"]
+    assert units == 2, units
+
+    ingest(instance, database, "acme", write_scanned_pages(tmp_path / "v2.pdf", revised), key="minutes.pdf")
+    with database.connection() as conn:
+        reused = conn.execute("SELECT stats->'ocr_pages_reused' AS n FROM ingestion_runs ORDER BY run_id DESC"
+                              " LIMIT 1").fetchone()["n"]
+    assert reused == 1  # page 1 was not read again: its words came from the first version's
+    second = api.client.get(f"/v1/documents/{doc['doc_id']}/chunks", headers=user).json()
+    assert second["version_number"] == 2 and second["ocr_pages"] == [1, 2]
+    for page, word in ((1, "ferry"), (2, "fell")):
+        layout = api.client.get(f"/v1/documents/{doc['doc_id']}/pages/{page}/layout", headers=user).json()
+        assert layout["ocr"] and layout["version_number"] == 2, layout
+        assert word in [run["text"] for run in layout["runs"]], (page, layout)
+        assert all(0 <= v <= 1 for run in layout["runs"] for v in run["box"])
+    # a citation on a scanned page is outlined where OCR read its words
+    for chunk in second["chunks"]:
+        boxes = api.client.get(f"/v1/chunks/{chunk['chunk_id']}/boxes", headers=user).json()
+        assert any(p["boxes"] for p in boxes["pages"]), chunk["text"]
+    for path in (f"/v1/documents/{doc['doc_id']}/pages/1/layout", f"/v1/documents/{doc['doc_id']}/chunks"):
+        refused = api.client.get(path, headers=api.as_("globex-admin"))
+        assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found", path
+    assert api.client.get(f"/v1/documents/{doc['doc_id']}/pages/3/layout", headers=user).status_code == 404
 
 
 def test_a_session_cookie_signs_in_reads_and_writes_only_with_the_pages_token(api):
@@ -233,3 +287,14 @@ def test_an_admin_replays_a_failed_file_of_its_own_tenant_only(api, database):
     assert replayed.json()["error"] is None
     again = api.client.post(f"/v1/files/{file_id}/retry", headers=api.as_("acme-admin"))
     assert again.status_code == 409 and again.json()["error"]["code"] == "not_replayable"
+
+
+def test_a_page_that_encodes_large_is_kept_within_the_byte_bound(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    noise = Image.fromarray(np.random.default_rng(7).integers(0, 256, (1100, 850, 3), dtype=np.uint8))
+    path = tmp_path / "noise.pdf"
+    noise.save(path, "PDF", resolution=100)
+    [view] = page_views.render_pages(path, 1, 1)
+    assert view.image[:3] == b"\xff\xd8\xff" and len(view.image) + len(view.layout()) <= page_views.MAX_PAGE_BYTES

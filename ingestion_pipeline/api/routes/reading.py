@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
 from ingestion_pipeline.api.errors import found, not_found
-from ingestion_pipeline.api.schemas import MAX_ID, ChunkBoxesOut, VersionChunksOut
+from ingestion_pipeline.api.schemas import MAX_ID, ChunkBoxesOut, PageLayoutOut, VersionChunksOut
 from ingestion_pipeline.api.security import Caller, Services
 from ingestion_pipeline.documents import office_pages, page_views, reading
 
@@ -26,13 +26,14 @@ LAID_OUT_SCAN_PAGES = 300
 
 @router.get("/documents/{doc_id}/chunks", response_model=VersionChunksOut)
 def chunks(doc_id: DocId, who: Caller, services: Services, version: Version = None) -> dict:
-    """A version's chunks in reading order (section path, pages, language, tokens, whether OCR read it), and which
-    of its pages have an image (``pages/{page}/image``)."""
+    """A version's chunks in reading order (section path, pages, language, tokens, whether OCR read it), which of
+    its pages have an image (``pages/{page}/image``) and which were read by OCR."""
     with services.db.connection() as conn:
         found_version = found(reading.version_to_read(conn, who.tenant_id, doc_id, version), "document version")
         rows = reading.version_chunks(conn, who.tenant_id, found_version["version_id"])
+        ocr_pages = reading.ocr_pages(conn, who.tenant_id, found_version["version_id"])
     imaged, laid_out = _page_images(services.document_store, who.tenant_id, found_version)
-    return {**found_version, "page_images": imaged, "laid_out": laid_out, "chunks": rows}
+    return {**found_version, "page_images": imaged, "laid_out": laid_out, "ocr_pages": ocr_pages, "chunks": rows}
 
 
 def _page_images(store, tenant_id: str, version: dict) -> tuple[int, bool]:
@@ -63,12 +64,28 @@ def page_image(doc_id: DocId, page: Annotated[int, Path(ge=1, le=100_000)], who:
     return Response(image, media_type=page_views.IMAGE_TYPE, headers={"Cache-Control": IMAGE_CACHE})
 
 
+@router.get("/documents/{doc_id}/pages/{page}/layout", response_model=PageLayoutOut)
+def page_layout(doc_id: DocId, page: Annotated[int, Path(ge=1, le=100_000)], who: Caller, services: Services,
+                version: Version = None) -> dict:
+    """The page's text as laid out at ingest, each run with its box: PDFium's runs of text, or, on a page read by
+    OCR, Tesseract's words (the inspector outlines them)."""
+    with services.db.connection() as conn:
+        found_version = found(reading.version_to_read(conn, who.tenant_id, doc_id, version), "document version")
+    layout = services.document_store.get_view(who.tenant_id, found_version["content_hash"],
+                                              page_views.layout_name(page))
+    if layout is None:
+        raise not_found("page layout")
+    ocr, runs = page_views.read_page_layout(layout)
+    return {"doc_id": doc_id, "version_number": found_version["version_number"], "page": page, "ocr": ocr,
+            "runs": [{"text": text, "box": box} for text, box in runs]}
+
+
 @router.get("/chunks/{chunk_id}/boxes", response_model=ChunkBoxesOut)
 def chunk_boxes(chunk_id: Annotated[int, Path(ge=1, le=MAX_ID)], who: Caller, services: Services) -> dict:
     """Where the chunk lies on each of its pages: boxes ``[x0, y0, x1, y1]`` in fractions of the page's width and
-    height from its top left corner, found from the text boxes PDFium gave at ingest. A page without them (not
-    rendered, read by OCR) has no boxes; a DOCX, PPTX or ODT laid out by LibreOffice lists the pages where its text
-    is found."""
+    height from its top left corner, found from the text boxes PDFium gave at ingest, or OCR's words on a scanned
+    page. A page without them (not rendered) has no boxes; a DOCX, PPTX or ODT laid out by LibreOffice lists the
+    pages where its text is found."""
     with services.db.connection() as conn:
         chunk = found(reading.chunk_to_locate(conn, who.tenant_id, chunk_id), "chunk")
     store = services.document_store

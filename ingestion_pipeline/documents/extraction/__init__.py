@@ -7,7 +7,7 @@ one text element or raises ``ExtractionError`` with a reason a person can act on
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ingestion_pipeline.core.settings import ExtractionLimits
@@ -69,12 +69,12 @@ def extract(path: Path, extension: str, limits: ExtractionLimits | None = None,
 
 
 def extract_pdf_pages(path: Path, first_page: int, last_page: int,
-                      reusable_ocr: Sequence[ReadPage] = ()):
+                      reusable_ocr: Sequence[ReadPage] = (), words: bool = True):
     """One unit of a big PDF: pages ``first_page``..``last_page`` read as ``extract`` reads them
     (``extraction/pdf.py: PdfPages``); ``assemble_pdf`` makes the document of all of them."""
     from ingestion_pipeline.documents.extraction.pdf import read_pdf_pages
 
-    return read_pdf_pages(Path(path), first_page, last_page, reusable_ocr)
+    return read_pdf_pages(Path(path), first_page, last_page, reusable_ocr, words)
 
 
 def pdf_survey(path: Path, look_beyond: int = 0, known_sources: Sequence[str] = (),
@@ -96,15 +96,15 @@ class InProcessExtractor:
                  pages: tuple[int, int] | None = None):
         if pages is None:
             return extract(path, extension, self.limits, reusable_ocr)
-        return extract_pdf_pages(path, *pages, reusable_ocr)
+        return extract_pdf_pages(path, *pages, reusable_ocr, self.limits.page_images)
 
     def survey(self, path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()):
         return pdf_survey(path, look_beyond, known_sources, self.limits)
 
-    def render(self, path: Path, first_page: int, last_page: int) -> list:
+    def render(self, path: Path, first_page: int, last_page: int, ocr_words: Mapping | None = None) -> list:
         from ingestion_pipeline.documents.page_views import render_pages
 
-        return render_pages(Path(path), first_page, last_page)
+        return render_pages(Path(path), first_page, last_page, ocr_words=ocr_words)
 
 
 def assemble_pdf(parts: Sequence, page_count: int, limits: ExtractionLimits | None = None) -> ExtractedDocument:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -42,6 +43,9 @@ class ReadPage:
     text: str
     source_sha256: str | None = None  # of the page's images as stored (ocr.source_digest); None: not a plain scan
     reused: bool = False  # taken from an earlier version of the document, not read again
+    # its words, each (text, [x0, y0, x1, y1] in fractions of the page from its top left); None: not known (a page
+    # read before words were kept)
+    words: list[tuple[str, list[float]]] | None = None
 
 
 @dataclass
@@ -104,3 +108,30 @@ def clean_text(text: str) -> str:
     text = text.replace("\x00", "").replace("\x02", "").replace("\u00ad", "").replace("\ufeff", "")
     lines = [" ".join(line.split()) for line in text.splitlines()]
     return "\n".join(line for line in lines if line)
+
+
+def ocr_words(stored) -> list[tuple[str, list[float]]] | None:
+    """A page's words as stored (a staged unit, ``sql/054_ocr_words.sql``), read back as untrusted: a malformed
+    entry is dropped, a value that is not a list reads as not known."""
+    if not isinstance(stored, list):
+        return None
+    words = []
+    for entry in stored:
+        try:
+            text, box = entry
+        except (TypeError, ValueError):
+            continue
+        if isinstance(text, str) and (box := page_box(box)) is not None:
+            words.append((text, box))
+    return words
+
+
+def page_box(values) -> list[float] | None:
+    """A box ``[x0, y0, x1, y1]`` read back as untrusted: four finite numbers (not text), clamped to the page
+    (fractions 0-1) and ordered; None for anything else."""
+    if not isinstance(values, list | tuple) or len(values) != 4:
+        return None
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+        return None
+    x0, y0, x1, y1 = (min(max(float(v), 0.0), 1.0) for v in values)
+    return [min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1)]

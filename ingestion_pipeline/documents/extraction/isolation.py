@@ -11,13 +11,14 @@ failure: the file is retried.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import resource
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -59,11 +60,11 @@ def _serve(conn, memory_mb: int) -> None:
             if isinstance(pages, tuple) and pages[0] == "survey":
                 reply = ("ok", pdf_survey(Path(path), pages[1], pages[2], limits))
             elif isinstance(pages, tuple) and pages[0] == "render":
-                reply = ("ok", render_pages(Path(path), pages[1], pages[2]))
+                reply = ("ok", render_pages(Path(path), pages[1], pages[2], ocr_words=pages[3]))
             elif pages is None:
                 reply = ("ok", extract(Path(path), extension, limits, reusable_ocr))
             else:
-                reply = ("ok", extract_pdf_pages(Path(path), *pages, reusable_ocr))
+                reply = ("ok", extract_pdf_pages(Path(path), *pages, reusable_ocr, limits.page_images))
         except MemoryError:
             reply = ("memory", None)
         except ExtractionError as exc:
@@ -149,18 +150,29 @@ class IsolatedExtractor:
 
     def __call__(self, path: Path, extension: str, reusable_ocr: Sequence[ReadPage] = (),
                  pages: tuple[int, int] | None = None) -> ExtractedDocument | PdfPages:
-        """The whole file's document; or, with ``pages`` (first, last), that unit of a PDF (``PdfPages``)."""
-        return self._ask((str(path), extension, self.limits, list(reusable_ocr), pages))
+        """The whole file's document; or, with ``pages`` (first, last), that unit of a PDF (``PdfPages``).
+
+        The earlier version's pages go to the worker without their words (a long scan's are megabytes, asked for
+        every unit): a page's ``words`` of ``[]`` says it has them, and a reused page gets them back here."""
+        reusable_ocr = list(reusable_ocr)
+        light = [dataclasses.replace(p, words=None if p.words is None else []) for p in reusable_ocr]
+        result = self._ask((str(path), extension, self.limits, light, pages))
+        words = {(p.engine, p.image_sha256): p.words for p in reusable_ocr if p.words is not None}
+        if words:
+            read = result.read_pages if isinstance(result, PdfPages) else result.ocr_pages
+            read[:] = [dataclasses.replace(p, words=words.get((p.engine, p.image_sha256), p.words)) if p.reused
+                       else p for p in read]
+        return result
 
     def survey(self, path: Path, look_beyond: int = 0, known_sources: Sequence[str] = ()) -> PdfSurvey:
         """A PDF's page count and pages to OCR (``pdf.pdf_survey``), looked up by the worker (PDFium parses the
         file: untrusted input) under this extractor's limits: a PDF over its page or OCR budget is refused."""
         return self._ask((str(path), ".pdf", self.limits, [], ("survey", look_beyond, list(known_sources))))
 
-    def render(self, path: Path, first_page: int, last_page: int) -> list:
+    def render(self, path: Path, first_page: int, last_page: int, ocr_words: Mapping | None = None) -> list:
         """Pages ``first_page``..``last_page`` of a PDF as images with their text's boxes
         (``page_views.render_pages``), made by the worker: PDFium renders untrusted input there."""
-        return self._ask((str(path), ".pdf", self.limits, [], ("render", first_page, last_page)))
+        return self._ask((str(path), ".pdf", self.limits, [], ("render", first_page, last_page, ocr_words)))
 
     def _ask(self, task: tuple):
         if not self._alive():
@@ -247,10 +259,10 @@ class ExtractorPool:
         finally:
             self._give_back(extractor)
 
-    def render(self, path: Path, first_page: int, last_page: int) -> list:
+    def render(self, path: Path, first_page: int, last_page: int, ocr_words: Mapping | None = None) -> list:
         extractor = self._borrow()
         try:
-            return extractor.render(path, first_page, last_page)
+            return extractor.render(path, first_page, last_page, ocr_words)
         finally:
             self._give_back(extractor)
 

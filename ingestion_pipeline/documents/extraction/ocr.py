@@ -11,6 +11,9 @@ image is unchanged (``ReadPage``; kept with each version, ``version_ocr_pages``)
 images' encoded bytes and placement (``source_digest``) — is unchanged is not even rendered. The engine's name
 and version (``engine``) is part of the key: another Tesseract reads again.
 
+Tesseract writes the page's text and its words' boxes (TSV) in the same pass: the boxes are where the web app
+outlines a passage on a scanned page, kept with the text (``ReadPage.words``) and reused with it.
+
 A blank page is never handed to Tesseract: one that draws nothing is not even rendered (``pdf.py``), and one
 whose rendered image is a single even shade (a white sheet scanned, objects that mark nothing) is not read.
 """
@@ -20,15 +23,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 
 import pypdfium2.raw as pdfium_c
 
 from ingestion_pipeline.documents.extraction.elements import ReadPage
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
+
+log = logging.getLogger("ingestion_pipeline.extraction")
 
 DPI = 200
 PAGE_TIMEOUT_SECONDS = 120
@@ -73,21 +81,65 @@ def image_digest(image) -> str:
     return digest.hexdigest()
 
 
-def read_image(image, page_number: int, binary: str) -> str:
-    """The text Tesseract reads on a rendered page."""
+def read_image(image, page_number: int, binary: str, words: bool = True) -> tuple[str, list[Word] | None]:
+    """The text Tesseract reads on a rendered page, and its words with their boxes (``words_of``; None when not
+    asked for: they make the pass slower, benchmarks/page_images.py measures by how much)."""
     png = io.BytesIO()
     image.save(png, "PNG")
-    try:
-        result = subprocess.run([binary, "stdin", "stdout", "-l", "eng", "--psm", "3"], input=png.getvalue(),
-                                capture_output=True, timeout=PAGE_TIMEOUT_SECONDS,
-                                env={**os.environ, "OMP_THREAD_LIMIT": "1"})
-    except subprocess.TimeoutExpired as exc:
-        raise ExtractionError(f"OCR of PDF page {page_number} took longer than {PAGE_TIMEOUT_SECONDS} s",
-                              code="ocr_timeout") from exc
-    if result.returncode != 0:
-        reason = " ".join(result.stderr.decode(errors="replace").split())[:300]
-        raise ExtractionError(f"OCR of PDF page {page_number} failed: {reason}", code="ocr_failed")
-    return result.stdout.decode("utf-8", errors="replace")
+    with tempfile.TemporaryDirectory(prefix="ocr-") as folder:
+        out = Path(folder) / "page"
+        try:
+            result = subprocess.run([binary, "stdin", str(out), "-l", "eng", "--psm", "3", "txt",
+                                     *(["tsv"] if words else [])],
+                                    input=png.getvalue(), capture_output=True, timeout=PAGE_TIMEOUT_SECONDS,
+                                    env={**os.environ, "OMP_THREAD_LIMIT": "1"})
+        except subprocess.TimeoutExpired as exc:
+            raise ExtractionError(f"OCR of PDF page {page_number} took longer than {PAGE_TIMEOUT_SECONDS} s",
+                                  code="ocr_timeout") from exc
+        if result.returncode != 0:
+            reason = " ".join(result.stderr.decode(errors="replace").split())[:300]
+            raise ExtractionError(f"OCR of PDF page {page_number} failed: {reason}", code="ocr_failed")
+        try:
+            text = out.with_suffix(".txt").read_bytes().decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise ExtractionError(f"OCR of PDF page {page_number} failed: Tesseract wrote no text ({exc})",
+                                  code="ocr_failed") from exc
+        if not words:
+            return text, None
+        try:
+            tsv = out.with_suffix(".tsv").read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            # a Tesseract without the tsv config (an older one, a tessdata folder of languages only): the text is
+            # what is served; the page is shown without its words outlined
+            log.warning("OCR of PDF page %d: Tesseract wrote no word boxes (TSV); its text is kept", page_number)
+            return text, None
+    return text, words_of(tsv, *image.size)
+
+
+# a word and its box [x0, y0, x1, y1] in fractions of the page's width and height from its top left corner
+Word = tuple[str, list[float]]
+
+
+def words_of(tsv: str, width: int, height: int) -> list[Word]:
+    """The words of Tesseract's TSV (level 5 rows: ``level page block par line word left top width height conf
+    text``) in reading order, with boxes as fractions of the image read. A malformed row is skipped: the boxes
+    only outline a passage, the text is what is served."""
+    words: list[Word] = []
+    if width <= 0 or height <= 0:
+        return words
+    for line in tsv.splitlines()[1:]:
+        fields = line.split("\t")
+        if len(fields) < 12 or fields[0] != "5" or not fields[11].strip():
+            continue
+        try:
+            left, top, w, h = (int(v) for v in fields[6:10])
+        except ValueError:
+            continue
+        if w < 0 or h < 0:
+            continue
+        words.append((fields[11].strip(), [round(min(max(v, 0.0), 1.0), 5) for v in
+                                           (left / width, top / height, (left + w) / width, (top + h) / height)]))
+    return words
 
 
 def source_digest(page) -> str | None:
@@ -113,17 +165,25 @@ class KnownPages:
         self.by_source = {(p.engine, p.source_sha256): p for p in pages if p.source_sha256}
 
 
-def read_page(page, page_number: int, binary: str, known: KnownPages) -> ReadPage | None:
-    """The page's text: an earlier version's where the page is unchanged — the same source (not even rendered)
-    or the same rendered image — otherwise read by Tesseract; None for a page that renders blank (not read)."""
+def reusable_sources(pages: Iterable[ReadPage], words: bool) -> list[str]:
+    """The source digests of the pages ``read_page`` will reuse without rendering: their OCR work is done (a page
+    without its words is read again when they are wanted)."""
+    return sorted({p.source_sha256 for p in pages if p.source_sha256 and (p.words is not None or not words)})
+
+
+def read_page(page, page_number: int, binary: str, known: KnownPages, words: bool = True) -> ReadPage | None:
+    """The page's text (and its words' boxes, ``words``): an earlier version's where the page is unchanged — the
+    same source (not even rendered) or the same rendered image — otherwise read by Tesseract; None for a page that
+    renders blank (not read)."""
     name, source = engine(binary), source_digest(page)
-    if source and (name, source) in known.by_source:
-        same = known.by_source[(name, source)]
-        return ReadPage(page_number, same.image_sha256, name, same.text, source, reused=True)
+    # a page read before without its words is read again when they are wanted (once: then they are kept)
+    if source and (same := known.by_source.get((name, source))) and (same.words is not None or not words):
+        return ReadPage(page_number, same.image_sha256, name, same.text, source, reused=True, words=same.words)
     image = render(page)
     if is_blank(image):
         return None
     digest = image_digest(image)
-    if (name, digest) in known.by_image:
-        return ReadPage(page_number, digest, name, known.by_image[(name, digest)].text, source, reused=True)
-    return ReadPage(page_number, digest, name, read_image(image, page_number, binary), source)
+    if (same := known.by_image.get((name, digest))) and (same.words is not None or not words):
+        return ReadPage(page_number, digest, name, same.text, source, reused=True, words=same.words)
+    text, boxes = read_image(image, page_number, binary, words)
+    return ReadPage(page_number, digest, name, text, source, words=boxes)

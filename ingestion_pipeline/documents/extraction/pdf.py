@@ -197,11 +197,11 @@ def pdf_survey(path: Path, look_beyond: int = 0, known_sources: frozenset[str] =
 
 
 def read_pdf_pages(path: Path, first_page: int, last_page: int | None,
-                   reusable_ocr: Iterable[ReadPage] = ()) -> PdfPages:
+                   reusable_ocr: Iterable[ReadPage] = (), words: bool = True) -> PdfPages:
     """Pages ``first_page``..``last_page`` (1-based, inclusive; None: the last) — the text layer, OCR for pages
-    without one. A page
-    whose rendered image is in ``reusable_ocr`` (an earlier version's pages) is not read again. Paragraphs never
-    cross a page, so the elements of consecutive ranges are those of the whole range, in order."""
+    without one (with its words' boxes, for the page images, when ``words``). A page whose rendered image is in
+    ``reusable_ocr`` (an earlier version's pages) is not read again. Paragraphs never cross a page, so the
+    elements of consecutive ranges are those of the whole range, in order."""
     known = ocr.KnownPages(reusable_ocr)
     pdf = _open(path)
     try:
@@ -234,7 +234,7 @@ def read_pdf_pages(path: Path, first_page: int, last_page: int | None,
                     elif tesseract is None:
                         result.unread.append(page_number)
                     else:
-                        read = ocr.read_page(page, page_number, tesseract, known)
+                        read = ocr.read_page(page, page_number, tesseract, known, words)
                         if read is None:  # rendered blank: nothing for Tesseract to read
                             result.blank.append(page_number)
                         else:
@@ -300,8 +300,8 @@ def extract_pdf(path: Path, limits: ExtractionLimits | None = None,
     limits = limits or ExtractionLimits()
     reusable_ocr = list(reusable_ocr)
     # a PDF of no more pages than the OCR budget cannot exceed it: then only its page count is looked at
-    pdf_survey(path, limits.max_ocr_pages, frozenset(p.source_sha256 for p in reusable_ocr if p.source_sha256), limits)
-    pages = read_pdf_pages(path, 1, None, reusable_ocr)
+    pdf_survey(path, limits.max_ocr_pages, frozenset(ocr.reusable_sources(reusable_ocr, limits.page_images)), limits)
+    pages = read_pdf_pages(path, 1, None, reusable_ocr, limits.page_images)
     return finish_pdf([pages], pages.last_page)
 
 

@@ -17,7 +17,7 @@ from ingestion_pipeline.core.failures import TransientError
 from ingestion_pipeline.core.progress import UnitProgress
 from ingestion_pipeline.core.upload_store import StoredObjectMissing
 from ingestion_pipeline.documents import file_ledger, staging, units
-from ingestion_pipeline.documents.extraction import ExtractedDocument, ExtractionError, ReadPage, assemble_pdf
+from ingestion_pipeline.documents.extraction import ExtractedDocument, ExtractionError, ReadPage, assemble_pdf, ocr
 from ingestion_pipeline.documents.steps.page_images import keep_office_page_images, keep_page_images
 from ingestion_pipeline.documents.steps.runner import (
     STEP_DONE,
@@ -58,7 +58,7 @@ def _units_of(run: StepRunner, path: Path, extension: str,
     if survey is None or extension.lower() != ".pdf":
         return None
     limits = run.settings.limits
-    found = survey(path, limits.unit_pages, sorted({p.source_sha256 for p in reusable if p.source_sha256}))
+    found = survey(path, limits.unit_pages, ocr.reusable_sources(reusable, limits.page_images))
     if found.scanned is None:  # no more pages than a unit
         return None
     planned = units.plan_units(found.page_count, limits.unit_pages, found.scanned, limits.unit_text_pages)
@@ -84,7 +84,7 @@ def _extract_one(run: StepRunner, row: dict) -> FileOutcome:
             return _assemble(run, row, planned[-1].last_page, ms(start), raw.fetched_bytes)
         document = run.extract_file(raw.path, extension, reusable)
         if extension.lower() == ".pdf" and document.page_count:
-            keep_page_images(run, row, raw.path, 1, document.page_count)
+            keep_page_images(run, row, raw.path, 1, document.page_count, document.ocr_pages)
         else:
             keep_office_page_images(run, row, raw.path, extension)
     return _stage(run, row, document, ms(start), raw.fetched_bytes)
@@ -151,7 +151,7 @@ def _read_unit(run: StepRunner, row: dict, path: Path, unit: units.Unit, reusabl
             pages = run.extract_file(path, ".pdf", reusable, (unit.first_page, unit.last_page))
         except ExtractionError as exc:  # the file's failure, saying where
             raise ExtractionError(f"{unit.pages}: {exc}", code=exc.code, suggestion=exc.suggestion) from exc
-        keep_page_images(run, row, path, unit.first_page, unit.last_page)
+        keep_page_images(run, row, path, unit.first_page, unit.last_page, pages.read_pages)
         with run.db.transaction() as conn:  # the file's hold first: a run that lost the file writes nothing
             file_ledger.hold(conn, row["run_id"], run.owner)
             if units.finish(conn, row["run_id"], unit, pages, done_by=f"{socket.gethostname()}:{os.getpid()}",

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
+from ingestion_pipeline.documents.extraction import ReadPage
 from ingestion_pipeline.documents.office_pages import CONVERTIBLE, MANIFEST, converted_to_pdf
 from ingestion_pipeline.documents.page_views import image_name, layout_name
 
@@ -16,17 +18,21 @@ log = logging.getLogger("ingestion_pipeline.documents")
 PAGES_PER_ASK = 16
 
 
-def keep_page_images(run, row: dict, path: Path, first_page: int, last_page: int) -> int:
+def keep_page_images(run, row: dict, path: Path, first_page: int, last_page: int,
+                     read_pages: Iterable[ReadPage] = ()) -> int:
     """Render pages ``first_page``..``last_page`` of the file's PDF at ``path`` and keep each image and layout in the
-    upload store under the tenant and the file's SHA-256; the pages kept. A page that cannot be rendered, or a
-    failed render, costs the inspector its image and nothing else: the file's text is what is served."""
+    upload store under the tenant and the file's SHA-256; the pages kept. A page OCR read (``read_pages``) has no
+    text for PDFium: its layout is OCR's words. A page that cannot be rendered, or a failed render, costs the
+    inspector its image and nothing else: the file's text is what is served."""
     render = getattr(run.extract_file, "render", None)
     if render is None or not run.settings.limits.page_images:
         return 0
+    by_ocr = {page.page_number: page.words or [] for page in read_pages}
     kept = 0
     for start in range(first_page, last_page + 1, PAGES_PER_ASK):
         try:
-            views = render(path, start, min(last_page, start + PAGES_PER_ASK - 1))
+            end = min(last_page, start + PAGES_PER_ASK - 1)
+            views = render(path, start, end, {n: words for n, words in by_ocr.items() if start <= n <= end})
             for view in views:
                 run.store.put_view(row["tenant_id"], row["content_hash"], image_name(view.page_number), view.image)
                 run.store.put_view(row["tenant_id"], row["content_hash"], layout_name(view.page_number),

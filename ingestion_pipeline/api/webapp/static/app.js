@@ -301,13 +301,36 @@ async function inspectorPage() {
   });
   const pages = document.getElementById("pages");
   const figures = new Map();
+  const ocrPages = new Set(doc.ocr_pages || []);
+  const toggleWords = async (figure, number, toggle) => {
+    const shown = figure.querySelectorAll(".word");
+    if (shown.length) { shown.forEach((word) => word.remove()); toggle.textContent = "show OCR words"; return; }
+    toggle.disabled = true;  // one request at a time: a second click while it is asked would outline each word twice
+    const layout = await api("GET", `/v1/documents/${doc.doc_id}/pages/${number}/layout?version=${doc.version_number}`);
+    toggle.disabled = false;
+    if (layout.status !== 200) { toggle.replaceWith(el("span", {class: "error", text: errorMessage(layout)})); return; }
+    for (const run of layout.data.runs) {
+      const [x0, y0, x1, y1] = run.box;
+      const word = el("div", {class: "word", title: run.text});
+      word.style.left = `${x0 * 100}%`; word.style.top = `${y0 * 100}%`;
+      word.style.width = `${(x1 - x0) * 100}%`; word.style.height = `${(y1 - y0) * 100}%`;
+      figure.append(word);
+    }
+    toggle.textContent = `hide OCR words (${layout.data.runs.length})`;
+  };
   const showPage = (number) => {
     if (!doc.page_images || number > doc.page_images || figures.has(number)) return figures.get(number);
     const image = el("img", {src: `/v1/documents/${doc.doc_id}/pages/${number}/image?version=${doc.version_number}`,
                              alt: `page ${number}`, loading: "lazy"});
     image.addEventListener("error", () => image.replaceWith(el("p", {class: "note", text: `page ${number}: no image`})));
-    const figure = el("figure", {class: "page", id: `page-${number}`, "data-page": String(number)}, image,
-                      el("figcaption", {text: `page ${number}`}));
+    const caption = el("figcaption", {text: `page ${number}`});
+    const figure = el("figure", {class: "page", id: `page-${number}`, "data-page": String(number)}, image, caption);
+    if (ocrPages.has(number)) {  // a scan: OCR's words, outlined on demand
+      const toggle = el("button", {class: "words-toggle", type: "button", text: "show OCR words"});
+      toggle.addEventListener("click", () => toggleWords(figure, number, toggle));
+      caption.append(" · read by OCR ", toggle);
+      figure.dataset.ocr = "true";
+    }
     figures.set(number, figure);
     const after = [...pages.children].find((other) => Number(other.dataset.page) > number);
     pages.insertBefore(figure, after || null);
