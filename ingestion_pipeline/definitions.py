@@ -32,7 +32,8 @@ def defs() -> dg.Definitions:
 @functools.cache
 def code_location() -> dg.Definitions:
     """The definitions, built once per process: `process` runs jobs from them and rebuilds the same jobs for
-    ``dg.reconstructable`` below; building them again cost ~0.15 s of every `ingest` and `process` with work."""
+    ``dg.reconstructable`` below; building them again cost every `ingest` and `process` with work
+    (docs/benchmarks.md, "What loading the code location costs")."""
     return defs()
 
 

@@ -1,13 +1,13 @@
-"""What keeps a flood of logins from taking the service down: bcrypt is slow on purpose (~0.3 s a check at
-cost 12), so an unauthenticated client that sends wrong passwords as fast as it can would hold every core and,
-if the hash ran while a database connection was held, every connection of the pool.
+"""What keeps a flood of logins from taking the service down: bcrypt is slow on purpose (cost 12), so an
+unauthenticated client that sends wrong passwords as fast as it can would hold every core and, if the hash ran
+while a database connection was held, every connection of the pool (benchmarks/tenant_fairness.py floods it).
 
 - **The hash holds no connection**: the route reads the account (a query), gives the connection back, then
   hashes (``users.login_candidates`` / ``users.match_password``).
 - **A bounded number of hashes at once** (``INGESTION_API_MAX_CONCURRENT_LOGINS``, default 2): the others wait
   their turn; more than ``4 ×`` that waiting, and the next gets 429 with
   ``Retry-After`` rather than a place in a queue that only grows.
-- **Hashes at the lowest CPU priority** (``lowered_work.py``): a login costs its ~0.3 s on purpose; in lowered
+- **Hashes at the lowest CPU priority** (``lowered_work.py``): a login costs its hash on purpose; in lowered
   processes (``concurrent`` of them, started by the first login; until then on lowered threads) a flood's hashes
   take the cores only as far as the tenants' searches leave them free. A user's login is slower only while
   the cores are busy.
@@ -74,9 +74,10 @@ class LoginGuard:
         self._lock = threading.Lock()
         self._swept = 0.0
         self._hashers = LoweredThreads(concurrent, "login-hash")
-        # bcrypt is CPU: more hashing processes than cores hash no faster, and each is a Python of ~50 MB. Sized by
-        # the limit alone, a limit raised far (the benchmark's "off": 100,000) spawned processes until the
-        # kernel's OOM killer took the server; the checks beyond the cores wait in the pool's queue.
+        # bcrypt is CPU: more hashing processes than cores hash no faster, and each holds a Python interpreter's
+        # memory (docs/benchmarks.md). Sized by the limit alone, a limit raised far (the benchmark's "off":
+        # 100,000) spawned processes until the kernel's OOM killer took the server; the checks beyond the cores
+        # wait in the pool's queue.
         self._hash_processes = LoweredProcess(min(concurrent, os.cpu_count() or 1), "login-hash", warm=_hash_ready)
 
     def check(self, conn: psycopg.Connection, address: str, accounts: Iterable[str]) -> None:

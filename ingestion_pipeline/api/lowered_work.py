@@ -4,17 +4,17 @@
 - **Threads** (``LoweredThreads``): on Linux a thread has a nice value of its own (``setpriority`` on its thread
   id). A thread is lowered once, when it starts, and never raised back (raising needs a privilege), so lowered
   work runs on threads of its own. Nice 19 (CFS weight 15 against a normal thread's 1,024) rather than 10 (110):
-  on 2 cores another tenant's search p95 during a search flood was 2.5-2.7x its idle one at nice 10, 1.5-1.9x at
-  19 (``benchmarks/tenant_fairness.py``, the flood's client in the server's session). ``SCHED_IDLE`` measured
-  the same and was not taken: a thread that runs only on an idle core may hold the interpreter's lock while both
-  cores are busy, stalling every other request of the process.
+  on 2 cores another tenant's search p95 during a search flood stayed closer to its idle one at 19 than at 10
+  (``benchmarks/tenant_fairness.py`` measures it, the flood's client in the server's session). ``SCHED_IDLE``
+  measured the same and was not taken: a thread that runs only on an idle core may hold the interpreter's lock
+  while both cores are busy, stalling every other request of the process.
 - **A process of its own** (``LoweredProcess``) for the CPU-heavy part (a query's embedding, a bcrypt check).
   Where the kernel schedules by session (autogroup: a server started from a shell, outside any cgroup of its
   own), a nice value weighs only against the threads of its own session, and the sessions share the cores
   evenly; PostgreSQL makes each backend a session of its own, so a lowered thread of the API still weighed as much
   as another tenant's backend. A child in a session of its own, whose group is lowered too
-  (``/proc/self/autogroup``), weighs 15 against the backends' 1,024 (another tenant's p95 during a login flood
-  2.1-4.2x idle before, 1.5-2.0x after; during a search flood 2.1-2.4x before, 1.6-2.5x after: docs/benchmarks.md).
+  (``/proc/self/autogroup``), weighs 15 against the backends' 1,024 (another tenant's p95 came closer to its idle
+  one during a login flood, less clearly during a search flood: benchmarks/tenant_fairness.py measures both).
   Inside a container's or a service's cgroup the kernel does not group by session, and the child is a lowered
   process like the threads. It starts on first use, off the request; until it has answered once (the model
   loaded), or after it died, the work runs on the lowered thread; it ends with the server (the pool's shutdown,

@@ -1,7 +1,7 @@
 """Fair shares for expensive reads (search), as ``upload_slots`` gives them to uploads.
 
 A search embeds the query and runs two ranked queries; 300 long searches from one user took every worker
-thread and pooled connection, and another tenant's searches waited behind them (p50 from 25 ms to 1.7 s).
+thread and pooled connection, and another tenant's searches waited behind them (benchmarks/tenant_fairness.py).
 So each tenant runs at most ``INGESTION_API_SEARCHES_PER_TENANT`` (default: half the cores) searches at
 once; its further searches wait their turn (holding a worker thread, so the wait is bounded too). Beyond
 ``4 ×`` that many waiting, the next gets 429 ``too_many_searches`` with ``Retry-After``, after a second's

@@ -30,8 +30,8 @@ class ApiServices(Services):
     unless a test gives one), the app's database pool and its API settings.
 
     The model embeds each search's query on the request's own thread, one thread a call: in the runtime's
-    shared pool a short query waited for another tenant's long one (p95 47 ms against 8 ms idle, measured with
-    one thread embedding 1,000-character queries beside it), on its own thread it does not (6.7 against 6.7 ms).
+    shared pool a short query waited for another tenant's long one (measured with one thread embedding
+    1,000-character queries beside it), on its own thread it does not (docs/benchmarks.md, tenant_fairness.py).
     A tenant's search share (``read_slots.py``) then bounds the cores its searches take, and a search it runs
     lowered embeds its query in the lowered process (``query_vector``)."""
 

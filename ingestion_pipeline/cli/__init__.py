@@ -83,11 +83,11 @@ def _main(argv: Sequence[str] | None) -> int:
 def run() -> None:
     """The `ingestion-pipeline` executable: ``main``, then an exit without the shutdown's garbage collections.
 
-    After `process` the interpreter holds ~265k objects (Dagster, the code location, the model's tokenizer),
-    and its shutdown went through them in several full collections: 1.8 s of one core after the command
-    had finished (perf: ``gc_collect_main``). Frozen, they are left to the operating system, as the
-    process's memory is; the command closed what it opened (pools, runs, files) before ``main`` returned.
-    ``main`` stays a plain function: tests call it in-process.
+    After `process` the interpreter holds a great many objects (Dagster, the code location, the model's tokenizer),
+    and its shutdown went through them in several full collections, on one core after the command had finished (perf:
+    ``gc_collect_main``; benchmarks/compare_peers.py times whole commands). Frozen, they are left to the operating
+    system, as the process's memory is; the command closed what it opened (pools, runs, files) before ``main``
+    returned. ``main`` stays a plain function: tests call it in-process.
     """
     code = main()
     gc.freeze()

@@ -95,11 +95,11 @@ def _index_what_is_left(ctx: Context, conn) -> None:
 def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
     """Run everything queued now, in this process, through the jobs and the project's instance; print each run.
 
-    With nothing queued or claimed in the ledger there is no run to launch and no claim to hand back, so
-    Dagster is not started at all (its import and instance were ~4 s of an unchanged re-ingest). The
-    janitor's other work (marking a dead worker's run failed in Dagster when it held no claims, forgetting
-    old heartbeats) then waits for the next `process` with work, or the intake service's janitor
-    (`ingestion-pipeline intake`, started by `make dev`).
+    With nothing queued or claimed in the ledger there is no run to launch and no claim to hand back, so Dagster is
+    not started at all (its import and instance were a large part of an unchanged re-ingest, which
+    benchmarks/ingest_corpus.py times). The janitor's other work (marking a dead worker's run failed in Dagster
+    when it held no claims, forgetting old heartbeats) then waits for the next `process` with work, or the intake
+    service's janitor (`ingestion-pipeline intake`, started by `make dev`).
     """
     from ingestion_pipeline.core.ledger import any_unfinished
     from ingestion_pipeline.documents.batching import documents_due

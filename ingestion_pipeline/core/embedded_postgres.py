@@ -30,8 +30,8 @@ _log = logging.getLogger(__name__)
 
 # Settings the embedded server is created with. PostgreSQL's 128 MB of shared buffers is sized for
 # small machines: a million-row metric upload staged while the previous upload's pages were still
-# cached spent ~1 s more (6.0 s against 5.1 s, three pairs measured interleaved) evicting dirty pages
-# from the backend itself (benchmarks/metrics_load.py; README "Performance").
+# cached spent longer evicting dirty pages from the backend itself (benchmarks/metrics_load.py measures it;
+# README "Performance").
 SERVER_SETTINGS = {"shared_buffers": "512MB"}
 
 
@@ -144,8 +144,8 @@ def embedded_postgres_pid(pgdata: Path | None = None) -> int | None:
 
 def stop_embedded_postgres(pgdata: Path | None = None, *, immediate: bool = False) -> bool:
     """Stop the embedded server with a fast shutdown; True when one was running. ``immediate``: without the
-    shutdown checkpoint, for a server whose data is thrown away next (a test session's: 10 s for a few GB of
-    test databases); its data folder is not fit to start again."""
+    shutdown checkpoint, for a server whose data is thrown away next (a test session's: the checkpoint would
+    write its few GB of test databases for nothing); its data folder is not fit to start again."""
     import os
     import signal
     import time

@@ -1,12 +1,12 @@
 """A process's stdout or stderr written into a file and still shown where it went before, without a subprocess.
 
-What a Dagster step prints is kept in a file per step (the UI's stdout/stderr of the step) and shown on the
-terminal or log of the process that ran it. Dagster's own way starts four processes a step for that (a
-``tail -F`` and a Python watcher for each stream: ~45 ms and ~40 ms of CPU a step, measured here, on every step of
-every run, where a small file's run has eight steps) and can drop the end of the output (``tail`` looks once a
-second and is stopped when the step ends). Here the stream's file descriptor points at the file, as Dagster's
-does, and a thread of this process copies what the file gains to the stream's former destination: the last output
-is copied before the capture ends, and a process that dies takes its copier with it (nothing to orphan).
+What a Dagster step prints is kept in a file per step (the UI's stdout/stderr of the step) and shown on the terminal
+or log of the process that ran it. Dagster's own way starts four processes a step for that (a ``tail -F`` and a Python
+watcher for each stream: their starts and CPU on every step of every run, where a small file's run has eight steps;
+docs/benchmarks.md, "What each Celery step set up again") and can drop the end of the output (``tail`` looks once a
+second and is stopped when the step ends). Here the stream's file descriptor points at the file, as Dagster's does,
+and a thread of this process copies what the file gains to the stream's former destination: the last output is copied
+before the capture ends, and a process that dies takes its copier with it (nothing to orphan).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The names the project's Dagster runs carry: partitions, jobs and tags, as plain strings.
 
-Dagster-free on purpose: `submit` and the API plan a fast-lane run (``documents/run_plan.py``) and ask the
-webserver to launch it without importing Dagster (~1-2 s of a one-file submit). ``defs/partitions.py`` builds
-the partitions definitions from these names.
+Dagster-free on purpose: `submit` and the API plan a fast-lane run (``documents/run_plan.py``) and ask the webserver
+to launch it without importing Dagster (a large part of a one-file submit: benchmarks/dev_latency.py times submits).
+``defs/partitions.py`` builds the partitions definitions from these names.
 """
 
 DOCUMENT_BATCHES = "document_batches"  # a partition is a batch of files, not one file

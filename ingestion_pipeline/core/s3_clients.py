@@ -4,10 +4,10 @@ The sensor, `sync`, the batch's fetch threads (through dagster-aws's ``S3Resourc
 and the HTTP API (presigned uploads) all build their clients here, so they retry alike: botocore's
 ``standard`` mode, ``max_attempts`` 5 unless configured, as dagster-aws configures it.
 
-Sessions are kept per (profile, the process's ``AWS_*`` environment): a new session loads botocore's service
-models again (60-170 ms per client, paid by every fetch thread of every run), while a client from a session
-that has loaded them takes ~4 ms. A session is not thread-safe, so clients are created under a lock; the
-clients themselves are.
+Sessions are kept per (profile, the process's ``AWS_*`` environment): a new session loads botocore's service models
+again (paid by every fetch thread of every run), while a client from a session that has loaded them costs a small part
+of that (benchmarks/s3_vs_upload.py times the S3 path). A session is not thread-safe, so clients are created under a
+lock; the clients themselves are.
 """
 
 from __future__ import annotations

@@ -80,7 +80,8 @@ class UploadSettings(_Area):
 class BatchSettings(_Area):
     """Bounds of one `document_batches` partition (and so of one run)."""
 
-    # measured: 300 small files in 6 runs of 50 took 50.6 s, in one run 44.6 s
+    # a run's fixed cost is paid once a batch: fewer, larger batches ingest many small files faster
+    # (benchmarks/first_ingest.py)
     max_files: int = env("INGESTION_BATCH_MAX_FILES", default=200, parse=_int, expected="an integer",
                          description="Files in one batch (one partition, one run).")
     max_bytes: int = env("INGESTION_BATCH_MAX_BYTES", default=200 * 1024 * 1024, parse=_int, expected="an integer",
@@ -267,12 +268,14 @@ class ExtractionLimits(_Area):
     max_tokens: int = env("INGESTION_MAX_TOKENS_PER_FILE", default=10_000_000, parse=_at_least_one,
                           expected=WHOLE_AT_LEAST_ONE, shown="10000000",
                           description="Tokens of one file's chunks (beyond: `file_too_much_text`).")
-    # 8 times the corpus's largest PDF (619 pages): ~12 s of text layer; checked from the page count alone
+    # 8 times the corpus's largest PDF (619 pages; benchmarks/big_documents.py reads it); checked from the page
+    # count alone
     max_pages: int = env("INGESTION_MAX_PAGES_PER_FILE", default=5_000, parse=_at_least_one,
                          expected=WHOLE_AT_LEAST_ONE, shown="5000",
                          description="Pages one PDF may have (beyond: `file_too_many_pages`, refused when it is "
                                      "opened, before any page is read).")
-    # a long scanned book; at 0.2-2 s a page, at most ~30 minutes of one core's OCR per file
+    # a long scanned book: OCR is the costliest work done to a page (benchmarks/big_documents.py), so this bounds
+    # one file's OCR time
     max_ocr_pages: int = env("INGESTION_MAX_OCR_PAGES_PER_FILE", default=1_000, parse=_at_least_one,
                              expected=WHOLE_AT_LEAST_ONE, shown="1000",
                              description="Pages of one PDF to read by OCR: pages without a text layer, less blank "

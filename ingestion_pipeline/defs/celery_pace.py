@@ -1,10 +1,10 @@
 """How often a Celery run's process looks for its finished steps: soon after something happened, seldom after.
 
-dagster-celery's loop (``dagster_celery.core_execution_loop``) sends the steps that are ready, reads the result
-of every step in flight (one result-backend read each), and sleeps a fixed tick. A fixed tick trades two costs:
-each step of a run's chain waits half a tick on average before the next is sent (a small revision's run is a
-chain of ten short steps: 1.6 s of its 5.0 at the project's 0.2 s), and each look reads every step in flight (a
-big scan's hundreds of units at a short tick would be thousands of reads a second).
+dagster-celery's loop (``dagster_celery.core_execution_loop``) sends the steps that are ready, reads the result of
+every step in flight (one result-backend read each), and sleeps a fixed tick. A fixed tick trades two costs: each
+step of a run's chain waits half a tick on average before the next is sent (a small revision's run is a chain of
+ten short steps: benchmarks/big_documents.py --celery-polls measures what the tick costs it), and each look reads
+every step in flight (a big scan's hundreds of units at a short tick would be thousands of reads a second).
 
 ``Pace`` makes the tick follow the run: the pause before a look is a tenth of the time since a step was last
 sent or ended, at least ``QUICK_SECONDS`` and at most ``INGESTION_CELERY_POLL_SECONDS``. So each step of a chain

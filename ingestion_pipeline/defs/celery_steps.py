@@ -26,7 +26,8 @@ def step_plan(recon_job: Any, run_config: dict, step_keys: list[str] | None, kno
     ``execute_step`` does). dagster-celery's task builds it without: Dagster then executes the plan with a copy of
     the job whose load data is the plan's (none), and a job that carried some (every run a code server launches:
     `make dev`, the daemon) no longer matches the one Dagster keeps loaded, so each step loaded the whole code
-    location twice (~0.3 s of every Celery step, most of its set-up, measured with py-spy)."""
+    location twice (most of every Celery step's set-up, profiled with py-spy: benchmarks/big_documents.py --dev
+    --dev-celery-workers 2 measures it)."""
     from dagster._core.execution.api import create_execution_plan
 
     return create_execution_plan(recon_job, run_config, step_keys_to_execute=step_keys, known_state=known_state,

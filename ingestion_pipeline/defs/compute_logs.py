@@ -3,10 +3,10 @@
 
 Dagster's default, ``LocalComputeLogManager``, keeps each step's output in files under ``$DAGSTER_HOME/storage``
 (the UI shows them on the step) and mirrors them back to the process's own stdout and stderr by starting a
-``tail -F`` and a Python watcher for each stream: four processes a step, ~45 ms of the step's time and ~40 ms of
-CPU, on every step of every run (a small file's run has eight; a Celery revision eleven). This is the same
-manager (the same files, the same reading for the UI) with the mirror a thread of the step's own process
-(``core/output_mirror.py``).
+``tail -F`` and a Python watcher for each stream: four processes a step, their starts in the step's time and CPU,
+on every step of every run (a small file's run has eight; a Celery revision eleven; benchmarks/big_documents.py
+--celery-polls measures it). This is the same manager (the same files, the same reading for the UI) with the
+mirror a thread of the step's own process (``core/output_mirror.py``).
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ def celery_config(settings: ExecutorSettings) -> dict[str, Any]:
 
 
 DEFAULT_QUEUE = "dagster"  # dagster-celery's default queue: every step without a queue tag
-# dagster_celery.tags.DAGSTER_CELERY_QUEUE_TAG, spelt here: importing dagster_celery imports Celery (1.3 s) at load
+# dagster_celery.tags.DAGSTER_CELERY_QUEUE_TAG, spelt here: importing dagster_celery imports Celery, a cost of
+# every load of the code location (docs/benchmarks.md, "What loading the code location costs")
 CELERY_QUEUE_TAG = "dagster-celery/queue"
 
 

@@ -12,8 +12,8 @@ a batch whose run key already has a run is left alone, and launchers outside the
 (``batching.one_launcher_at_a_time``). The run is tagged ``ingestion/launched_by: fast_lane`` (the runs page
 tells the two apart). Bulk batches stay the sensor's.
 
-It imports no Dagster (the plan is plain data, the GraphQL plain HTTP): Dagster's import was over a second of a
-one-file `submit`.
+It imports no Dagster (the plan is plain data, the GraphQL plain HTTP): Dagster's import was a large part of a
+one-file `submit` (benchmarks/dev_latency.py times submits).
 
 Without a URL, or with the webserver unreachable or slow, nothing is launched here and the sensor launches as
 before: the fast lane only ever saves time, and never fails the upload that called it. Where the daemon knows

@@ -4,15 +4,15 @@ The one place the project relies on Dagster beyond its documented API (``optimiz
 dagster-webserver calls; it is not documented for users), kept here alone because its cost was measured,
 and tested by ``defs/test_pooled_instance.py`` so that a Dagster upgrade that changes it fails a test.
 
-Dagster's Postgres storages open a new connection for every event they write unless told otherwise (a
-1M-row metric run opened ~170, about 1.5 s of forks and logins); the webserver tells them with
-``optimize_for_webserver``. Every other process of a deployment does the same through ``ProjectInstance``, the
-instance class ``dagster_home/dagster.yaml`` names (``instance_class``): the daemon above all, whose threads (the
-run queue every second, the sensors, run monitoring) opened ~13 sessions a second idle and ~44 during a bulk
-load, each a server process forked and logged in (~3 ms of the server's CPU); the code server's sensor ticks;
-``process``; and a warm run worker (``run_worker.py``), which runs one run after another with the same instance.
-A ``ProjectInstance`` closes its connections when it is disposed (Dagster's storages leave theirs to the garbage
-collector), so an instance built for one sensor tick holds none after it.
+Dagster's Postgres storages open a new connection for every event they write unless told otherwise (a 1M-row metric
+run opened over a hundred, each a fork and a login); the webserver tells them with ``optimize_for_webserver``.
+Every other process of a deployment does the same through ``ProjectInstance``, the instance class
+``dagster_home/dagster.yaml`` names (``instance_class``): the daemon above all, whose threads (the run queue every
+second, the sensors, run monitoring) opened sessions every second idle and more during a bulk load, each a server
+process forked and logged in (benchmarks/dagster_sessions.py counts them and, with ``--cost``, what one costs the
+server); the code server's sensor ticks; ``process``; and a warm run worker (``run_worker.py``), which runs one run
+after another with the same instance. A ``ProjectInstance`` closes its connections when it is disposed (Dagster's
+storages leave theirs to the garbage collector), so an instance built for one sensor tick holds none after it.
 
 A pooled connection outlives a database restart on the client side only: the first query on it fails
 with "server closed the connection unexpectedly", and that query is a run's event write. Dagster does

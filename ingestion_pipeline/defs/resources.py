@@ -239,9 +239,10 @@ def process_embedder(embedding: EmbeddingSettings) -> Embedder:
 
 @functools.lru_cache(maxsize=2)
 def _process_database(url: str, max_connections: int) -> Database:
-    """The pool of a process that executes step after step (``keep_embedders_across_steps``): a Celery step opened
-    a pool and its first connection and closed them again, ~10 ms of each of a run's eleven steps. It ends with the
-    process; a connection a restarted server dropped is replaced when checked out (``core/db.py``)."""
+    """The pool of a process that executes step after step (``keep_embedders_across_steps``): a Celery step
+    opened a pool and its first connection and closed them again, in each of a run's eleven steps
+    (docs/benchmarks.md, "What each Celery step set up again"). It ends with the process; a connection a restarted
+    server dropped is replaced when checked out (``core/db.py``)."""
     return Database(url, max_size=max_connections)
 
 
@@ -268,9 +269,10 @@ class _KeptExtractorPool(ExtractorPool):
 
 
 def step_extractors(limits: ExtractionLimits, lanes: int) -> ExtractorPool:
-    """The extraction workers of a step. Under ``keep_embedders_across_steps`` (a Celery worker, a run worker) the
-    process's own, kept from step to step: each extraction worker is a fresh interpreter (~0.45 s), and on Celery a
-    big PDF's units are steps of their own — eight units of a scan paid 5 s of starts, 10 % of their read time."""
+    """The extraction workers of a step. Under ``keep_embedders_across_steps`` (a Celery worker, a run worker)
+    the process's own, kept from step to step: each extraction worker is a fresh interpreter to start, and on Celery
+    a big PDF's units are steps of their own, each of which paid that start (benchmarks/big_documents.py --celery
+    measures a scan's units)."""
     if _keep_across_steps:
         return _process_extractors(limits, lanes)
     return ExtractorPool(limits, lanes)

@@ -56,10 +56,10 @@ def _preload(targets: list[str]) -> list[str]:
 
 
 def prepare_document_steps() -> None:
-    """What a document run's steps would start first, started now, unless the steps run on Celery workers:
-    the extraction worker (a fresh interpreter, ~0.45 s, a third of a small file's steps) and the embedding
-    model, loading in the background and kept for every run of this process (``keep_embedders_across_steps``,
-    as in a Celery worker). Unused, both end with this process."""
+    """What a document run's steps would start first, started now, unless the steps run on Celery workers: the
+    extraction worker (a fresh interpreter, a large part of a small file's steps: benchmarks/dev_latency.py) and the
+    embedding model, loading in the background and kept for every run of this process
+    (``keep_embedders_across_steps``, as in a Celery worker). Unused, both end with this process."""
     from ingestion_pipeline.core.settings import load_settings
     from ingestion_pipeline.defs.resources import keep_embedders_across_steps, process_embedder
     from ingestion_pipeline.documents import languages
@@ -71,7 +71,7 @@ def prepare_document_steps() -> None:
     start_spare_worker(settings.limits)
     keep_embedders_across_steps()
     process_embedder(settings.embedding).warm_up()
-    languages.warm_up()  # the chunk step's language identifier (~0.4 s to load), kept for every run
+    languages.warm_up()  # the chunk step's language identifier (slow to load), kept for every run
 
 
 def _prepare() -> list[str]:

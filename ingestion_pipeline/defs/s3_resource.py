@@ -4,14 +4,15 @@ types, defaults and meanings, so run config and Helm values written for it hold)
 
 dagster-aws is not installed: its package ``__init__`` loads every dagster-aws component (Secrets Manager, ECS,
 Redshift…) and Dagster's test utilities, and ``load_from_defs_folder`` imports every installed package's component
-entry point, so with it the code location took 2.5-3.0 s to load instead of 1.8-1.9 (a code server, `dg list
-defs`; an `ingest` command, which imports much of the same Dagster anyway, ~0.2 s) for ten field declarations.
-The clients were never dagster-aws's anyway: they come from one boto3 session per process
-(``core/s3_clients.py``; a session per client cost 60-170 ms each), with the retry policy every other part of the
-pipeline uses too.
+entry point, so with it the code location took clearly longer to load (a code server, `dg list defs`; an `ingest`
+command, which imports much of the same Dagster anyway, less so) for ten field declarations (docs/benchmarks.md,
+"What loading the code location costs"). The clients were never dagster-aws's anyway: they come from one boto3
+session per process (``core/s3_clients.py``; a session per client cost far more), with the retry policy every other
+part of the pipeline uses too.
 
 A step gets the resource itself, not a client: dagster-aws's ``S3Resource`` attaches a client to every step that
-requires it (~0.2 s each), and our steps build one only when a file does come from S3.
+requires it (a cost of each step: benchmarks/s3_vs_upload.py), and our steps build one only when a file does come
+from S3.
 """
 
 from __future__ import annotations

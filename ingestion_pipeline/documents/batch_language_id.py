@@ -2,14 +2,13 @@
 
 py3langid (``LanguageIdentifier.classify``) walks a text's UTF-8 bytes through a finite automaton one byte at a
 time in Python, counting the n-gram features the states it passes emit, then scores the counts against its
-naive-Bayes table, whose float16 rows numpy converts slowly: the two halves of a chunk's language detection,
-~0.35 ms for 600 characters (a chunk's sample). Here the texts' bytes are laid out as rows of one array, longest
-first, and the automaton takes one step for every still-unfinished row per numpy operation; each text's counts
-are then scored exactly as py3langid scores them: the same features in the same (first-seen) order, the same
-float32 arithmetic, the same normalisation. The results are py3langid's, bit for bit
-(``test_batch_language_id.py`` holds it over many scripts and lengths; on the corpus's 9,657 chunks, every
-configuration the same); where the identifier lacks the parts this reads (another py3langid release),
-``classify_many`` asks it one text at a time.
+naive-Bayes table, whose float16 rows numpy converts slowly: the two halves of a chunk's language detection
+(benchmarks/pipeline_ceiling.py measures it). Here the texts' bytes are laid out as rows of one array, longest
+first, and the automaton takes one step for every still-unfinished row per numpy operation; each text's counts are
+then scored exactly as py3langid scores them: the same features in the same (first-seen) order, the same float32
+arithmetic, the same normalisation. The results are py3langid's, bit for bit (``test_batch_language_id.py`` holds
+it over many scripts and lengths; on the corpus's 9,657 chunks, every configuration the same); where the identifier
+lacks the parts this reads (another py3langid release), ``classify_many`` asks it one text at a time.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ class BatchIdentifier:
             self._feature = np.asarray(identifier.tk_output, dtype=np.int64)  # a state's feature, or -1
             self._table, self._prior = identifier.nb_ptc, identifier.nb_pc
             # The table's rows in float32, converted as texts first need them: numpy converts float16 slowly
-            # (it was half a text's time), and the whole table in float32 is 57 MB where a language's texts
+            # (a large part of a text's time), and the whole table in float32 is 57 MB where a language's texts
             # touch a fraction of its rows. np.zeros commits memory only where rows are written.
             self._table32 = np.zeros(self._table.shape, dtype=np.float32)
             self._converted = np.zeros(self._table.shape[0], dtype=bool)

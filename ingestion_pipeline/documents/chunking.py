@@ -37,7 +37,8 @@ MAX_RUN_CHARS = 100
 # A 256-token chunk of prose is ~1,000-1,500 characters; this bounds one of unusual text (digits, symbols).
 MAX_CHUNK_CHARS = 4000
 # An element longer than this is chunked in segments (cut at a space): the tokenizer's encoding of a text is
-# ~1 KB per token, so a 2M-character element alone took the process to 2.5 GB.
+# large for each token, so a 2M-character element alone took the process to gigabytes (benchmarks/hostile_inputs.py
+# measures its peak memory).
 MAX_SEGMENT_CHARS = 65_536
 COUNT_BATCH_CHARS = 1 << 20  # elements are counted in batches of about this many characters
 _LONG_RUN = re.compile(rf"\S{{{MAX_RUN_CHARS + 1},}}")

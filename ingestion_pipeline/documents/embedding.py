@@ -105,9 +105,10 @@ _SETTLED_SECONDS = 2.0
 def model_digest(directory: Path) -> str:
     """SHA-256 over the model's identity files (names and contents); cached while the files are unchanged.
 
-    Each process that needs the fingerprint (a `submit`, a run, a worker) read ~90 MB for it, ~75 ms; the digest
-    is kept under the data folder by the files' stamps (path, size, inode, mtime and ctime, which no tool sets
-    back: a file written again, even with its old mtime restored, has a new ctime)."""
+    Each process that needs the fingerprint (a `submit`, a run, a worker) read ~90 MB for it, a cost of every
+    `submit` (benchmarks/dev_latency.py times them); the digest is kept under the data folder by the files' stamps
+    (path, size, inode, mtime and ctime, which no tool sets back: a file written again, even with its old mtime
+    restored, has a new ctime)."""
     present = [directory / name for name in _IDENTITY_FILES if (directory / name).is_file()]
     if not any(p.name in ("model.safetensors", "pytorch_model.bin") for p in present):
         raise ValueError(f"no model weights (model.safetensors or pytorch_model.bin) in {directory}")
@@ -155,7 +156,8 @@ def build_embedder(model_path: str | None = None, batch_size: int | None = None,
     """The model of the settings (``INGESTION_EMBEDDING_*`` unless given), or of the arguments; weights load on
     first use; it runs as ``decisions`` (the deployment's recorded decision, ``model_decision.py``) says, float32
     without one. Here rather than beside the Dagster resource: a command that only needs the fingerprint
-    (``submit``) does not import Dagster (1.2 s) for it."""
+    (``submit``) does not import Dagster for it (its import is a large part of a one-file `submit`:
+    benchmarks/dev_latency.py)."""
     settings = settings or load_settings().embedding
     return Embedder(resolve_model_path(model_path or settings.model_path), batch_size or settings.batch_size,
                     backend=settings.backend, cache_dir=settings.cache_dir, decisions=decisions,

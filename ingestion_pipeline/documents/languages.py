@@ -15,8 +15,8 @@ from collections.abc import Sequence
 MIN_DETECT_CHARS = 60
 # The identifier's automaton reads a text byte by byte: its cost grows with the sample. On the corpus's 8,856
 # chunks, the first 600 characters decided as the first 2,000 did for every chunk (400: 3 differed, all in the
-# 100-language declaration), in two thirds of the time (benchmarks/pipeline_ceiling.py: chunking is a third of the
-# pipeline when the model costs nothing).
+# 100-language declaration), in less time (benchmarks/pipeline_ceiling.py measures chunking's share of the pipeline
+# when the model costs nothing).
 DETECT_SAMPLE_CHARS = 600
 MIN_QUERY_WEIGHT = 0.2
 MIN_CHUNK_CONFIDENCE = 0.9
@@ -38,7 +38,7 @@ _batched: list = []  # ``BatchIdentifier`` over it
 
 
 def _identifier():
-    """py3langid's identifier, loaded once per process: its model is an xz-compressed file, ~0.4 s to read."""
+    """py3langid's identifier, loaded once per process: its model is an xz-compressed file, slow to read."""
     if _loaded:  # every chunk asks: no lock once loaded
         return _loaded[0]
     with _identifier_lock:
@@ -51,8 +51,8 @@ def _identifier():
 
 def warm_up() -> None:
     """Start loading the identifier on a background thread (xz decompression releases the GIL), so that a run's
-    chunk step does not wait ~0.4 s for it after the extract step: called where a run's work starts, as the
-    embedding model's warm-up is."""
+    chunk step does not wait for it after the extract step: called where a run's work starts, as the embedding
+    model's warm-up is."""
     if not _loaded:
         threading.Thread(target=_identifier, name="language-identifier-warm-up", daemon=True).start()
 

@@ -1,9 +1,9 @@
 """The embedding model exported to ONNX once per model from torch, run by OpenVINO or ONNX Runtime.
 
-Why: a process that embeds an export imports neither torch nor sentence-transformers (together ~6 s on
-this machine, more than the whole work of a one-file run). OpenVINO runs it in float32 (its reduced
-precisions, bfloat16 and int8, are used only where they pass the quality gate: ``precision.py``). The export runs
-torch once per model digest and is kept under ``<data dir>/models`` with torch's vectors of the probe
+Why: a process that embeds an export imports neither torch nor sentence-transformers (together more than the whole
+work of a one-file run here: benchmarks/first_ingest.py times a fresh process's run). OpenVINO runs it in float32
+(its reduced precisions, bfloat16 and int8, are used only where they pass the quality gate: ``precision.py``). The
+export runs torch once per model digest and is kept under ``<data dir>/models`` with torch's vectors of the probe
 texts; an export is only used if its vectors match those (cosine >= 0.9999): ONNX Runtime's once, when it
 is made, OpenVINO's in every process that loads it. OpenVINO's
 compiled model is cached beside the export (``openvino-cache/``).
@@ -148,14 +148,14 @@ class OpenVinoEncoder(_ExportedEncoder):
 
         super().__init__(model_path)
         core = ov.Core()
-        # OpenVINO's model cache: the compiled model is kept beside the export and imported by the next
-        # process (0.1 s instead of reading and compiling it, 0.7 s here). OpenVINO keys each blob by the
-        # model, device, configuration and its own version, and compiles again when a blob cannot be
-        # imported (a truncated one included); the probe check still runs on what it loaded. OpenVINO
+        # OpenVINO's model cache: the compiled model is kept beside the export and imported by the next process (far
+        # quicker than reading and compiling it: benchmarks/first_ingest.py times a fresh process's first run).
+        # OpenVINO keys each blob by the model, device, configuration and its own version, and compiles again when a
+        # blob cannot be imported (a truncated one included); the probe check still runs on what it loaded. OpenVINO
         # writes a blob in place, so processes take turns (a file lock): none reads one half written.
-        # THROUGHPUT: one stream per core here, each batch on its own stream, so two batches run at once
-        # and the tokenising and pooling of one overlap another's inference (benchmarks/embedding_backends.py:
-        # ~10 % faster than one stream over both cores on this 2-core machine; same vectors)
+        # THROUGHPUT: one stream per core here, each batch on its own stream, so two batches run at once and the
+        # tokenising and pooling of one overlap another's inference (faster than one stream over both cores on a
+        # 2-core machine, the same vectors: benchmarks/embedding_backends.py compares them)
         config = {"PERFORMANCE_HINT": hint} | ({"INFERENCE_PRECISION_HINT": precision} if precision else {})
         with cache_lock(onnx_file.parent / OPENVINO_CACHE) as cache:
             if cache is not None:

@@ -76,7 +76,7 @@ def find_versions(conn: psycopg.Connection, fingerprint_for: FingerprintFor, *, 
     params = {"tenant": tenant_id, "docs": doc_ids, "current": current_fp, "stale_only": stale_only}
     # Counted apart, and only the stale versions read: every batch's `fingerprints_current` check asks, and
     # reading every active version (with its elements' and S3 object's state) grew with the deployment
-    # (12,000 active versions: 66-90 ms a batch; a million would take seconds).
+    # (every batch paid for every active version; a million would take seconds).
     plan.active = conn.execute(
         """SELECT count(*) AS n FROM document_versions v
             WHERE v.is_active AND (%(tenant)s::text IS NULL OR v.tenant_id = %(tenant)s)

@@ -156,10 +156,10 @@ SELECT e.chunk_id, ({vector} <=> %(vector)s) AS distance
 """
 # The same ranking computed exactly over the tenant's own rows ("+ 0" keeps the planner off the index): the
 # %(nearest)s nearest of its vectors by distance alone, then only those checked for an active version. Checking
-# every row's version through its chunk was most of the statement (a 2,752-chunk tenant: 6.5 ms, two index lookups
-# a row). Each of the nearest comes back with whether it is active, so a ranking that kept fewer than asked is
-# computed again over every row (%(nearest)s NULL: the active ones only, the best %(candidates)s) only when there
-# were more rows than it looked at.
+# every row's version through its chunk was most of the statement (two index lookups a row;
+# benchmarks/search_latency.py measures the exact path). Each of the nearest comes back with whether it is active,
+# so a ranking that kept fewer than asked is computed again over every row (%(nearest)s NULL: the active ones only,
+# the best %(candidates)s) only when there were more rows than it looked at.
 _EXACT_SQL = """
 WITH nearest AS MATERIALIZED (
     SELECT e.chunk_id, ({vector} <=> %(vector)s) + 0 AS distance
@@ -450,8 +450,8 @@ def _ranked_vector_candidates(conn: psycopg.Connection, tenant_id: str, query_ve
     chosen by the tenant's size
     (figures: ``benchmarks/search_latency.py``, 1M chunks in 50 tenants):
 
-    - a tenant of at most ``EXACT_SEARCH_MAX_CHUNKS`` chunks is ranked exactly: reading its rows costs
-      less than an HNSW scan (4 ms for 1,000 chunks);
+    - a tenant of at most ``EXACT_SEARCH_MAX_CHUNKS`` chunks is ranked exactly: reading its rows costs less than an
+      HNSW scan;
     - a larger one by its own HNSW graph (``vector_index.py``; exactly until the graph is built), and its vectors
       not in the graph yet (promoted since the graph last took its backlog, ``vector_backlog.py``) exactly beside
       it, the two merged by distance. With pgvector >= 0.8 the scan goes on until enough rows pass the model and

@@ -89,16 +89,16 @@ SELECT DISTINCT cfg, tq::text, share * idf, share >= 1, false, NULL::text, NULL:
 # scored by all the words. Every full-text row is a served chunk's (sql/041: a version's rows go when it is
 # deactivated), so no match needs its version checked.
 #
-# A row that matches any seed is read once: one bitmap scan of the seeds' disjunction in each language, and each
-# term scored on the row in hand by an expression of its own ({seed_score}, {score}: a sum of one CASE a term,
-# composed by ``_hits_statement``). Scanning once per seed read a chunk holding two seeds twice, and a
-# neighbouring pair's phrase read every chunk holding both words to check their positions, only to find chunks
-# the words had found (at 1M chunks, "len ten": 9,262 + 11,797 matches and the pair's 5 ms). Joining the row to a
-# list of the terms made the planner scan once per term again, and a subquery a row cost what the single read
-# saved (docs/benchmarks.md). The rows are ranked by the seeds' sum, the best SEEDED_POOL kept (with their words
-# when other terms still score them), and those ranked by every term. Each row evaluates every seed's CASE, so a
-# long query (its neighbouring pairs seed too: a 48-word query 51 seeds) is read seed by seed instead
-# (``_TEXT_HITS_BY_SEED_SQL``), which ranks the same.
+# A row that matches any seed is read once: one bitmap scan of the seeds' disjunction in each language, and each term
+# scored on the row in hand by an expression of its own ({seed_score}, {score}: a sum of one CASE a term, composed by
+# ``_hits_statement``). Scanning once per seed read a chunk holding two seeds twice, and a neighbouring pair's phrase
+# read every chunk holding both words to check their positions, only to find chunks the words had found (at 1M
+# chunks, "len ten": both words' matches read again for the pair; docs/benchmarks.md). Joining the row to a list of
+# the terms made the planner scan once per term again, and a subquery a row cost what the single read saved
+# (docs/benchmarks.md). The rows are ranked by the seeds' sum, the best SEEDED_POOL kept (with their words when other
+# terms still score them), and those ranked by every term. Each row evaluates every seed's CASE, so a long query (its
+# neighbouring pairs seed too: a 48-word query 51 seeds) is read seed by seed instead (``_TEXT_HITS_BY_SEED_SQL``),
+# which ranks the same.
 _TEXT_HITS_SQL = """
 SELECT p.chunk_id, {score} AS score
   FROM (SELECT f.chunk_id{carried}, {seed_score} AS seed_score
@@ -113,9 +113,9 @@ SELECT p.chunk_id, {score} AS score
 _TERM_SCORE = "CASE WHEN {row}.text_search_config = {cfg} AND {row}.tsv @@ {tq}::tsquery " \
               "THEN {idf}::float8 * ts_rank({row}.tsv, {tq}::tsquery, %(normalization)s) ELSE 0 END"
 
-# Each seed's matches scored by it, summed by chunk, the best SEEDED_POOL scored by every term: over SINGLE_READ_SEEDS
-# seeds, cheaper than one read evaluating every seed on every row (at 1M chunks, 32 words and more: 48 words p50
-# 6.7 ms against 4.7 a tenant of 14,180 chunks; the 1,000 characters of the commonest words 87 against 49 ms).
+# Each seed's matches scored by it, summed by chunk, the best SEEDED_POOL scored by every term: over
+# SINGLE_READ_SEEDS seeds, cheaper than one read evaluating every seed on every row (at 1M chunks, 32 words and more:
+# benchmarks/search_latency.py measures long queries; docs/benchmarks.md).
 _TEXT_HITS_BY_SEED_SQL = """
 WITH matched AS MATERIALIZED (
     SELECT f.chunk_id, s.idf * ts_rank(f.tsv, s.tq, %(normalization)s) AS score
@@ -199,10 +199,11 @@ def scored_text_candidates(conn: psycopg.Connection, tenant_id: str, query: str,
     rare = [t for t in words if t["idf"] >= MIN_SEEDING_IDF][:SEED_WORDS]
     if rare:
         return _hits(conn, params, terms, rare + phrases, normalization)
-    # Every word is common in the tenant: each matches thousands of chunks (a tenant of 88,325: a two-word query
-    # scored ~26,000 matches, 50-60 ms), and the chunks holding them all are the ones their summed scores put
-    # first. Those seed, with the neighbouring pairs; every match of each word only when too few hold them all
-    # (docs/benchmarks.md: at 1M chunks the same ten candidates for each such query, 200 queries on four tenants).
+    # Every word is common in the tenant: each matches thousands of chunks (the largest tenant of
+    # benchmarks/search_latency.py: a two-word query scored tens of thousands of matches), and the chunks holding
+    # them all are the ones their summed scores put first. Those seed, with the neighbouring pairs; every match of
+    # each word only when too few hold them all (docs/benchmarks.md: at 1M chunks the same ten candidates for each
+    # such query, 200 queries on four tenants).
     hits = _hits(conn, params, terms, _together(words) + phrases, normalization)
     if len(hits) < candidates:
         hits = _hits(conn, params, terms, words[:SEED_WORDS] + phrases, normalization)

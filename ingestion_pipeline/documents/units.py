@@ -37,8 +37,8 @@ class Unit:
         return f"pages {self.first_page}-{self.last_page}"
 
 
-# A unit is a step of its own under Celery (~1 s of Dagster and Celery around it): a 100,000-page scan in units of
-# 8 pages would be 12,500 steps. Past this many, units grow instead.
+# A unit is a step of its own under Celery (Dagster and Celery cost each step: benchmarks/multi_host.py): a
+# 100,000-page scan in units of 8 pages would be 12,500 steps. Past this many, units grow instead.
 MAX_UNITS = 500
 
 

@@ -1,12 +1,12 @@
 """Promoted vectors into their tenant's HNSW graph, after the transaction that promoted them (sql/044). A tenant
 small enough to be ranked exactly has no graph (``vector_index.py``): for its vectors ``indexed`` is only a flag.
 
-Inserting a vector into an HNSW graph is CPU in the database backend: 0.6 ms a vector in a small graph, 1.5-2.8 ms
-at a million (benchmarks/hnsw_insert.py, search_latency.py), and it was nearly all of a promotion (a version of 251
-chunks: 160 of its insert's 161 ms). Inside the promotion it held the version's transaction and locks that long
-and ran only on the pipeline's own lanes. A version is now promoted with its vectors ``indexed = false`` (outside
-every HNSW index's predicate; search ranks them exactly, ``search._VECTOR_BACKLOG_SQL``), and this module sets
-them ``indexed = true`` in small transactions of their own, which is the graph insertion. Batches are taken with
+Inserting a vector into an HNSW graph is CPU in the database backend, the more the larger the graph
+(benchmarks/hnsw_insert.py, search_latency.py measure it), and it was nearly all of a promotion (docs/benchmarks.md:
+one version's promotion under EXPLAIN). Inside the promotion it held the version's transaction and locks that long and
+ran only on the pipeline's own lanes. A version is now promoted with its vectors ``indexed = false`` (outside every
+HNSW index's predicate; search ranks them exactly, ``search._VECTOR_BACKLOG_SQL``), and this module sets them
+``indexed = true`` in small transactions of their own, which is the graph insertion. Batches are taken with
 ``FOR UPDATE SKIP LOCKED``, so several connections (and several runs) share one backlog without waiting on each
 other, and whatever a killed worker left is taken by the next sweep: every promotion step sweeps the whole backlog
 once its files are promoted (``steps/promote.py``), ``process`` with nothing queued sweeps what is left, and the

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 SCAN_BYTES = 8 * 1024 * 1024
-# About 5,000 rows of a wide export per batch: 4 MiB batches were ~10 % faster but held 350 MB instead of
-# 130 MB at 1M rows (the intermediate arrays of a batch live until it is written).
+# About 5,000 rows of a wide export per batch: 4 MiB batches were a little faster but held over twice the
+# memory at 1M rows (the intermediate arrays of a batch live until it is written; benchmarks/metrics_load.py).
 BLOCK_BYTES = 1024 * 1024
 # Bytes of characters a JSON string must escape (line breaks are counted apart), and the C1 "next line"
 # (U+0085) that Python's str.strip() treats as space: bytes.translate keeps only these, at memory speed.

@@ -22,10 +22,10 @@ VALID = "validation_status = 'valid' AND upload_id = %(upload)s"
 NEWER = "(t.last_upload_id IS NULL OR t.last_upload_id <= EXCLUDED.last_upload_id)"
 
 
-# The staging row each dimension key takes its fields from, found for all three dimensions in one scan
-# of the upload (it was one scan each, ~1 s per million rows apiece). A key's row is the latest of the
-# entity's own type with a name, else the latest of its type, else the latest with a name, else the
-# latest: p0..p3 hold those four candidates per group, and the first level that has one wins.
+# The staging row each dimension key takes its fields from, found for all three dimensions in one scan of the
+# upload (it was one scan each, three reads of the upload: benchmarks/metrics_load.py). A key's row is the
+# latest of the entity's own type with a name, else the latest of its type, else the latest with a name, else
+# the latest: p0..p3 hold those four candidates per group, and the first level that has one wins.
 # Groups, told apart by grouping():
 #   campaign  (campaign_id)          rows with a campaign
 #   ad_set    (ad_set_id)            rows with an ad set *and* a campaign (an ad set needs its campaign)
@@ -151,7 +151,7 @@ SELECT EXISTS (SELECT ad_id FROM promotion_picks WHERE kind = 'ad' AND fact IS N
 """
 
 # Facts: the stored rows this upload changes are updated, then the rest inserted with a plain INSERT.
-# INSERT ... ON CONFLICT costs a speculative insertion per row (~4 s per million); the split is safe
+# INSERT ... ON CONFLICT costs a speculative insertion per row (benchmarks/metrics_load.py); the split is safe
 # because promotions of a workspace hold its advisory lock, and nothing else writes daily_metrics.
 _DAILY_METRICS = f"""
 WITH picked AS MATERIALIZED (
@@ -241,10 +241,11 @@ def _promote(conn: psycopg.Connection, upload: MetricUpload, below_threshold: bo
     upserted["ads"] = conn.execute(_ADS, params).rowcount
     if conn.execute(_FACT_ADS_MISSING, params).fetchone()["exists"]:
         conn.execute(_UNRESOLVED_FACTS, params)
-    # The facts statement reads daily_metrics while it inserts into it. With statistics taken while the table
-    # was empty (a VACUUM ANALYZE before the first upload), the planner made a sequential scan of it the
-    # inner side of the anti join: every fact rescanned every page inserted so far, and a 100,000-row
-    # promotion took 52 s (a million would take hours). Its key index answers every lookup the statement makes.
+    # The facts statement reads daily_metrics while it inserts into it. With statistics taken while the table was
+    # empty (a VACUUM ANALYZE before the first upload), the planner made a sequential scan of it the inner side of
+    # the anti join: every fact rescanned every page inserted so far, and a 100,000-row promotion took most of a
+    # minute (a million would take hours; benchmarks/metrics_load.py). Its key index answers every lookup the
+    # statement makes.
     conn.execute("SET LOCAL enable_seqscan = off")
     facts = conn.execute(_DAILY_METRICS, params).fetchone()
     conn.execute("SET LOCAL enable_seqscan TO DEFAULT")

@@ -21,8 +21,9 @@ SAMPLE_BYTES = 64 * 1024
 READ_CHARS = 64 * 1024
 csv.field_size_limit(1024 * 1024)  # a 1 MiB field is already absurd in an export
 # A line of a CSV or JSON Lines file, or one record of a JSON array, is at most this many characters (a row of a
-# wide Meta export is ~2,000). A longer one fails the file at once: read whole, a 2 GiB line held ~4 GiB, and a
-# 20 MB record of a JSON array took 12 s of decoding retried as its buffer grew.
+# wide Meta export is ~2,000). A longer one fails the file at once: read whole, a 2 GiB line held twice that in
+# memory, and a 20 MB record of a JSON array took seconds of decoding retried as its buffer grew
+# (benchmarks/hostile_inputs.py).
 MAX_RECORD_CHARS = 4 * 1024 * 1024
 # A count or an amount in an export has at most ~20 digits; Python's own limit (4,300) raises a bare
 # ValueError, and a longer run costs quadratic time to convert.
@@ -40,8 +41,8 @@ _WIDE_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE, cod
 
 def refuse_binary(path) -> None:
     """Raise ``MalformedFileError`` if NUL bytes make up more than 1 % of the file's first 64 KiB outside a
-    UTF-16/32 text: a binary file (a 1 GB file of NULs took 2.2 GB to fail as an "unbalanced quote"). A stray
-    NUL in a text export is a row error, as before."""
+    UTF-16/32 text: a binary file (a 1 GB file of NULs took twice its size in memory to fail as an "unbalanced
+    quote": benchmarks/hostile_inputs.py). A stray NUL in a text export is a row error, as before."""
     with open(path, "rb") as stream:
         refuse_binary_sample(stream.read(SAMPLE_BYTES))
 

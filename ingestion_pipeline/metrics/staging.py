@@ -123,7 +123,8 @@ def _json_default(value):
 
 @dataclass
 class _Written:
-    """Rows this attempt committed, counted as each batch commits (recounting 1M staged rows costs 0.5 s)."""
+    """Rows this attempt committed, counted as each batch commits (recounting 1M staged rows is a cost of its own:
+    benchmarks/metrics_load.py)."""
     total: int = 0
     valid: int = 0
 
@@ -298,7 +299,7 @@ def _put_unstaged(writer: BackgroundWriter, upload_id: int, staged: pa.Table, be
 def _copy_batch(db: Database, upload_id: int, owner: str, batch: EncodedBatch) -> None:
     with db.transaction() as conn:
         ledger.hold(conn, METRIC_UPLOADS, upload_id, owner)
-        # no wait for the WAL flush (~1-2 s per million rows); safe only with the check below (module doc)
+        # no wait for the WAL flush (benchmarks/metrics_load.py); safe only with the check below (module doc)
         conn.execute("SET LOCAL synchronous_commit = off")
         verify_staged(conn, upload_id, batch.first - 1)
         if batch.text:

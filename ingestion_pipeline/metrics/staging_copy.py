@@ -18,8 +18,8 @@ from ingestion_pipeline.metrics.csv_batches import may_contain
 COLUMNS = ("upload_id", "row_index", "line_number", "entity_type", "natural_key_hash", "raw_data", *VALUE_COLUMNS,
            "validation_status", "validation_errors")
 COPY = f"COPY staging_rows ({', '.join(COLUMNS)}) FROM STDIN"
-# A row without errors leaves validation_errors to its default, '[]': parsing that jsonb on every row was ~10 % of
-# the server's COPY time (1M rows: 3.50 -> 3.15 s).
+# A row without errors leaves validation_errors to its default, '[]': parsing that jsonb on every row was a
+# measurable part of the server's COPY time (benchmarks/staging_copy.py).
 COLUMNS_NO_ERRORS = COLUMNS[:-1]
 COPY_NO_ERRORS = f"COPY staging_rows ({', '.join(COLUMNS_NO_ERRORS)}) FROM STDIN"
 
@@ -89,7 +89,7 @@ class EncodedBatch:
 
 
 # COPY's text format, not CSV: the server tracks CSV's quotes byte by byte, and every raw_data value is full
-# of them (1M-row Meta staging 16.7 / 17.1 s in CSV, 12.6 / 12.8 s in text). These characters of a value
+# of them (benchmarks/staging_copy.py compares the two on a 1M-row Meta export). These characters of a value
 # are written as escapes; NULL is \N.
 _TEXT_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))  # the backslash first
 _TEXT_SPECIALS = tuple(special.encode() for special, _ in _TEXT_ESCAPES)

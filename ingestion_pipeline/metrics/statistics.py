@@ -3,11 +3,11 @@
 Promotion's plans need to know how many rows an upload has and how big the promoted tables are: with
 statistics that still said "empty", the planner once chose a 100,000 x 100,000 nested loop. So
 ``staging_rows`` is analysed after every upload (``refresh_staging``). The promoted tables are analysed
-after a promotion only where it changed enough of them (``refresh_after_promotion``): ANALYZE samples
-30,000 rows of a table however few rows changed, 0.3-1.9 s once the tables hold millions of rows, about a
-tenth of a 2,000-row upload's ``process`` time. A table is analysed when the promotion wrote at least
-``MIN_ROWS`` of its rows, or more than a tenth of it (autovacuum's own rule, applied now instead of up to
-a minute later), or when it has never been analysed; autovacuum refreshes the rest as it always does.
+after a promotion only where it changed enough of them (``refresh_after_promotion``): ANALYZE samples 30,000
+rows of a table however few rows changed, a noticeable part of a small upload's ``process`` time once the
+tables hold millions of rows (benchmarks/metrics_load.py). A table is analysed when the promotion wrote at
+least ``MIN_ROWS`` of its rows, or more than a tenth of it (autovacuum's own rule, applied now instead of up
+to a minute later), or when it has never been analysed; autovacuum refreshes the rest as it always does.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def _reltuples(conn: psycopg.Connection, tables: list[str]) -> dict[str, float]:
 
 def refresh_staging(conn: psycopg.Connection) -> None:
     """ANALYZE staging_rows after every upload, however small. Without it the planner believes the new upload
-    has one row (every earlier upload is in its most-common-values list) and joins its rows by scanning them
-    all for each picked row: a 2,000-row promotion took 210 ms instead of 18, and the cost grows with the
-    square of the rows."""
+    has one row (every earlier upload is in its most-common-values list) and joins its rows by scanning them all
+    for each picked row: a 2,000-row promotion took many times as long, and the cost grows with the square of
+    the rows (benchmarks/metrics_load.py)."""
     conn.execute(f"ANALYZE {STAGING}")
 
 

@@ -94,7 +94,7 @@ def status(job_id: str) -> str:
 # -- connection --------------------------------------------------------------------------------------------------------
 def connect(url: str) -> redis.Redis:
     # redis-py is imported where a connection is made: `submit` and the other commands that never reach the
-    # queue import the CLI's queue module without it (~55 ms of each)
+    # queue import the CLI's queue module without it (its import is a cost of each: benchmarks/dev_latency.py)
     import redis
     from redis.backoff import ExponentialBackoff
     from redis.retry import Retry
@@ -108,7 +108,7 @@ def connect(url: str) -> redis.Redis:
 
 def reachable(url: str) -> bool:
     """One PING without retries: a machine with no Redis learns it in a millisecond, not after the backoff
-    (the retrying client took 1.4 s to give up on a closed port)."""
+    (the retrying client waited out its whole backoff on a closed port)."""
     import redis
 
     probe = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5, retry=None)

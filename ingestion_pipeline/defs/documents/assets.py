@@ -162,8 +162,8 @@ def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
                op_tags: dict[str, str] | None = None) -> dg.AssetsDefinition:
     """A step that works the batch file by file: it does ``STEPS[name]`` and reports every file's outcome.
 
-    Only the step that fetches objects asks for the ``s3`` resource: Dagster builds a boto3 client for
-    every step that requires it (~0.15 s each, five steps per run)."""
+    Only the step that fetches objects asks for the ``s3`` resource: Dagster builds a boto3 client for every
+    step that requires it (five steps per run; docs/benchmarks.md, "What loading the code location costs")."""
 
     def run_step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
                  embedder: Embedder, settings: SettingsResource, s3: S3Resource | None,

@@ -44,7 +44,9 @@ def _fail(exc: UploadFailed) -> dg.Failure:
 
 def _top_campaigns(postgres: PostgresResource, partition_key: str) -> dg.TableMetadataValue:
     """The promoted upload's campaigns by spend, as a table in the materialization (``read.top_campaigns``)."""
-    from ingestion_pipeline import read  # pandas: 0.3 s of every load of the code location if imported there
+    # pandas: a part of every load of the code location if imported there (docs/benchmarks.md, "What loading
+    # the code location costs")
+    from ingestion_pipeline import read
 
     with postgres.db.connection() as conn:
         upload = upload_for_partition(conn, partition_key)

@@ -96,8 +96,8 @@ _spare_lock = threading.Lock()
 def start_spare_worker(limits: ExtractionLimits) -> None:
     """Start a worker now for the first extraction of this process to take.
 
-    A worker is a fresh interpreter: ~0.45 s before it answers, which was a third of a one-file run. Started
-    while the caller sets up Dagster, it is ready when the extraction step begins. Unused, it ends when
+    A worker is a fresh interpreter, a large part of a one-file run before it answers (benchmarks/dev_latency.py).
+    Started while the caller sets up Dagster, it is ready when the extraction step begins. Unused, it ends when
     this process does (its socket closes: EOF).
     """
     global _spare

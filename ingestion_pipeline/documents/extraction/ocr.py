@@ -1,7 +1,8 @@
 """OCR of PDF pages that have no text layer (scans), with Tesseract — the system's ``tesseract-ocr``.
 
 A page is rendered by PDFium at 200 dpi in grey and handed to the ``tesseract`` command on stdin; one
-thread per call (``OMP_THREAD_LIMIT=1``: with two cores, threads only slow it down), ~0.2–2 s a page.
+thread per call (``OMP_THREAD_LIMIT=1``: with two cores, threads only slow it down); benchmarks/page_images.py
+times a page.
 Tesseract is a system package, not a Python one: without it such pages cannot be read, and the PDF
 extractor says so and how to enable OCR. ``INGESTION_TESSERACT`` names another binary.
 
@@ -69,7 +70,8 @@ def render(page):
 
 
 def is_blank(image) -> bool:
-    """Whether the rendered page is one even shade: nothing for OCR to read (~1 ms, against 0.2-2 s of OCR)."""
+    """Whether the rendered page is one even shade: nothing for OCR to read (a look at its extremes, far cheaper
+    than reading it)."""
     low, high = image.getextrema()
     return high - low <= BLANK_GREY_LEVELS
 
@@ -144,8 +146,8 @@ def words_of(tsv: str, width: int, height: int) -> list[Word]:
 
 def source_digest(page) -> str | None:
     """SHA-256 of what a scanned page is drawn from — its images' encoded data, size and placement, and the
-    page's boxes and rotation — when the page holds images only (a scan); None otherwise. ~0.5 ms against
-    ~60 ms to render: an unchanged page of a rewritten scan is recognised without rendering it."""
+    page's boxes and rotation — when the page holds images only (a scan); None otherwise. Far cheaper than
+    rendering: an unchanged page of a rewritten scan is recognised without rendering it."""
     objects = list(page.get_objects(max_depth=0))
     if not objects or any(o.type != pdfium_c.FPDF_PAGEOBJ_IMAGE for o in objects):
         return None

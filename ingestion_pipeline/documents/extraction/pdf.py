@@ -79,7 +79,7 @@ _outlines: dict[tuple, dict[int, list[tuple[int, str]]]] = {}
 def _cached_outline(path: str, size: int, mtime_ns: int, inode: int,
                     pdf: pdfium.PdfDocument) -> dict[int, list[tuple[int, str]]]:
     """The outline of the file at ``path`` as it is now: a big PDF's units come to one worker in turn, and reading a
-    long outline (~50 ms for 600 pages of bookmarks) for each would be most of a text unit's time."""
+    long outline for each would be most of a text unit's time (benchmarks/big_documents.py)."""
     key = (path, size, mtime_ns, inode)
     if key not in _outlines:
         _outlines.clear()  # one file at a time: units of one file follow each other

@@ -7,14 +7,14 @@ assembly with nothing to assemble (Dagster runs a collecting step after no mappe
 A document with more text still to chunk than ``INGESTION_CHUNK_PART_CHARACTERS`` (its sections not reused from
 the served version) is cut into parts: runs of its changed sections (``documents/sections.py``) of about that many
 characters. A section begins only where the chunker closes a chunk anyway, so a part's chunks are the chunks the
-whole document gives there. A part reads only its own sections' elements (their bounds are planned with it),
-counts and packs them and tells each chunk's own language (a third of chunking's time) on its worker; its chunks
-are kept in ``staging_chunk_parts`` the moment they are made (``sql/043``), and a second delivery of a part finds
-it kept. The assembly takes every section's chunks — from its part, from the served version, or (a section no
-part or version holds: the served version changed since the plan) chunked there — in order, numbers them, gives
-each its context line and a short one the file's main language, checks the file's limits and stages them as the
-one-step shape does. A document of less text than a part is chunked whole in the plan's step: a part costs a
-Celery step (~0.2 s) against a part's worth of chunking (~0.6 s).
+whole document gives there. A part reads only its own sections' elements (their bounds are planned with it), counts
+and packs them and tells each chunk's own language (a large part of chunking's time) on its worker; its chunks are kept
+in ``staging_chunk_parts`` the moment they are made (``sql/043``), and a second delivery of a part finds it kept.
+The assembly takes every section's chunks — from its part, from the served version, or (a section no part or version
+holds: the served version changed since the plan) chunked there — in order, numbers them, gives each its context
+line and a short one the file's main language, checks the file's limits and stages them as the one-step shape does.
+A document of less text than a part is chunked whole in the plan's step: a part costs a Celery step, which would
+weigh against a part's worth of chunking (benchmarks/big_documents.py --sections --celery measures both).
 """
 
 from __future__ import annotations

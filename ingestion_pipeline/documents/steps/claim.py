@@ -61,7 +61,7 @@ def claim_batch(run: StepRunner, partition_key: str, *, replay_finished: bool = 
     going_on = any(o.status == STEP_DONE for o in outcomes)
     if going_on and not (executor.executor == "celery" and executor.embedding_queue):
         run.embedder.warm_up()
-    if going_on:  # the chunk step's language identifier, likewise (~0.4 s to load)
+    if going_on:  # the chunk step's language identifier, likewise (slow to load)
         languages.warm_up()
     return [_not_claimed(run, r, active.get(r["doc_id"])) for r in others] + outcomes
 
