@@ -204,6 +204,16 @@ query($partition: String) {
 }"""
 
 
+_PARTITION_STATUSES = """
+query($asset: String!) {
+  assetNodeOrError(assetKey: {path: [$asset]}) {
+    ... on AssetNode {
+      assetPartitionStatuses { ... on DefaultPartitionStatuses { materializedPartitions failedPartitions } }
+    }
+  }
+}"""
+
+
 _CHECK_EXECUTIONS = """
 query($asset: String!, $check: String!, $partition: String) {
   assetCheckExecutions(assetKey: {path: [$asset]}, checkName: $check, partition: $partition, limit: 10) {
@@ -269,7 +279,8 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
     the code's) a backfill (`launchPartitionBackfill`, run by the daemon) re-indexes its documents by the
     pipeline fingerprint; a second backfill, and
     re-executions of it from failure and of all steps (`launchPipelineReexecution`), have nothing to do: each
-    fails and says why, none runs green on nothing. A metric upload under its threshold, run by the daemon,
+    fails and says why, none runs green on nothing, and the catalog still shows the partition materialised and
+    the checks' real results. A metric upload under its threshold, run by the daemon,
     re-executed from failure: the run fails and the blocking check is never turned into Passed."""
     from contextlib import ExitStack
 
@@ -342,6 +353,19 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
             assert _step_failures(instance, again.run_id) == [message], strategy
         assert len(table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex'")) == 2
         assert len(table(db, "SELECT * FROM document_versions")) == 4
+        # ...while the catalog stays as the data is: the partition materialised in every asset, failed in none,
+        # and each check's newest execution a real evaluation of the batch (never "execution failed" over it)
+        for asset in _ASSETS:
+            node = _graphql(port, _PARTITION_STATUSES, {"asset": asset})["assetNodeOrError"]
+            statuses = node["assetPartitionStatuses"]
+            assert key in statuses["materializedPartitions"], (asset, statuses)
+            assert key not in statuses["failedPartitions"], (asset, statuses)
+        for check in ("one_active_version_per_document", "embeddings_match_chunks", "no_version_without_chunks"):
+            newest = _check_executions(port, "promoted_documents", check, None)[0]
+            assert newest["runId"] == again.run_id and newest["status"] == "SUCCEEDED", (check, newest)
+            assert newest["evaluation"]["success"], (check, newest)
+        newest = _check_executions(port, "promoted_documents", "no_failed_files", None)[0]
+        assert newest["runId"] == again.run_id and newest["evaluation"] == failed_files["evaluation"], newest
 
         # the metric upload: metric_upload_sensor ran it; the blocking check failed it
         def metric_run_failed():

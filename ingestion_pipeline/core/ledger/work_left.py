@@ -3,7 +3,8 @@
 A person's launch (a materialisation, a backfill, a re-execution from the UI) re-drives what its partition
 still has. When it has nothing (every file done, held by another run, or failed for a reason a new attempt
 does not change) the run must not go green on nothing: ``nothing_to_do`` describes the partition and
-``NothingToDo`` carries it to the step, which fails with it.
+``NothingToDo`` carries it to the step, which fails with it (a document batch's run says so at each step and
+fails at its last, once the data's checks have looked at the batch: ``defs/documents/assets.py``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ raw_documents -> document_elements -> document_chunks -> document_embeddings -> 
 import os
 import socket
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import dagster as dg
@@ -77,6 +77,30 @@ def _result(outcomes: list[FileOutcome], **extra) -> dg.MaterializeResult:
     })
 
 
+def _nothing_to_do(context: dg.AssetExecutionContext, exc: NothingToDo) -> dict:
+    """A person's run that finds nothing to do in its batch (every file done, failed for a reason another attempt
+    does not change, or held by another run): the step says so, in the run's log and its metadata, and
+    materialises with no file worked on, so the catalog stays as the data is. The run fails at its last step
+    (``promoted_documents``), after the checks have looked at the batch: failing here would leave every asset
+    after this step unmaterialised, which the UI paints as a failed partition and checks "execution failed" over
+    intact data."""
+    context.log.warning(str(exc))
+    return {"nothing_to_do": str(exc)}
+
+
+def _found_nothing_before(context: dg.AssetExecutionContext) -> dict:
+    """What an earlier step of this run found when it had nothing to do (its materialisation's metadata, read
+    through the instance's public records), or nothing."""
+    for step in UPSTREAM_OF_PROMOTION:
+        records = context.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey(step), asset_partitions=[context.partition_key]), limit=1)
+        for record in records.records:
+            metadata = record.asset_materialization.metadata if record.asset_materialization else {}
+            if record.run_id == context.run.run_id and "nothing_to_do" in metadata:
+                return {"nothing_to_do": metadata["nothing_to_do"].value}
+    return {}
+
+
 def _log_failures(context: dg.AssetExecutionContext, outcomes: list[FileOutcome]) -> None:
     for o in outcomes:
         if o.status == "failed":
@@ -124,6 +148,7 @@ STEPS: dict[str, StepWork] = {
     "document_embeddings": lambda pipeline, context: pipeline.embed_batch(context.partition_key),
     "promoted_documents": lambda pipeline, context: pipeline.promote_batch(context.partition_key),
 }
+UPSTREAM_OF_PROMOTION = [name for name in STEPS if name != "promoted_documents"]
 
 
 # Steps with work of their own once the batch's files are through them, and whether some is left: a promotion
@@ -170,16 +195,18 @@ def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
                  heartbeat: HeartbeatResource) -> dg.MaterializeResult:
         pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, s3, heartbeat,
                                            progress_log=context.log.info)
-        loaded_before = embedder.loaded
+        loaded_before, nothing = embedder.loaded, {}
         try:
             outcomes = retrying_transient_errors(context, lambda: _with_catch_up(name, pipeline, context),
                                                  settings.get().reliability.retry_backoff_seconds)
         except NothingToDo as exc:
-            raise failure_for(exc) from exc
+            outcomes, nothing = [], _nothing_to_do(context, exc)
         finally:
             pipeline.close()
+        if not outcomes and not nothing and launched_by_a_person(context.run):
+            nothing = _found_nothing_before(context)  # the step before had nothing to do: nor has this one
         _log_failures(context, outcomes)
-        return _result(outcomes, **_model_metadata(embedder, loaded_before),
+        return _result(outcomes, **nothing, **_model_metadata(embedder, loaded_before),
                        **{key: _sum(outcomes, key) for key in totals})
 
     asset = dg.asset(name=name, description=description, partitions_def=document_batches, group_name=GROUP,
@@ -207,7 +234,8 @@ raw_documents = _file_step(
     "raw_documents",
     "The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current. A "
     "person's launch also takes files waiting for a retry and dead-lettered ones (failed ones with the tag "
-    "ingestion/replay_failed=true), and fails when the batch has nothing left to do.",
+    "ingestion/replay_failed=true); when the batch has nothing left to do, it says so and the run fails at "
+    "promoted_documents, leaving the catalog as the data is.",
     deps=[], kinds={"postgres", "s3"}, fetches_from_s3=True,
 )
 OP_RESOURCES = {"postgres", "upload_store", "embedder", "settings", "heartbeat"}  # an op of a fanned-out graph's
@@ -445,15 +473,22 @@ def promoted_documents(
     embedder: dg.ResourceParam[Embedder],
     settings: SettingsResource,
     heartbeat: HeartbeatResource,
-) -> dg.MaterializeResult:
-    """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version."""
+) -> Iterator[dg.MaterializeResult]:
+    """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version.
+
+    A person's run that found nothing to do (``_nothing_to_do``) fails here, last, with the reason, after this
+    step has materialised and its checks have looked at the batch as it is: the run is red, never green on
+    nothing, while the catalog keeps every asset's partition materialised and the checks' real results."""
     pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, heartbeat=heartbeat,
                                        progress_log=context.log.info)
+    nothing = {}
     try:
         promoted = retrying_transient_errors(context, lambda: _with_catch_up("promoted_documents", pipeline, context),
                                              settings.get().reliability.retry_backoff_seconds)
     except NothingToDo as exc:
-        raise failure_for(exc) from exc
+        promoted, nothing = [], _nothing_to_do(context, exc)
+    if not promoted and not nothing and launched_by_a_person(context.run):
+        nothing = _found_nothing_before(context)
     _log_failures(context, promoted)
     with postgres.db.connection() as conn:
         every_file = batch_report(conn, context.partition_key)
@@ -477,11 +512,12 @@ def promoted_documents(
         ]
     else:  # a check with nothing to look at is a warning that says so, never Passed
         checks += [dg.AssetCheckResult(check_name=name, passed=False, severity=dg.AssetCheckSeverity.WARN,
-                                       description="not checked: no file of this batch was promoted by this run")
+                                       description="not checked: no file of this batch is promoted")
                    for name in INTEGRITY_CHECKS]
     files, counts = _file_metadata(every_file)
-    return dg.MaterializeResult(
+    yield dg.MaterializeResult(
         metadata={
+            **nothing,
             **files,
             "succeeded": counts.get("succeeded", 0),
             "failed": counts.get("failed", 0),
@@ -492,6 +528,8 @@ def promoted_documents(
         },
         check_results=checks,
     )
+    if nothing:
+        raise failure_for(NothingToDo(nothing["nothing_to_do"]))
 
 
 document_batch_job = dg.define_asset_job(
