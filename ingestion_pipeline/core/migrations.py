@@ -44,7 +44,7 @@ def apply_migrations(url: str, directory: Path | None = None) -> list[str]:
             done = {r[0]: r[1] for r in conn.execute("SELECT version, checksum FROM schema_migrations")}
             for path in migration_files(directory):
                 version = path.stem
-                body = path.read_text()
+                body = path.read_text(encoding="utf-8")
                 checksum = hashlib.sha256(body.encode()).hexdigest()
                 if version in done:
                     if done[version] != checksum:

@@ -115,7 +115,7 @@ def record_dev_ui(url: str) -> None:
     """`dev` says where its UI is (its PID stays Dagster's after exec), so that commands run beside it use it."""
     try:
         data_dir().mkdir(parents=True, exist_ok=True)
-        (data_dir() / DEV_MARKER).write_text(json.dumps({"pid": os.getpid(), "ui": url}))
+        (data_dir() / DEV_MARKER).write_text(json.dumps({"pid": os.getpid(), "ui": url}), encoding="utf-8")
     except OSError as exc:  # `submit` beside it then waits for the sensor: slower, not wrong
         log.warning("fast lane: cannot record the UI's address for commands beside `make dev`: %s", exc)
 
@@ -125,7 +125,7 @@ def webserver_url(settings: Settings) -> str | None:
     if settings.executor.dagster_url:
         return None if settings.executor.dagster_url == "off" else settings.executor.dagster_url
     try:
-        marker = json.loads((data_dir() / DEV_MARKER).read_text())
+        marker = json.loads((data_dir() / DEV_MARKER).read_text(encoding="utf-8"))
         cmdline = Path(f"/proc/{int(marker['pid'])}/cmdline").read_bytes()
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -84,15 +84,15 @@ def model_info(model_path: str) -> ModelInfo:
     dimension = None
     pooling = directory / "1_Pooling" / "config.json"
     if pooling.exists():
-        dimension = json.loads(pooling.read_text()).get("word_embedding_dimension")
+        dimension = json.loads(pooling.read_text(encoding="utf-8")).get("word_embedding_dimension")
     if dimension is None and (directory / "config.json").exists():
-        dimension = json.loads((directory / "config.json").read_text()).get("hidden_size")
+        dimension = json.loads((directory / "config.json").read_text(encoding="utf-8")).get("hidden_size")
     if dimension is None:
         raise ValueError(f"cannot tell the embedding dimension of the model in {model_path}")
     max_seq = 512
     st_config = directory / "sentence_bert_config.json"
     if st_config.exists():
-        max_seq = int(json.loads(st_config.read_text()).get("max_seq_length") or max_seq)
+        max_seq = int(json.loads(st_config.read_text(encoding="utf-8")).get("max_seq_length") or max_seq)
     name = directory.name if directory.name != "model" else directory.parent.name
     return ModelInfo(name=name, dimension=int(dimension), max_seq_length=max_seq, digest=model_digest(directory))
 
@@ -121,7 +121,7 @@ def model_digest(directory: Path) -> str:
 def _digest(stamp: tuple[tuple[str, int, int, int, int], ...]) -> str:
     kept = data_dir() / "models" / "digests" / hashlib.sha256(repr(stamp).encode()).hexdigest()[:32]
     try:
-        known = kept.read_text().strip()
+        known = kept.read_text(encoding="utf-8").strip()
         if len(known) == 64 and set(known) <= set("0123456789abcdef"):
             return known
     except OSError:

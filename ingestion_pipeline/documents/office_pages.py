@@ -51,7 +51,7 @@ def converted_to_pdf(path: Path, extension: str, *, memory_mb: int = 3072,
         shutil.copyfile(path, source)
         profile = Path(folder) / "profile"
         (profile / "user").mkdir(parents=True)
-        (profile / "user" / "registrymodifications.xcu").write_text(_LOCKED_DOWN)
+        (profile / "user" / "registrymodifications.xcu").write_text(_LOCKED_DOWN, encoding="utf-8")
         command = [*_confined(memory_mb), binary, f"-env:UserInstallation={profile.as_uri()}", "--headless",
                    "--norestore", "--nolockcheck", "--convert-to", "pdf", "--outdir", folder, str(source)]
         # nothing of this process's environment (database URLs, credentials, secrets) reaches LibreOffice

@@ -50,7 +50,7 @@ def pooling_mode(model_dir: Path) -> str:
     config_path = model_dir / "1_Pooling" / "config.json"
     if not config_path.is_file():
         raise UnsupportedModel("no 1_Pooling/config.json: not a sentence-transformers folder")
-    config = json.loads(config_path.read_text())
+    config = json.loads(config_path.read_text(encoding="utf-8"))
     if "pooling_mode" in config:  # sentence-transformers 6: "mean", or a list of modes
         named = config["pooling_mode"]
         modes = [named] if isinstance(named, str) else list(named)
@@ -251,7 +251,7 @@ def exported_model(model_path: str, digest: str, cache_dir: Path) -> Path:
     if target.is_file():
         return target
     if refused.is_file():  # tried before: do not pay torch's import again in every process
-        raise UnsupportedModel(refused.read_text())
+        raise UnsupportedModel(refused.read_text(encoding="utf-8"))
     pooling_mode(Path(model_path))
     folder.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=folder, suffix=".onnx.part")
@@ -264,11 +264,11 @@ def exported_model(model_path: str, digest: str, cache_dir: Path) -> Path:
             worst = _min_cosine_against_torch(reference, model_path, Path(temporary))
         except Exception as exc:  # an architecture torch.onnx cannot trace: torch it is, from now on
             reason = f"the export failed: {type(exc).__name__}: {exc}"[:2000]
-            refused.write_text(f"{reason} (delete {refused} to try again)")
+            refused.write_text(f"{reason} (delete {refused} to try again)", encoding="utf-8")
             raise UnsupportedModel(reason) from exc
         if worst < MIN_COSINE:
             reason = f"ONNX vectors differ from torch's (min cosine {worst:.6f} < {MIN_COSINE})"
-            refused.write_text(reason)
+            refused.write_text(reason, encoding="utf-8")
             raise UnsupportedModel(reason)
         _save_probes(folder, reference)  # before the export appears: an export always has its probes
         os.replace(temporary, target)  # atomic: a concurrent process sees the whole file or none

@@ -254,7 +254,7 @@ def _bf16_capable() -> bool:
 
 
 def _read(record: Path) -> list[Evaluation]:
-    data = json.loads(record.read_text())
+    data = json.loads(record.read_text(encoding="utf-8"))
     return [Evaluation(Candidate(**e["candidate"]), Verdict.from_json(e["verdict"]) if e["verdict"] else None,
                        e["error"]) for e in data["evaluations"]]
 

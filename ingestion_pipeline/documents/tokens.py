@@ -141,7 +141,7 @@ def model_max_seq_length(model_dir: Path) -> int:
     tokenizer_max = 512
     config = model_dir / "tokenizer_config.json"
     if config.exists():
-        value = json.loads(config.read_text()).get("model_max_length")
+        value = json.loads(config.read_text(encoding="utf-8")).get("model_max_length")
         if isinstance(value, int) and 0 < value < 1_000_000:
             tokenizer_max = value
     return _model_max_seq_length(model_dir, tokenizer_max)
@@ -151,7 +151,7 @@ def _model_max_seq_length(model_dir: Path, tokenizer_max: int) -> int:
     """sentence-transformers' max_seq_length (sentence_bert_config.json) bounds what is embedded."""
     config = model_dir / "sentence_bert_config.json"
     if config.exists():
-        value = json.loads(config.read_text()).get("max_seq_length")
+        value = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
         if value:
             return int(min(value, tokenizer_max))
     return int(min(tokenizer_max, 512))

@@ -108,7 +108,8 @@ def _pandoc(path: Path, to: str, title: str, section: str, sentence: str, query:
 
     markdown = f"# {title}\n\n## {section}\n\n{sentence}\n\n- first item\n- second item\n"
     if to == "rtf":  # a text format: pandoc returns it
-        path.write_text(pypandoc.convert_text(markdown, "rtf", format="md", extra_args=["--standalone"]))
+        path.write_text(pypandoc.convert_text(markdown, "rtf", format="md", extra_args=["--standalone"]),
+                        encoding="utf-8")
     else:
         pypandoc.convert_text(markdown, to, format="md", outputfile=str(path))
     return Sample(path, query, sentence, section)

@@ -58,7 +58,7 @@ def meta_insights_json(path: Path, rows: Iterable[dict]) -> Path:
                                   "value": str(r["conversions"])}]
         data.append(record)
     path.write_text(json.dumps({"data": data, "paging": {"cursors": {"before": "MAZDZD", "after": "MjQZD"}}},
-                               indent=1))
+                               indent=1), encoding="utf-8")
     return path
 
 
@@ -120,7 +120,7 @@ def google_search_stream_json(path: Path, rows: Iterable[dict], *, batch: int = 
                         "adGroup.id,adGroup.name,adGroupAd.ad.id,adGroupAd.ad.name,metrics.impressions,"
                         "metrics.clicks,metrics.costMicros,metrics.conversions,segments.date",
                         "requestId": f"req{start}"})
-    path.write_text(json.dumps(batches, indent=1))
+    path.write_text(json.dumps(batches, indent=1), encoding="utf-8")
     return path
 
 
@@ -156,7 +156,7 @@ def tiktok_reporting_json(path: Path, rows: Iterable[dict]) -> Path:
         "code": 0, "message": "OK", "request_id": "2024030112000001",
         "data": {"list": items, "page_info": {"page": 1, "page_size": 1000, "total_number": len(items),
                                               "total_page": 1}},
-    }, indent=1))
+    }, indent=1), encoding="utf-8")
     return path
 
 

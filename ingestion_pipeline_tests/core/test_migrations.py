@@ -65,3 +65,18 @@ def test_an_empty_database_is_reported_as_empty(pg_server_url):
     url = _create_database(pg_server_url, f"empty_{uuid.uuid4().hex[:12]}")
     with psycopg.connect(url) as conn, pytest.raises(SchemaOutOfDate, match=r"is empty \(no migration applied\)"):
         check_schema(conn)
+
+
+def test_migrations_read_as_utf8_whatever_the_processs_locale(database_url):
+    """A library that sets the C locale in-process (seen once in a test worker) made the default text encoding
+    ASCII, and a migration's em dash stopped every database copy: the project's own files are read as UTF-8."""
+    import locale
+
+    assert any(b"\xe2" in path.read_bytes() for path in migration_files())  # some hold more than ASCII
+    before = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")
+        assert locale.getpreferredencoding(False).lower() not in ("utf-8", "utf8")
+        assert apply_migrations(database_url) == []  # every file read again and its checksum matched
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
