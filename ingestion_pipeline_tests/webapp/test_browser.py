@@ -294,6 +294,37 @@ def _other_tenants_user_sees_nothing(browser, server, database_url, acme_inspect
     context.close()
 
 
+def test_with_an_upload_bucket_the_browser_puts_the_bytes_to_it_by_a_presigned_url(
+        browser, database_url, tmp_path, model_cache, bucket, s3_env):
+    """A deployment with an upload bucket: the page asks the API for a presigned PUT, sends the file's bytes
+    straight to the bucket (its origin allowed by the page's CSP, nothing else), completes the upload, and the
+    file is queued and then served; the bytes never pass through the API."""
+    client, name = bucket
+    with start_server(database_url, tmp_path, INGESTION_UPLOAD_BUCKET=name, INGESTION_UPLOAD_S3_ENDPOINT=s3_env,
+                      INGESTION_PAGE_IMAGES="true") as server:
+        context = browser.new_context()
+        page = context.new_page()
+        _sign_in(page, server)
+        policy = page.goto(f"{server.url}/app/upload").headers["content-security-policy"]
+        assert f"connect-src 'self' {s3_env}" in policy, policy
+        note = tmp_path / "harbour-note.txt"
+        note.write_text("The harbour master keeps the tide tables in the blue ledger by the door.\n")
+        sent = []
+        page.on("request", lambda request: sent.append((request.method, request.url)))
+        page.set_input_files("#files", [str(note)])
+        _until(lambda: page.locator("#uploads li[data-result]").count() == 1, "the upload answered")
+        assert page.locator('#uploads li[data-result="queued"]').count() == 1, page.locator("#uploads").inner_text()
+        puts = [url for method, url in sent if method == "PUT" and url.startswith(f"{s3_env}/{name}/")]
+        assert len(puts) == 1 and "/acme/" in puts[0], sent  # the bytes went to the bucket, under the tenant
+        assert not [url for _, url in sent if "/v1/ingest" in url], sent  # not streamed to the API
+        _process(server)
+        documents = context.new_page()
+        documents.goto(f"{server.url}/app/documents")
+        documents.wait_for_selector("#documents tbody tr", timeout=WAIT_MS)
+        assert "harbour-note.txt" in documents.locator("#documents tbody").inner_text()
+        context.close()
+
+
 def test_a_request_signed_in_by_cookie_must_carry_the_pages_csrf_token(browser, server):
     context = browser.new_context()
     page = context.new_page()
