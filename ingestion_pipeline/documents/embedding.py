@@ -238,6 +238,18 @@ class Embedder:
                     self._choice = Choice(default if recorded.precision == "f32" else recorded)
             return self._choice
 
+    def decision_shown(self) -> dict[str, str]:
+        """What this process embeds with and the deployment's recorded decision that set it, as a person reads it
+        (the embedding step's metadata in the Dagster UI): the model, its precision and the runtime loaded."""
+        candidate, decision = self.choice.candidate, self._decision
+        if decision is None:
+            decided = "none recorded: float32 on this host's backend"
+        else:
+            decided = f"{decision.decided_by} ({decision.candidate.label}, decision {decision.decision_id}"
+            decided += f", {decision.decided_at:%Y-%m-%d %H:%M %Z})" if decision.decided_at else ")"
+        return {"model": self.file_info.name, "model_precision": candidate.precision,
+                "model_runtime": self.backend_in_use or candidate.runtime, "model_decision": decided.strip()}
+
     @property
     def model(self) -> Encoder:
         with self._lock:

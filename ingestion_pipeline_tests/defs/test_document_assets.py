@@ -31,6 +31,12 @@ def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database
     for step, files in (("fetch", 4), ("extract", 4), ("chunk", 3), ("embed", 3), ("promote", 3)):
         assert any(m.startswith(f"{step}: {files}/{files} files") for m in messages), step  # password.pdf failed
     assert any(m.startswith("embed: 3/3 files") and " chunks (" in m and "ETA 0s" in m for m in messages)
+    # what the batch was embedded with, and the decision that set it, on the embedding step's materialisation
+    [embedded] = [e.step_materialization_data.materialization.metadata for e in result.all_events
+                  if e.is_step_materialization and e.step_key == "document_embeddings"]
+    assert "minilm" in embedded["model"].value.lower() and embedded["model_precision"].value == "f32"
+    assert embedded["model_runtime"].value in ("torch", "onnx", "openvino")
+    assert embedded["model_decision"].value.startswith(("default (f32/", "prepare (", "none recorded")), embedded
 
     runs = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
     assert runs["password.pdf"]["status"] == "failed"

@@ -124,12 +124,13 @@ def _failed_files_check(failed: list[dict]) -> dg.AssetCheckResult:
 
 
 def _model_metadata(embedder: Embedder, loaded_before: bool) -> dict:
-    """What a step paid for the model (0 when its process had it already) and which process holds it; nothing
-    when the step did not use it."""
+    """What a step paid for the model (0 when its process had it already), which process holds it, and what it
+    embeds with by the deployment's recorded decision (``Embedder.decision_shown``); nothing when the step did not
+    use it."""
     if not embedder.loaded:
         return {}
     return {"model_load_seconds": 0.0 if loaded_before else round(embedder.load_seconds or 0.0, 3),
-            "model_process": f"{socket.gethostname()}:{os.getpid()}"}
+            "model_process": f"{socket.gethostname()}:{os.getpid()}", **embedder.decision_shown()}
 
 
 def _sum(outcomes: list[FileOutcome], key: str) -> int:
