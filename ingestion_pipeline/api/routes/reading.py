@@ -12,6 +12,8 @@ from fastapi.responses import Response
 from ingestion_pipeline.api.errors import found, not_found
 from ingestion_pipeline.api.schemas import MAX_ID, ChunkBoxesOut, PageLayoutOut, VersionChunksOut
 from ingestion_pipeline.api.security import Caller, Services
+from ingestion_pipeline.api.services import ApiServices
+from ingestion_pipeline.core.access_tokens import Principal
 from ingestion_pipeline.documents import office_pages, page_views, reading
 
 router = APIRouter(prefix="/v1", tags=["documents"])
@@ -50,17 +52,24 @@ def _page_images(store, tenant_id: str, version: dict) -> tuple[int, bool]:
     return 0, False
 
 
+def _page_view(who: Principal, services: ApiServices, doc_id: int, version: int | None, name: str,
+               what: str) -> tuple[dict, bytes]:
+    """The tenant's document version (its active one when ``version`` is None) and its view ``name``, kept at
+    ingest in the upload store; 404 ``what`` when either is missing."""
+    with services.db.connection() as conn:
+        found_version = found(reading.version_to_read(conn, who.tenant_id, doc_id, version), "document version")
+    view = services.document_store.get_view(who.tenant_id, found_version["content_hash"], name)
+    if view is None:
+        raise not_found(what)
+    return found_version, view
+
+
 @router.get("/documents/{doc_id}/pages/{page}/image", response_class=Response,
             responses={200: {"content": {page_views.IMAGE_TYPE: {}}}, 404: {"description": "no such page image"}})
 def page_image(doc_id: DocId, page: Annotated[int, Path(ge=1, le=100_000)], who: Caller, services: Services,
                version: Version = None) -> Response:
     """The page as rendered at ingest (PDFs; other formats are read as text)."""
-    with services.db.connection() as conn:
-        found_version = found(reading.version_to_read(conn, who.tenant_id, doc_id, version), "document version")
-    image = services.document_store.get_view(who.tenant_id, found_version["content_hash"],
-                                             page_views.image_name(page))
-    if image is None:
-        raise not_found("page image")
+    _, image = _page_view(who, services, doc_id, version, page_views.image_name(page), "page image")
     return Response(image, media_type=page_views.IMAGE_TYPE, headers={"Cache-Control": IMAGE_CACHE})
 
 
@@ -69,12 +78,7 @@ def page_layout(doc_id: DocId, page: Annotated[int, Path(ge=1, le=100_000)], who
                 version: Version = None) -> dict:
     """The page's text as laid out at ingest, each run with its box: PDFium's runs of text, or, on a page read by
     OCR, Tesseract's words (the inspector outlines them)."""
-    with services.db.connection() as conn:
-        found_version = found(reading.version_to_read(conn, who.tenant_id, doc_id, version), "document version")
-    layout = services.document_store.get_view(who.tenant_id, found_version["content_hash"],
-                                              page_views.layout_name(page))
-    if layout is None:
-        raise not_found("page layout")
+    found_version, layout = _page_view(who, services, doc_id, version, page_views.layout_name(page), "page layout")
     ocr, runs = page_views.read_page_layout(layout)
     return {"doc_id": doc_id, "version_number": found_version["version_number"], "page": page, "ocr": ocr,
             "runs": [{"text": text, "box": box} for text, box in runs]}
