@@ -219,7 +219,7 @@ def main() -> None:
         from ingestion_pipeline.core.settings import load_settings
         from ingestion_pipeline.defs.ledger.partition_pruning import prune_finished_partitions
         from ingestion_pipeline.defs.partitions import document_batches
-        from ingestion_pipeline.defs.pooled_instance import pooled_instance
+        from ingestion_pipeline.runtime.pooled_instance import pooled_instance
 
         # Pooled storage connections (as `process` and the webserver keep them): a plain instance opens one
         # per call, which makes seeding 50,000 events take ~20 minutes. The sample below gives the plain rate.

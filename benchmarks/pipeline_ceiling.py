@@ -132,7 +132,7 @@ def dagster_step_seconds(run_ids: list[str]) -> dict[str, float]:
     """Each step's wall time from start to end, summed over the runs (the project's Dagster instance). The
     ledger's per-file timings give every file of a batch the whole step's time, so they over-count a step that
     works across files (embed); these do not."""
-    from ingestion_pipeline.defs.pooled_instance import pooled_instance
+    from ingestion_pipeline.runtime.pooled_instance import pooled_instance
 
     seconds: dict[str, float] = {}
     instance = pooled_instance()

@@ -19,7 +19,7 @@ import psutil
 
 # cmdline fragments, first match wins
 ROLES = (
-    ("run workers", ("ingestion_pipeline.defs.run_worker", "execute_run", "execute_step")),
+    ("run workers", ("ingestion_pipeline.runtime.run_worker", "execute_run", "execute_step")),
     ("dagster daemon", ("dagster-daemon", "daemon run")),
     ("code server", ("api grpc", "code-server")),
     ("webserver", ("dagster-webserver", "webserver")),

@@ -15,8 +15,8 @@ from typing import Any
 
 import dagster as dg
 
-from ingestion_pipeline.defs.executor import job_executor
 from ingestion_pipeline.defs.partitions import DOCUMENT_JOB, METRIC_JOB
+from ingestion_pipeline.runtime.executor import job_executor
 
 
 @dg.definitions

@@ -177,8 +177,8 @@ def metric_upload_job() -> dg.JobDefinition:
 
 def process_in_process(instance: dg.DagsterInstance, database: Database) -> list:
     """What `ingestion-pipeline process` does (janitor, planning, runs, finalisation), in this process."""
-    from ingestion_pipeline.defs.launching import run_queued_in_process
     from ingestion_pipeline.defs.resources import PostgresResource
+    from ingestion_pipeline.runtime.launching import run_queued_in_process
 
     return run_queued_in_process(instance, code_location(), database, load_settings(),
                                  {"postgres": PostgresResource(database_url=database.url),

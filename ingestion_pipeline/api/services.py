@@ -106,13 +106,13 @@ class ApiServices(Services):
 
     @staticmethod
     def _fast_lane_module() -> Any:
-        from ingestion_pipeline.defs import fast_lane
+        from ingestion_pipeline.runtime import fast_lane
 
         return fast_lane
 
     def launch_soon(self) -> None:
         """A queued small upload's run launched now through the Dagster webserver, off the request's thread
-        (defs/fast_lane.py); without a webserver URL the upload sensor launches it at its next loop."""
+        (runtime/fast_lane.py); without a webserver URL the upload sensor launches it at its next loop."""
         fast_lane = self._fast_lane_module()
         if fast_lane.webserver_url(self.settings) is None:
             return

@@ -87,7 +87,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print("Ctrl-C stops them all")
 
     emit(args, [started], describe)
-    from ingestion_pipeline.defs.fast_lane import record_dev_ui
+    from ingestion_pipeline.runtime.fast_lane import record_dev_ui
 
     record_dev_ui(started["ui"])  # `submit` beside it launches a small batch's run at once (the fast lane)
     sys.stdout.flush()  # execv replaces this process: nothing buffered would be printed

@@ -48,14 +48,14 @@ def _submit(ctx: Context, args: argparse.Namespace) -> int:
 
 def _fast_lane(ctx: Context):
     """With a Dagster webserver to ask (INGESTION_DAGSTER_URL, or `make dev` beside), a function that launches
-    the small batches' runs now (defs/fast_lane.py) rather than at the upload sensor's next loop; else None
+    the small batches' runs now (runtime/fast_lane.py) rather than at the upload sensor's next loop; else None
     (and Dagster is not imported)."""
     from ingestion_pipeline.core.settings import data_dir
 
     configured = ctx.settings.executor.dagster_url
     if configured == "off" or (not configured and not (data_dir() / "dev.json").exists()):
         return None
-    from ingestion_pipeline.defs.fast_lane import launch_interactive, webserver_url
+    from ingestion_pipeline.runtime.fast_lane import launch_interactive, webserver_url
 
     url = webserver_url(ctx.settings)
     return (lambda: launch_interactive(ctx.db, ctx.settings, url)) if url else None
@@ -119,12 +119,12 @@ def process_queued(ctx: Context, args: argparse.Namespace) -> list[dict]:
             start_spare_worker(ctx.settings.limits)
 
     from ingestion_pipeline.definitions import code_location, reconstructable_jobs
-    from ingestion_pipeline.defs.launching import ProcessedRun, run_queued_in_process
     from ingestion_pipeline.defs.partitions import METRIC_JOB
-    from ingestion_pipeline.defs.pooled_instance import pooled_instance
     from ingestion_pipeline.defs.resources import PostgresResource
     from ingestion_pipeline.documents.pipeline import batch_report
     from ingestion_pipeline.metrics.uploads import upload_for_partition
+    from ingestion_pipeline.runtime.launching import ProcessedRun, run_queued_in_process
+    from ingestion_pipeline.runtime.pooled_instance import pooled_instance
 
     summaries: list[dict] = []
 
@@ -232,7 +232,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def _interruptions() -> tuple[type[BaseException], ...]:
     """What ends `process` as interrupted (exit 130). Called only when something was raised: importing
     Dagster first would delay the model's warm-up, which starts before Dagster is imported."""
-    from ingestion_pipeline.defs.launching import Interrupted
+    from ingestion_pipeline.runtime.launching import Interrupted
 
     return Interrupted, KeyboardInterrupt
 

@@ -12,7 +12,7 @@ bringing files in happens here, each kind a duty with its own interval and a bou
 - ``sources``: each active S3 source listed with its cursor (INGESTION_S3_PAGES_PER_TICK pages a source,
   every INGESTION_SOURCE_SYNC_INTERVAL_SECONDS);
 - ``janitor``: Dagster runs whose worker stopped beating marked failed, expired claims handed back, forgotten
-  batches relaunched (every INGESTION_JANITOR_INTERVAL_SECONDS; ``defs/ledger/janitor.py``).
+  batches relaunched (every INGESTION_JANITOR_INTERVAL_SECONDS; ``runtime/janitor.py``).
 
 Several intake services may run at once (on one host or many): every duty is safe to run twice (Redis jobs
 are moved atomically, SQS messages are leased by their visibility timeout, a source's listing is claimed
@@ -44,9 +44,9 @@ def _current_fingerprint(ctx: Context) -> str:
 
 
 def _launch_now(ctx: Context) -> None:
-    """Jobs were accepted: their small batches' runs now, through the webserver (defs/fast_lane.py), not at the
+    """Jobs were accepted: their small batches' runs now, through the webserver (runtime/fast_lane.py), not at the
     upload sensor's next loop; nothing without a webserver URL."""
-    from ingestion_pipeline.defs.fast_lane import launch_interactive, webserver_url
+    from ingestion_pipeline.runtime.fast_lane import launch_interactive, webserver_url
 
     url = webserver_url(ctx.settings)
     if url:
@@ -125,8 +125,8 @@ def _sources_round(ctx: Context) -> Callable[[], str | None]:
 
 
 def _janitor_round(ctx: Context, instance: Any = None) -> Callable[[], str | None]:
-    from ingestion_pipeline.defs.ledger.janitor import run_janitor
-    from ingestion_pipeline.defs.pooled_instance import pooled_instance
+    from ingestion_pipeline.runtime.janitor import run_janitor
+    from ingestion_pipeline.runtime.pooled_instance import pooled_instance
 
     def round_() -> str | None:
         nonlocal instance

@@ -48,9 +48,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from ingestion_pipeline.core.db import resolve_dagster_storage_url, resolve_database_url
     from ingestion_pipeline.core.settings import load_settings
-    from ingestion_pipeline.defs.celery_steps import create_pooled_task
-    from ingestion_pipeline.defs.executor import celery_config
-    from ingestion_pipeline.defs.resources import keep_embedders_across_steps
+    from ingestion_pipeline.runtime.celery_steps import create_pooled_task
+    from ingestion_pipeline.runtime.executor import celery_config
+    from ingestion_pipeline.runtime.kept_across_steps import keep_across_steps
 
     settings = load_settings().executor
     if args.concurrency is not None and args.concurrency < 1:
@@ -62,7 +62,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     resolve_dagster_storage_url()
     app = make_app(CeleryExecutor.for_cli(**celery_config(settings)).app_args())
     create_pooled_task(app)  # the task dagster-celery's executor sends: execute one step of a run
-    keep_embedders_across_steps()  # inherited by the pool's processes: each loads the model once
+    keep_across_steps()  # inherited by the pool's processes: each loads the model once
     name = args.name or f"ingestion-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     concurrency = args.concurrency or settings.concurrency
     print(f"worker {name}: {concurrency} process(es), queue(s) {','.join(queues)}, broker "
@@ -76,7 +76,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def worker_queues(asked: list[str] | None) -> list[str]:
     """The queues a worker takes steps from (``--queue``, repeatable or comma-separated; default ``dagster``)."""
     from ingestion_pipeline.core.settings import QUEUE_NAME
-    from ingestion_pipeline.defs.executor import DEFAULT_QUEUE
+    from ingestion_pipeline.runtime.executor import DEFAULT_QUEUE
 
     queues = [q.strip() for item in (asked or [DEFAULT_QUEUE]) for q in item.split(",") if q.strip()]
     bad = [q for q in queues if not QUEUE_NAME.fullmatch(q)]

@@ -3,7 +3,7 @@
 On Linux a nice value belongs to a thread, not to a process: ``os.nice`` in one thread leaves the others (a
 model runtime's pool, threads started before) where they were, and a child started before keeps its own. So
 each of them is set here. Raising a nice value needs no privilege; lowering it back does, so a process lowered
-once stays lowered (its owner keeps it for such work only: ``defs/warm_run_launcher.py``).
+once stays lowered (its owner keeps it for such work only: ``runtime/warm_run_launcher.py``).
 """
 
 from __future__ import annotations

@@ -313,7 +313,7 @@ class ExtractionLimits(_Area):
 
 
 class ExecutorSettings(_Area):
-    """Where a run's steps execute (defs/executor.py): in the run's process, or on Celery workers."""
+    """Where a run's steps execute (runtime/executor.py): in the run's process, or on Celery workers."""
 
     executor: str = env("INGESTION_EXECUTOR", default="in_process", parse=_one_of("in_process", "celery"),
                         expected="in_process or celery",
@@ -333,7 +333,7 @@ class ExecutorSettings(_Area):
                               description="The longest pause between a Celery run's looks for its finished steps "
                                           "(a look every tenth of the time since a step was sent or ended, from "
                                           "0.02 s; at most 500 result-backend reads a second, one per step).")
-    # the fast lane (defs/fast_lane.py): a small batch's run launched at submit, not at the sensor's next loop
+    # the fast lane (runtime/fast_lane.py): a small batch's run launched at submit, not at the sensor's next loop
     dagster_url: str | None = env("INGESTION_DAGSTER_URL", parse=_http_url,
                                   expected="an http:// or https:// URL, or off",
                                   shown="unset (`make dev`: its UI)",

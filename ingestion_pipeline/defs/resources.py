@@ -9,13 +9,12 @@ the value when it starts. An unset variable leaves the field empty and the setti
 (an ``EnvVar`` of an unset variable would fail the run, where the embedded Postgres or a local folder is the
 documented default). A run (one process with the in-process executor) builds its pool and its model once; a
 process that executes step after step or run after run (a Celery worker's, a run worker) keeps them across steps
-(``keep_embedders_across_steps``). (boto3 sessions are cached in ``core/s3_clients``: they hold no connection, only
+(``runtime/kept_across_steps.py``). (boto3 sessions are cached in ``core/s3_clients``: they hold no connection, only
 botocore's loaded service models.)
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -32,18 +31,16 @@ from ingestion_pipeline.core.migrations import check_schema
 from ingestion_pipeline.core.s3_clients import ClientsByEndpoint
 from ingestion_pipeline.core.settings import (
     ApiSettings,
-    EmbeddingSettings,
-    ExtractionLimits,
     Settings,
     load_api_settings,
     load_settings,
 )
 from ingestion_pipeline.core.upload_store import UploadStore
 from ingestion_pipeline.defs.s3_resource import S3Resource
-from ingestion_pipeline.documents.embedding import Embedder, build_embedder
-from ingestion_pipeline.documents.extraction.isolation import ExtractorPool
+from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
 from ingestion_pipeline.queues.redis_contract import FinalStatusWriter
+from ingestion_pipeline.runtime import kept_across_steps
 
 
 class SettingsResource(dg.ConfigurableResource):
@@ -118,7 +115,7 @@ class PostgresResource(dg.ConfigurableResource):
         url = self.database_url or resolve_database_url()
         with ExitStack() as stack:
             # a Celery worker's process, a run worker: the process's pool, kept open; else the run's own
-            db = (_process_database(url, self.max_connections) if _keep_across_steps
+            db = (kept_across_steps.database(url, self.max_connections) if kept_across_steps.enabled()
                   else stack.enter_context(Database(url, max_size=self.max_connections)))
             with db.connection() as conn:  # one query: migrating is `ingestion-pipeline db migrate`'s job
                 check_schema(conn)
@@ -154,7 +151,7 @@ class HeartbeatResource(dg.ConfigurableResource):
         lease = self.lease_seconds or policy.lease_seconds
         self._worker = Worker(owner=owner, dagster_run_id=run.run_id, lease_seconds=lease,
                               max_attempts=policy.max_attempts)
-        kept = _process_lease_database(url) if _keep_across_steps else None
+        kept = kept_across_steps.lease_database(url) if kept_across_steps.enabled() else None
         with LeaseKeeper(url, dagster_run_id=run.run_id, owner=owner, lease_seconds=lease, db=kept):
             yield self
 
@@ -199,7 +196,7 @@ class EmbedderResource(dg.ConfigurableResource):
     """The embedding model (INGESTION_EMBEDDING_MODEL, INGESTION_EMBEDDING_BATCH_SIZE), loaded on first use.
 
     Assets take it as ``ResourceParam[Embedder]``. `process` hands the same Embedder to every run it executes,
-    and a Celery worker process keeps its own across steps (``keep_embedders_across_steps``): the model loads once
+    and a Celery worker process keeps its own across steps (``runtime/kept_across_steps.py``): the model loads once
     per process, not per run or per step.
     """
 
@@ -214,73 +211,9 @@ class EmbedderResource(dg.ConfigurableResource):
         if self.batch_size is not None and not 1 <= self.batch_size <= 256:
             raise ValueError(f"EmbedderResource.batch_size must be 1-256, got {self.batch_size}")
         settings = _settings_of(self.settings)
-        if _keep_across_steps:
-            return _process_embedder(settings.embedding, self.model_path, self.batch_size, self.database_url)
+        if kept_across_steps.enabled():
+            return kept_across_steps.embedder(settings.embedding, self.model_path, self.batch_size, self.database_url)
         return services.embedder(settings, self.model_path, self.batch_size, database_url=self.database_url)
-
-
-_keep_across_steps = False
-
-
-def keep_embedders_across_steps() -> None:
-    """Called by `ingestion-pipeline worker` before its pool starts, and by a run worker (defs/run_worker.py): a
-    Celery worker process executes step after step, a run worker run after run, each initialising its resources,
-    so it keeps its Embedder (the loaded model), its extraction workers and its database pool from one to the next.
-    Elsewhere an Embedder lives as long as its run (`process` passes its own to every run)."""
-    global _keep_across_steps
-    _keep_across_steps = True
-
-
-def process_embedder(embedding: EmbeddingSettings) -> Embedder:
-    """The Embedder an EmbedderResource of default fields gives under ``keep_embedders_across_steps``: a run
-    worker loads it before its run (defs/run_worker.py)."""
-    return _process_embedder(embedding, None, None, None)  # positional, as create_resource calls it (one key)
-
-
-@functools.lru_cache(maxsize=2)
-def _process_database(url: str, max_connections: int) -> Database:
-    """The pool of a process that executes step after step (``keep_embedders_across_steps``): a Celery step
-    opened a pool and its first connection and closed them again, in each of a run's eleven steps
-    (docs/benchmarks.md, "What each Celery step set up again"). It ends with the process; a connection a restarted
-    server dropped is replaced when checked out (``core/db.py``)."""
-    return Database(url, max_size=max_connections)
-
-
-@functools.lru_cache(maxsize=2)
-def _process_lease_database(url: str) -> Database:
-    """The heartbeat's own connection in such a process, kept as ``_process_database`` is (a pool apart from the
-    work's, so that a step using every connection still beats)."""
-    return Database(url, max_size=1, name="lease-keeper")
-
-
-@functools.lru_cache(maxsize=2)
-def _process_embedder(embedding: EmbeddingSettings, model_path: str | None, batch_size: int | None,
-                      database_url: str | None) -> Embedder:
-    return build_embedder(model_path, batch_size, settings=embedding,
-                          decisions=services.recorded_decisions(database_url))
-
-
-class _KeptExtractorPool(ExtractorPool):
-    """The extraction workers of a process that executes step after step: a step's pipeline, closed, leaves them
-    for the next step (they end with the process: their sockets close)."""
-
-    def close(self) -> None:
-        pass
-
-
-def step_extractors(limits: ExtractionLimits, lanes: int) -> ExtractorPool:
-    """The extraction workers of a step. Under ``keep_embedders_across_steps`` (a Celery worker, a run worker)
-    the process's own, kept from step to step: each extraction worker is a fresh interpreter to start, and on Celery
-    a big PDF's units are steps of their own, each of which paid that start (benchmarks/big_documents.py --celery
-    measures a scan's units)."""
-    if _keep_across_steps:
-        return _process_extractors(limits, lanes)
-    return ExtractorPool(limits, lanes)
-
-
-@functools.lru_cache(maxsize=2)
-def _process_extractors(limits: ExtractionLimits, lanes: int) -> ExtractorPool:
-    return _KeptExtractorPool(limits, lanes)
 
 
 LazyS3Resource = S3Resource
@@ -319,7 +252,8 @@ def build_document_pipeline(
     return DocumentPipeline(postgres.db, uploads.documents(), embedder, pipeline_settings,
                             S3Clients(s3) if s3 is not None else None,
                             worker=heartbeat.worker if heartbeat is not None else None,
-                            extractor=step_extractors(pipeline_settings.limits, pipeline_settings.batch.lanes),
+                            extractor=kept_across_steps.step_extractors(pipeline_settings.limits,
+                                                                         pipeline_settings.batch.lanes),
                             progress_log=progress_log,
                             # a Redis job's status says done the moment its file is promoted
                             finish_listeners=[FinalStatusWriter(postgres.db, redis_url)] if redis_url else [])

@@ -96,7 +96,7 @@ def assign_queued_to_batches(
 
 @contextlib.contextmanager
 def one_launcher_at_a_time(db: Database) -> Iterator[None]:
-    """Held while a launcher outside the sensors (defs/fast_lane.py) checks that a batch has no run yet and
+    """Held while a launcher outside the sensors (runtime/fast_lane.py) checks that a batch has no run yet and
     launches one, across processes: two that checked at once would both launch it."""
     with db.transaction() as conn:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LAUNCHING_LOCK,))

@@ -1,7 +1,7 @@
 """Which runs the queued document files need now: one per batch with work due, with its run key and tags.
 
 Plain data, no Dagster: the sensors and `process` turn each ``PlannedRun`` into a ``dg.RunRequest``
-(``defs/launching.py``); the fast lane (``defs/fast_lane.py``) sends it to the webserver as it is, so that
+(``runtime/launching.py``); the fast lane (``runtime/fast_lane.py``) sends it to the webserver as it is, so that
 `submit` never imports Dagster.
 """
 

@@ -10,7 +10,7 @@ HNSW index's predicate; search ranks them exactly, ``search._VECTOR_BACKLOG_SQL`
 ``FOR UPDATE SKIP LOCKED``, so several connections (and several runs) share one backlog without waiting on each
 other, and whatever a killed worker left is taken by the next sweep: every promotion step sweeps the whole backlog
 once its files are promoted (``steps/promote.py``), ``process`` with nothing queued sweeps what is left, and the
-janitor takes a bounded share each round while no run is in progress (``defs/ledger/janitor.py``).
+janitor takes a bounded share each round while no run is in progress (``runtime/janitor.py``).
 
 The sweep's connections are its own, their backends at a lowered CPU priority (``INGESTION_INDEX_SWEEP_NICE``,
 10 by default) where the database runs on this host (``cpu_priority.lower_local_backend``): the graph's insertions

@@ -406,12 +406,12 @@ def _engine_messages(instance, run_id: str) -> list[str]:
 @pytest.mark.timeout(900)
 def test_dev_runs_start_in_workers_loaded_ahead_and_the_uis_terminate_cancels_one(
         database, project_dagster_home, db, corpus_dir, tmp_path):
-    """The instance's run launcher (defs/warm_run_launcher.py) under `make dev`: a run held mid-embedding is
+    """The instance's run launcher (runtime/warm_run_launcher.py) under `make dev`: a run held mid-embedding is
     terminated from the UI (its worker gets the signal, the run and its file are canceled); the runs after it
     start in workers loaded ahead of them."""
     from dagster import DagsterInstance, DagsterRunStatus
 
-    from ingestion_pipeline.defs.warm_run_launcher import WORKER_TAG
+    from ingestion_pipeline.runtime.warm_run_launcher import WORKER_TAG
 
     markers = tmp_path / "failpoints"
     markers.mkdir()
@@ -474,7 +474,7 @@ def test_dev_runs_start_in_workers_loaded_ahead_and_the_uis_terminate_cancels_on
 @pytest.mark.timeout(600)
 def test_a_small_upload_is_launched_at_submit_and_the_sensor_does_not_launch_it_again(
         database, project_dagster_home, db, tmp_path):
-    """The fast lane (defs/fast_lane.py): `submit` beside `make dev` and the HTTP API launch a small batch's run
+    """The fast lane (runtime/fast_lane.py): `submit` beside `make dev` and the HTTP API launch a small batch's run
     through the webserver at once, as the sensor's run of that batch; the sensor's next loops launch no second."""
     from dagster import DagsterInstance, RunsFilter
 

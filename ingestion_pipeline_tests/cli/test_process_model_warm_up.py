@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-import ingestion_pipeline.defs.launching as launching
+import ingestion_pipeline.runtime.launching as launching
 from ingestion_pipeline.cli.bootstrap import bootstrap
 from ingestion_pipeline.cli.documents import process_queued
 from ingestion_pipeline.documents.intake import submit_upload

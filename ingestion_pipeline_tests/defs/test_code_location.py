@@ -65,15 +65,16 @@ def test_the_definitions_are_the_same_whatever_the_environment(monkeypatch):
 # The two modules that need Dagster's internals (ARCHITECTURE.md: Dagster beyond its documented API): the run
 # worker executes a launched run as `dagster api execute_run` does (cli/test_dagster_dev.py runs it for real), and
 # a Celery worker executes a step as dagster-celery's task does (faults/test_celery_workers.py).
-ALLOWED_INTERNALS = {"defs/run_worker.py: dagster._cli.api", "defs/run_worker.py: dagster._utils.interrupts",
-                     "defs/celery_steps.py: dagster._core.definitions.reconstruct",
-                     "defs/celery_steps.py: dagster._core.events", "defs/celery_steps.py: dagster._core.execution.api",
-                     "defs/celery_steps.py: dagster._grpc.types",
+ALLOWED_INTERNALS = {"runtime/run_worker.py: dagster._cli.api", "runtime/run_worker.py: dagster._utils.interrupts",
+                     "runtime/celery_steps.py: dagster._core.definitions.reconstruct",
+                     "runtime/celery_steps.py: dagster._core.events",
+                     "runtime/celery_steps.py: dagster._core.execution.api",
+                     "runtime/celery_steps.py: dagster._grpc.types",
                      # the instance class protocol asks for the defaults of the instance's parts
-                     "defs/pooled_instance.py: dagster._core.instance.ref",
+                     "runtime/pooled_instance.py: dagster._core.instance.ref",
                      # the compute log manager dagster.yaml names: Dagster's local one, mirrored by a thread
-                     "defs/compute_logs.py: dagster._core.storage.compute_log_manager",
-                     "defs/compute_logs.py: dagster._core.storage.local_compute_log_manager"}
+                     "runtime/compute_logs.py: dagster._core.storage.compute_log_manager",
+                     "runtime/compute_logs.py: dagster._core.storage.local_compute_log_manager"}
 
 
 def test_the_code_location_uses_no_dagster_internal():

@@ -7,10 +7,10 @@ import pytest
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES
 from ingestion_pipeline.core.settings import ReliabilitySettings, load_settings
-from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.ledger.partition_pruning import partition_pruning_job, prune_finished_partitions
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
+from ingestion_pipeline.runtime.launching import plan_document_runs
 from ingestion_pipeline_tests.helpers import batch_queued, ingest, table
 
 

@@ -13,7 +13,6 @@ from ingestion_pipeline.core.failures import TransientError
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, Worker
 from ingestion_pipeline.core.settings import ReliabilitySettings, load_settings
 from ingestion_pipeline.core.tenants import set_paused
-from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.ledger import operations
 from ingestion_pipeline.defs.ledger.run_status_sensors import ledger_on_run_failure
 from ingestion_pipeline.defs.partitions import document_batches
@@ -21,6 +20,7 @@ from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 from ingestion_pipeline.documents.extraction.errors import ExtractionError
 from ingestion_pipeline.documents.extraction.isolation import IsolatedExtractor
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
+from ingestion_pipeline.runtime.launching import plan_document_runs
 from ingestion_pipeline_tests.helpers import (
     batch_queued,
     document_batch_job,

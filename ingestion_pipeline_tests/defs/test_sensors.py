@@ -7,7 +7,6 @@ import dagster as dg
 import psycopg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
-from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.ledger.run_status_sensors import ledger_on_run_failure
 from ingestion_pipeline.defs.partitions import (
     BATCH_TAG,
@@ -18,6 +17,7 @@ from ingestion_pipeline.defs.partitions import (
 )
 from ingestion_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from ingestion_pipeline.defs.sources.upload_sensor import upload_sensor
+from ingestion_pipeline.runtime.launching import plan_document_runs
 from ingestion_pipeline_tests.helpers import materialize_batch, submit, table
 
 
@@ -168,7 +168,7 @@ def test_submit_and_the_fast_lane_import_no_dagster():
     """A one-file `submit` asks the webserver to launch its run: importing Dagster for that was over a second of
     it. The plan (documents/run_plan.py) is plain data and the launch plain HTTP. Nor redis-py (~55 ms): the
     CLI's queue commands import it when they connect."""
-    code = ("import sys, ingestion_pipeline.cli, ingestion_pipeline.defs.fast_lane; "
+    code = ("import sys, ingestion_pipeline.cli, ingestion_pipeline.runtime.fast_lane; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dagster', 'dagster_aws', 'redis')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

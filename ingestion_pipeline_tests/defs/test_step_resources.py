@@ -1,4 +1,5 @@
-"""What a process that executes step after step keeps from one step to the next (``defs/resources.py``)."""
+"""What a process that executes step after step keeps from one step to the next
+(``runtime/kept_across_steps.py``, taken by ``defs/resources.py``)."""
 
 import time
 
@@ -10,6 +11,7 @@ from ingestion_pipeline.core.db import RECHECK_AFTER_SECONDS
 from ingestion_pipeline.core.leases import LeaseKeeper, last_beats
 from ingestion_pipeline.core.migrations import SchemaOutOfDate
 from ingestion_pipeline.defs import resources
+from ingestion_pipeline.runtime import kept_across_steps
 
 
 def _step_backend(database_url: str) -> tuple[object, int]:
@@ -27,8 +29,8 @@ def test_a_process_that_executes_step_after_step_keeps_its_database_pool(databas
     second, second_pid = _step_backend(database_url)
     assert first is not second and first_pid != second_pid  # by default each step has its own pool and logs in
 
-    monkeypatch.setattr(resources, "_keep_across_steps", True)
-    resources._process_database.cache_clear()
+    monkeypatch.setattr(kept_across_steps, "_keep", True)
+    kept_across_steps.database.cache_clear()
     try:
         kept, _ = _step_backend(database_url)
         again, _ = _step_backend(database_url)
@@ -40,14 +42,14 @@ def test_a_process_that_executes_step_after_step_keeps_its_database_pool(databas
         assert isinstance(refused.value.__cause__, SchemaOutOfDate)  # still checked by every step
         assert "ingestion-pipeline db migrate" in str(refused.value.__cause__)
     finally:
-        resources._process_database(database_url, 4).close()
-        resources._process_database.cache_clear()
+        kept_across_steps.database(database_url, 4).close()
+        kept_across_steps.database.cache_clear()
 
 
 def test_a_kept_heartbeat_connection_beats_for_each_step_and_stays_open(database_url):
     """The heartbeat's connection of such a process serves one step's keeper after another: each beats at its start
     and clears its run's beat at its end, and the connection is left open for the next."""
-    kept = resources._process_lease_database(database_url)
+    kept = kept_across_steps.lease_database(database_url)
     try:
         pids = []
         for run_id in ("run-a", "run-b"):
@@ -60,18 +62,18 @@ def test_a_kept_heartbeat_connection_beats_for_each_step_and_stays_open(database
         assert pids[0] == pids[1]  # one session for both steps
     finally:
         kept.close()
-        resources._process_lease_database.cache_clear()
+        kept_across_steps.lease_database.cache_clear()
 
 
 def test_a_kept_pool_whose_sessions_the_server_ended_serves_the_next_step(database_url, monkeypatch):
     """Between two steps the server ends every session of the kept pools (what a restart does to them): the next
     step gets working connections from the same pools, its heartbeat included."""
-    monkeypatch.setattr(resources, "_keep_across_steps", True)
-    resources._process_database.cache_clear()
-    resources._process_lease_database.cache_clear()
+    monkeypatch.setattr(kept_across_steps, "_keep", True)
+    kept_across_steps.database.cache_clear()
+    kept_across_steps.lease_database.cache_clear()
     try:
         kept, first_pid = _step_backend(database_url)
-        beats = resources._process_lease_database(database_url)
+        beats = kept_across_steps.lease_database(database_url)
         with beats.connection() as conn:
             conn.execute("SELECT 1")
         with psycopg.connect(database_url, autocommit=True) as conn:
@@ -86,7 +88,7 @@ def test_a_kept_pool_whose_sessions_the_server_ended_serves_the_next_step(databa
                 kept.connection() as conn:
             assert last_beats(conn, ["run-c"]).keys() == {"run-c"}
     finally:
-        resources._process_database(database_url, 4).close()
-        resources._process_lease_database(database_url).close()
-        resources._process_database.cache_clear()
-        resources._process_lease_database.cache_clear()
+        kept_across_steps.database(database_url, 4).close()
+        kept_across_steps.lease_database(database_url).close()
+        kept_across_steps.database.cache_clear()
+        kept_across_steps.lease_database.cache_clear()

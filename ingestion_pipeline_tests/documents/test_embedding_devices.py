@@ -117,7 +117,7 @@ def test_the_embedding_step_goes_to_its_own_celery_queue():
     from dagster_celery.tags import DAGSTER_CELERY_QUEUE_TAG
 
     from ingestion_pipeline.cli.worker import worker_queues
-    from ingestion_pipeline.defs.executor import CELERY_QUEUE_TAG
+    from ingestion_pipeline.runtime.executor import CELERY_QUEUE_TAG
 
     assert CELERY_QUEUE_TAG == DAGSTER_CELERY_QUEUE_TAG
     script = ("import json; from ingestion_pipeline.definitions import defs; d = defs(); "

@@ -214,7 +214,7 @@ def test_the_janitor_reports_the_units_it_handed_back(database, db, corpus_dir):
     import dagster as dg
 
     from ingestion_pipeline.core.settings import ReliabilitySettings
-    from ingestion_pipeline.defs.ledger.janitor import run_janitor
+    from ingestion_pipeline.runtime.janitor import run_janitor
 
     submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
     [row] = table(db, "SELECT run_id FROM ingestion_runs")
@@ -232,15 +232,15 @@ def test_the_janitor_reports_the_units_it_handed_back(database, db, corpus_dir):
 def test_a_process_that_executes_step_after_step_keeps_its_extraction_workers(corpus_dir, monkeypatch):
     """A Celery worker's steps (a big PDF's units among them) reuse the process's extraction workers: a step's
     pipeline closed leaves them running for the next step."""
-    from ingestion_pipeline.defs import resources
+    from ingestion_pipeline.runtime import kept_across_steps as resources
 
     path = corpus_dir / "documents" / "fr_olap.pdf"
     limits = ExtractionLimits()
     separate = resources.step_extractors(limits, 1)
     assert separate is not resources.step_extractors(limits, 1)  # by default a step's workers are its own
     separate.close()
-    monkeypatch.setattr(resources, "_keep_across_steps", True)
-    resources._process_extractors.cache_clear()
+    monkeypatch.setattr(resources, "_keep", True)
+    resources._extractors.cache_clear()
     first = resources.step_extractors(limits, 1)
     try:
         first.survey(path)
@@ -252,4 +252,4 @@ def test_a_process_that_executes_step_after_step_keeps_its_extraction_workers(co
         assert second._idle[0]._process.pid == pid and second._idle[0]._process.poll() is None
     finally:
         ExtractorPool.close(first)
-        resources._process_extractors.cache_clear()
+        resources._extractors.cache_clear()

@@ -217,7 +217,7 @@ def test_a_staging_batch_lost_in_a_crash_is_staged_again_not_skipped(private_pos
 def test_the_pooled_dagster_instance_survives_a_postgres_restart(private_postgres, tmp_path, monkeypatch):
     """`process` keeps Dagster's storage connections open for the whole batch; after a restart the first
     storage query must not fail on a connection the server closed (it is checked out and replaced)."""
-    from ingestion_pipeline.defs.pooled_instance import pooled_instance
+    from ingestion_pipeline.runtime.pooled_instance import pooled_instance
 
     url, pgdata = private_postgres
     home = tmp_path / "dagster_home"

@@ -11,8 +11,8 @@ import pytest
 
 from ingestion_pipeline.core.settings import load_settings
 from ingestion_pipeline.core.upload_store import LocalUploadStore
-from ingestion_pipeline.defs.ledger.finalization import finalize_failed_run
 from ingestion_pipeline.metrics import pipeline
+from ingestion_pipeline.runtime.finalization import finalize_failed_run
 from ingestion_pipeline.samples.metric_exports import daily_rows, write_export
 from ingestion_pipeline_tests.defs.test_metric_assets import counts, run_upload, submit, upload_row
 from ingestion_pipeline_tests.helpers import table

@@ -15,7 +15,6 @@ import dagster as dg
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, NothingToDo, partition_states
 from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
 from ingestion_pipeline.defs.documents.fingerprints import code_versions
-from ingestion_pipeline.defs.executor import embedding_step_tags, job_executor, job_executor_name
 from ingestion_pipeline.defs.ledger.steps import (
     failure_for,
     first_step_run,
@@ -37,6 +36,7 @@ from ingestion_pipeline.documents import integrity
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report
 from ingestion_pipeline.documents.steps.extract import WHOLE_FILES
+from ingestion_pipeline.runtime.executor import embedding_step_tags, job_executor, job_executor_name
 
 GROUP = "documents"
 T = TypeVar("T")
@@ -540,7 +540,7 @@ document_batch_job = dg.define_asset_job(
     ),
     description="Ingest one batch of documents: extract, chunk, embed, promote.",
     # in-process by default: the model loads once and one heartbeat keeps the run's claims; Celery workers with
-    # INGESTION_EXECUTOR=celery (defs/executor.py)
+    # INGESTION_EXECUTOR=celery (runtime/executor.py)
     executor_def=job_executor(),
 )
 

@@ -15,8 +15,8 @@ import dagster as dg
 from ingestion_pipeline.core import ledger
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS, LedgerTable
-from ingestion_pipeline.defs.ledger.finalization import discard_staged_work
 from ingestion_pipeline.documents import file_ledger
+from ingestion_pipeline.runtime.finalization import discard_staged_work
 
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
                dg.DagsterRunStatus.STARTED]

@@ -8,14 +8,14 @@ files (or its upload) are a failed attempt — retried with backoff, or dead-let
 
 import dagster as dg
 
-from ingestion_pipeline.defs.ledger.finalization import (
+from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
+from ingestion_pipeline.runtime.finalization import (
     LONGEST_HAND_BACK_HOLD_SECONDS,
     cancel_run_work,
     finalize_failed_run,
     hand_back_from_a_host_that_cannot_embed,
     retry_follows,
 )
-from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 
 
 # No monitored_jobs: a materialisation or backfill from the UI runs under Dagster's implicit asset job;

@@ -17,7 +17,6 @@ import dagster as dg
 
 from ingestion_pipeline.core.ledger import NothingToDo
 from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
-from ingestion_pipeline.defs.executor import job_executor
 from ingestion_pipeline.defs.ledger.steps import (
     failure_for,
     first_step_run,
@@ -30,6 +29,7 @@ from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResourc
 from ingestion_pipeline.metrics import pipeline
 from ingestion_pipeline.metrics.pipeline import UploadFailed
 from ingestion_pipeline.metrics.uploads import MetricUpload, error_kinds, upload_for_partition
+from ingestion_pipeline.runtime.executor import job_executor
 from ingestion_pipeline.services import metric_store
 
 T = TypeVar("T")

@@ -2,9 +2,9 @@
 
 import dagster as dg
 
-from ingestion_pipeline.defs.launching import plan_metric_runs
 from ingestion_pipeline.defs.metrics.assets import metric_upload_job
 from ingestion_pipeline.defs.resources import PostgresResource
+from ingestion_pipeline.runtime.launching import plan_metric_runs
 
 
 @dg.sensor(

@@ -3,10 +3,10 @@
 import dagster as dg
 
 from ingestion_pipeline.defs.documents.assets import document_batch_job
-from ingestion_pipeline.defs.fast_lane import sensor_grace
-from ingestion_pipeline.defs.launching import plan_document_runs
 from ingestion_pipeline.defs.resources import PostgresResource, SettingsResource
 from ingestion_pipeline.documents.reindex import REINDEX
+from ingestion_pipeline.runtime.fast_lane import sensor_grace
+from ingestion_pipeline.runtime.launching import plan_document_runs
 
 
 @dg.sensor(

@@ -53,7 +53,7 @@ def executor_for(settings: ExecutorSettings) -> dg.ExecutorDefinition:
         from dagster_celery import core_execution_loop
 
         # How often the run's process looks for finished steps: soon after a step was sent or ended, at most every
-        # INGESTION_CELERY_POLL_SECONDS while steps run (defs/celery_pace.py). dagster-celery's loop sleeps a fixed
+        # INGESTION_CELERY_POLL_SECONDS while steps run (runtime/celery_pace.py). dagster-celery's loop sleeps a fixed
         # 1 s (its module's TICK_SECONDS, read at every pass and set here too), so each step of a run waited half a
         # second on average after its task ended, and a fanned-out document run is a chain of about ten steps.
         core_execution_loop.TICK_SECONDS = settings.poll_seconds
@@ -66,7 +66,7 @@ def _paced_celery_executor(longest_pause: float) -> dg.ExecutorDefinition:
     from dagster_celery import celery_executor, core_execution_loop
     from dagster_celery.executor import CELERY_CONFIG
 
-    from ingestion_pipeline.defs.celery_pace import install, observe
+    from ingestion_pipeline.runtime.celery_pace import install, observe
 
     pace = install(core_execution_loop, longest_pause)
 

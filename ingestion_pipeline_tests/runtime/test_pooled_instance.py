@@ -1,4 +1,4 @@
-"""The one place the project relies on Dagster beyond its documented API: ``defs/pooled_instance.py`` asks the
+"""The one place the project relies on Dagster beyond its documented API: ``runtime/pooled_instance.py`` asks the
 instance's Postgres storages to keep pooled connections (``optimize_for_webserver``, as dagster-webserver does).
 
 These tests fail on a Dagster upgrade that breaks it: by default every storage call opens and closes a
@@ -12,8 +12,8 @@ import time
 import dagster as dg
 import psycopg
 
-from ingestion_pipeline.defs.compute_logs import MirroredComputeLogManager
-from ingestion_pipeline.defs.pooled_instance import pooled_instance
+from ingestion_pipeline.runtime.compute_logs import MirroredComputeLogManager
+from ingestion_pipeline.runtime.pooled_instance import pooled_instance
 
 
 def _storage_backends(dagster_pg_url: str) -> set[int]:
@@ -66,10 +66,10 @@ def test_a_pooled_instance_serves_many_storage_calls_over_the_same_connections(p
 
 
 def test_a_worker_keeps_one_pooled_instance_across_runs_of_the_same_instance(project_dagster_home, dagster_pg_url):
-    """A warm run worker (defs/run_worker.py) runs one run after another, a Celery worker's process one step after
-    another (defs/celery_steps.py): the instance of the same ref is kept with its connections, so the event writes
+    """A warm run worker (runtime/run_worker.py) runs one run after another, a Celery worker's process one step after
+    another (runtime/celery_steps.py): the instance of the same ref is kept with its connections, so the event writes
     do not each fork and log in a server process."""
-    from ingestion_pipeline.defs.pooled_instance import PooledInstances
+    from ingestion_pipeline.runtime.pooled_instance import PooledInstances
 
     ref = dg.DagsterInstance.get().get_ref()
     instances = PooledInstances()
@@ -98,7 +98,7 @@ def test_every_process_reading_the_project_instance_pools_and_closes_on_dispose(
     """``dagster_home/dagster.yaml`` names ``ProjectInstance``: the daemon, the code server and every other process
     that builds the instance from it pool its storages without being told; disposing it (a sensor tick's instance
     is disposed when the tick ends) closes what it held, where Dagster's own leaves it to the garbage collector."""
-    from ingestion_pipeline.defs.pooled_instance import ProjectInstance
+    from ingestion_pipeline.runtime.pooled_instance import ProjectInstance
 
     instance = dg.DagsterInstance.get()
     assert isinstance(instance, ProjectInstance)
@@ -142,7 +142,7 @@ def _children(pid: int) -> list[str]:
 
 def test_a_steps_output_is_kept_for_the_ui_without_a_process_to_mirror_it(project_dagster_home, dagster_pg_url):
     """The project's instance keeps what a run's steps print (the UI's stdout/stderr) through
-    ``defs/compute_logs.py``: no ``tail`` or watcher process is started for it, and the output is all there."""
+    ``runtime/compute_logs.py``: no ``tail`` or watcher process is started for it, and the output is all there."""
     seen: dict[str, list[str]] = {}
 
     @dg.op

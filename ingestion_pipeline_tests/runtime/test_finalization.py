@@ -3,8 +3,8 @@
 import dagster as dg
 
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS
-from ingestion_pipeline.defs.ledger.finalization import table_for_run
 from ingestion_pipeline.defs.partitions import document_batches, metric_uploads
+from ingestion_pipeline.runtime.finalization import table_for_run
 
 ASSET_JOB = "__ASSET_JOB"
 

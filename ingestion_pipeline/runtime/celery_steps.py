@@ -4,7 +4,7 @@ dagster-celery's task (``dagster_celery.tasks.create_task``) builds a new instan
 step, and Dagster's Postgres storages then open a connection for every event the step writes or reads: a fork
 and a login of the server each time, hundreds for a small revision's eleven steps (``benchmarks/big_documents.py
 --celery-polls``). This task has the same name and body, but takes the instance from the worker process's
-``PooledInstances`` (``defs/pooled_instance.py``): one per ref, its connections kept. It uses what dagster-celery's
+``PooledInstances`` (``runtime/pooled_instance.py``): one per ref, its connections kept. It uses what dagster-celery's
 task uses of Dagster beyond its documented API (ARCHITECTURE.md); ``faults/test_celery_workers.py`` runs every
 step of its runs through it, so an upgrade that changes them fails there.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from ingestion_pipeline.defs.pooled_instance import PooledInstances
+from ingestion_pipeline.runtime.pooled_instance import PooledInstances
 
 INSTANCES = PooledInstances()  # a worker's pool process's own: made after the fork, on its first step
 

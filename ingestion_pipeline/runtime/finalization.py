@@ -12,18 +12,12 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from ingestion_pipeline.core import ledger
+from ingestion_pipeline.core import ledger, run_tags
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.failures import FailureInfo
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS, LedgerTable
+from ingestion_pipeline.core.run_tags import DOCUMENT_JOB, LAUNCH_GEN_TAG, METRIC_JOB
 from ingestion_pipeline.core.settings import ReliabilitySettings
-from ingestion_pipeline.defs.partitions import (
-    DOCUMENT_JOB,
-    LAUNCH_GEN_TAG,
-    METRIC_JOB,
-    document_batches,
-    metric_uploads,
-)
 from ingestion_pipeline.documents import file_ledger, staging
 from ingestion_pipeline.metrics import staging as metric_staging
 
@@ -52,8 +46,8 @@ def table_for_run(run: dg.DagsterRun, instance: dg.DagsterInstance) -> LedgerTab
     found = next((TABLE_OF_ASSET[s] for s in sorted(steps) if s in TABLE_OF_ASSET), None)
     if found is not None:
         return found
-    for partitions, t in ((document_batches, DOCUMENT_FILES), (metric_uploads, METRIC_UPLOADS)):
-        if instance.has_dynamic_partition(partitions.name, partition):
+    for partitions, t in ((run_tags.DOCUMENT_BATCHES, DOCUMENT_FILES), (run_tags.METRIC_UPLOADS, METRIC_UPLOADS)):
+        if instance.has_dynamic_partition(partitions, partition):
             return t
     return None
 

@@ -1,4 +1,4 @@
-"""The Celery step task's plan (``defs/celery_steps.py``): a run's job loaded once per worker process, not twice a
+"""The Celery step task's plan (``runtime/celery_steps.py``): a run's job loaded once per worker process, not twice a
 step.
 
 A run that a code server launches (the daemon, `make dev`) carries repository load data in its job; the task hands
@@ -13,7 +13,7 @@ from dagster._core.definitions.reconstruct import ReconstructableJob, Reconstruc
 from dagster._core.definitions.repository_definition import RepositoryLoadData
 from dagster._core.execution.api import create_execution_plan
 
-from ingestion_pipeline.defs.celery_steps import step_plan
+from ingestion_pipeline.runtime.celery_steps import step_plan
 
 LOADS: list[int] = []
 

@@ -13,8 +13,8 @@ of short steps is noticed within a tenth of its own duration, while a step that 
 second: with N steps in flight a pause is at least N / ``READS_PER_SECOND``.
 
 The loop has no parameter for its sleep: ``install`` replaces the ``time`` its module calls ``sleep`` on with a
-``PacedClock`` (every other attribute is the real module's), and ``PacedCeleryExecutor`` (``defs/executor.py``)
-tells the pace of each event the loop yields. ``defs/test_celery_pace.py`` holds the policy;
+``PacedClock`` (every other attribute is the real module's), and ``PacedCeleryExecutor`` (``runtime/executor.py``)
+tells the pace of each event the loop yields. ``runtime/test_celery_pace.py`` holds the policy;
 ``faults/test_celery_workers.py`` runs real runs through it.
 """
 

@@ -3,7 +3,7 @@
 import pytest
 
 from ingestion_pipeline.core.settings import load_settings
-from ingestion_pipeline.defs.executor import executor_for
+from ingestion_pipeline.runtime.executor import executor_for
 
 
 def test_the_celery_run_looks_for_finished_steps_as_often_as_set(monkeypatch):

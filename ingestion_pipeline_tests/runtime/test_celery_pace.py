@@ -5,7 +5,7 @@ import time
 
 from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData, StepSuccessData
 
-from ingestion_pipeline.defs.celery_pace import QUICK_SECONDS, Pace, PacedClock, install, observe
+from ingestion_pipeline.runtime.celery_pace import QUICK_SECONDS, Pace, PacedClock, install, observe
 
 
 class _Clock:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ingestion_pipeline.defs.warm_run_launcher import BULK_NICE, WarmProcessRunLauncher, _Worker
+from ingestion_pipeline.runtime.warm_run_launcher import BULK_NICE, WarmProcessRunLauncher, _Worker
 
 
 def _worker(*, idle: bool, nice: int = 0) -> _Worker:

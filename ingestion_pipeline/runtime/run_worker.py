@@ -1,4 +1,4 @@
-"""A run worker that is ready before its run exists: `python -m ingestion_pipeline.defs.run_worker`.
+"""A run worker that is ready before its run exists: `python -m ingestion_pipeline.runtime.run_worker`.
 
 Dagster's default launcher starts every run in a fresh interpreter that imports Dagster, loads the code
 location and only then begins the run, and the run then loads the embedding model: seconds of a small file's
@@ -59,17 +59,17 @@ def prepare_document_steps() -> None:
     """What a document run's steps would start first, started now, unless the steps run on Celery workers: the
     extraction worker (a fresh interpreter, a large part of a small file's steps: benchmarks/dev_latency.py) and the
     embedding model, loading in the background and kept for every run of this process
-    (``keep_embedders_across_steps``, as in a Celery worker). Unused, both end with this process."""
+    (``kept_across_steps.py``, as in a Celery worker). Unused, both end with this process."""
     from ingestion_pipeline.core.settings import load_settings
-    from ingestion_pipeline.defs.resources import keep_embedders_across_steps, process_embedder
     from ingestion_pipeline.documents import languages
     from ingestion_pipeline.documents.extraction.isolation import start_spare_worker
+    from ingestion_pipeline.runtime.kept_across_steps import keep_across_steps, process_embedder
 
     settings = load_settings()
     if settings.executor.executor == "celery":
         return
     start_spare_worker(settings.limits)
-    keep_embedders_across_steps()
+    keep_across_steps()
     process_embedder(settings.embedding).warm_up()
     languages.warm_up()  # the chunk step's language identifier (slow to load), kept for every run
 
@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     # the launcher reads "ready" lines from what was standard output; the run's own output goes to stderr
     status = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    from ingestion_pipeline.defs.pooled_instance import PooledInstances
+    from ingestion_pipeline.runtime.pooled_instance import PooledInstances
 
     problems = _preload(argv) + _prepare()
     instances = PooledInstances()

@@ -17,10 +17,11 @@ from typing import Any
 
 import dagster as dg
 
-from ingestion_pipeline.core import ledger
+from ingestion_pipeline.core import ledger, run_tags
 from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS
 from ingestion_pipeline.core.run_tags import (
+    DOCUMENT_BATCHES,
     DOCUMENT_JOB,
     LAUNCH_GEN_TAG,
     LAUNCHED_BY_TAG,
@@ -30,44 +31,44 @@ from ingestion_pipeline.core.run_tags import (
     run_key,
 )
 from ingestion_pipeline.core.settings import BatchSettings, Settings
-from ingestion_pipeline.defs.ledger.finalization import (
-    finalize_failed_run,
-    hand_back_from_a_host_that_cannot_embed,
-    interrupted_by_a_signal,
-)
-from ingestion_pipeline.defs.ledger.janitor import run_janitor
-from ingestion_pipeline.defs.partitions import document_batches, metric_uploads
 from ingestion_pipeline.documents.batching import next_due_at
 from ingestion_pipeline.documents.model_decision import RunHostCannotEmbed
 from ingestion_pipeline.documents.run_plan import plan_batch_runs
 from ingestion_pipeline.metrics.uploads import pending_partitions
+from ingestion_pipeline.runtime.finalization import (
+    finalize_failed_run,
+    hand_back_from_a_host_that_cannot_embed,
+    interrupted_by_a_signal,
+)
+from ingestion_pipeline.runtime.janitor import run_janitor
 
 
 @dataclass(frozen=True)
 class RunPlan:
     job_name: str
     run_requests: list[dg.RunRequest]
-    partitions_def: dg.DynamicPartitionsDefinition
+    partitions_name: str  # the job's dynamic partitions
     new_partition_keys: list[str] = field(default_factory=list)  # not yet known to the instance
 
-    def partition_requests(self) -> list:
-        return [self.partitions_def.build_add_request(self.new_partition_keys)] if self.new_partition_keys else []
+    def partition_requests(self) -> list[dg.AddDynamicPartitionsRequest]:
+        return ([dg.AddDynamicPartitionsRequest(partitions_def_name=self.partitions_name,
+                                                partition_keys=self.new_partition_keys)]
+                if self.new_partition_keys else [])
 
     def sensor_result(self) -> dg.SensorResult:
         return dg.SensorResult(run_requests=self.run_requests, dynamic_partitions_requests=self.partition_requests())
 
 
-def _unknown(instance: dg.DagsterInstance | None, partitions_def: dg.DynamicPartitionsDefinition,
-             keys: list[str]):
+def _unknown(instance: dg.DagsterInstance | None, partitions_name: str, keys: list[str]) -> list[str]:
     """The keys the instance does not know: one lookup per key due now (a tick's few), not a read of every
     partition the instance holds (which grew with every batch ever run); many keys at once are read in one.
     Without an instance (the fast lane asks the webserver), every key."""
     if instance is None:
         return list(keys)
     if len(keys) > 50:
-        known = set(instance.get_dynamic_partitions(partitions_def.name))
+        known = set(instance.get_dynamic_partitions(partitions_name))
         return [k for k in keys if k not in known]
-    return [k for k in keys if not instance.has_dynamic_partition(partitions_def.name, k)]
+    return [k for k in keys if not instance.has_dynamic_partition(partitions_name, k)]
 
 
 def plan_document_runs(
@@ -77,7 +78,7 @@ def plan_document_runs(
     """``run_plan.plan_batch_runs`` as run requests (see there for ``leave_to_fast_lane_seconds``)."""
     plan = plan_batch_runs(db, limits, run_types, leave_to_fast_lane_seconds=leave_to_fast_lane_seconds)
     requests = [dg.RunRequest(run_key=r.run_key, partition_key=r.partition_key, tags=r.tags) for r in plan.runs]
-    return RunPlan(DOCUMENT_JOB, requests, document_batches, _unknown(instance, document_batches, plan.due_keys))
+    return RunPlan(DOCUMENT_JOB, requests, DOCUMENT_BATCHES, _unknown(instance, DOCUMENT_BATCHES, plan.due_keys))
 
 
 def plan_metric_runs(instance: dg.DagsterInstance, db: Database) -> RunPlan:
@@ -88,7 +89,7 @@ def plan_metric_runs(instance: dg.DagsterInstance, db: Database) -> RunPlan:
                               tags={WORKSPACE_TAG: p["workspace_id"], LAUNCH_GEN_TAG: str(p["launch_gen"])})
                 for p in pending]
     keys = [p["partition_key"] for p in pending]
-    return RunPlan(METRIC_JOB, requests, metric_uploads, _unknown(instance, metric_uploads, keys))
+    return RunPlan(METRIC_JOB, requests, run_tags.METRIC_UPLOADS, _unknown(instance, run_tags.METRIC_UPLOADS, keys))
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def run_queued_in_process(
         ran = False
         for plan in (plan_metric_runs(instance, db), plan_document_runs(instance, db, settings.batch)):
             if plan.new_partition_keys:
-                instance.add_dynamic_partitions(plan.partitions_def.name, plan.new_partition_keys)
+                instance.add_dynamic_partitions(plan.partitions_name, plan.new_partition_keys)
             job = definitions.resolve_job_def(plan.job_name)
             for request in plan.run_requests:
                 if request.run_key in launched:

@@ -1,7 +1,7 @@
 """The run launcher of the project's instance: each run starts in a worker process that is already loaded.
 
 Configured in ``dagster_home/dagster.yaml`` (``run_launcher``). It keeps ``spares`` worker processes
-(``defs/run_worker.py``) idle ahead of need — Dagster imported, the code location and the embedding model
+(``runtime/run_worker.py``) idle ahead of need — Dagster imported, the code location and the embedding model
 loaded, the extraction worker started — and hands each launched run to an idle one, then starts another in
 the background if none is left. A worker whose run succeeded is idle again, the model still loaded: one run
 after another costs a pipe write each, not a new interpreter's imports and a model load (seconds of a small
@@ -63,7 +63,7 @@ class _Worker:
         self.nice = 0  # the CPU priority it was lowered to for a bulk run (never raised again)
         self._on_ready = on_ready
         # its standard output is the status pipe; what a run prints goes to stderr, where the launcher's goes
-        self.process = subprocess.Popen([sys.executable, "-m", "ingestion_pipeline.defs.run_worker", *preload],
+        self.process = subprocess.Popen([sys.executable, "-m", "ingestion_pipeline.runtime.run_worker", *preload],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         threading.Thread(target=self._follow, daemon=True, name="run-worker-status").start()
 

@@ -2,7 +2,7 @@
 
 The one place the project relies on Dagster beyond its documented API (``optimize_for_webserver`` is what
 dagster-webserver calls; it is not documented for users), kept here alone because its cost was measured,
-and tested by ``defs/test_pooled_instance.py`` so that a Dagster upgrade that changes it fails a test.
+and tested by ``runtime/test_pooled_instance.py`` so that a Dagster upgrade that changes it fails a test.
 
 Dagster's Postgres storages open a new connection for every event they write unless told otherwise (a 1M-row metric
 run opened over a hundred, each a fork and a login); the webserver tells them with ``optimize_for_webserver``.
