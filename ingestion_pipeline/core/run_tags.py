@@ -31,8 +31,15 @@ MAX_RETRIES_TAG = "dagster/max_retries"
 # The launch generation a run was planned for (core/ledger.py: launch_gen); a failed run's finalisation
 # only counts an attempt for rows it was launched for.
 LAUNCH_GEN_TAG = "ingestion/launch_gen"
-# Who launched a run outside the sensors (`process`); such runs never replay failed files.
+# Who launched a run outside the sensors (`process`, the fast lane); such runs never replay failed files.
 LAUNCHED_BY_TAG = "ingestion/launched_by"
+FAST_LANE = "fast_lane"
+# Dagster's own tag for who launched a run: its UI shows it as the run's "Launched by" (a sensor's runs show
+# the sensor). The fast lane and `process` name themselves in it rather than pass for a sensor or a person.
+USER_TAG = "user"
+# The run key as a tag of the run, whoever launched it. Dagster skips a run key a sensor launched before, for
+# that sensor only; the sensors look this tag up to skip a batch's run the fast lane launched.
+RUN_KEY_TAG = "ingestion/run_key"
 
 
 def run_key(partition_key: str, launch_gen: int) -> str:

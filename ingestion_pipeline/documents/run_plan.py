@@ -21,6 +21,7 @@ from ingestion_pipeline.core.run_tags import (
     LAUNCH_GEN_TAG,
     PRIORITY_TAG,
     RUN_CLASS_TAG,
+    RUN_KEY_TAG,
     SOURCE_TAG,
     TENANT_TAG,
     run_key,
@@ -67,9 +68,11 @@ def plan_batch_runs(db: Database, limits: BatchSettings, run_types: Sequence[str
         if (run_class[RUN_CLASS_TAG] == INTERACTIVE and not b["launch_gen"]
                 and float(b["newest_age"]) < leave_to_fast_lane_seconds):
             continue
+        key = run_key(b["partition_key"], b["launch_gen"])
         runs.append(PlannedRun(
-            run_key=run_key(b["partition_key"], b["launch_gen"]), partition_key=b["partition_key"],
+            run_key=key, partition_key=b["partition_key"],
             tags={BATCH_TAG: b["partition_key"], LAUNCH_GEN_TAG: str(b["launch_gen"]), TENANT_TAG: b["tenant_id"],
+                  RUN_KEY_TAG: key,
                   **({SOURCE_TAG: sources[b["partition_key"]]} if b["partition_key"] in sources else {}),
                   **run_class}))
     return BatchPlan(runs, keys)

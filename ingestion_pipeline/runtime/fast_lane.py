@@ -5,12 +5,11 @@ Dagster's sensor daemon evaluates sensors at most every 5 s, so a file submitted
 call ``launch_interactive`` right after they commit uploads. It plans the due batches exactly as
 the sensors do (``documents/run_plan.plan_batch_runs``) and asks the Dagster webserver
 (``INGESTION_DAGSTER_URL``, else the UI of a `make dev` on the same data folder) to launch, for each
-``interactive`` one, the run the sensor would launch: the same partition, tags and run key, with that sensor's
-``dagster/sensor_name`` (``upload_sensor``, or ``s3_sensor`` for objects an S3 event told of), so that the
-sensor's own request for the batch is skipped by Dagster's run-key check (a sensor launches a run key once);
-a batch whose run key already has a run is left alone, and launchers outside the sensor take turns
-(``batching.one_launcher_at_a_time``). The run is tagged ``ingestion/launched_by: fast_lane`` (the runs page
-tells the two apart). Bulk batches stay the sensor's.
+``interactive`` one, the run the sensor would launch: the same partition and tags, the run key among them
+(``ingestion/run_key``). The run says who launched it: ``ingestion/launched_by: fast_lane``, and Dagster's
+``user`` tag, which the UI shows as its "Launched by" (it is no sensor's run). A batch whose run key already has
+a run is left alone, and the sensors skip a batch the fast lane launched (``launching.plan_document_runs``);
+launchers outside the sensors take turns (``batching.one_launcher_at_a_time``). Bulk batches stay the sensor's.
 
 It imports no Dagster (the plan is plain data, the GraphQL plain HTTP): Dagster's import was a large part of a
 one-file `submit` (benchmarks/dev_latency.py times submits).
@@ -34,7 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from ingestion_pipeline.core.db import Database
-from ingestion_pipeline.core.run_tags import DOCUMENT_BATCHES, DOCUMENT_JOB, LAUNCHED_BY_TAG
+from ingestion_pipeline.core.run_tags import (
+    DOCUMENT_BATCHES,
+    DOCUMENT_JOB,
+    FAST_LANE,
+    LAUNCHED_BY_TAG,
+    RUN_KEY_TAG,
+    USER_TAG,
+)
 from ingestion_pipeline.core.settings import Settings, data_dir
 from ingestion_pipeline.documents.batching import one_launcher_at_a_time
 from ingestion_pipeline.documents.run_plan import PlannedRun, plan_batch_runs
@@ -42,10 +48,10 @@ from ingestion_pipeline.documents.run_plan import PlannedRun, plan_batch_runs
 log = logging.getLogger("ingestion_pipeline.fast_lane")
 
 LOCATION, REPOSITORY = "ingestion_pipeline", "__repository__"  # workspace.yaml's location; Dagster's default name
-# What each sensor plans, and so under whose name the fast lane launches its runs: a run key is skipped only by
-# the sensor that launched it. Uploads (upload_sensor), and an S3 source's objects (s3_sensor, every 10 s) of
-# which only the small batches of objects S3 told of by event are interactive, not a listing's.
-PLANNED_BY = ((("upload",), "upload_sensor"), (("s3_sync",), "s3_sensor"))
+# What each sensor plans: uploads (upload_sensor), and an S3 source's objects (s3_sensor, every 10 s) of which
+# only the small batches of objects S3 told of by event are interactive, not a listing's.
+RUN_TYPES = (("upload",), ("s3_sync",))
+LAUNCHED_AS = "ingestion-pipeline fast lane"  # the UI's "Launched by"
 TIMEOUT_SECONDS = 5.0  # a webserver slower than this: the sensor's loop is no later
 # How long the sensors leave a fresh interactive batch to the fast lane (``launching.plan_document_runs``): its
 # launch takes well under a second, or fails within TIMEOUT_SECONDS; then the sensor's next loop launches it.
@@ -143,27 +149,27 @@ def launch_interactive(db: Database, settings: Settings, url: str | None = None)
     repo = {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY}
     try:
         with one_launcher_at_a_time(db):
-            for run_types, sensor in PLANNED_BY:
+            for run_types in RUN_TYPES:
                 for planned in plan_batch_runs(db, settings.batch, run_types=run_types).runs:
                     if planned.interactive:
-                        launched += _launch(url, repo, planned, sensor)
+                        launched += _launch(url, repo, planned)
     except WebserverError as exc:
         log.warning("fast lane: %s; the upload sensor launches the rest at its next loop", exc)
     return launched
 
 
-def _launch(url: str, repo: dict[str, str], request: PlannedRun, sensor: str) -> list[str]:
-    """The sensor's run for one batch, unless its run key already has one: the run id launched, if any."""
+def _launch(url: str, repo: dict[str, str], request: PlannedRun) -> list[str]:
+    """The run for one batch, unless its run key already has one (the sensor's, or another launcher's): the run id
+    launched, if any."""
     key = request.partition_key
     added = _graphql(url, _ADD_PARTITION, {"name": DOCUMENT_BATCHES, "key": key, "repo": repo})
     kind = added["addDynamicPartition"]["__typename"]
     if kind not in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"):
         raise WebserverError(f"adding partition {key}: {kind} {added['addDynamicPartition'].get('message')}")
-    runs = _graphql(url, _RUNS_WITH_KEY, {"tags": _tags({"dagster/run_key": request.run_key})})["runsOrError"]
+    runs = _graphql(url, _RUNS_WITH_KEY, {"tags": _tags({RUN_KEY_TAG: request.run_key})})["runsOrError"]
     if runs.get("results"):
         return []  # the sensor (or another launcher) was first
-    tags = {**request.tags, "dagster/partition": key, "dagster/run_key": request.run_key,
-            "dagster/sensor_name": sensor, LAUNCHED_BY_TAG: "fast_lane"}
+    tags = {**request.tags, "dagster/partition": key, LAUNCHED_BY_TAG: FAST_LANE, USER_TAG: LAUNCHED_AS}
     result = _graphql(url, _LAUNCH, {"params": {
         "selector": {**repo, "jobName": DOCUMENT_JOB}, "runConfigData": {},
         "executionMetadata": {"tags": _tags(tags)}}})["launchRun"]

@@ -23,10 +23,13 @@ from ingestion_pipeline.core.ledger import DOCUMENT_FILES, METRIC_UPLOADS
 from ingestion_pipeline.core.run_tags import (
     DOCUMENT_BATCHES,
     DOCUMENT_JOB,
+    FAST_LANE,
     LAUNCH_GEN_TAG,
     LAUNCHED_BY_TAG,
     MAX_RETRIES_TAG,
     METRIC_JOB,
+    RUN_KEY_TAG,
+    USER_TAG,
     WORKSPACE_TAG,
     run_key,
 )
@@ -73,21 +76,38 @@ def _unknown(instance: dg.DagsterInstance | None, partitions_name: str, keys: li
 
 def plan_document_runs(
     instance: dg.DagsterInstance | None, db: Database, limits: BatchSettings,
-    run_types: Sequence[str] | None = None, *, leave_to_fast_lane_seconds: float = 0.0
+    run_types: Sequence[str] | None = None, *, leave_to_fast_lane_seconds: float = 0.0,
+    skip_fast_lane_runs: bool = False,
 ) -> RunPlan:
-    """``run_plan.plan_batch_runs`` as run requests (see there for ``leave_to_fast_lane_seconds``)."""
+    """``run_plan.plan_batch_runs`` as run requests (see there for ``leave_to_fast_lane_seconds``).
+
+    ``skip_fast_lane_runs`` (the sensors): a batch whose run key the fast lane already launched is not requested.
+    Dagster skips a key only for the sensor that launched it, and the fast lane's runs are its own, not a sensor's.
+    """
     plan = plan_batch_runs(db, limits, run_types, leave_to_fast_lane_seconds=leave_to_fast_lane_seconds)
-    requests = [dg.RunRequest(run_key=r.run_key, partition_key=r.partition_key, tags=r.tags) for r in plan.runs]
+    runs = plan.runs
+    if skip_fast_lane_runs and instance is not None and runs:
+        launched = _launched_by_the_fast_lane(instance, [r.run_key for r in runs])
+        runs = [r for r in runs if r.run_key not in launched]
+    requests = [dg.RunRequest(run_key=r.run_key, partition_key=r.partition_key, tags=r.tags) for r in runs]
     return RunPlan(DOCUMENT_JOB, requests, DOCUMENT_BATCHES, _unknown(instance, DOCUMENT_BATCHES, plan.due_keys))
+
+
+def _launched_by_the_fast_lane(instance: dg.DagsterInstance, keys: list[str]) -> set[str]:
+    """Those of ``keys`` that a run of the fast lane carries (one query for a tick's keys)."""
+    records = instance.get_run_records(dg.RunsFilter(tags={LAUNCHED_BY_TAG: FAST_LANE, RUN_KEY_TAG: keys}))
+    return {r.dagster_run.tags[RUN_KEY_TAG] for r in records}
 
 
 def plan_metric_runs(instance: dg.DagsterInstance, db: Database) -> RunPlan:
     """One run per metric upload due now."""
     with db.connection() as conn:
         pending = pending_partitions(conn)
-    requests = [dg.RunRequest(run_key=run_key(p["partition_key"], p["launch_gen"]), partition_key=p["partition_key"],
-                              tags={WORKSPACE_TAG: p["workspace_id"], LAUNCH_GEN_TAG: str(p["launch_gen"])})
-                for p in pending]
+    requests = []
+    for p in pending:
+        key = run_key(p["partition_key"], p["launch_gen"])
+        requests.append(dg.RunRequest(run_key=key, partition_key=p["partition_key"], tags={
+            WORKSPACE_TAG: p["workspace_id"], LAUNCH_GEN_TAG: str(p["launch_gen"]), RUN_KEY_TAG: key}))
     keys = [p["partition_key"] for p in pending]
     return RunPlan(METRIC_JOB, requests, run_tags.METRIC_UPLOADS, _unknown(instance, run_tags.METRIC_UPLOADS, keys))
 
@@ -138,7 +158,8 @@ def run_queued_in_process(
                 if request.run_key in launched:
                     continue
                 launched.add(request.run_key)
-                tags = {**request.tags, LAUNCHED_BY_TAG: "process", MAX_RETRIES_TAG: "0"}
+                tags = {**request.tags, LAUNCHED_BY_TAG: "process", USER_TAG: "ingestion-pipeline process",
+                        MAX_RETRIES_TAG: "0"}
                 run_config = {"loggers": {"console": {"config": {"log_level": log_level}}}}
                 if settings.executor.executor == "celery":  # the steps run on the workers; this process waits
                     if reconstructable_jobs is None:

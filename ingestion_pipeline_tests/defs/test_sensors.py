@@ -204,6 +204,32 @@ def test_the_fast_lane_launches_what_the_sensor_would(database, tmp_path):
     assert [p.interactive for p in planned] == [True]
 
 
+def test_a_batch_the_fast_lane_launched_is_not_requested_by_the_sensor(database, tmp_path, monkeypatch):
+    """The fast lane's run is its own, not a sensor's (the UI's "Launched by" shows the fast lane): Dagster's run-key
+    check would not skip the sensor's request for the batch, so the sensor looks the key up among the fast lane's
+    runs. A run with the same key launched by anyone else (a person) does not hide the batch from the sensor."""
+    from ingestion_pipeline import definitions
+    from ingestion_pipeline.core.run_tags import DOCUMENT_JOB, LAUNCHED_BY_TAG, RUN_KEY_TAG, USER_TAG
+
+    job = definitions.defs().resolve_job_def(DOCUMENT_JOB)
+    monkeypatch.setenv("INGESTION_DAGSTER_URL", "off")  # no grace: the sensor plans the fresh batch at once
+    for name in ("first", "second"):
+        (tmp_path / f"{name}.md").write_text(f"# {name}\n\nA person's upload.")
+        submit(database, name, tmp_path / f"{name}.md")
+    with dg.instance_for_test() as instance:
+        requests = _tick(instance).run_requests
+        assert [r.tags[RUN_KEY_TAG] for r in requests] == [r.run_key for r in requests] and len(requests) == 2
+        by_tenant = {r.tags[TENANT_TAG]: r for r in requests}
+        instance.add_dynamic_partitions(document_batches.name, [r.partition_key for r in requests])
+        fast, person = by_tenant["first"], by_tenant["second"]
+        instance.create_run_for_job(job, tags={
+            **fast.tags, "dagster/partition": fast.partition_key, LAUNCHED_BY_TAG: "fast_lane",
+            USER_TAG: "ingestion-pipeline fast lane"})
+        instance.create_run_for_job(job, tags={**person.tags, "dagster/partition": person.partition_key})
+        again = _tick(instance).run_requests
+    assert [r.tags[TENANT_TAG] for r in again] == ["second"]
+
+
 def test_a_run_whose_host_cannot_embed_hands_its_files_back_uncounted_and_held(database, db, tmp_path, monkeypatch):
     """Under the daemon, a run that failed because its host cannot embed (here: set to CUDA without one) is the
     host's fault, not the files': the run-failure sensor gives them back with no attempt counted, held for the

@@ -19,5 +19,6 @@ from ingestion_pipeline.runtime.launching import plan_document_runs
 def s3_sensor(context: dg.SensorEvaluationContext, postgres: PostgresResource,
               settings: SettingsResource) -> dg.SensorResult:
     current = settings.get()
-    return plan_document_runs(context.instance, postgres.db, current.batch, run_types=("s3_sync",),
-                              leave_to_fast_lane_seconds=sensor_grace(current)).sensor_result()
+    plan = plan_document_runs(context.instance, postgres.db, current.batch, run_types=("s3_sync",),
+                              leave_to_fast_lane_seconds=sensor_grace(current), skip_fast_lane_runs=True)
+    return plan.sensor_result()

@@ -24,6 +24,6 @@ def upload_sensor(
 ) -> dg.SensorResult:
     current = settings.get()
     plan = plan_document_runs(context.instance, postgres.db, current.batch, run_types=("upload", REINDEX),
-                              leave_to_fast_lane_seconds=sensor_grace(current))
+                              leave_to_fast_lane_seconds=sensor_grace(current), skip_fast_lane_runs=True)
     return plan.sensor_result()
 
