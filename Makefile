@@ -9,7 +9,7 @@ CORPUS ?= $(firstword $(wildcard ../shared/corpus) $(wildcard /work/shared/corpu
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal
 
-.PHONY: demo test test-fast check-defs system-deps bytecode dev lint validate bench bench-st-backends bench-peers soak stop clean
+.PHONY: demo test test-fast test-dagster-next check-defs system-deps bytecode dev lint validate bench bench-st-backends bench-peers soak stop clean
 
 $(STAMP): pyproject.toml packaging/en_core_web_sm/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -82,6 +82,21 @@ test: $(STAMP) system-deps bytecode check-defs
 test-fast: $(STAMP) system-deps bytecode check-defs
 	$(BIN)/ruff check ingestion_pipeline ingestion_pipeline_tests benchmarks scripts
 	INGESTION_CORPUS_DIR="$(CORPUS)" $(PYTEST) -m "not slow and not integration" ingestion_pipeline_tests
+
+# What the runtime uses of Dagster beyond its documented API (runtime/dagster_internals.py), tried on the newest
+# Dagster 1.13 on the package index in a virtualenv of its own (Dagster, dagster-celery, pytest): a release that
+# moves one of them fails here, by name, before ingestion does. CI runs it after the suite.
+DAGSTER_NEXT := .venv-dagster-next
+test-dagster-next:
+	rm -rf $(DAGSTER_NEXT) && $(PYTHON) -m venv $(DAGSTER_NEXT)
+	$(DAGSTER_NEXT)/bin/pip install -q "dagster>=1.13,<1.14" celery pytest pytest-timeout 2>&1 | grep -v "is ignored" || true
+	# dagster-celery pins its own Dagster release exactly, and can trail Dagster on an index: its newest 0.29 beside
+	# the newest Dagster 1.13 (what the project uses of it is its loop module, checked by the same test)
+	$(DAGSTER_NEXT)/bin/pip install -q --no-deps "dagster-celery>=0.29,<0.30" 2>&1 | grep -v "is ignored" || true
+	$(DAGSTER_NEXT)/bin/python -c "import importlib.metadata as m; print('trying Dagster', m.version('dagster'), \
+		'and dagster-celery', m.version('dagster-celery'), '(pinned: $(shell sed -n 's/.*"dagster==\([0-9.]*\)".*/\1/p' pyproject.toml))')"
+	$(DAGSTER_NEXT)/bin/python -m pytest -q -p no:cacheprovider --noconftest \
+		ingestion_pipeline_tests/runtime/test_dagster_internals.py
 
 # Dagster's own validation, as a newcomer types it: a plain shell at the project root, no DAGSTER_HOME and no
 # database (the project's instance lives in dagster_home/, so these use a throwaway one).

@@ -12,9 +12,10 @@ of short steps is noticed within a tenth of its own duration, while a step that 
 ``INGESTION_CELERY_POLL_SECONDS``. Whatever the pause, the looks read at most ``READS_PER_SECOND`` results a
 second: with N steps in flight a pause is at least N / ``READS_PER_SECOND``.
 
-The loop has no parameter for its sleep: ``install`` replaces the ``time`` its module calls ``sleep`` on with a
-``PacedClock`` (every other attribute is the real module's), and ``PacedCeleryExecutor`` (``runtime/executor.py``)
-tells the pace of each event the loop yields. ``runtime/test_celery_pace.py`` holds the policy;
+The loop has no parameter for its sleep: ``dagster_internals.pace_celery_loop`` replaces the ``time`` its module
+calls ``sleep`` on with a ``PacedClock`` (every other attribute is the real module's), and ``PacedCeleryExecutor``
+(``runtime/executor.py``) tells the pace of each event the loop yields
+(``dagster_internals.celery_step_sent_or_ended``). ``runtime/test_celery_pace.py`` holds the policy;
 ``faults/test_celery_workers.py`` runs real runs through it.
 """
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-from types import ModuleType
 from typing import Any
 
 QUICK_SECONDS = 0.02  # the first look after a step was sent or ended
@@ -74,28 +74,3 @@ class PacedClock:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
-
-
-def install(loop_module: ModuleType, longest: float) -> Pace:
-    """The loop module's sleep paced (once per process; a later call sets the longest pause); its pace."""
-    clock = loop_module.time
-    if isinstance(clock, PacedClock):
-        clock.pace.longest = max(longest, clock.pace.quick)
-        return clock.pace
-    pace = Pace(longest)
-    loop_module.time = PacedClock(pace)
-    return pace
-
-
-def observe(pace: Pace, event: Any) -> None:
-    """Tell the pace what one event the loop yielded says: a step sent to a worker, or a step ended there."""
-    if any(getattr(event, kind, False) for kind in ("is_step_success", "is_step_failure", "is_step_skipped",
-                                                    "is_step_up_for_retry")):  # a retried step is sent again
-        pace.ended()
-        return
-    message = getattr(event, "message", None) or ""
-    if getattr(event, "is_engine_event", False):
-        if message.startswith("Submitting celery task"):
-            pace.sent()
-        elif message.startswith("celery task for running step") and message.endswith("was revoked."):
-            pace.ended()

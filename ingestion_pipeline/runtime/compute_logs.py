@@ -18,11 +18,15 @@ from contextlib import contextmanager
 from typing import Any
 
 from dagster import Field, Float, StringSource
-from dagster._core.storage.compute_log_manager import CapturedLogContext, ComputeIOType
-from dagster._core.storage.local_compute_log_manager import IO_TYPE_EXTENSION, LocalComputeLogManager
 
 from ingestion_pipeline.core.output_mirror import mirrored_to_file
 from ingestion_pipeline.core.settings import instance_home
+from ingestion_pipeline.runtime.dagster_internals import (
+    STDERR_EXTENSION,
+    STDOUT_EXTENSION,
+    CapturedLogContext,
+    LocalComputeLogManager,
+)
 
 
 class MirroredComputeLogManager(LocalComputeLogManager):
@@ -43,8 +47,8 @@ class MirroredComputeLogManager(LocalComputeLogManager):
 
     @contextmanager
     def capture_logs(self, log_key: Sequence[str]) -> Generator[CapturedLogContext, None, None]:
-        out = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDOUT])
-        err = self.get_captured_local_path(log_key, IO_TYPE_EXTENSION[ComputeIOType.STDERR])
+        out = self.get_captured_local_path(log_key, STDOUT_EXTENSION)
+        err = self.get_captured_local_path(log_key, STDERR_EXTENSION)
         with mirrored_to_file(sys.stdout, out), mirrored_to_file(sys.stderr, err):
             yield CapturedLogContext(log_key)
         # as Dagster's: the mark that the capture is complete (the UI stops waiting for more)

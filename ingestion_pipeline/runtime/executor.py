@@ -17,6 +17,7 @@ from typing import Any
 import dagster as dg
 
 from ingestion_pipeline.core.settings import ExecutorSettings, load_settings
+from ingestion_pipeline.runtime.dagster_internals import set_celery_tick
 
 
 def celery_config(settings: ExecutorSettings) -> dict[str, Any]:
@@ -50,25 +51,23 @@ def embedding_step_tags(settings: ExecutorSettings | None = None) -> dict[str, s
 
 def executor_for(settings: ExecutorSettings) -> dg.ExecutorDefinition:
     if settings.executor == "celery":
-        from dagster_celery import core_execution_loop
-
         # How often the run's process looks for finished steps: soon after a step was sent or ended, at most every
         # INGESTION_CELERY_POLL_SECONDS while steps run (runtime/celery_pace.py). dagster-celery's loop sleeps a fixed
         # 1 s (its module's TICK_SECONDS, read at every pass and set here too), so each step of a run waited half a
         # second on average after its task ended, and a fanned-out document run is a chain of about ten steps.
-        core_execution_loop.TICK_SECONDS = settings.poll_seconds
+        set_celery_tick(settings.poll_seconds)
         return _paced_celery_executor(settings.poll_seconds).configured(celery_config(settings), name="celery")
     return dg.in_process_executor
 
 
 def _paced_celery_executor(longest_pause: float) -> dg.ExecutorDefinition:
     """dagster-celery's ``celery_executor``, with the same config, whose run loop is paced by its events."""
-    from dagster_celery import celery_executor, core_execution_loop
+    from dagster_celery import celery_executor
     from dagster_celery.executor import CELERY_CONFIG
 
-    from ingestion_pipeline.runtime.celery_pace import install, observe
+    from ingestion_pipeline.runtime.dagster_internals import celery_step_sent_or_ended, pace_celery_loop
 
-    pace = install(core_execution_loop, longest_pause)
+    pace = pace_celery_loop(longest_pause)
 
     class PacedCeleryExecutor(dg.Executor):
         """dagster-celery's executor as built from the config; its run loop's events tell the pace."""
@@ -85,7 +84,11 @@ def _paced_celery_executor(longest_pause: float) -> dg.ExecutorDefinition:
 
         def execute(self, plan_context, execution_plan):
             for event in self.celery.execute(plan_context, execution_plan):
-                observe(pace, event)
+                happened = celery_step_sent_or_ended(event)
+                if happened == "sent":
+                    pace.sent()
+                elif happened == "ended":
+                    pace.ended()
                 yield event
 
     @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=dg.multiple_process_executor_requirements())

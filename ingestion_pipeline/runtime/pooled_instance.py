@@ -1,8 +1,8 @@
 """The project's Dagster instance: storage connections pooled for the instance's life, checked on checkout.
 
-The one place the project relies on Dagster beyond its documented API (``optimize_for_webserver`` is what
-dagster-webserver calls; it is not documented for users), kept here alone because its cost was measured,
-and tested by ``runtime/test_pooled_instance.py`` so that a Dagster upgrade that changes it fails a test.
+It relies on Dagster beyond its documented API (``optimize_for_webserver`` is what dagster-webserver calls; it is
+not documented for users) through ``dagster_internals.py``, because its cost was measured; ``runtime/
+test_pooled_instance.py`` and ``runtime/test_dagster_internals.py`` fail when a Dagster upgrade changes it.
 
 Dagster's Postgres storages open a new connection for every event they write unless told otherwise (a 1M-row metric
 run opened over a hundred, each a fork and a login); the webserver tells them with ``optimize_for_webserver``.
@@ -30,6 +30,12 @@ import dagster as dg
 from sqlalchemy import event, exc
 from sqlalchemy.pool import QueuePool
 
+from ingestion_pipeline.runtime.dagster_internals import (
+    close_storage_connections,
+    instance_config_defaults,
+    pool_storage_connections,
+)
+
 
 def pooled_instance() -> dg.DagsterInstance:
     """The project's instance (``DAGSTER_HOME``), its storages each keeping open connections."""
@@ -43,17 +49,14 @@ def pool_connections(instance: dg.DagsterInstance) -> dg.DagsterInstance:
         return instance
     if not event.contains(QueuePool, "checkout", _ping):
         event.listen(QueuePool, "checkout", _ping)
-    instance.optimize_for_webserver(statement_timeout=0, pool_recycle=3600, max_overflow=4)
+    pool_storage_connections(instance)
     instance._ingestion_pooled = True  # noqa: SLF001 - our own mark on the instance
     return instance
 
 
 def close_connections(instance: dg.DagsterInstance) -> None:
     """Close the connections ``instance``'s Postgres storages hold (each engine's pool); a later call opens anew."""
-    for storage in (instance._run_storage, instance._event_storage, instance._schedule_storage):  # noqa: SLF001
-        engine = getattr(storage, "_engine", None)
-        if engine is not None:
-            engine.dispose()
+    close_storage_connections(instance)
 
 
 class ProjectInstance(dg.DagsterInstance):
@@ -69,9 +72,7 @@ class ProjectInstance(dg.DagsterInstance):
 
     @staticmethod
     def config_defaults(base_dir: str) -> Any:
-        from dagster._core.instance.ref import InstanceRef
-
-        return InstanceRef.config_defaults(base_dir)
+        return instance_config_defaults(base_dir)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

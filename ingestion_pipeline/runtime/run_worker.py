@@ -103,11 +103,9 @@ def main(argv: list[str]) -> int:
 
 def _serve(status, instances, problems: list[str], started: float) -> int:
     """Run one request after another until the input ends or a run did not succeed."""
-    # Dagster's own body of `dagster api execute_run`, and its signal handling (a SIGTERM becomes a canceled
-    # run): not public API, so only here (ARCHITECTURE.md: Dagster beyond its documented API)
     from dagster import DagsterRunStatus, deserialize_value
-    from dagster._cli.api import _execute_run_command_body
-    from dagster._utils.interrupts import capture_interrupts
+
+    from ingestion_pipeline.runtime.dagster_internals import execute_run  # as `dagster api execute_run` does
 
     runs = 0
     while True:
@@ -140,8 +138,7 @@ def _serve(status, instances, problems: list[str], started: float) -> int:
         for problem in problems:
             instance.report_engine_event(problem, run)
         problems = []
-        with capture_interrupts():
-            _execute_run_command_body(run_id, instance, lambda _event: None, set_exit_code_on_failure=False)
+        execute_run(run_id, instance)
         ended = instance.get_run_by_id(run_id)
         runs += 1
         if ended is None or ended.status != DagsterRunStatus.SUCCESS or runs >= MAX_RUNS \

@@ -5,7 +5,8 @@ import time
 
 from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData, StepSuccessData
 
-from ingestion_pipeline.runtime.celery_pace import QUICK_SECONDS, Pace, PacedClock, install, observe
+from ingestion_pipeline.runtime.celery_pace import QUICK_SECONDS, Pace, PacedClock
+from ingestion_pipeline.runtime.dagster_internals import celery_step_sent_or_ended
 
 
 class _Clock:
@@ -49,20 +50,19 @@ def test_the_clock_sleeps_the_pace_not_the_loops_tick_and_is_the_time_module_oth
     assert clock.monotonic() > 0 and clock.time() > 0
 
 
-def test_install_paces_the_loop_module_once(monkeypatch):
-    from dagster_celery import core_execution_loop
-
-    monkeypatch.setattr(core_execution_loop, "time", core_execution_loop.time)  # restored after
-    monkeypatch.setattr(core_execution_loop, "time", time)
-    pace = install(core_execution_loop, 0.2)
-    assert isinstance(core_execution_loop.time, PacedClock) and core_execution_loop.time.pace is pace
-    assert install(core_execution_loop, 0.5) is pace and pace.longest == 0.5
-
-
 def _event(kind: DagsterEventType, message: str = "") -> DagsterEvent:
     data = {DagsterEventType.ENGINE_EVENT: EngineEventData(),
             DagsterEventType.STEP_SUCCESS: StepSuccessData(duration_ms=1.0)}.get(kind)
     return DagsterEvent(kind.value, "job", message=message, event_specific_data=data)
+
+
+def observe(pace: Pace, event: DagsterEvent) -> None:
+    """As the paced executor does (runtime/executor.py)."""
+    happened = celery_step_sent_or_ended(event)
+    if happened == "sent":
+        pace.sent()
+    elif happened == "ended":
+        pace.ended()
 
 
 def test_the_loops_events_tell_the_pace_what_was_sent_and_what_ended():
@@ -75,13 +75,3 @@ def test_the_loops_events_tell_the_pace_what_was_sent_and_what_ended():
     observe(pace, _event(DagsterEventType.STEP_SUCCESS))
     observe(pace, _event(DagsterEventType.ENGINE_EVENT, 'celery task for running step "b" was revoked.'))
     assert pace.in_flight == 0
-
-
-def test_dagster_celerys_loop_still_sleeps_on_its_modules_time():
-    """What the pace relies on: an upgrade of dagster-celery whose loop waits otherwise fails here."""
-    import inspect
-
-    from dagster_celery import core_execution_loop
-
-    source = inspect.getsource(core_execution_loop.core_celery_execution_loop)
-    assert "time.sleep(TICK_SECONDS)" in source and "import time" in inspect.getsource(core_execution_loop)

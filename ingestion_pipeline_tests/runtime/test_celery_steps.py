@@ -13,7 +13,7 @@ from dagster._core.definitions.reconstruct import ReconstructableJob, Reconstruc
 from dagster._core.definitions.repository_definition import RepositoryLoadData
 from dagster._core.execution.api import create_execution_plan
 
-from ingestion_pipeline.runtime.celery_steps import step_plan
+from ingestion_pipeline.runtime.dagster_internals import celery_step_plan as step_plan
 
 LOADS: list[int] = []
 

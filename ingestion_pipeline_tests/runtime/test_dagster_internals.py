@@ -1,0 +1,175 @@
+"""What the runtime uses of Dagster and dagster-celery beyond their documented API (``runtime/dagster_internals.py``),
+each exercised on a toy job with Dagster alone.
+
+``make test-dagster-next`` runs this module, and only it, against the newest Dagster 1.13 on the package index (a
+virtualenv of Dagster, dagster-celery and pytest; no conftest): a release that moves one of them fails here by name.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+from pathlib import Path
+
+import dagster as dg
+
+from ingestion_pipeline.runtime import dagster_internals
+
+
+@dg.op
+def say_hello() -> str:
+    print("hello from the step")  # noqa: T201 - the captured output the compute log keeps
+    return "hello"
+
+
+@dg.job
+def toy_job() -> None:
+    say_hello()
+
+
+def _run(instance: dg.DagsterInstance) -> dg.DagsterRun:
+    """A run of ``toy_job`` as a launcher creates it: with the job's code origin, so a worker can load it."""
+    return instance.create_run_for_job(toy_job, job_code_origin=dg.reconstructable(toy_job).get_python_origin())
+
+
+def test_a_run_worker_executes_a_launched_run_as_dagster_api_execute_run_does():
+    with dg.instance_for_test() as instance:
+        run = _run(instance)
+        dagster_internals.execute_run(run.run_id, instance)
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.SUCCESS
+
+
+def test_a_celery_step_executes_from_the_arguments_dagster_celery_sends():
+    """The task's body gets what dagster-celery's executor sends: the step's packed arguments and the job's dict."""
+    from dagster._grpc.types import ExecuteStepArgs  # what dagster-celery's executor packs
+
+    with dg.instance_for_test() as instance:
+        run = _run(instance)
+        recon = dg.reconstructable(toy_job)
+        args = ExecuteStepArgs(job_origin=recon.get_python_origin(), run_id=run.run_id,
+                               step_keys_to_execute=["say_hello"], instance_ref=instance.get_ref(),
+                               print_serialized_events=True)
+        packed = json.loads(dg.serialize_value(args))
+        asked = []
+
+        def instance_of(ref):
+            asked.append(ref)
+            return instance
+
+        serialized = dagster_internals.celery_step_events(packed, recon.to_dict(), instance_of, "worker@host")
+        events = [dg.deserialize_value(e, dg.DagsterEvent) for e in serialized]
+        assert asked == [instance.get_ref()]
+        assert events[0].is_engine_event and "worker@host" in str(events[0].event_specific_data)
+        assert [e.step_key for e in events if e.is_step_success] == ["say_hello"]
+
+
+def test_an_instances_storages_pool_their_connections_and_close_them():
+    with dg.instance_for_test() as instance:
+        dagster_internals.pool_storage_connections(instance)
+        for name in ("_run_storage", "_event_storage", "_schedule_storage"):
+            assert hasattr(instance, name), f"DagsterInstance.{name} is gone: close_storage_connections needs it"
+        dagster_internals.close_storage_connections(instance)
+        assert instance.get_runs() == []  # a later query opens anew
+
+
+def test_a_custom_instance_class_gets_dagsters_defaults_for_the_instances_parts(tmp_path):
+    defaults = dagster_internals.instance_config_defaults(str(tmp_path))
+    assert {"run_storage", "event_log_storage", "compute_logs", "run_launcher"} <= set(defaults)
+
+
+def test_the_local_compute_log_manager_keeps_a_steps_output_in_the_files_named_here(tmp_path):
+    manager = dagster_internals.LocalComputeLogManager(str(tmp_path))
+    out = manager.get_captured_local_path(["run", "step"], dagster_internals.STDOUT_EXTENSION)
+    err = manager.get_captured_local_path(["run", "step"], dagster_internals.STDERR_EXTENSION)
+    assert out != err and out.startswith(str(tmp_path))
+    assert isinstance(dagster_internals.CapturedLogContext(["run", "step"]), dagster_internals.CapturedLogContext)
+    signature = inspect.signature(dagster_internals.LocalComputeLogManager.capture_logs)
+    assert list(signature.parameters) == ["self", "log_key"], "capture_logs, which compute_logs.py overrides, changed"
+
+
+def test_the_janitor_marks_a_run_failed_with_its_reason():
+    with dg.instance_for_test() as instance:
+        run = _run(instance)
+        dagster_internals.mark_run_failed(instance, run, "the run worker is lost")
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
+        messages = [r.event_log_entry.message for r in instance.get_records_for_run(run.run_id).records]
+        assert any("the run worker is lost" in m for m in messages)
+
+
+def test_dagster_celerys_run_loop_sleeps_on_its_modules_time_and_tick(monkeypatch):
+    """The pace replaces the clock the loop sleeps on, and the tick it sleeps: a dagster-celery whose loop waits
+    otherwise fails here."""
+    from dagster_celery import core_execution_loop
+
+    source = inspect.getsource(core_execution_loop.core_celery_execution_loop)
+    assert "time.sleep(TICK_SECONDS)" in source and "import time" in inspect.getsource(core_execution_loop)
+    monkeypatch.setattr(core_execution_loop, "TICK_SECONDS", core_execution_loop.TICK_SECONDS)  # restored after
+    monkeypatch.setattr(core_execution_loop, "time", core_execution_loop.time)
+    dagster_internals.set_celery_tick(0.3)
+    assert core_execution_loop.TICK_SECONDS == 0.3
+    pace = dagster_internals.pace_celery_loop(0.2)
+    assert core_execution_loop.time.pace is pace and core_execution_loop.time.monotonic() > 0
+    assert dagster_internals.pace_celery_loop(0.5) is pace and pace.longest == 0.5  # once per process
+
+
+def test_the_messages_that_say_a_celery_step_was_sent_or_revoked_are_dagster_celerys():
+    """dagster-celery says what it sent and revoked only in its engine events' text: the text it writes is the
+    text the pace reads."""
+    from dagster_celery import core_execution_loop
+
+    source = inspect.getsource(core_execution_loop)
+    assert "Submitting celery task for step" in source and "was revoked." in source
+
+    class Engine:
+        is_engine_event = True
+
+        def __init__(self, message: str) -> None:
+            self.message = message
+
+    class Succeeded:
+        is_step_success = True
+
+    assert dagster_internals.celery_step_sent_or_ended(Engine('Submitting celery task for step "a" to queue')) == "sent"
+    assert dagster_internals.celery_step_sent_or_ended(Engine('celery task for running step "a" was revoked.')) \
+        == "ended"
+    assert dagster_internals.celery_step_sent_or_ended(Succeeded()) == "ended"
+    assert dagster_internals.celery_step_sent_or_ended(Engine("Executing steps a in celery worker")) is None
+
+
+REACHED_THROUGH_THE_ADAPTER = {"report_run_failed", "optimize_for_webserver", "_execute_run_command_body",
+                               "_run_storage", "_event_storage", "_schedule_storage", "core_execution_loop",
+                               "TICK_SECONDS"}
+
+
+def _reaches_into_dagster(tree: ast.AST) -> list[int]:
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names = [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            names = []
+        if any(n.startswith("dagster._") or n.endswith("core_execution_loop") for n in names) or (
+                isinstance(node, ast.Attribute) and node.attr in REACHED_THROUGH_THE_ADAPTER):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_other_module_of_the_package_reaches_into_dagster():
+    """The adapter is the only way in: no other module imports ``dagster._…`` or dagster-celery's loop module, or
+    uses what the adapter wraps."""
+    package = Path(dagster_internals.__file__).parents[1]
+    reached = [f"{path.relative_to(package)}:{line}" for path in sorted(package.rglob("*.py"))
+               if path.name != "dagster_internals.py"
+               for line in _reaches_into_dagster(ast.parse(path.read_text(encoding="utf-8")))]
+    assert reached == []
+
+
+def test_the_checker_sees_each_way_in():
+    source = ("from dagster._core.events import X\nimport dagster._cli\n"
+              "from dagster_celery import core_execution_loop\ninstance.report_run_failed(run, m)\n"
+              "instance._run_storage\nloop.TICK_SECONDS = 1\n"
+              "instance.report_engine_event(m, run)\n")
+    assert sorted(_reaches_into_dagster(ast.parse(source))) == [1, 2, 3, 4, 5, 6]
