@@ -28,6 +28,7 @@ from ingestion_pipeline.defs.documents.assets import (
     promoted_documents,
     raw_documents,
 )
+from ingestion_pipeline.defs.documents.batch_checks import promoted_batch_checks
 from ingestion_pipeline.defs.documents.fingerprints import fingerprints_current
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import default_resources
@@ -46,7 +47,7 @@ needs_tesseract = pytest.mark.skipif(
     reason="Tesseract is not installed (make installs it where it can: apt-get install tesseract-ocr)")
 
 DOCUMENT_ASSETS = [raw_documents, document_elements, document_chunks, document_embeddings, promoted_documents,
-                   fingerprints_current]
+                   promoted_batch_checks, fingerprints_current]
 
 
 @functools.cache

@@ -222,6 +222,36 @@ query($asset: String!, $check: String!, $partition: String) {
 }"""
 
 
+_LAUNCH_RUN = """
+mutation($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on InvalidSubsetError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}"""
+
+
+def _execute_checks(port: int, asset: str, checks: list[str], partition: str, instance, proc, log_path: Path):
+    """What the UI's "Execute" on an asset's checks for a partition launches: a run of the checks alone (the
+    implicit asset job, no asset selected); the run once it has ended."""
+    launched = _graphql(port, _LAUNCH_RUN, {"params": {
+        "selector": {"repositoryLocationName": "ingestion_pipeline", "repositoryName": "__repository__",
+                     "jobName": "__ASSET_JOB", "assetSelection": [],
+                     "assetCheckSelection": [{"assetKey": {"path": [asset]}, "name": name} for name in checks]},
+        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}}})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+
+    def finished():
+        run = instance.get_run_by_id(run_id)
+        return run if run is not None and run.is_finished else None
+
+    return _wait(finished, 300, proc, log_path, f"the checks' run {run_id}")
+
+
 def _check_executions(port: int, asset: str, check: str, partition: str | None) -> list[dict]:
     """The check's executions for the partition, newest first, as the asset's Checks tab lists them."""
     return _graphql(port, _CHECK_EXECUTIONS, {"asset": asset, "check": check,
@@ -335,8 +365,7 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
             assert active[doc_id]["pipeline_fingerprint"] != old["pipeline_fingerprint"]
 
         assert _graphql(port, _STALE, {"partition": key})["assetNodeOrError"]["staleStatus"] == "FRESH"
-        # (the executions' partition filter finds none in this Dagster version: this test has one batch)
-        executions = _check_executions(port, "promoted_documents", "no_failed_files", None)
+        executions = _check_executions(port, "promoted_documents", "no_failed_files", key)  # the batch's own
         failed_files = executions[0]  # the backfill's run: the failed file is still a warning
         assert failed_files["evaluation"] == {"success": False, "severity": "WARN",
                                               "description": "files failed in this batch: 1 — "
@@ -360,12 +389,22 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
             statuses = node["assetPartitionStatuses"]
             assert key in statuses["materializedPartitions"], (asset, statuses)
             assert key not in statuses["failedPartitions"], (asset, statuses)
-        for check in ("one_active_version_per_document", "embeddings_match_chunks", "no_version_without_chunks"):
-            newest = _check_executions(port, "promoted_documents", check, None)[0]
+        integrity = ("one_active_version_per_document", "embeddings_match_chunks", "no_version_without_chunks")
+        for check in integrity:
+            newest = _check_executions(port, "promoted_documents", check, key)[0]
             assert newest["runId"] == again.run_id and newest["status"] == "SUCCEEDED", (check, newest)
             assert newest["evaluation"]["success"], (check, newest)
-        newest = _check_executions(port, "promoted_documents", "no_failed_files", None)[0]
+        newest = _check_executions(port, "promoted_documents", "no_failed_files", key)[0]
         assert newest["runId"] == again.run_id and newest["evaluation"] == failed_files["evaluation"], newest
+        # the batch's checks executed alone, as the UI's "Execute" does: a green run, the same real results
+        alone = _execute_checks(port, "promoted_documents", [*integrity, "no_failed_files"], key, instance, proc,
+                                log_path)
+        assert alone.status == DagsterRunStatus.SUCCESS, _step_failures(instance, alone.run_id)
+        for check in integrity:
+            newest = _check_executions(port, "promoted_documents", check, key)[0]
+            assert newest["runId"] == alone.run_id and newest["evaluation"]["success"], (check, newest)
+        newest = _check_executions(port, "promoted_documents", "no_failed_files", key)[0]
+        assert newest["runId"] == alone.run_id and newest["evaluation"] == failed_files["evaluation"], newest
 
         # the metric upload: metric_upload_sensor ran it; the blocking check failed it
         def metric_run_failed():
@@ -377,7 +416,8 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
         assert again.status == DagsterRunStatus.FAILURE
         [message] = _step_failures(instance, again.run_id)
         assert "1 failed (threshold_missed: validation threshold missed:" in message, message
-        executions = _check_executions(port, "staged_metric_rows", "valid_row_threshold", None)  # one upload
+        executions = _check_executions(port, "staged_metric_rows", "valid_row_threshold",
+                                       metric_run.tags["dagster/partition"])  # the upload's own
         assert executions and not any(e["evaluation"]["success"] for e in executions if e["evaluation"])
         assert "rows valid" in executions[-1]["evaluation"]["description"], executions  # the daemon's run's
     finally:

@@ -84,6 +84,7 @@ def test_five_percent_invalid_completes_and_reports_rows(instance, database, db,
     assert any("exceed impressions" in r for r in reasons) and any("not a date" in r for r in reasons)
     [check] = result.get_asset_check_evaluations()
     assert check.passed and check.metadata["valid_ratio"].value == pytest.approx(0.95)
+    assert check.partition == submitted.partition_key  # the upload's own result
     logged = [e.message for e in instance.all_logs(result.run_id) if e.step_key == "staged_metric_rows"]
     assert any(m.startswith(f"staging upload {submitted.upload_id}: 200 rows (") and "(100%)" in m
                for m in logged), logged  # staging's progress, in the Dagster run log
@@ -95,7 +96,7 @@ def test_fifteen_percent_invalid_fails_the_threshold_and_promotes_nothing(instan
     result = run_upload(instance, submitted.partition_key)
     assert not result.success
     [check] = result.get_asset_check_evaluations()
-    assert not check.passed
+    assert not check.passed and check.partition == submitted.partition_key
     upload = upload_row(db, submitted.upload_id)
     assert upload["status"] == "failed"
     assert upload["error"].startswith("validation threshold missed: 170 of 200 rows valid (85.0%); threshold 90%")

@@ -8,13 +8,17 @@ person's re-execution as automation, and it ran green with nothing embedded or p
 import dagster as dg
 import pytest
 
-from ingestion_pipeline.defs.ledger.steps import launched_by_a_person
+from ingestion_pipeline.defs.documents.batch_checks import BATCH_CHECKS
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
+from ingestion_pipeline.runtime.steps import launched_by_a_person
 from ingestion_pipeline_tests.defs.test_reliability import _run_failure_sensor
 from ingestion_pipeline_tests.helpers import batch_queued, document_batch_job, submit, table
 
 SENSOR_TAGS = {"dagster/sensor_name": "upload_sensor"}
+# the steps of the run that evaluate checks (the batch checks, fingerprints_current, the dead-letter check)
+CHECK_STEPS = {"promoted_batch_checks", "promoted_documents_fingerprints_current",
+               "raw_documents_queue_dead_letters_empty"}
 
 
 @pytest.fixture
@@ -109,14 +113,23 @@ def test_reexecution_of_a_batch_another_run_finished_fails_says_why_and_leaves_t
         # and the checks looked at the batch as it is (their real results, not "execution failed")
         materialized = {e.step_key: e.step_materialization_data.materialization.metadata
                         for e in again.all_events if e.is_step_materialization}
-        ran = {e.step_key for e in again.all_events if e.event_type == dg.DagsterEventType.STEP_START
-               and not e.step_key.endswith("_dead_letters_empty")}  # the asset steps (not the dead-letter check's)
+        started = {e.step_key for e in again.all_events if e.event_type == dg.DagsterEventType.STEP_START}
+        ran = started - CHECK_STEPS  # the asset steps
         assert set(materialized) == ran and "promoted_documents" in ran, (materialized.keys(), ran)
+        # the run fails at its last step, the batch checks, once they have evaluated
+        [failed_step] = [e.step_key for e in again.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+        assert failed_step == "promoted_batch_checks" and failed_step in started
         assert all(m["nothing_to_do"].value == message for m in materialized.values())
         assert materialized["promoted_documents"]["promoted_now"].value == 0
         checks = {c.check_name: c for c in again.get_asset_check_evaluations()}
+        assert {checks[name].partition for name in BATCH_CHECKS} == {key}  # the batch's own results
         assert checks["one_active_version_per_document"].passed and checks["no_failed_files"].passed, checks
         assert checks["embeddings_match_chunks"].passed and checks["no_version_without_chunks"].passed
+        # re-executed from failure, the run starts at the checks, which find their run group's finding: red again
+        once_more = _reexecute(instance, again, dg.ReexecutionOptions.from_failure(again.run_id, instance))
+        assert not once_more.success and _failure_message(once_more) == message
+        assert {e.step_key for e in once_more.all_events if e.event_type == dg.DagsterEventType.STEP_START} == {
+            "promoted_batch_checks"}
     assert {r["dagster_run_id"] for r in table(db, "SELECT dagster_run_id FROM ingestion_runs")} == {
         relaunched.run_id}
 

@@ -12,16 +12,10 @@ from typing import TypeVar
 
 import dagster as dg
 
-from ingestion_pipeline.core.ledger import DOCUMENT_FILES, NothingToDo, partition_states
+from ingestion_pipeline.core.ledger import NothingToDo
 from ingestion_pipeline.defs.catalog import OWNERS, table_metadata
+from ingestion_pipeline.defs.documents.batch_checks import checks_follow
 from ingestion_pipeline.defs.documents.fingerprints import code_versions
-from ingestion_pipeline.defs.ledger.steps import (
-    failure_for,
-    first_step_run,
-    launched_by_a_person,
-    replays_failed,
-    retrying_transient_errors,
-)
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import (
     HeartbeatResource,
@@ -32,18 +26,23 @@ from ingestion_pipeline.defs.resources import (
 )
 from ingestion_pipeline.defs.s3_resource import S3Resource
 from ingestion_pipeline.defs.step_values import STEP_VALUES
-from ingestion_pipeline.documents import integrity
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report
 from ingestion_pipeline.documents.steps.extract import WHOLE_FILES
 from ingestion_pipeline.runtime.executor import embedding_step_tags, job_executor, job_executor_name
+from ingestion_pipeline.runtime.steps import (
+    failure_for,
+    first_step_run,
+    launched_by_a_person,
+    replays_failed,
+    retrying_transient_errors,
+)
 
 GROUP = "documents"
 T = TypeVar("T")
 # The model's CPU or accelerator is what embedding steps share: its limit is the instance's (dagster.yaml's
 # `concurrency: pools`, or the UI's concurrency page)
 EMBEDDING_POOL = "embedding"
-INTEGRITY_CHECKS = ("one_active_version_per_document", "embeddings_match_chunks", "no_version_without_chunks")
 CODE_VERSIONS = code_versions()  # static: the code's versions (fingerprints.py)
 
 
@@ -81,7 +80,7 @@ def _nothing_to_do(context: dg.AssetExecutionContext, exc: NothingToDo) -> dict:
     """A person's run that finds nothing to do in its batch (every file done, failed for a reason another attempt
     does not change, or held by another run): the step says so, in the run's log and its metadata, and
     materialises with no file worked on, so the catalog stays as the data is. The run fails at its last step
-    (``promoted_documents``), after the checks have looked at the batch: failing here would leave every asset
+    (the batch checks), after they have looked at the batch: failing here would leave every asset
     after this step unmaterialised, which the UI paints as a failed partition and checks "execution failed" over
     intact data."""
     context.log.warning(str(exc))
@@ -105,22 +104,6 @@ def _log_failures(context: dg.AssetExecutionContext, outcomes: list[FileOutcome]
     for o in outcomes:
         if o.status == "failed":
             context.log.warning(f"{o.filename} (file {o.file_id}) failed: {o.detail}")
-
-
-def _failed_files_check(failed: list[dict]) -> dg.AssetCheckResult:
-    """WARN when files of the batch failed or were dead-lettered: the run stays green (the others were
-    promoted), the check says how many, why, and what to run."""
-    total = sum(st["n"] for st in failed)
-    reasons = {f"{st['status']}: {code}": st["n"] for st in failed for code in (st["codes"] or ["unknown"])}
-    return dg.AssetCheckResult(
-        check_name="no_failed_files", passed=total == 0, severity=dg.AssetCheckSeverity.WARN,
-        description=(f"files failed in this batch: {total} — " + ", ".join(f"{k} ({v})" for k, v in reasons.items())
-                     if total else "no file of this batch failed"),
-        metadata={"failed_files": total, "reasons": dg.MetadataValue.json(reasons),
-                  **({"what_to_do": "`ingestion-pipeline files --status failed` shows each file's error and "
-                                    "suggestion; fix the cause, then `ingestion-pipeline retry FILE_ID` (failed) or "
-                                    "`ingestion-pipeline retry --dead-letter`"} if total else {})},
-    )
 
 
 def _model_metadata(embedder: Embedder, loaded_before: bool) -> dict:
@@ -236,7 +219,7 @@ raw_documents = _file_step(
     "The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current. A "
     "person's launch also takes files waiting for a retry and dead-lettered ones (failed ones with the tag "
     "ingestion/replay_failed=true); when the batch has nothing left to do, it says so and the run fails at "
-    "promoted_documents, leaving the catalog as the data is.",
+    "its last step, the batch checks, leaving the catalog as the data is.",
     deps=[], kinds={"postgres", "s3"}, fetches_from_s3=True,
 )
 OP_RESOURCES = {"postgres", "upload_store", "embedder", "settings", "heartbeat"}  # an op of a fanned-out graph's
@@ -455,17 +438,6 @@ document_embeddings = _embeddings_asset(job_executor_name() == "celery")
     code_version=CODE_VERSIONS["promoted_documents"],
     owners=OWNERS,
     metadata=table_metadata("promoted_documents"),
-    check_specs=[
-        dg.AssetCheckSpec("one_active_version_per_document", asset="promoted_documents",
-                          description="every document promoted by this run has exactly one active version"),
-        dg.AssetCheckSpec("embeddings_match_chunks", asset="promoted_documents",
-                          description="every promoted chunk has one vector of the model's dimension"),
-        dg.AssetCheckSpec("no_version_without_chunks", asset="promoted_documents",
-                          description="no promoted version is empty"),
-        dg.AssetCheckSpec("no_failed_files", asset="promoted_documents",
-                          description="no file of this batch failed or was dead-lettered; a warning gives the "
-                                      "reasons with their counts and what to run"),
-    ],
 )
 def promoted_documents(
     context: dg.AssetExecutionContext,
@@ -477,9 +449,10 @@ def promoted_documents(
 ) -> Iterator[dg.MaterializeResult]:
     """Each file's chunks, vectors and tsvectors promoted atomically as its document's one active version.
 
-    A person's run that found nothing to do (``_nothing_to_do``) fails here, last, with the reason, after this
-    step has materialised and its checks have looked at the batch as it is: the run is red, never green on
-    nothing, while the catalog keeps every asset's partition materialised and the checks' real results."""
+    A person's run that found nothing to do (``_nothing_to_do``) says so in this materialisation and fails at its
+    last step, the batch checks (``batch_checks.py``), after they have looked at the batch as it is: the run is
+    red, never green on nothing, while the catalog keeps every asset's partition materialised and the checks'
+    real results. Launched without those checks, it fails here, after materialising."""
     pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, heartbeat=heartbeat,
                                        progress_log=context.log.info)
     nothing = {}
@@ -493,43 +466,18 @@ def promoted_documents(
     _log_failures(context, promoted)
     with postgres.db.connection() as conn:
         every_file = batch_report(conn, context.partition_key)
-        done = integrity.promoted_in_partition(conn, context.partition_key)
-        doc_ids = [r["doc_id"] for r in done]
-        version_ids = [r["version_id"] for r in done]
-        multi = integrity.docs_without_exactly_one_active_version(conn, doc_ids)
-        mismatched = integrity.versions_with_embedding_mismatch(conn, version_ids, pipeline.model.dimension)
-        empty = integrity.versions_without_chunks(conn, version_ids)
-        failed = [st for st in partition_states(conn, DOCUMENT_FILES, context.partition_key)
-                  if st["status"] in (DOCUMENT_FILES.failed, DOCUMENT_FILES.dead_letter)]
-    checks = [_failed_files_check(failed)]
-    if doc_ids:
-        checks += [
-            dg.AssetCheckResult(check_name="one_active_version_per_document", passed=not multi,
-                                metadata={"documents_checked": len(doc_ids), "violations": str(multi[:20])}),
-            dg.AssetCheckResult(check_name="embeddings_match_chunks", passed=not mismatched,
-                                metadata={"versions_checked": len(version_ids), "violations": str(mismatched[:20])}),
-            dg.AssetCheckResult(check_name="no_version_without_chunks", passed=not empty,
-                                metadata={"versions_checked": len(version_ids), "violations": str(empty[:20])}),
-        ]
-    else:  # a check with nothing to look at is a warning that says so, never Passed
-        checks += [dg.AssetCheckResult(check_name=name, passed=False, severity=dg.AssetCheckSeverity.WARN,
-                                       description="not checked: no file of this batch is promoted")
-                   for name in INTEGRITY_CHECKS]
     files, counts = _file_metadata(every_file)
-    yield dg.MaterializeResult(
-        metadata={
-            **nothing,
-            **files,
-            "succeeded": counts.get("succeeded", 0),
-            "failed": counts.get("failed", 0),
-            "dead_letter": counts.get("dead_letter", 0),
-            "waiting_for_retry": counts.get("queued", 0),
-            "promoted_now": sum(1 for o in promoted if o.status == "succeeded"),
-            "chunks_promoted": sum(o.stats.get("chunks", 0) for o in promoted),
-        },
-        check_results=checks,
-    )
-    if nothing:
+    yield dg.MaterializeResult(metadata={
+        **nothing,
+        **files,
+        "succeeded": counts.get("succeeded", 0),
+        "failed": counts.get("failed", 0),
+        "dead_letter": counts.get("dead_letter", 0),
+        "waiting_for_retry": counts.get("queued", 0),
+        "promoted_now": sum(1 for o in promoted if o.status == "succeeded"),
+        "chunks_promoted": sum(o.stats.get("chunks", 0) for o in promoted),
+    })
+    if nothing and not checks_follow(context.run):
         raise failure_for(NothingToDo(nothing["nothing_to_do"]))
 
 
