@@ -166,9 +166,11 @@ def _launch(url: str, repo: dict[str, str], request: PlannedRun) -> list[str]:
     kind = added["addDynamicPartition"]["__typename"]
     if kind not in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError"):
         raise WebserverError(f"adding partition {key}: {kind} {added['addDynamicPartition'].get('message')}")
-    runs = _graphql(url, _RUNS_WITH_KEY, {"tags": _tags({RUN_KEY_TAG: request.run_key})})["runsOrError"]
-    if runs.get("results"):
-        return []  # the sensor (or another launcher) was first
+    # the run key as every launcher tags it; and as Dagster tags a sensor's run (a run planned before the key was a
+    # tag of its own, during an upgrade)
+    for tag in (RUN_KEY_TAG, "dagster/run_key"):
+        if _graphql(url, _RUNS_WITH_KEY, {"tags": _tags({tag: request.run_key})})["runsOrError"].get("results"):
+            return []  # the sensor (or another launcher) was first
     tags = {**request.tags, "dagster/partition": key, LAUNCHED_BY_TAG: FAST_LANE, USER_TAG: LAUNCHED_AS}
     result = _graphql(url, _LAUNCH, {"params": {
         "selector": {**repo, "jobName": DOCUMENT_JOB}, "runConfigData": {},

@@ -33,8 +33,18 @@ TABLE_OF_ASSET = {
 }
 
 
+def _checks_only(run: dg.DagsterRun) -> bool:
+    """A run that executes asset checks and no asset step (the UI's Execute on checks, a re-execution of a failed
+    check step): it claims no file, so its failure hands none back and counts no attempt."""
+    if run.step_keys_to_execute is not None:
+        return not any(step.split(".")[0] in TABLE_OF_ASSET for step in run.step_keys_to_execute)
+    return run.asset_selection is not None and not run.asset_selection and bool(run.asset_check_selection)
+
+
 def table_for_run(run: dg.DagsterRun, instance: dg.DagsterInstance) -> LedgerTable | None:
     """The ledger a run works on, or None for runs that claim no ledger rows."""
+    if _checks_only(run):
+        return None
     if run.job_name in TABLE_OF_JOB:
         return TABLE_OF_JOB[run.job_name]
     partition = run.tags.get("dagster/partition")

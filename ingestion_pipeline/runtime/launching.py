@@ -93,10 +93,18 @@ def plan_document_runs(
     return RunPlan(DOCUMENT_JOB, requests, DOCUMENT_BATCHES, _unknown(instance, DOCUMENT_BATCHES, plan.due_keys))
 
 
+# A run the webserver created but never submitted (it stopped between the two) stays NOT_STARTED: past this age it
+# no longer hides its batch from the sensors.
+UNSUBMITTED_AFTER_SECONDS = 60.0
+
+
 def _launched_by_the_fast_lane(instance: dg.DagsterInstance, keys: list[str]) -> set[str]:
     """Those of ``keys`` that a run of the fast lane carries (one query for a tick's keys)."""
     records = instance.get_run_records(dg.RunsFilter(tags={LAUNCHED_BY_TAG: FAST_LANE, RUN_KEY_TAG: keys}))
-    return {r.dagster_run.tags[RUN_KEY_TAG] for r in records}
+    now = time.time()
+    return {r.dagster_run.tags[RUN_KEY_TAG] for r in records
+            if r.dagster_run.status != dg.DagsterRunStatus.NOT_STARTED
+            or now - r.create_timestamp.timestamp() < UNSUBMITTED_AFTER_SECONDS}
 
 
 def plan_metric_runs(instance: dg.DagsterInstance, db: Database) -> RunPlan:

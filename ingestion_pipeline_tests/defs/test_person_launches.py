@@ -11,6 +11,7 @@ import pytest
 from ingestion_pipeline.defs.documents.batch_checks import BATCH_CHECKS
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.documents.pipeline import DocumentPipeline
+from ingestion_pipeline.runtime.finalization import table_for_run
 from ingestion_pipeline.runtime.steps import launched_by_a_person
 from ingestion_pipeline_tests.defs.test_reliability import _run_failure_sensor
 from ingestion_pipeline_tests.helpers import batch_queued, document_batch_job, submit, table
@@ -125,11 +126,20 @@ def test_reexecution_of_a_batch_another_run_finished_fails_says_why_and_leaves_t
         assert {checks[name].partition for name in BATCH_CHECKS} == {key}  # the batch's own results
         assert checks["one_active_version_per_document"].passed and checks["no_failed_files"].passed, checks
         assert checks["embeddings_match_chunks"].passed and checks["no_version_without_chunks"].passed
-        # re-executed from failure, the run starts at the checks, which find their run group's finding: red again
+        # re-executed from failure, the run starts at the checks: red again, saying what the batch holds now, and
+        # its failure hands no file back and counts no attempt (it claimed none)
         once_more = _reexecute(instance, again, dg.ReexecutionOptions.from_failure(again.run_id, instance))
         assert not once_more.success and _failure_message(once_more) == message
         assert {e.step_key for e in once_more.all_events if e.event_type == dg.DagsterEventType.STEP_START} == {
             "promoted_batch_checks"}
+        assert table_for_run(instance.get_run_by_id(once_more.run_id), instance) is None
+    # files due again since (handed back): the checks' re-execution says to re-execute all steps, and does no work
+    db.execute("UPDATE ingestion_runs SET status = 'queued', owner = NULL")
+    due = _reexecute(instance, once_more, dg.ReexecutionOptions.from_failure(once_more.run_id, instance))
+    assert not due.success and _failure_message(due).startswith(
+        f"files are due again in partition {key}: re-execute all steps"), _failure_message(due)
+    assert {r["status"] for r in table(db, "SELECT status FROM ingestion_runs")} == {"queued"}
+    db.execute("UPDATE ingestion_runs SET status = 'succeeded'")
     assert {r["dagster_run_id"] for r in table(db, "SELECT dagster_run_id FROM ingestion_runs")} == {
         relaunched.run_id}
 

@@ -17,6 +17,7 @@ from ingestion_pipeline.defs.partitions import (
 )
 from ingestion_pipeline.defs.resources import EmbedderResource, PostgresResource, SettingsResource
 from ingestion_pipeline.defs.sources.upload_sensor import upload_sensor
+from ingestion_pipeline.runtime import launching
 from ingestion_pipeline.runtime.launching import plan_document_runs
 from ingestion_pipeline_tests.helpers import materialize_batch, submit, table
 
@@ -227,7 +228,10 @@ def test_a_batch_the_fast_lane_launched_is_not_requested_by_the_sensor(database,
             USER_TAG: "ingestion-pipeline fast lane"})
         instance.create_run_for_job(job, tags={**person.tags, "dagster/partition": person.partition_key})
         again = _tick(instance).run_requests
-    assert [r.tags[TENANT_TAG] for r in again] == ["second"]
+        assert [r.tags[TENANT_TAG] for r in again] == ["second"]
+        # a fast-lane run the webserver created but never submitted (still NOT_STARTED past a minute) hides nothing
+        monkeypatch.setattr(launching, "UNSUBMITTED_AFTER_SECONDS", 0.0)
+        assert sorted(r.tags[TENANT_TAG] for r in _tick(instance).run_requests) == ["first", "second"]
 
 
 def test_a_run_whose_host_cannot_embed_hands_its_files_back_uncounted_and_held(database, db, tmp_path, monkeypatch):

@@ -83,7 +83,7 @@ def test_the_local_compute_log_manager_keeps_a_steps_output_in_the_files_named_h
     out = manager.get_captured_local_path(["run", "step"], dagster_internals.STDOUT_EXTENSION)
     err = manager.get_captured_local_path(["run", "step"], dagster_internals.STDERR_EXTENSION)
     assert out != err and out.startswith(str(tmp_path))
-    assert isinstance(dagster_internals.CapturedLogContext(["run", "step"]), dagster_internals.CapturedLogContext)
+    assert dagster_internals.CapturedLogContext(["run", "step"]).log_key == ["run", "step"]
     signature = inspect.signature(dagster_internals.LocalComputeLogManager.capture_logs)
     assert list(signature.parameters) == ["self", "log_key"], "capture_logs, which compute_logs.py overrides, changed"
 
@@ -95,6 +95,40 @@ def test_the_janitor_marks_a_run_failed_with_its_reason():
         assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.FAILURE
         messages = [r.event_log_entry.message for r in instance.get_records_for_run(run.run_id).records]
         assert any("the run worker is lost" in m for m in messages)
+
+
+def test_checks_partitioned_like_their_asset_give_one_result_per_partition_also_run_alone():
+    """What the batch checks rely on (``defs/documents/batch_checks.py``), a preview of Dagster 1.13: check specs
+    with the asset's partitions, evaluated per partition in the asset's run and in a run of the checks alone."""
+    import warnings
+
+    batches = dg.DynamicPartitionsDefinition(name="toy_batches")
+
+    @dg.asset(partitions_def=batches)
+    def toy_asset() -> None:
+        return None
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        specs = [dg.AssetCheckSpec(name, asset="toy_asset", partitions_def=batches) for name in ("a", "b")]
+
+    @dg.multi_asset_check(specs=specs, can_subset=True)
+    def toy_checks(context):  # (annotations are strings in this module: Dagster reads the parameter by name)
+        for key in context.selected_asset_check_keys:
+            yield dg.AssetCheckResult(check_name=key.name, asset_key=key.asset_key, passed=True,
+                                      metadata={"batch": context.op_execution_context.partition_key})
+
+    job = dg.Definitions(assets=[toy_asset], asset_checks=[toy_checks],
+                         jobs=[dg.define_asset_job("toy", selection=[toy_asset])]).resolve_job_def("toy")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("toy_batches", ["one", "two"])
+        for key in ("one", "two"):
+            evaluations = job.execute_in_process(partition_key=key, instance=instance).get_asset_check_evaluations()
+            assert sorted((e.check_name, e.partition, e.metadata["batch"].value) for e in evaluations) == [
+                ("a", key, key), ("b", key, key)]
+        alone = job.get_subset(asset_selection=set(), asset_check_selection={specs[0].key})
+        result = alone.execute_in_process(instance=instance, tags={"dagster/partition": "one"})
+        assert [(e.check_name, e.partition) for e in result.get_asset_check_evaluations()] == [("a", "one")]
 
 
 def test_dagster_celerys_run_loop_sleeps_on_its_modules_time_and_tick(monkeypatch):

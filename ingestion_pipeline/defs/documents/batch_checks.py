@@ -8,9 +8,9 @@ vector of the model's dimension, no promoted version is empty, and no file of it
 reasons and what to run). A check with nothing to look at is a warning that says so, never a pass.
 
 A person's run that found nothing to do in its batch fails here, last, with the reason (``promoted_documents``
-records it in its materialisation; a re-execution from failure, which starts here, finds its run group's): the
-run is red, never green on nothing, while every asset's partition stays materialised and the checks keep real
-results.
+records it in its materialisation): the run is red, never green on nothing, while every asset's partition stays
+materialised and the checks keep real results. A re-execution from failure, which starts here, says what the
+batch holds now (``nothing_to_do``).
 """
 
 import warnings
@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import dagster as dg
 
+from ingestion_pipeline.core import ledger
+from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, NothingToDo, partition_states
 from ingestion_pipeline.defs.partitions import document_batches
 from ingestion_pipeline.defs.resources import PostgresResource
@@ -33,6 +35,7 @@ INTEGRITY_CHECKS = {
 }
 FAILED_FILES = "no_failed_files"
 BATCH_CHECKS = (*INTEGRITY_CHECKS, FAILED_FILES)
+CHECKS_STEP = "promoted_batch_checks"  # the step that evaluates them
 # A check spec's partitions are a preview of Dagster 1.13 (it warns at every load of the code location): what
 # this module relies on of it (one result per batch, from the batch's run) is tested by defs/test_batch_checks.py.
 with warnings.catch_warnings():
@@ -47,9 +50,11 @@ with warnings.catch_warnings():
 
 
 def checks_follow(run: dg.DagsterRun) -> bool:
-    """Whether ``run`` evaluates the batch checks after promoting (a person may launch the asset without them)."""
+    """Whether ``run`` evaluates the batch checks after promoting (a person may launch the asset without them, or
+    re-execute its step alone)."""
     selected = run.asset_check_selection
-    return selected is None or any(key.asset_key == PROMOTED and key.name in BATCH_CHECKS for key in selected)
+    chosen = selected is None or any(key.asset_key == PROMOTED and key.name in BATCH_CHECKS for key in selected)
+    return chosen and (run.step_keys_to_execute is None or CHECKS_STEP in run.step_keys_to_execute)
 
 
 def _failed_files_check(failed: list[dict]) -> dg.AssetCheckResult:
@@ -93,23 +98,48 @@ def batch_results(postgres: PostgresResource, partition_key: str, dimension: int
         for name, (violations, counted, checked) in found.items()}
 
 
-def nothing_found_by(instance: dg.DagsterInstance, run: dg.DagsterRun, partition_key: str) -> str | None:
-    """What ``promoted_documents`` recorded when ``run`` found nothing to do in the batch, or None: its newest
-    materialisation of the batch, if this run or one of the run group it re-executes (a re-execution from failure
-    starts at this step) made it. Read through the instance's public records."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=PROMOTED, asset_partitions=[partition_key]), limit=1).records
-    for record in records:
-        metadata = record.asset_materialization.metadata if record.asset_materialization else {}
-        if "nothing_to_do" not in metadata:
-            continue
-        made_by = run if record.run_id == run.run_id else instance.get_run_by_id(record.run_id)
-        if made_by is not None and (made_by.root_run_id or made_by.run_id) == (run.root_run_id or run.run_id):
-            return str(metadata["nothing_to_do"].value)
+def _promotion_by(instance: dg.DagsterInstance, run_id: str, partition_key: str) -> dict | None:
+    """The metadata of ``promoted_documents``' materialisation of the batch in run ``run_id``, or None (the run's
+    own event records, through the instance's public API)."""
+    for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
+        materialization = record.asset_materialization
+        if materialization is not None and materialization.asset_key == PROMOTED \
+                and materialization.partition == partition_key:
+            return {key: value.value for key, value in materialization.metadata.items()}
     return None
 
 
-@dg.multi_asset_check(specs=SPECS, can_subset=True, name="promoted_batch_checks",
+def nothing_to_do(instance: dg.DagsterInstance, db: Database, run: dg.DagsterRun,
+                  partition_key: str) -> NothingToDo | None:
+    """Why a person's run did nothing in the batch, or None.
+
+    The run's own promotion says so in its materialisation (``nothing_to_do``). A re-execution from failure of a
+    run that failed here starts here, with no promotion of its own: it does not repeat the finding of the run it
+    re-executes (the newest promotion among its ancestors), which may be stale, but says what the batch holds
+    now, and, where files are due again, that re-executing all steps (or materialising the batch) runs them: a
+    re-execution of the checks alone never does a batch's work."""
+    own = _promotion_by(instance, run.run_id, partition_key)
+    if own is not None:
+        return NothingToDo(str(own["nothing_to_do"])) if "nothing_to_do" in own else None
+    parent, ancestor = None, run.parent_run_id
+    while ancestor is not None and parent is None:  # the newest promotion among the runs it re-executes
+        parent = _promotion_by(instance, ancestor, partition_key)
+        found = instance.get_run_by_id(ancestor) if parent is None else None
+        ancestor = found.parent_run_id if found is not None else None
+    if parent is None or "nothing_to_do" not in parent:
+        return None  # the checks alone (the UI's Execute), or a re-execution of checks that failed on their own
+    with db.connection() as conn:
+        now = ledger.nothing_to_do(conn, DOCUMENT_FILES, partition_key, noun="file",
+                                   retry_hint="ingestion-pipeline retry FILE_ID")
+        due = any(st["status"] == DOCUMENT_FILES.queued for st in partition_states(conn, DOCUMENT_FILES,
+                                                                                   partition_key))
+    if due:
+        return NothingToDo(f"files are due again in partition {partition_key}: re-execute all steps (or materialise "
+                           f"the batch) to run them; this re-execution ran only the checks. {now}")
+    return now
+
+
+@dg.multi_asset_check(specs=SPECS, can_subset=True, name=CHECKS_STEP,
                       description="The promoted batch's integrity and failed files, for its own partition.")
 def promoted_batch_checks(context: dg.AssetCheckExecutionContext, postgres: PostgresResource,
                           embedder: dg.ResourceParam[Embedder]) -> Iterator[dg.AssetCheckResult]:
@@ -117,9 +147,9 @@ def promoted_batch_checks(context: dg.AssetCheckExecutionContext, postgres: Post
     results = batch_results(postgres, partition_key, embedder.info.dimension)
     for key in context.selected_asset_check_keys:
         yield results[key.name]
-    nothing = nothing_found_by(context.instance, context.run, partition_key)
-    if nothing:
-        raise failure_for(NothingToDo(nothing))
+    nothing = nothing_to_do(context.instance, postgres.db, context.run, partition_key)
+    if nothing is not None:
+        raise failure_for(nothing)
 
 
 @dg.definitions
