@@ -234,6 +234,15 @@ mutation($params: ExecutionParams!) {
 }"""
 
 
+def _ended(instance, run_id: str, proc: subprocess.Popen, log_path: Path, what: str):
+    """The run ``run_id`` once it has ended."""
+    def finished():
+        run = instance.get_run_by_id(run_id)
+        return run if run is not None and run.is_finished else None
+
+    return _wait(finished, 300, proc, log_path, f"{what} {run_id}")
+
+
 def _execute_checks(port: int, asset: str, checks: list[str], partition: str, instance, proc, log_path: Path):
     """What the UI's "Execute" on an asset's checks for a partition launches: a run of the checks alone (the
     implicit asset job, no asset selected); the run once it has ended."""
@@ -243,13 +252,7 @@ def _execute_checks(port: int, asset: str, checks: list[str], partition: str, in
                      "assetCheckSelection": [{"assetKey": {"path": [asset]}, "name": name} for name in checks]},
         "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}}})["launchRun"]
     assert launched["__typename"] == "LaunchRunSuccess", launched
-    run_id = launched["run"]["runId"]
-
-    def finished():
-        run = instance.get_run_by_id(run_id)
-        return run if run is not None and run.is_finished else None
-
-    return _wait(finished, 300, proc, log_path, f"the checks' run {run_id}")
+    return _ended(instance, launched["run"]["runId"], proc, log_path, "the checks' run")
 
 
 def _check_executions(port: int, asset: str, check: str, partition: str | None) -> list[dict]:
@@ -263,13 +266,7 @@ def _reexecute(port: int, parent_run_id: str, strategy: str, instance, proc, log
     launched = _graphql(port, _REEXECUTE, {"params": {"parentRunId": parent_run_id, "strategy": strategy,
                                                       "useParentRunTags": True}})["launchPipelineReexecution"]
     assert launched["__typename"] == "LaunchRunSuccess", launched
-    run_id = launched["run"]["runId"]
-
-    def finished():
-        run = instance.get_run_by_id(run_id)
-        return run if run is not None and run.is_finished else None
-
-    return _wait(finished, 300, proc, log_path, f"re-execution {run_id}")
+    return _ended(instance, launched["run"]["runId"], proc, log_path, "re-execution")
 
 
 def _step_failures(instance, run_id: str) -> list[str]:
