@@ -1,6 +1,6 @@
 """Every environment variable the project reads, in one table: the source of ``docs/configuration.md``.
 
-The settings models' variables come from the models themselves (``_setting``: name, default, description as
+The settings models' variables come from the models themselves (``_settings``: name, default, description as
 ``core/settings.py`` defines them); the others (databases, folders, tests) are written here.
 
 ``python -m ingestion_pipeline.core.environment > docs/configuration.md`` writes the page; a test checks
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic.fields import FieldInfo
+
 from ingestion_pipeline.core import settings
 
 
@@ -22,26 +24,31 @@ class Variable:
     meaning: str
 
 
+def _shown(field: FieldInfo) -> str:
+    """A field's default as the page writes it: its ``shown`` text, else the value (``30``, not ``30.0``)."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    default = field.get_default(call_default_factory=False)
+    if isinstance(default, float) and default.is_integer():
+        default = int(default)
+    return str(extra.get("shown") or (str(default).lower() if isinstance(default, bool) else default))
+
+
 def _model_variables() -> dict[str, Variable]:
     """The variables the settings models read: each field's variable, default and description, written once
-    there (``core/settings.py``)."""
+    there (``core/settings.py``); a field of no description (``redis_configured``) is another reading of one."""
     found = {}
-    for model in (settings.UploadSettings, settings.BatchSettings, settings.ChunkSettings, settings.EmbeddingSettings,
-                  settings.S3SyncSettings, settings.MetricsSettings, settings.ReliabilitySettings,
-                  settings.QueueSettings, settings.ExtractionLimits, settings.ExecutorSettings, settings.ApiSettings):
+    for model in (*(area.annotation for area in settings.Settings.model_fields.values()), settings.ApiSettings):
         for field in model.model_fields.values():
-            extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-            if extra.get("env"):
-                shown = extra.get("shown") or str(field.get_default(call_default_factory=False))
-                found[extra["env"]] = Variable(extra["env"], shown, field.description or "")
+            if field.description and (names := settings.variables(field)):
+                found[names[0]] = Variable(names[0], _shown(field), field.description)
     return found
 
 
 _FROM_MODELS = _model_variables()
 
 
-def _setting(name: str) -> Variable:
-    return _FROM_MODELS[name]
+def _settings(*names: str) -> tuple[Variable, ...]:
+    return tuple(_FROM_MODELS[name] for name in names)
 
 
 AREAS: dict[str, tuple[Variable, ...]] = {
@@ -54,104 +61,57 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         Variable("DAGSTER_HOME", "`<home>/dagster_home`", "Where `dagster.yaml` (the instance) is read from."),
         Variable("INGESTION_HOME", "the checkout", "The project folder the default paths hang from."),
         Variable("INGESTION_DATA_DIR", "`<home>/.data`", "Embedded Postgres, upload stores and model cache."),
-        _setting("INGESTION_UPLOAD_DIR"),
-        _setting("INGESTION_METRICS_UPLOAD_DIR"),
-        _setting("INGESTION_UPLOAD_STORE"),
-        _setting("INGESTION_UPLOAD_STORE_ENDPOINT_URL"),
-        _setting("INGESTION_MODEL_CACHE_DIR"),
+        *_settings("INGESTION_UPLOAD_DIR", "INGESTION_METRICS_UPLOAD_DIR", "INGESTION_UPLOAD_STORE",
+                   "INGESTION_UPLOAD_STORE_ENDPOINT_URL", "INGESTION_MODEL_CACHE_DIR"),
     ),
     "Documents": (
-        _setting("INGESTION_MAX_UPLOAD_BYTES"),
-        _setting("INGESTION_BATCH_MAX_FILES"),
-        _setting("INGESTION_BATCH_MAX_BYTES"),
-        _setting("INGESTION_BATCH_LANES"),
-        _setting("INGESTION_BATCH_INTERACTIVE_FILES"),
-        _setting("INGESTION_INDEX_SWEEP_NICE"),
-        _setting("INGESTION_CHUNK_TARGET_TOKENS"),
-        _setting("INGESTION_CHUNK_MAX_TOKENS"),
-        _setting("INGESTION_EMBEDDING_MODEL"),
-        _setting("INGESTION_EMBEDDING_BATCH_SIZE"),
-        _setting("INGESTION_EMBEDDING_BACKEND"),
-        _setting("INGESTION_EMBEDDING_PRECISION"),
-        _setting("INGESTION_EMBEDDING_DEVICE"),
-        _setting("INGESTION_EMBEDDING_SHARE_CHUNKS"),
-        _setting("INGESTION_EXTRACTION_TIMEOUT_SECONDS"),
-        _setting("INGESTION_EXTRACTION_MEMORY_MB"),
-        _setting("INGESTION_MAX_TEXT_CHARS"),
-        _setting("INGESTION_MAX_CHUNKS_PER_FILE"),
-        _setting("INGESTION_MAX_TOKENS_PER_FILE"),
-        _setting("INGESTION_MAX_PAGES_PER_FILE"),
-        _setting("INGESTION_MAX_OCR_PAGES_PER_FILE"),
-        _setting("INGESTION_MAX_ZIP_MEMBER_BYTES"),
-        _setting("INGESTION_MAX_COMPRESSION_RATIO"),
-        _setting("INGESTION_PAGE_IMAGES"),
-        _setting("INGESTION_UNIT_PAGES"),
-        _setting("INGESTION_UNIT_TEXT_PAGES"),
-        _setting("INGESTION_UNIT_CHARACTERS"),
-        _setting("INGESTION_CHUNK_PART_CHARACTERS"),
+        *_settings("INGESTION_MAX_UPLOAD_BYTES", "INGESTION_BATCH_MAX_FILES", "INGESTION_BATCH_MAX_BYTES",
+                   "INGESTION_BATCH_LANES", "INGESTION_BATCH_INTERACTIVE_FILES", "INGESTION_INDEX_SWEEP_NICE",
+                   "INGESTION_CHUNK_TARGET_TOKENS", "INGESTION_CHUNK_MAX_TOKENS", "INGESTION_EMBEDDING_MODEL",
+                   "INGESTION_EMBEDDING_BATCH_SIZE", "INGESTION_EMBEDDING_BACKEND", "INGESTION_EMBEDDING_PRECISION",
+                   "INGESTION_EMBEDDING_DEVICE", "INGESTION_EMBEDDING_SHARE_CHUNKS",
+                   "INGESTION_EXTRACTION_TIMEOUT_SECONDS", "INGESTION_EXTRACTION_MEMORY_MB", "INGESTION_MAX_TEXT_CHARS",
+                   "INGESTION_MAX_CHUNKS_PER_FILE", "INGESTION_MAX_TOKENS_PER_FILE", "INGESTION_MAX_PAGES_PER_FILE",
+                   "INGESTION_MAX_OCR_PAGES_PER_FILE", "INGESTION_MAX_ZIP_MEMBER_BYTES",
+                   "INGESTION_MAX_COMPRESSION_RATIO", "INGESTION_PAGE_IMAGES", "INGESTION_UNIT_PAGES",
+                   "INGESTION_UNIT_TEXT_PAGES", "INGESTION_UNIT_CHARACTERS", "INGESTION_CHUNK_PART_CHARACTERS"),
         Variable("INGESTION_TESSERACT", "`tesseract` on the PATH", "The Tesseract executable for OCR."),
     ),
     "S3 sources": (
-        _setting("INGESTION_S3_PAGE_SIZE"),
-        _setting("INGESTION_S3_PAGES_PER_TICK"),
-        _setting("INGESTION_SOURCE_SYNC_INTERVAL_SECONDS"),
+        *_settings("INGESTION_S3_PAGE_SIZE", "INGESTION_S3_PAGES_PER_TICK", "INGESTION_SOURCE_SYNC_INTERVAL_SECONDS"),
     ),
     "Workers (several hosts)": (
-        _setting("INGESTION_EXECUTOR"),
-        _setting("CELERY_BROKER_URL"),
-        _setting("INGESTION_EMBEDDING_QUEUE"),
-        _setting("INGESTION_WORKER_CONCURRENCY"),
-        _setting("INGESTION_DAGSTER_URL"),
+        *_settings("INGESTION_EXECUTOR", "CELERY_BROKER_URL", "INGESTION_EMBEDDING_QUEUE",
+                   "INGESTION_WORKER_CONCURRENCY", "INGESTION_DAGSTER_URL"),
         Variable("INGESTION_WARM_RUN_WORKERS", "1 (`dagster.yaml`)", "Run workers the instance's launcher keeps "
                  "idle ahead of need (Dagster, the code location and the model loaded): a launched run starts at "
                  "once. `0`: every run starts a fresh interpreter, Dagster's default."),
-        _setting("INGESTION_WORKER_REDELIVER_SECONDS"),
-        _setting("INGESTION_CELERY_POLL_SECONDS"),
+        *_settings("INGESTION_WORKER_REDELIVER_SECONDS", "INGESTION_CELERY_POLL_SECONDS"),
     ),
     "Queues": (
-        _setting("REDIS_URL"),
-        _setting("INGESTION_INTAKE_INTERVAL_SECONDS"),
-        _setting("INGESTION_QUEUE_JOBS_PER_TICK"),
-        _setting("INGESTION_QUEUE_HEARTBEAT_SECONDS"),
-        _setting("INGESTION_DEAD_LETTER_MAX_ENTRIES"),
-        _setting("INGESTION_DEAD_LETTER_MAX_AGE_DAYS"),
-        _setting("INGESTION_DEAD_LETTER_MAX_BYTES"),
-        _setting("INGESTION_SQS_QUEUE_URLS"),
-        _setting("INGESTION_SQS_MESSAGES_PER_TICK"),
-        _setting("INGESTION_SQS_WAIT_SECONDS"),
+        *_settings("REDIS_URL", "INGESTION_INTAKE_INTERVAL_SECONDS", "INGESTION_QUEUE_JOBS_PER_TICK",
+                   "INGESTION_QUEUE_HEARTBEAT_SECONDS", "INGESTION_DEAD_LETTER_MAX_ENTRIES",
+                   "INGESTION_DEAD_LETTER_MAX_AGE_DAYS", "INGESTION_DEAD_LETTER_MAX_BYTES", "INGESTION_SQS_QUEUE_URLS",
+                   "INGESTION_SQS_MESSAGES_PER_TICK", "INGESTION_SQS_WAIT_SECONDS"),
     ),
     "Metric exports": (
-        _setting("INGESTION_METRICS_MAX_UPLOAD_BYTES"),
-        _setting("INGESTION_METRICS_VALID_THRESHOLD"),
-        _setting("INGESTION_STAGING_RETENTION_DAYS"),
+        *_settings("INGESTION_METRICS_MAX_UPLOAD_BYTES", "INGESTION_METRICS_VALID_THRESHOLD",
+                   "INGESTION_STAGING_RETENTION_DAYS"),
     ),
     "Reliability and retention": (
-        _setting("INGESTION_LEASE_SECONDS"),
-        _setting("INGESTION_RETRY_BACKOFF"),
-        _setting("INGESTION_JANITOR_INTERVAL_SECONDS"),
-        _setting("INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS"),
-        _setting("INGESTION_FAILED_TTL_DAYS"),
-        _setting("INGESTION_ORPHAN_TTL_HOURS"),
-        _setting("INGESTION_PARTITION_RETENTION_DAYS"),
+        *_settings("INGESTION_LEASE_SECONDS", "INGESTION_RETRY_BACKOFF", "INGESTION_JANITOR_INTERVAL_SECONDS",
+                   "INGESTION_RELAUNCH_QUEUED_AFTER_SECONDS", "INGESTION_FAILED_TTL_DAYS", "INGESTION_ORPHAN_TTL_HOURS",
+                   "INGESTION_PARTITION_RETENTION_DAYS"),
         Variable("INGESTION_PROGRESS_SECONDS", "2", "How often long steps report progress."),
     ),
     "HTTP API": (
-        _setting("JWT_SECRET"),
-        _setting("JWT_EXPIRY_HOURS"),
-        _setting("AUTH_ENABLED"),
-        _setting("INGESTION_API_MAX_INFLIGHT_UPLOADS"),
-        _setting("INGESTION_API_SEARCHES_PER_TENANT"),
-        _setting("INGESTION_API_MAX_CONCURRENT_LOGINS"),
-        _setting("INGESTION_API_LOGIN_FAILURES_PER_ADDRESS"),
-        _setting("INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT"),
-        _setting("INGESTION_API_LOGIN_WINDOW_SECONDS"),
-        _setting("INGESTION_API_TRUSTED_PROXIES"),
-        _setting("INGESTION_API_UPLOAD_IDLE_SECONDS"),
-        _setting("INGESTION_API_UPLOAD_MIN_BYTES_PER_SECOND"),
-        _setting("INGESTION_API_HEADER_TIMEOUT_SECONDS"),
-        _setting("INGESTION_UPLOAD_BUCKET"),
-        _setting("INGESTION_UPLOAD_S3_ENDPOINT"),
-        _setting("INGESTION_ALLOWED_S3_ENDPOINTS"),
+        *_settings("JWT_SECRET", "JWT_EXPIRY_HOURS", "AUTH_ENABLED", "INGESTION_API_MAX_INFLIGHT_UPLOADS",
+                   "INGESTION_API_SEARCHES_PER_TENANT", "INGESTION_API_MAX_CONCURRENT_LOGINS",
+                   "INGESTION_API_LOGIN_FAILURES_PER_ADDRESS", "INGESTION_API_LOGIN_FAILURES_PER_ACCOUNT",
+                   "INGESTION_API_LOGIN_WINDOW_SECONDS", "INGESTION_API_TRUSTED_PROXIES",
+                   "INGESTION_API_UPLOAD_IDLE_SECONDS", "INGESTION_API_UPLOAD_MIN_BYTES_PER_SECOND",
+                   "INGESTION_API_HEADER_TIMEOUT_SECONDS", "INGESTION_UPLOAD_BUCKET", "INGESTION_UPLOAD_S3_ENDPOINT",
+                   "INGESTION_ALLOWED_S3_ENDPOINTS"),
     ),
     "Tests only": (
         Variable("INGESTION_FAILPOINT", "none", "A named point where a fault test stops a worker."),
