@@ -60,6 +60,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # a step reads the run's instance from Dagster's storage: DAGSTER_PG_URL, derived from DATABASE_URL when unset
     # (as the other commands do), inherited by the pool's processes
     resolve_dagster_storage_url()
+    # the steps it executes are Celery steps, whatever this host's own setting: a document step there spreads its
+    # items over the workers (defs/documents/assets.py: spread_over_workers), inherited by the pool's processes
+    os.environ["INGESTION_EXECUTOR"] = "celery"
     app = make_app(CeleryExecutor.for_cli(**celery_config(settings)).app_args())
     create_pooled_task(app)  # the task dagster-celery's executor sends: execute one step of a run
     keep_across_steps()  # inherited by the pool's processes: each loads the model once

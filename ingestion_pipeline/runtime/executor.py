@@ -49,29 +49,49 @@ def embedding_step_tags(settings: ExecutorSettings | None = None) -> dict[str, s
     return {CELERY_QUEUE_TAG: queue} if queue else {}
 
 
-def executor_for(settings: ExecutorSettings) -> dg.ExecutorDefinition:
+# How often the run's process looks for finished steps under Celery: soon after a step was sent or ended, at most
+# every INGESTION_CELERY_POLL_SECONDS while steps run (runtime/celery_pace.py). dagster-celery's loop sleeps a fixed
+# 1 s (its module's TICK_SECONDS, read at every pass and set here too), so each step of a run waited half a second
+# on average after its task ended, and a fanned-out document run is a chain of about ten steps.
+RETRIES = dg.Field(dg.Selector({"enabled": {}, "disabled": {}}), default_value={"enabled": {}}, is_required=False,
+                   description="Whether a step that asks to be retried (RetryRequested) is retried; as Dagster's own "
+                               "executors.")
+
+
+def _requirements(config: dict) -> list:
+    """Celery's steps run in other processes: the job must be reconstructable and the instance persistent."""
+    return dg.multiple_process_executor_requirements() if load_settings().executor.executor == "celery" else []
+
+
+@dg.executor(name="ingestion_executor", config_schema={"retries": RETRIES}, requirements=_requirements)
+def ingestion_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
+    """Dagster's in-process executor, or dagster-celery's (``INGESTION_EXECUTOR``), chosen when a run starts.
+
+    One executor definition whatever the environment, so every host defines the same code location (the UI, the
+    daemon and a run's process read the same job); what it executes with is the run process's configuration, as
+    its database URL is."""
+    settings = load_settings().executor
+    retries = {"retries": init_context.executor_config.get("retries", {"enabled": {}})}
     if settings.executor == "celery":
-        # How often the run's process looks for finished steps: soon after a step was sent or ended, at most every
-        # INGESTION_CELERY_POLL_SECONDS while steps run (runtime/celery_pace.py). dagster-celery's loop sleeps a fixed
-        # 1 s (its module's TICK_SECONDS, read at every pass and set here too), so each step of a run waited half a
-        # second on average after its task ended, and a fanned-out document run is a chain of about ten steps.
+        from dagster_celery import celery_executor
+
         set_celery_tick(settings.poll_seconds)
-        return _paced_celery_executor(settings.poll_seconds).configured(celery_config(settings), name="celery")
-    return dg.in_process_executor
+        celery = celery_executor.executor_creation_fn(dg.InitExecutorContext(
+            job=init_context.job, executor_def=celery_executor, instance=init_context.instance,
+            executor_config={**celery_config(settings), **retries}))
+        return _paced(celery, settings.poll_seconds)
+    return dg.in_process_executor.executor_creation_fn(dg.InitExecutorContext(
+        job=init_context.job, executor_def=dg.in_process_executor, instance=init_context.instance,
+        executor_config=retries))
 
 
-def _paced_celery_executor(longest_pause: float) -> dg.ExecutorDefinition:
-    """dagster-celery's ``celery_executor``, with the same config, whose run loop is paced by its events."""
-    from dagster_celery import celery_executor
-    from dagster_celery.executor import CELERY_CONFIG
-
+def _paced(celery: dg.Executor, longest_pause: float) -> dg.Executor:
+    """dagster-celery's executor as built from the config, whose run loop is paced by its events."""
     from ingestion_pipeline.runtime.dagster_internals import celery_step_sent_or_ended, pace_celery_loop
 
     pace = pace_celery_loop(longest_pause)
 
     class PacedCeleryExecutor(dg.Executor):
-        """dagster-celery's executor as built from the config; its run loop's events tell the pace."""
-
         def __init__(self, celery: dg.Executor) -> None:
             self.celery = celery
 
@@ -91,18 +111,14 @@ def _paced_celery_executor(longest_pause: float) -> dg.ExecutorDefinition:
                     pace.ended()
                 yield event
 
-    @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=dg.multiple_process_executor_requirements())
-    def paced_celery_executor(init_context):
-        return PacedCeleryExecutor(celery_executor.executor_creation_fn(init_context))
-
-    return paced_celery_executor
+    return PacedCeleryExecutor(celery)
 
 
 def job_executor_name() -> str:
-    """``in_process`` or ``celery``: this process's settings (read when the code location loads)."""
+    """``in_process`` or ``celery``: what this process's runs execute with (``INGESTION_EXECUTOR``)."""
     return load_settings().executor.executor
 
 
 def job_executor() -> dg.ExecutorDefinition:
-    """The executor of this process's settings (read when the code location loads)."""
-    return executor_for(load_settings().executor)
+    """The executor of every job, materialisation and backfill: the same definition on every host."""
+    return ingestion_executor

@@ -128,14 +128,18 @@ def test_a_unit_another_live_worker_reads_is_waited_for_not_read_twice(instance,
     assert _chunks(db, "acme") == _chunks(db, "whole")
 
 
+def spread_over_workers(monkeypatch) -> None:
+    """Runs whose steps spread their units, parts and shares over workers, as under INGESTION_EXECUTOR=celery (run
+    here with the in-process executor: the same steps, one after another)."""
+    monkeypatch.setenv("INGESTION_EXECUTOR", "celery")
+
+
 def _fanned_out_assets():
-    """The document assets as a code location under INGESTION_EXECUTOR=celery has them: document_elements,
-    document_chunks and document_embeddings are graphs whose units, parts and shares fan out (run here with the
-    in-process executor: the same steps, one after another)."""
+    """The document assets, the same graphs whatever the executor: whether units fan out is the run's."""
     from ingestion_pipeline.defs.documents import assets
 
-    return [assets.raw_documents, assets._elements_asset(True), assets._chunks_asset(True),
-            assets._embeddings_asset(True), assets.promoted_documents]
+    return [assets.raw_documents, assets.document_elements, assets.document_chunks, assets.document_embeddings,
+            assets.promoted_documents]
 
 
 @pytest.mark.integration  # two whole runs, one fanned out into a step per unit and per share (~24 s)
@@ -145,6 +149,7 @@ def test_units_fan_out_as_mapped_steps_and_assemble_into_the_whole_files_version
 
     olap, memo = corpus_dir / "documents" / "fr_olap.pdf", corpus_dir / "documents" / "fake-memo.pdf"
     ingest(instance, database, "whole", olap, memo)
+    spread_over_workers(monkeypatch)
     monkeypatch.setenv("INGESTION_UNIT_PAGES", "5")  # 12 pages: units 1-4, 5-8, 9-12; the memo is read whole
     monkeypatch.setenv("INGESTION_UNIT_TEXT_PAGES", "1")  # a text PDF cut by its pages
     monkeypatch.setenv("INGESTION_EMBEDDING_SHARE_CHUNKS", "10")
@@ -198,6 +203,7 @@ def test_a_reexecution_from_failure_runs_only_the_failed_unit_again(instance, da
     from ingestion_pipeline.documents.pipeline import DocumentPipeline
     from ingestion_pipeline_tests.helpers import batch_queued
 
+    spread_over_workers(monkeypatch)
     monkeypatch.setenv("INGESTION_UNIT_PAGES", "5")
     monkeypatch.setenv("INGESTION_UNIT_TEXT_PAGES", "1")  # a text PDF cut by its pages
     submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")

@@ -5,7 +5,12 @@ changed, and a part delivered twice adds no chunk and no second promotion."""
 import dagster as dg
 import pytest
 
-from ingestion_pipeline_tests.defs.test_big_documents import SECTION_COLUMNS, _fanned_out_assets, _manual
+from ingestion_pipeline_tests.defs.test_big_documents import (
+    SECTION_COLUMNS,
+    _fanned_out_assets,
+    _manual,
+    spread_over_workers,
+)
 from ingestion_pipeline_tests.helpers import batch_queued, history, ingest, submit, table
 from ingestion_pipeline_tests.helpers import test_resources as resources
 
@@ -22,6 +27,7 @@ def instance():
 @pytest.fixture
 def in_parts(monkeypatch):
     monkeypatch.setenv("INGESTION_UNIT_CHARACTERS", "20000")  # the 130,000-character manual: ~6 sections
+    spread_over_workers(monkeypatch)
     monkeypatch.setenv("INGESTION_CHUNK_PART_CHARACTERS", "40000")  # in 2-3 parts
 
 
@@ -152,9 +158,11 @@ def test_a_file_chunked_in_parts_over_the_token_limit_fails_with_the_limit(insta
 
 
 @pytest.mark.integration  # two fanned-out runs of a small file (~10 s)
-def test_a_batch_with_nothing_to_encode_or_read_whole_runs_no_empty_mapped_step(instance, database, db, corpus_dir):
+def test_a_batch_with_nothing_to_encode_or_read_whole_runs_no_empty_mapped_step(instance, database, db, corpus_dir,
+                                                                               monkeypatch):
     """Dagster runs a collecting step after no mapped step at all: no step is spent on an empty share or on
     whole files when there are none."""
+    spread_over_workers(monkeypatch)
     memo = corpus_dir / "documents" / "fake-memo.pdf"
     _fanned_out(instance, database, "acme", memo, "memo")
     again = _fanned_out(instance, database, "acme", memo, "memo-copy")  # the same text: every vector reused

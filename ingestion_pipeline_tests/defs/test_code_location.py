@@ -1,5 +1,7 @@
 """The code location: what it holds, and what loading it costs a process."""
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,15 +53,44 @@ def test_the_code_location_holds_every_module_of_defs_through_dagsters_own_loade
     assert isinstance(code_location.defs().executor, dg.ExecutorDefinition)
 
 
-def test_the_definitions_are_the_same_whatever_the_environment(monkeypatch):
-    """Every host defines the same code location: queues, the executor's workers and the model are read when a
-    run or tick needs them."""
-    plain = _contents(code_location.defs())
-    monkeypatch.setenv("INGESTION_SQS_QUEUE_URLS", "https://sqs.us-east-1.amazonaws.com/123456789012/ingest-events, "
-                       "http://127.0.0.1:9324/000000000000/Jobs.fifo")
-    monkeypatch.setenv("INGESTION_EMBEDDING_PRECISION", "int8")
-    assert _contents(code_location.defs()) == plain
-    assert "sqs_sensor" in plain["sensors"]
+# The code location's whole snapshot, as Dagster serialises it for the UI and the daemon (every job's ops and
+# dependencies, config schemas, executor, resources, tags, checks, sensors), with each list put in one order:
+# Dagster builds some of them from sets.
+SNAPSHOT = """
+import hashlib, json
+from dagster._core.remote_representation.external_data import RepositorySnap
+from dagster_shared.serdes import serialize_value
+from ingestion_pipeline.definitions import defs
+
+def canonical(value):
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return sorted((canonical(v) for v in value), key=lambda v: json.dumps(v, sort_keys=True))
+    return value
+
+snapshot = json.loads(serialize_value(RepositorySnap.from_def(defs().get_repository_def())))
+print(hashlib.sha256(json.dumps(canonical(snapshot), sort_keys=True).encode()).hexdigest())
+"""
+
+
+@pytest.mark.integration  # three code locations loaded in processes of their own (~10 s)
+def test_the_definitions_are_the_same_whatever_the_environment():
+    """Every host defines the same code location, whatever executes its runs: the executor (in one process or on
+    Celery workers) is read when a run starts, the document steps are the same graphs either way (whether their
+    items spread over workers is the run's), and queues and the model are read when a run or tick needs them.
+    Each load is a process of its own: the definitions are built when their modules are imported."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("INGESTION_")} | {
+        "INGESTION_EMBEDDED_POSTGRES": "1"}
+    settings = [{}, {"INGESTION_EXECUTOR": "in_process"},
+                {"INGESTION_EXECUTOR": "celery", "INGESTION_EMBEDDING_PRECISION": "int8", "INGESTION_SQS_QUEUE_URLS":
+                 "https://sqs.us-east-1.amazonaws.com/123456789012/ingest-events, "
+                 "http://127.0.0.1:9324/000000000000/Jobs.fifo"}]
+    snapshots = {json.dumps(extra): subprocess.run([sys.executable, "-c", SNAPSHOT], env=base | extra, check=True,
+                                                   capture_output=True, text=True).stdout.strip().splitlines()[-1]
+                 for extra in settings}
+    assert len(set(snapshots.values())) == 1, snapshots
+    assert "sqs_sensor" in _contents(code_location.defs())["sensors"]
 
 
 # The one module that uses Dagster beyond its documented API (ARCHITECTURE.md), each use tested on its own by

@@ -33,7 +33,7 @@ def test_batch_promotes_good_files_and_fails_only_the_bad_one(instance, database
     assert any(m.startswith("embed: 3/3 files") and " chunks (" in m and "ETA 0s" in m for m in messages)
     # what the batch was embedded with, and the decision that set it, on the embedding step's materialisation
     [embedded] = [e.step_materialization_data.materialization.metadata for e in result.all_events
-                  if e.is_step_materialization and e.step_key == "document_embeddings"]
+                  if e.is_step_materialization and e.step_key.startswith("document_embeddings.")]
     assert "minilm" in embedded["model"].value.lower() and embedded["model_precision"].value == "f32"
     assert embedded["model_runtime"].value in ("torch", "onnx", "openvino")
     assert embedded["model_decision"].value.startswith(("default (f32/", "prepare (", "none recorded")), embedded

@@ -98,8 +98,8 @@ def test_reexecution_from_failure_continues_the_batch_and_the_sensor_waits_for_i
     retry_run = instance.get_run_by_id(retry.run_id)
     assert retry_run.root_run_id == first.run_id
     steps = {e.step_key for e in retry.all_events if e.event_type == dg.DagsterEventType.STEP_START}
-    assert steps == {"document_embeddings", "promoted_documents", "promoted_batch_checks",
-                     "promoted_documents_fingerprints_current"}
+    assert steps == {"document_embeddings.plan_shares", "document_embeddings.finish_embeddings",
+                     "promoted_documents", "promoted_batch_checks", "promoted_documents_fingerprints_current"}
     rows = table(db, "SELECT * FROM ingestion_runs ORDER BY run_id")
     assert {r["status"] for r in rows} == {"succeeded"} and {r["attempts"] for r in rows} == {1}
     assert {r["dagster_run_id"] for r in rows} == {retry.run_id}

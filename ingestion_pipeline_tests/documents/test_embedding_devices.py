@@ -121,7 +121,7 @@ def test_the_embedding_step_goes_to_its_own_celery_queue():
 
     assert CELERY_QUEUE_TAG == DAGSTER_CELERY_QUEUE_TAG
     script = ("import json; from ingestion_pipeline.definitions import defs; d = defs(); "
-              "print(json.dumps({n: dict(d.get_assets_def(n).op.tags) for n in "
+              "print(json.dumps({n: [dict(op.tags) for op in d.get_assets_def(n).node_def.iterate_op_defs()] for n in "
               "('document_chunks', 'document_embeddings', 'promoted_documents')}))")
     for queue, expected in (("gpu", {"dagster-celery/queue": "gpu"}), (None, {})):
         env = {k: v for k, v in os.environ.items() if k != "INGESTION_EMBEDDING_QUEUE"}
@@ -129,8 +129,10 @@ def test_the_embedding_step_goes_to_its_own_celery_queue():
             env["INGESTION_EMBEDDING_QUEUE"] = queue
         out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
         tags = json.loads(out.stdout.strip().splitlines()[-1])
-        assert tags["document_embeddings"].get("dagster-celery/queue") == expected.get("dagster-celery/queue")
-        assert "dagster-celery/queue" not in tags["document_chunks"] | tags["promoted_documents"]
+        # every op of the embedding graph (plan, shares, finish), and no other step
+        assert {op.get("dagster-celery/queue") for op in tags["document_embeddings"]} == {
+            expected.get("dagster-celery/queue")}
+        assert not any("dagster-celery/queue" in op for op in tags["document_chunks"] + tags["promoted_documents"])
     assert worker_queues(None) == ["dagster"]
     assert worker_queues(["gpu", "dagster,gpu"]) == ["gpu", "dagster"]
     with pytest.raises(ValueError, match="--queue takes Celery queue names"):

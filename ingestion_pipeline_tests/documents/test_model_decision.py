@@ -86,7 +86,7 @@ def test_a_host_that_cannot_compute_the_recorded_vectors_refuses_and_writes_none
     result = materialize_batch(instance, key, raise_on_error=False, resources={"embedder": here})
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure)
-    assert failure.step_key == "document_embeddings"
+    assert failure.step_key == "document_embeddings.plan_shares"  # in one process, the batch's encoding
     assert "cannot embed as the deployment decided" in failure.step_failure_data.error.to_string()
     assert table(db, "SELECT count(*) AS n FROM chunk_embeddings")[0]["n"] == 0
     assert table(db, "SELECT count(*) AS n FROM document_versions")[0]["n"] == 0

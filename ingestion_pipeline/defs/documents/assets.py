@@ -4,11 +4,13 @@ raw_documents -> document_elements -> document_chunks -> document_embeddings -> 
 """
 
 
+import dataclasses
 import os
 import socket
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import dagster as dg
 
@@ -166,68 +168,38 @@ def _with_catch_up(name: str, pipeline: DocumentPipeline, context: dg.AssetExecu
     return work() if work is not None else STEPS[name](pipeline, context)
 
 
-def _file_step(name: str, description: str, *, deps: list, kinds: set[str],
-               totals: tuple[str, ...] = (), fetches_from_s3: bool = False, pool: str | None = None,
-               op_tags: dict[str, str] | None = None) -> dg.AssetsDefinition:
-    """A step that works the batch file by file: it does ``STEPS[name]`` and reports every file's outcome.
-
-    Only the step that fetches objects asks for the ``s3`` resource: Dagster builds a boto3 client for every
-    step that requires it (five steps per run; docs/benchmarks.md, "What loading the code location costs")."""
-
-    def run_step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
-                 embedder: Embedder, settings: SettingsResource, s3: S3Resource | None,
-                 heartbeat: HeartbeatResource) -> dg.MaterializeResult:
-        pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, s3, heartbeat,
-                                           progress_log=context.log.info)
-        loaded_before, nothing = embedder.loaded, {}
-        try:
-            outcomes = retrying_transient_errors(context, lambda: _with_catch_up(name, pipeline, context),
-                                                 settings.get().reliability.retry_backoff_seconds)
-        except NothingToDo as exc:
-            outcomes, nothing = [], _nothing_to_do(context, exc)
-        finally:
-            pipeline.close()
-        if not outcomes and not nothing and launched_by_a_person(context.run):
-            nothing = _found_nothing_before(context)  # the step before had nothing to do: nor has this one
-        _log_failures(context, outcomes)
-        return _result(outcomes, **nothing, **_model_metadata(embedder, loaded_before),
-                       **{key: _sum(outcomes, key) for key in totals})
-
-    asset = dg.asset(name=name, description=description, partitions_def=document_batches, group_name=GROUP,
-                     deps=deps, kinds=kinds, code_version=CODE_VERSIONS.get(name), owners=OWNERS,
-                     metadata=table_metadata(name), pool=pool, op_tags=op_tags)
-    if fetches_from_s3:
-        @asset
-        def fetch_step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
-                       embedder: dg.ResourceParam[Embedder], settings: SettingsResource,
-                       s3: S3Resource, heartbeat: HeartbeatResource) -> dg.MaterializeResult:
-            return run_step(context, postgres, upload_store, embedder, settings, s3, heartbeat)
-
-        return fetch_step
-
-    @asset
-    def step(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
-             embedder: dg.ResourceParam[Embedder], settings: SettingsResource,
-             heartbeat: HeartbeatResource) -> dg.MaterializeResult:
-        return run_step(context, postgres, upload_store, embedder, settings, None, heartbeat)
-
-    return step
-
-
-raw_documents = _file_step(
-    "raw_documents",
-    "The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current. A "
-    "person's launch also takes files waiting for a retry and dead-lettered ones (failed ones with the tag "
-    "ingestion/replay_failed=true); when the batch has nothing left to do, it says so and the run fails at "
-    "its last step, the batch checks, leaving the catalog as the data is.",
-    deps=[], kinds={"postgres", "s3"}, fetches_from_s3=True,
+@dg.asset(
+    partitions_def=document_batches, group_name=GROUP, kinds={"postgres", "s3"}, owners=OWNERS,
+    code_version=CODE_VERSIONS.get("raw_documents"), metadata=table_metadata("raw_documents"),
 )
-OP_RESOURCES = {"postgres", "upload_store", "embedder", "settings", "heartbeat"}  # an op of a fanned-out graph's
+def raw_documents(context: dg.AssetExecutionContext, postgres: PostgresResource, upload_store: UploadStoreResource,
+                  embedder: dg.ResourceParam[Embedder], settings: SettingsResource, s3: S3Resource,
+                  heartbeat: HeartbeatResource) -> dg.MaterializeResult:
+    """The batch's files: claimed in the ledger, S3 objects fetched, SHA-256 checked, skipped if current. A person's
+    launch also takes files waiting for a retry and dead-lettered ones (failed ones with the tag
+    ingestion/replay_failed=true); when the batch has nothing left to do, it says so and the run fails at its last
+    step, the batch checks, leaving the catalog as the data is."""
+    # only this step asks for the `s3` resource: Dagster builds a boto3 client for every step that requires it
+    pipeline = build_document_pipeline(postgres, upload_store, embedder, settings, s3, heartbeat,
+                                       progress_log=context.log.info)
+    nothing = {}
+    try:
+        outcomes = retrying_transient_errors(context, lambda: _with_catch_up("raw_documents", pipeline, context),
+                                             settings.get().reliability.retry_backoff_seconds)
+    except NothingToDo as exc:
+        outcomes, nothing = [], _nothing_to_do(context, exc)
+    finally:
+        pipeline.close()
+    _log_failures(context, outcomes)
+    return _result(outcomes, **nothing)
+
+
+OP_RESOURCES = {"postgres", "upload_store", "embedder", "settings", "heartbeat"}  # an op of a spread step's graph
 
 
 def _in_op(context: dg.OpExecutionContext, asset: str, work: Callable[[DocumentPipeline], T]) -> T:
-    """``work`` on the pipeline of an op of ``asset``'s graph, as a step of the asset would do it: a person's
-    re-execution starting here claims the batch first, a transient error asks Dagster for a retry."""
+    """``work`` on the pipeline of an op of ``asset``'s graph: a person's re-execution starting here claims the
+    batch first, a transient error asks Dagster for a retry."""
     r = context.resources
     pipeline = build_document_pipeline(r.postgres, r.upload_store, r.embedder, r.settings, heartbeat=r.heartbeat,
                                        progress_log=context.log.info)
@@ -235,199 +207,167 @@ def _in_op(context: dg.OpExecutionContext, asset: str, work: Callable[[DocumentP
         return retrying_transient_errors(context, lambda: _with_catch_up(asset, pipeline, context,
                                                                          lambda: work(pipeline)),
                                          r.settings.get().reliability.retry_backoff_seconds)
-    except NothingToDo as exc:
-        raise failure_for(exc) from exc
     finally:
         pipeline.close()
 
 
-ELEMENTS_DESCRIPTION = "Titles, paragraphs, list items and tables with page numbers and section paths (staging)."
+def spread_over_workers() -> bool:
+    """Whether a run's steps cut their work into items, each a step of its own that any Celery worker takes
+    (``INGESTION_EXECUTOR=celery``, which `ingestion-pipeline worker` sets for the steps it executes)."""
+    return job_executor_name() == "celery"
 
 
-def _fanned_out_elements() -> dg.AssetsDefinition:
-    """``document_elements`` as a graph for several workers (``INGESTION_EXECUTOR=celery``): a big PDF's units
-    (``documents/units.py``) fan out, one mapped step per unit on any worker, and are assembled once all are
-    done. A re-execution from failure runs only the failed units again (and the assembly)."""
-    resources = OP_RESOURCES
+@dataclass(frozen=True)
+class SpreadStep:
+    """A document step as a graph, the same on every host: ``plan`` cuts the batch's work into items (a big PDF's
+    units, a big document's chunk parts, the chunks to encode in shares), ``item`` is mapped over them, and
+    ``assemble`` puts each file back together once all are done; a re-execution from failure runs only the failed
+    items again. In one process the plan step does the whole batch itself (``whole``, on the step's lanes) and
+    plans no item: two steps, where a step per item would only queue them one after another."""
 
-    def run(context: dg.OpExecutionContext, work: Callable[[DocumentPipeline], T]) -> T:
-        return _in_op(context, "document_elements", work)
-
-    @dg.op(name="plan_units", ins={"claimed": dg.In(dg.Nothing)}, required_resource_keys=resources,
-           out=dg.DynamicOut(str, io_manager_key=STEP_VALUES),
-           description="Count each PDF's pages; a big one's units are planned, one step each.")
-    def plan_units(context: dg.OpExecutionContext):
-        keys, outcomes = run(context, lambda pipeline: pipeline.plan_extraction(context.partition_key))
-        _log_failures(context, outcomes)
-        context.log.info(f"{len(keys) - (WHOLE_FILES in keys)} unit(s) to read on the workers")
-        for key in keys:
-            yield dg.DynamicOutput(key, mapping_key=key)
-
-    @dg.op(name="extract_unit", required_resource_keys=resources, out=dg.Out(str, io_manager_key=STEP_VALUES),
-           description="One unit of a big PDF read and kept (or, for the unit `whole_files`, the batch's other "
-                       "files extracted whole).")
-    def extract_unit(context: dg.OpExecutionContext, work: str) -> str:
-        if work == WHOLE_FILES:
-            _log_failures(context, run(context, lambda pipeline: pipeline.extract_whole_files(context.partition_key)))
-        else:
-            outcome = run(context, lambda pipeline: pipeline.extract_unit(context.partition_key, work))
-            if outcome is not None and outcome.status != "failed":  # "pages 9-16 read", or "already read"
-                context.log.info(f"{outcome.filename} (file {outcome.file_id}): {outcome.detail}")
-            _log_failures(context, [outcome] if outcome is not None else [])
-        return work
-
-    @dg.op(name="assemble_units", required_resource_keys=resources, out=dg.Out(dg.Nothing),
-           description="Each big PDF's elements from all of its units (counted), staged as one file's.")
-    def assemble_units(context: dg.OpExecutionContext, done: list[str]):
-        outcomes = run(context, lambda pipeline: pipeline.assemble_units(context.partition_key))
-        _log_failures(context, outcomes)
-        files, counts = _file_metadata(outcomes)
-        yield dg.Output(None, metadata={**files, "failed": counts.get("failed", 0),
-                                        "units_read": len(done) - (WHOLE_FILES in done),
-                                        "elements": _sum(outcomes, "elements")})
-
-    @dg.graph_asset(name="document_elements", description=ELEMENTS_DESCRIPTION, partitions_def=document_batches,
-                    group_name=GROUP, kinds={"postgres"}, owners=OWNERS, metadata=table_metadata("document_elements"),
-                    ins={"raw_documents": dg.AssetIn(dagster_type=dg.Nothing)})
-    def document_elements(raw_documents):
-        return assemble_units(plan_units(raw_documents).map(extract_unit).collect())
-
-    return document_elements
+    asset: str
+    description: str
+    upstream: str
+    kinds: frozenset[str]
+    ops: tuple[tuple[str, str], tuple[str, str], tuple[str, str]]  # (name, description) of plan, item, assemble
+    plan: Callable[[DocumentPipeline, str], tuple[list, list[FileOutcome]]]
+    item: Callable[[DocumentPipeline, str, Any], list[FileOutcome]]
+    assemble: Callable[[DocumentPipeline, str], list[FileOutcome]]
+    whole: Callable[[DocumentPipeline, str], list[FileOutcome]]
+    items_name: str  # the metadata entry counting the items spread over workers
+    totals: tuple[str, ...]
+    pool: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    whole_files: str | None = None  # an item that is the batch's other files, not a unit of one
 
 
-def _elements_asset(fanned_out: bool) -> dg.AssetsDefinition:
-    if fanned_out:
-        return _fanned_out_elements()
-    return _file_step("document_elements", ELEMENTS_DESCRIPTION, deps=[raw_documents], kinds={"postgres"},
-                      totals=("elements",))
+def _outcomes_json(outcomes: list[FileOutcome]) -> list[dict]:
+    return [dataclasses.asdict(o) for o in outcomes if o is not None]
 
 
-# Several workers (Celery) read a big PDF's units as steps of their own; in one process, on the step's lanes
-document_elements = _elements_asset(job_executor_name() == "celery")
-CHUNKS_DESCRIPTION = "Structure-aware chunks within the embedding model's token budget (staging)."
-
-
-def _fanned_out_chunks() -> dg.AssetsDefinition:
-    """``document_chunks`` as a graph for several workers: a big document's changed sections are chunked in parts
-    (``documents/steps/chunk_parts.py``), one mapped step per part on any worker, and assembled once all are
-    done; the batch's other files are chunked whole in one step. A re-execution from failure runs only the
-    failed parts again (and the assembly)."""
-    resources = OP_RESOURCES
+def _spread_step(spec: SpreadStep) -> dg.AssetsDefinition:
+    """``spec`` as a graph asset (see ``SpreadStep``); what each op found travels to the assembly as JSON
+    (``STEP_VALUES``), so the asset's materialisation reports every file as a single step would."""
+    (plan_name, plan_about), (item_name, item_about), (assemble_name, assemble_about) = spec.ops
+    common = {"required_resource_keys": OP_RESOURCES, "tags": dict(spec.tags)}
 
     def run(context: dg.OpExecutionContext, work: Callable[[DocumentPipeline], T]) -> T:
-        return _in_op(context, "document_chunks", work)
+        return _in_op(context, spec.asset, work)
 
-    @dg.op(name="plan_chunk_parts", ins={"extracted": dg.In(dg.Nothing)}, required_resource_keys=resources,
-           out=dg.DynamicOut(str, io_manager_key=STEP_VALUES),
-           description="Each big document's changed sections cut into parts, one step each; the other files "
-                       "chunked here.")
-    def plan_chunk_parts(context: dg.OpExecutionContext):
-        keys, outcomes = run(context, lambda pipeline: pipeline.plan_chunking(context.partition_key))
-        _log_failures(context, outcomes)
-        context.log.info(f"{len(keys)} part(s) to chunk on the workers")
-        for key in keys:  # none: the assembly follows at once
-            yield dg.DynamicOutput(key, mapping_key=key)
-
-    @dg.op(name="chunk_part", required_resource_keys=resources, out=dg.Out(str, io_manager_key=STEP_VALUES),
-           description="One part of a big document's sections chunked and kept.")
-    def chunk_part(context: dg.OpExecutionContext, work: str) -> str:
-        outcome = run(context, lambda pipeline: pipeline.chunk_part(context.partition_key, work))
-        if outcome is not None and outcome.status != "failed":
-            context.log.info(f"{outcome.filename} (file {outcome.file_id}): {outcome.detail}")
-        _log_failures(context, [outcome] if outcome is not None else [])
-        return work
-
-    @dg.op(name="assemble_chunks", required_resource_keys=resources, out=dg.Out(dg.Nothing),
-           description="Each big document's chunks from all of its parts, numbered and staged as one file's.")
-    def assemble_chunks(context: dg.OpExecutionContext, done: list[str]):
-        outcomes = run(context, lambda pipeline: pipeline.assemble_chunks(context.partition_key))
-        _log_failures(context, outcomes)
-        files, counts = _file_metadata(outcomes)
-        yield dg.Output(None, metadata={**files, "failed": counts.get("failed", 0), "parts_chunked": len(done),
-                                        **{key: _sum(outcomes, key) for key in ("chunks", "tokens")}})
-
-    @dg.graph_asset(name="document_chunks", description=CHUNKS_DESCRIPTION, partitions_def=document_batches,
-                    group_name=GROUP, kinds={"postgres"}, owners=OWNERS, metadata=table_metadata("document_chunks"),
-                    ins={"document_elements": dg.AssetIn(dagster_type=dg.Nothing)})
-    def document_chunks(document_elements):
-        return assemble_chunks(plan_chunk_parts(document_elements).map(chunk_part).collect())
-
-    return document_chunks
-
-
-def _chunks_asset(fanned_out: bool) -> dg.AssetsDefinition:
-    if fanned_out:
-        return _fanned_out_chunks()
-    return _file_step("document_chunks", CHUNKS_DESCRIPTION, deps=[document_elements], kinds={"postgres"},
-                      totals=("chunks", "tokens"))
-
-
-document_chunks = _chunks_asset(job_executor_name() == "celery")
-EMBEDDINGS_DESCRIPTION = "One vector per chunk; unchanged chunk text under the same model reuses its stored vector."
-
-
-def _fanned_out_embeddings() -> dg.AssetsDefinition:
-    """``document_embeddings`` as a graph for several workers: the chunks still to encode (a big document's
-    thousands) are cut into shares (``INGESTION_EMBEDDING_SHARE_CHUNKS``), one mapped step each on any embedding
-    worker, then the files are finished with the figures the shares recorded."""
-    resources = OP_RESOURCES
-    tags = embedding_step_tags()
-
-    def run(context: dg.OpExecutionContext, work: Callable[[DocumentPipeline], T]) -> T:
-        return _in_op(context, "document_embeddings", work)
-
-    @dg.op(name="plan_shares", ins={"chunked": dg.In(dg.Nothing)}, required_resource_keys=resources, tags=tags,
-           out=dg.DynamicOut(list, io_manager_key=STEP_VALUES),
-           description="Stored vectors of unchanged chunk text reused; the chunks still to encode cut into shares.")
-    def plan_shares(context: dg.OpExecutionContext):
-        shares, outcomes = run(context, lambda pipeline: pipeline.plan_embedding(context.partition_key))
-        _log_failures(context, outcomes)
-        context.log.info(f"{sum(h - lo + 1 for share in shares for _, lo, h in share)} chunk(s) to encode in "
-                         f"{len(shares)} share(s)")
-        for i, share in enumerate(shares):  # none (every vector reused): Dagster finishes after no share too
-            yield dg.DynamicOutput(share, mapping_key=f"share_{i}")
-
-    @dg.op(name="embed_share", required_resource_keys=resources, tags=tags, pool=EMBEDDING_POOL,
-           out=dg.Out(int, io_manager_key=STEP_VALUES),
-           description="One share of the batch's chunks encoded and committed unit by unit.")
-    def embed_share(context: dg.OpExecutionContext, share: list) -> int:
-        outcomes = run(context, lambda pipeline: pipeline.embed_share(context.partition_key, share))
-        _log_failures(context, outcomes)
-        return _sum(outcomes, "embedded")
-
-    @dg.op(name="finish_embeddings", required_resource_keys=resources, tags=tags, out=dg.Out(dg.Nothing),
-           description="Every file's vectors complete: marked done with the shares' figures.")
-    def finish_embeddings(context: dg.OpExecutionContext, encoded: list[int]):
+    def summary(context: dg.OpExecutionContext, work: Callable[[DocumentPipeline], tuple[list, list[FileOutcome]]]
+                ) -> tuple[list, dict]:
+        """``work``'s items, and what it found (each file's outcome, the model it used) or that it had nothing to do."""
         embedder = context.resources.embedder
         loaded_before = embedder.loaded
-        outcomes = run(context, lambda pipeline: pipeline.finish_embedding(context.partition_key))
+        try:
+            items, outcomes = run(context, work)
+        except NothingToDo as exc:
+            return [], _nothing_to_do(context, exc)
         _log_failures(context, outcomes)
-        files, counts = _file_metadata(outcomes)
-        yield dg.Output(None, metadata={
-            **files, "failed": counts.get("failed", 0), "shares": len(encoded),
-            **_model_metadata(embedder, loaded_before),
-            **{key: _sum(outcomes, key) for key in ("embedded", "embeddings_reused", "model_ms")}})
+        return items, {"outcomes": _outcomes_json(outcomes), "extra": _model_metadata(embedder, loaded_before)}
 
-    @dg.graph_asset(name="document_embeddings", description=EMBEDDINGS_DESCRIPTION, partitions_def=document_batches,
-                    group_name=GROUP, kinds={"pgvector"}, owners=OWNERS,
-                    metadata=table_metadata("document_embeddings"),
-                    ins={"document_chunks": dg.AssetIn(dagster_type=dg.Nothing)})
-    def document_embeddings(document_chunks):
-        return finish_embeddings(plan_shares(document_chunks).map(embed_share).collect())
+    @dg.op(name=plan_name, description=plan_about, ins={"upstream": dg.In(dg.Nothing)}, pool=spec.pool, **common,
+           out={"items": dg.DynamicOut(io_manager_key=STEP_VALUES), "found": dg.Out(io_manager_key=STEP_VALUES)})
+    def plan(context: dg.OpExecutionContext):
+        key = context.partition_key
+        if spread_over_workers():
+            items, found = summary(context, lambda pipeline: spec.plan(pipeline, key))
+            context.log.info(f"{len(items)} item(s) for the workers")
+        else:  # in one process: the whole batch here, on the step's lanes; no item, nothing to assemble
+            items, found = summary(context, lambda pipeline: ([], spec.whole(pipeline, key)))
+            found["batch"] = True
+        for i, item in enumerate(items):  # none: the assembly follows at once
+            key = item if isinstance(item, str) else f"share_{i}"  # a unit's or a part's name; a share's number
+            yield dg.DynamicOutput(item, output_name="items", mapping_key=key)
+        yield dg.Output(found, output_name="found")
 
-    return document_embeddings
+    @dg.op(name=item_name, description=item_about, pool=spec.pool, **common, out=dg.Out(io_manager_key=STEP_VALUES))
+    def item(context: dg.OpExecutionContext, work) -> dict:
+        _, found = summary(context, lambda pipeline: ([], spec.item(pipeline, context.partition_key, work)))
+        for o in found.get("outcomes", []):
+            if o["status"] not in ("failed", "succeeded"):  # "pages 9-16 read", "already read"
+                context.log.info(f"{o['filename']} (file {o['file_id']}): {o['detail']}")
+        return {**found, "spread": work != spec.whole_files}
+
+    @dg.op(name=assemble_name, description=assemble_about, ins={"done": dg.In(list), "found": dg.In(dict)},
+           **common, out=dg.Out(dg.Nothing))
+    def assemble(context: dg.OpExecutionContext, done: list, found: dict):
+        parts = [found, *done]
+        nothing = next(({"nothing_to_do": part["nothing_to_do"]} for part in parts if "nothing_to_do" in part), {})
+        outcomes: list[FileOutcome] = []
+        if not nothing and not found.get("batch"):
+            outcomes = run(context, lambda pipeline: spec.assemble(pipeline, context.partition_key))
+            _log_failures(context, outcomes)
+        by_file: dict[int, FileOutcome] = {}  # the latest word on each file: the plan's, an item's, the assembly's
+        for part in parts:
+            by_file.update((o["file_id"], FileOutcome(**o)) for o in part.get("outcomes", []))
+        by_file.update((o.file_id, o) for o in outcomes)
+        every = list(by_file.values())
+        if not every and not nothing and launched_by_a_person(context.run):
+            nothing = _found_nothing_before(context)  # the step before had nothing to do: nor has this one
+        extra = {key: value for part in parts for key, value in part.get("extra", {}).items()}
+        spread = sum(bool(part.get("spread")) for part in done)
+        yield dg.Output(None, metadata=_result(every, **nothing, **extra, **{spec.items_name: spread},
+                                               **{key: _sum(every, key) for key in spec.totals}).metadata)
+
+    @dg.graph_asset(name=spec.asset, description=spec.description, partitions_def=document_batches, group_name=GROUP,
+                    kinds=set(spec.kinds), owners=OWNERS, metadata=table_metadata(spec.asset),
+                    code_version=CODE_VERSIONS.get(spec.asset),
+                    ins={"upstream": dg.AssetIn(key=spec.upstream, dagster_type=dg.Nothing)})
+    def step(upstream):
+        items, found = plan(upstream)
+        return assemble(items.map(item).collect(), found)
+
+    return step
 
 
-def _embeddings_asset(fanned_out: bool) -> dg.AssetsDefinition:
-    if fanned_out:
-        return _fanned_out_embeddings()
-    return _file_step("document_embeddings", EMBEDDINGS_DESCRIPTION, deps=[document_chunks], kinds={"pgvector"},
-                      totals=("embedded", "embeddings_reused", "model_ms"), pool=EMBEDDING_POOL,
-                      op_tags=embedding_step_tags())
+def _one(outcome: FileOutcome | None) -> list[FileOutcome]:
+    return [outcome] if outcome is not None else []
 
 
-# Several workers (Celery) encode a big batch's shares at once; in one process, one step
-document_embeddings = _embeddings_asset(job_executor_name() == "celery")
+document_elements = _spread_step(SpreadStep(
+    asset="document_elements", upstream="raw_documents", kinds=frozenset({"postgres"}),
+    description="Titles, paragraphs, list items and tables with page numbers and section paths (staging).",
+    ops=(("plan_units", "Count each PDF's pages; a big one's units are planned, one step each (with several "
+                        "workers)."),
+         ("extract_unit", "One unit of a big PDF read and kept; or the batch's other files extracted whole; or, in "
+                          "one process, the whole batch (a big PDF's units on the step's lanes)."),
+         ("assemble_units", "Each big PDF's elements from all of its units (counted), staged as one file's.")),
+    plan=lambda pipeline, key: pipeline.plan_extraction(key),
+    item=lambda pipeline, key, work: (pipeline.extract_whole_files(key) if work == WHOLE_FILES
+                                      else _one(pipeline.extract_unit(key, work))),
+    assemble=lambda pipeline, key: pipeline.assemble_units(key),
+    whole=lambda pipeline, key: pipeline.extract_batch(key),
+    items_name="units_read", totals=("elements",), whole_files=WHOLE_FILES,
+))
+document_chunks = _spread_step(SpreadStep(
+    asset="document_chunks", upstream="document_elements", kinds=frozenset({"postgres"}),
+    description="Structure-aware chunks within the embedding model's token budget (staging).",
+    ops=(("plan_chunk_parts", "Each big document's changed sections cut into parts, one step each (with several "
+                              "workers); the other files chunked here."),
+         ("chunk_part", "One part of a big document's sections chunked and kept; in one process, the whole batch."),
+         ("assemble_chunks", "Each big document's chunks from all of its parts, numbered and staged as one file's.")),
+    plan=lambda pipeline, key: pipeline.plan_chunking(key),
+    item=lambda pipeline, key, work: _one(pipeline.chunk_part(key, work)),
+    assemble=lambda pipeline, key: pipeline.assemble_chunks(key),
+    whole=lambda pipeline, key: pipeline.chunk_batch(key),
+    items_name="parts_chunked", totals=("chunks", "tokens"),
+))
+document_embeddings = _spread_step(SpreadStep(
+    asset="document_embeddings", upstream="document_chunks", kinds=frozenset({"pgvector"}),
+    description="One vector per chunk; unchanged chunk text under the same model reuses its stored vector.",
+    ops=(("plan_shares", "Stored vectors of unchanged chunk text reused; the chunks still to encode cut into "
+                         "shares (INGESTION_EMBEDDING_SHARE_CHUNKS), one step each on any embedding worker."),
+         ("embed_share", "One share of the batch's chunks encoded and committed unit by unit; in one process, the "
+                         "whole batch."),
+         ("finish_embeddings", "Every file's vectors complete: marked done with the shares' figures.")),
+    plan=lambda pipeline, key: pipeline.plan_embedding(key),
+    item=lambda pipeline, key, share: pipeline.embed_share(key, share),
+    assemble=lambda pipeline, key: pipeline.finish_embedding(key),
+    whole=lambda pipeline, key: pipeline.embed_batch(key),
+    items_name="shares", totals=("embedded", "embeddings_reused", "model_ms"),
+    pool=EMBEDDING_POOL, tags=embedding_step_tags(),
+))
 
 
 @dg.asset(
