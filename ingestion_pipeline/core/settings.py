@@ -440,8 +440,8 @@ class ApiSettings(_Area):
     max_inflight_uploads: AtLeastOne = env("INGESTION_API_MAX_INFLIGHT_UPLOADS", "Concurrent streaming uploads; "
                                            "beyond: 503. A tenant holds at most half, a user half of that; beyond: "
                                            "429.", default=8)
-    # half the cores: on 2 cores a share of 1 kept another tenant's p95 at 50 ms under a flood, 2 at 105 ms
-    # (benchmarks/tenant_fairness.py; idle 8-12 ms), with the flood's own throughput about the same
+    # half the cores: the share that kept another tenant's p95 lowest under a flood, with the flood's own
+    # throughput about the same (benchmarks/tenant_fairness.py)
     searches_per_tenant: AtLeastOne = env("INGESTION_API_SEARCHES_PER_TENANT", "Searches one tenant runs at once per "
                                           "server process; 4x that more wait, beyond: 429 after a 1 s pause "
                                           "(api/read_slots.py).", factory=lambda: max(1, (os.cpu_count() or 2) // 2),

@@ -48,8 +48,9 @@ def plan_units(page_count: int, unit_pages: int, scanned: Sequence[int] | None =
     the document is not more work than that.
 
     Work is OCR: a page in ``scanned`` (no text layer) counts 1, any other page ``1 / text_pages`` (reading a
-    text page costs ~1/400 of an OCR'd one here). ``scanned=None`` counts every page 1. A 619-page text PDF
-    read in 1.5 s is not split into 52 units that each cost a worker's round trip, while a 60-page scan is. The
+    text page costs a small fraction of an OCR'd one: benchmarks/big_documents.py). ``scanned=None`` counts every
+    page 1. A long text PDF, read in seconds, is not split into dozens of units that each cost a worker's round
+    trip, while a scan of as many pages is. The
     ranges hold even work (60 scanned pages in units of 25 are 20 + 20 + 20, not 25 + 25 + 10), so no worker waits
     on one long unit at the end; at most ``MAX_UNITS`` of them."""
     if page_count < 1 or unit_pages < 1 or text_pages < 1:

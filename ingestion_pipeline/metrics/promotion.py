@@ -181,7 +181,7 @@ inserted AS (
   RETURNING 1)
 SELECT (SELECT count(*) FROM updated) + (SELECT count(*) FROM inserted) AS n,
        -- the affected dates, hashed apart from the rows already in memory (a second scan of the upload
-       -- cost ~0.5 s per million rows; array_agg(DISTINCT ...) would sort them all)
+       -- would cost time in proportion to its rows; array_agg(DISTINCT ...) would sort them all)
        coalesce((SELECT array_agg(d::text ORDER BY d) FROM (SELECT DISTINCT date AS d FROM picked) x), '{{}}') AS dates
 """
 
