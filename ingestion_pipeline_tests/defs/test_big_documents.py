@@ -242,6 +242,34 @@ def test_a_reexecution_from_failure_runs_only_the_failed_unit_again(instance, da
         range(version["chunk_count"]))
 
 
+@pytest.mark.integration  # two runs of the spread shape (~15 s)
+def test_a_persons_launch_of_a_done_batch_says_so_at_every_step_when_steps_spread_over_workers(
+        instance, database, db, corpus_dir, monkeypatch):
+    """The spread graphs treat a batch with nothing to do as a single step does: each asset materialises saying
+    so (the catalog keeps the partition materialised), the run fails at its end, and nothing is redone."""
+    from ingestion_pipeline_tests.helpers import batch_queued
+
+    spread_over_workers(monkeypatch)
+    submit(database, "acme", corpus_dir / "documents" / "fake-memo.pdf")
+    [key] = batch_queued(database)
+    instance.add_dynamic_partitions("document_batches", [key])
+    job = dg.reconstructable(fanned_out_job)
+    assert dg.execute_job(job, instance=instance, tags={"dagster/partition": key,
+                                                       "dagster/sensor_name": "upload_sensor"}).success
+    versions = table(db, "SELECT version_id FROM document_versions")
+
+    again = dg.execute_job(job, instance=instance, tags={"dagster/partition": key}, raise_on_error=False)  # a person's
+    assert not again.success
+    materialized = {e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
+                    for e in again.all_events if e.is_step_materialization}
+    assert set(materialized) == {"raw_documents", "document_elements", "document_chunks", "document_embeddings",
+                                 "promoted_documents"}
+    assert all("nothing to do" in m["nothing_to_do"].value for m in materialized.values()), materialized
+    [failure] = [e for e in again.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert failure.step_key == "promoted_documents"  # launched without the batch checks: it fails there
+    assert table(db, "SELECT version_id FROM document_versions") == versions
+
+
 def _manual(path, changed: int | None = None):
     """A Markdown manual of 40 chapters (~3,300 characters each); ``changed``: that chapter's second paragraph
     reworded."""
