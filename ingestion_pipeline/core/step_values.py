@@ -31,6 +31,7 @@ def load(conn: psycopg.Connection, output: StepOutput) -> Any:
 
 
 def drop_older_than(conn: psycopg.Connection, days: int = 7) -> int:
-    """Values of runs older than ``days`` (a re-execution of such a run plans again): the janitor's."""
+    """Values of runs older than ``days``: the janitor's. A re-execution from failure of such a run fails at its
+    first step that reads one (the step names the missing value); re-executing all its steps works."""
     return conn.execute("DELETE FROM dagster_step_values WHERE created_at < now() - make_interval(days => %s)",
                         (days,)).rowcount

@@ -208,3 +208,36 @@ def test_reexecuting_a_failed_threshold_fails_and_the_check_stays_failed(instanc
     upload = upload_row(db, submitted.upload_id)
     assert (upload["status"], upload["error_code"], upload["attempts"]) == ("failed", "threshold_missed", 1)
     assert counts(db) == before
+
+
+@pytest.mark.integration  # two runs and a re-execution (~17 s)
+def test_a_persons_reexecution_from_an_assembly_in_one_process_does_the_batchs_work_there(
+        instance, database, db, notes, monkeypatch):
+    """In one process a document step's plan does the batch and its assembly reports; a run that died between the
+    two handed its files back, so a person's re-execution from failure, which starts at the assembly, claims and
+    does the batch's work there rather than running green on the parent's findings."""
+    from ingestion_pipeline.defs.documents import assets
+
+    submit(database, "acme", *notes)
+    [key] = batch_queued(database)
+    instance.add_dynamic_partitions(document_batches.name, [key])
+    latest = assets._latest_outcomes
+
+    def died_at_the_assembly(parts):
+        raise RuntimeError("the run's process went away")
+
+    monkeypatch.setattr(assets, "_latest_outcomes", died_at_the_assembly)
+    first = dg.execute_job(dg.reconstructable(document_batch_job), instance=instance,
+                           tags={"dagster/partition": key, **SENSOR_TAGS})
+    assert not first.success
+    _run_failure_sensor(instance, first.run_id)  # the files go back to the queue
+    assert {r["owner"] for r in table(db, "SELECT owner FROM ingestion_runs")} == {None}
+    monkeypatch.setattr(assets, "_latest_outcomes", latest)
+    db.execute("UPDATE ingestion_runs SET next_attempt_at = now()")  # the backoff has passed
+
+    again = _reexecute(instance, first, dg.ReexecutionOptions.from_failure(first.run_id, instance))
+    assert again.success
+    started = {e.step_key for e in again.all_events if e.event_type == dg.DagsterEventType.STEP_START}
+    assert "document_elements.assemble_units" in started and "document_elements.plan_units" not in started
+    assert {r["status"] for r in table(db, "SELECT status FROM ingestion_runs")} == {"succeeded"}
+    assert table(db, "SELECT count(*) AS n FROM document_versions WHERE is_active")[0]["n"] == 2

@@ -245,6 +245,30 @@ def _outcomes_json(outcomes: list[FileOutcome]) -> list[dict]:
     return [dataclasses.asdict(o) for o in outcomes if o is not None]
 
 
+UNDONE = ("failed", "dead_letter", "retry", "lost")  # a file's outcome no later word of another op hides
+
+
+def _latest_outcomes(parts: list[dict]) -> list[FileOutcome]:
+    """Each file's latest word among the ops' (the plan's, each item's, the assembly's); a file that failed in one
+    share stays failed whatever another share said of it later."""
+    by_file: dict[int, FileOutcome] = {}
+    for part in parts:
+        for o in part.get("outcomes", []):
+            prior = by_file.get(o["file_id"])
+            if prior is None or prior.status not in UNDONE:
+                by_file[o["file_id"]] = FileOutcome(**o)
+    return list(by_file.values())
+
+
+def _merged_extra(parts: list[dict]) -> dict:
+    """The ops' model figures as one: the longest model load any of them paid, the rest as the last one says."""
+    extra: dict = {}
+    for part in parts:
+        for name, value in part.get("extra", {}).items():
+            extra[name] = max(extra.get(name, value), value) if name == "model_load_seconds" else value
+    return extra
+
+
 def _spread_step(spec: SpreadStep) -> dg.AssetsDefinition:
     """``spec`` as a graph asset (see ``SpreadStep``); what each op found travels to the assembly as JSON
     (``STEP_VALUES``), so the asset's materialisation reports every file as a single step would."""
@@ -292,23 +316,20 @@ def _spread_step(spec: SpreadStep) -> dg.AssetsDefinition:
     @dg.op(name=assemble_name, description=assemble_about, ins={"done": dg.In(list), "found": dg.In(dict)},
            **common, out=dg.Out(dg.Nothing))
     def assemble(context: dg.OpExecutionContext, done: list, found: dict):
-        parts = [found, *done]
+        key, parts = context.partition_key, [found, *done]
+        steps = context.run.step_keys_to_execute
+        if found.get("batch"):  # in one process the plan did the batch; a re-execution starting here does it again
+            if steps is not None and f"{spec.asset}.{plan_name}" not in steps:  # (a file past the step skips it)
+                parts.append(summary(context, lambda pipeline: ([], spec.whole(pipeline, key)))[1])
+        elif not any("nothing_to_do" in part for part in parts):
+            parts.append(summary(context, lambda pipeline: ([], spec.assemble(pipeline, key)))[1])
         nothing = next(({"nothing_to_do": part["nothing_to_do"]} for part in parts if "nothing_to_do" in part), {})
-        outcomes: list[FileOutcome] = []
-        if not nothing and not found.get("batch"):
-            outcomes = run(context, lambda pipeline: spec.assemble(pipeline, context.partition_key))
-            _log_failures(context, outcomes)
-        by_file: dict[int, FileOutcome] = {}  # the latest word on each file: the plan's, an item's, the assembly's
-        for part in parts:
-            by_file.update((o["file_id"], FileOutcome(**o)) for o in part.get("outcomes", []))
-        by_file.update((o.file_id, o) for o in outcomes)
-        every = list(by_file.values())
+        every = _latest_outcomes(parts)
         if not every and not nothing and launched_by_a_person(context.run):
             nothing = _found_nothing_before(context)  # the step before had nothing to do: nor has this one
-        extra = {key: value for part in parts for key, value in part.get("extra", {}).items()}
         spread = sum(bool(part.get("spread")) for part in done)
-        yield dg.Output(None, metadata=_result(every, **nothing, **extra, **{spec.items_name: spread},
-                                               **{key: _sum(every, key) for key in spec.totals}).metadata)
+        yield dg.Output(None, metadata=_result(every, **nothing, **_merged_extra(parts), **{spec.items_name: spread},
+                                               **{name: _sum(every, name) for name in spec.totals}).metadata)
 
     @dg.graph_asset(name=spec.asset, description=spec.description, partitions_def=document_batches, group_name=GROUP,
                     kinds=set(spec.kinds), owners=OWNERS, metadata=table_metadata(spec.asset),
