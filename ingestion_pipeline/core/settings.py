@@ -108,7 +108,20 @@ def _networks(entries: tuple[str, ...]) -> tuple[str, ...]:
 
 
 Choice = BeforeValidator(_lower)  # " CPU " is cpu
-Flag = Annotated[bool, Choice]
+FLAG_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+def _flag(value: Any) -> Any:
+    """A switch's text as one of its eight words only (pydantic alone would also take "t", "n"...: a typo of a
+    security switch such as AUTH_ENABLED must not pass as a word)."""
+    if not isinstance(value, str):
+        return value
+    if (word := value.strip().lower()) not in FLAG_WORDS:
+        raise ValueError(value)
+    return FLAG_WORDS[word]
+
+
+Flag = Annotated[bool, BeforeValidator(_flag), Expected("true or false (1/0, yes/no, on/off)")]
 AtLeastOne = Annotated[int, Field(ge=1), Expected("a whole number of at least 1")]
 Seconds = Annotated[float, Field(gt=0), Expected("a number of seconds above 0")]
 ResolvedPath = Annotated[Path, AfterValidator(Path.resolve)]

@@ -35,3 +35,19 @@ def test_a_sane_lifetime_is_taken(monkeypatch):
 
     monkeypatch.setenv("JWT_EXPIRY_HOURS", "0.5")
     assert load_api_settings().jwt_expiry_seconds == 1800
+
+
+@pytest.mark.parametrize("value", ["n", "t", "y", "2", "disabled", ""])
+def test_a_switch_takes_only_its_words(value, monkeypatch):
+    """AUTH_ENABLED=n must not turn logins off as a word pydantic alone would take; an empty one is the default."""
+    from ingestion_pipeline.core.settings import load_api_settings
+
+    monkeypatch.setenv("AUTH_ENABLED", value)
+    if value == "":
+        assert load_api_settings().auth_enabled is True
+        return
+    with pytest.raises(ValueError, match=f"AUTH_ENABLED must be true or false .*, got '{value}'"):
+        load_api_settings()
+    for word, meant in (("off", False), (" Yes ", True), ("0", False), ("TRUE", True)):
+        monkeypatch.setenv("AUTH_ENABLED", word)
+        assert load_api_settings().auth_enabled is meant
