@@ -5,12 +5,12 @@ same code location serves `make dev`, `ingestion-pipeline process` and productio
 deployment swaps one by passing another (hooli-style). The fields a resource uses are its configuration:
 ``default_resources`` fills each from ``dg.EnvVar`` where its variable is set, so the UI's resource page
 says which variable configures what (Dagster shows the variable's name, never its value), and the run reads
-the value when it starts. An unset variable leaves the field empty and the setting's own default applies
-(an ``EnvVar`` of an unset variable would fail the run, where the embedded Postgres or a local folder is the
-documented default). A run (one process with the in-process executor) builds its pool and its model once; a
-process that executes step after step or run after run (a Celery worker's, a run worker) keeps them across steps
-(``runtime/kept_across_steps.py``). (boto3 sessions are cached in ``core/s3_clients``: they hold no connection, only
-botocore's loaded service models.)
+the value when it starts. An unset variable leaves the field at the setting's own default, which the UI shows
+(a number the same on every host), or empty where the default depends on the host (the embedded Postgres, a local
+folder: an ``EnvVar`` of an unset variable would fail the run). A run (one process with the in-process executor)
+builds its pool and its model once; a process that executes step after step or run after run (a Celery worker's,
+a run worker) keeps them across steps (``runtime/kept_across_steps.py``). (boto3 sessions are cached in
+``core/s3_clients``: they hold no connection, only botocore's loaded service models.)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import dagster as dg
-from pydantic import Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr
 
 from ingestion_pipeline import services
 from ingestion_pipeline.core.db import Database, resolve_database_url
@@ -31,6 +31,10 @@ from ingestion_pipeline.core.migrations import check_schema
 from ingestion_pipeline.core.s3_clients import ClientsByEndpoint
 from ingestion_pipeline.core.settings import (
     ApiSettings,
+    BatchSettings,
+    ChunkSettings,
+    EmbeddingSettings,
+    ReliabilitySettings,
     Settings,
     load_api_settings,
     load_settings,
@@ -43,17 +47,33 @@ from ingestion_pipeline.queues.redis_contract import FinalStatusWriter
 from ingestion_pipeline.runtime import kept_across_steps
 
 
+def _default(area: type[BaseModel], field: str) -> object:
+    """A setting's own default, the same on every host: what a resource field shows in the UI until its variable
+    is set (then the UI names the variable)."""
+    return area.model_fields[field].get_default(call_default_factory=True)
+
+
+def _overriding(value: object, default: object, current: object) -> object:
+    """A resource field at the setting's own default leaves the setting as the environment gives it (read when
+    the run starts); another value overrides it."""
+    return current if value is None or value == default else value
+
+
 class SettingsResource(dg.ConfigurableResource):
     """The code location's one settings object: the environment (``INGESTION_*``, ``docs/configuration.md``)
     read once when a run or tick sets its resources up, with these fields overriding it. Ops, assets and
     sensors take it as ``settings: SettingsResource`` and read ``settings.get()``."""
 
-    chunk_target_tokens: int | None = Field(default=None, description="Default INGESTION_CHUNK_TARGET_TOKENS")
-    chunk_max_tokens: int | None = Field(default=None, description="Default INGESTION_CHUNK_MAX_TOKENS")
-    batch_max_files: int | None = Field(default=None, description="Default INGESTION_BATCH_MAX_FILES")
-    batch_max_bytes: int | None = Field(default=None, description="Default INGESTION_BATCH_MAX_BYTES")
-    batch_lanes: int | None = Field(default=None, description="Files a step works on at once; default "
-                                    "INGESTION_BATCH_LANES")
+    chunk_target_tokens: int | None = Field(default=_default(ChunkSettings, "target_tokens"),
+                                            description="INGESTION_CHUNK_TARGET_TOKENS")
+    chunk_max_tokens: int | None = Field(default=_default(ChunkSettings, "max_tokens"),
+                                         description="INGESTION_CHUNK_MAX_TOKENS")
+    batch_max_files: int | None = Field(default=_default(BatchSettings, "max_files"),
+                                        description="INGESTION_BATCH_MAX_FILES")
+    batch_max_bytes: int | None = Field(default=_default(BatchSettings, "max_bytes"),
+                                        description="INGESTION_BATCH_MAX_BYTES")
+    batch_lanes: int | None = Field(default=_default(BatchSettings, "lanes"),
+                                    description="Files a step works on at once: INGESTION_BATCH_LANES")
     # no bounds here: a dg.EnvVar.int stands for its value until the run resolves it; the settings check the
     # variables (INGESTION_BATCH_LANES must be ...) and _read refuses a bad value given as an argument
     _settings: Settings | None = PrivateAttr(default=None)
@@ -83,14 +103,18 @@ class SettingsResource(dg.ConfigurableResource):
             if value is not None and value < 1:
                 raise ValueError(f"SettingsResource.{name} must be at least 1, got {value}")
         base = load_settings()
+
+        def given(name: str, area: BaseModel, field: str) -> object:
+            return _overriding(getattr(self, name), _default(type(area), field), getattr(area, field))
+
         return base.model_copy(update={
             "chunk": base.chunk.model_copy(update={
-                "target_tokens": self.chunk_target_tokens or base.chunk.target_tokens,
-                "max_tokens": self.chunk_max_tokens or base.chunk.max_tokens}),
+                "target_tokens": given("chunk_target_tokens", base.chunk, "target_tokens"),
+                "max_tokens": given("chunk_max_tokens", base.chunk, "max_tokens")}),
             "batch": base.batch.model_copy(update={
-                "max_files": self.batch_max_files or base.batch.max_files,
-                "max_bytes": self.batch_max_bytes or base.batch.max_bytes,
-                "lanes": self.batch_lanes or base.batch.lanes}),
+                "max_files": given("batch_max_files", base.batch, "max_files"),
+                "max_bytes": given("batch_max_bytes", base.batch, "max_bytes"),
+                "lanes": given("batch_lanes", base.batch, "lanes")}),
         })
 
 
@@ -135,7 +159,8 @@ class HeartbeatResource(dg.ConfigurableResource):
     a re-execution continues what its parent claimed."""
 
     database_url: str | None = Field(default=None, description="Defaults to DATABASE_URL or the embedded server")
-    lease_seconds: float | None = Field(default=None, description="Defaults to INGESTION_LEASE_SECONDS (900)")
+    lease_seconds: float | None = Field(default=_default(ReliabilitySettings, "lease_seconds"),
+                                       description="INGESTION_LEASE_SECONDS")
     settings: SettingsResource | None = None
     _worker: Worker | None = PrivateAttr(default=None)
 
@@ -148,7 +173,7 @@ class HeartbeatResource(dg.ConfigurableResource):
         url = self.database_url or resolve_database_url()
         owner = run.root_run_id or run.run_id
         policy = _settings_of(self.settings).reliability
-        lease = self.lease_seconds or policy.lease_seconds
+        lease = _overriding(self.lease_seconds, _default(ReliabilitySettings, "lease_seconds"), policy.lease_seconds)
         self._worker = Worker(owner=owner, dagster_run_id=run.run_id, lease_seconds=lease,
                               max_attempts=policy.max_attempts)
         kept = kept_across_steps.lease_database(url) if kept_across_steps.enabled() else None
@@ -201,8 +226,8 @@ class EmbedderResource(dg.ConfigurableResource):
     """
 
     model_path: str | None = None
-    batch_size: int | None = Field(default=None, description="Texts per forward pass; default "
-                                      "INGESTION_EMBEDDING_BATCH_SIZE")
+    batch_size: int | None = Field(default=_default(EmbeddingSettings, "batch_size"),
+                                   description="Texts per forward pass: INGESTION_EMBEDDING_BATCH_SIZE")
     database_url: str | None = Field(default=None, description="Where the deployment's model decision is "
                                      "read: defaults to DATABASE_URL or the embedded server")
     settings: SettingsResource | None = None
@@ -211,9 +236,10 @@ class EmbedderResource(dg.ConfigurableResource):
         if self.batch_size is not None and not 1 <= self.batch_size <= 256:
             raise ValueError(f"EmbedderResource.batch_size must be 1-256, got {self.batch_size}")
         settings = _settings_of(self.settings)
+        batch_size = _overriding(self.batch_size, _default(EmbeddingSettings, "batch_size"), None)
         if kept_across_steps.enabled():
-            return kept_across_steps.embedder(settings.embedding, self.model_path, self.batch_size, self.database_url)
-        return services.embedder(settings, self.model_path, self.batch_size, database_url=self.database_url)
+            return kept_across_steps.embedder(settings.embedding, self.model_path, batch_size, self.database_url)
+        return services.embedder(settings, self.model_path, batch_size, database_url=self.database_url)
 
 
 LazyS3Resource = S3Resource

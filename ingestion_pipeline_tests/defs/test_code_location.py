@@ -265,7 +265,8 @@ def test_embedding_steps_share_a_pool_and_the_instance_limits_runs_with_dagsters
 
 def test_each_resource_field_a_variable_sets_is_that_variables_envvar_and_runs_read_it(monkeypatch, tmp_path):
     """The UI shows a resource's configuration: a field a set variable configures is its ``dg.EnvVar`` (the
-    name, never the value); an unset one stays empty and the setting's own default applies."""
+    name, never the value); an unset one shows the setting's own default where it is the same on every host, and
+    stays empty where it depends on the host; either way the environment a run starts with decides."""
     from ingestion_pipeline.defs.resources import SettingsResource, default_resources
 
     monkeypatch.setenv("DATABASE_URL", "postgresql://ingestion:s3cret@db.example:5432/ingestion")
@@ -277,12 +278,14 @@ def test_each_resource_field_a_variable_sets_is_that_variables_envvar_and_runs_r
     assert resources["postgres"].database_url == dg.EnvVar("DATABASE_URL")
     assert resources["heartbeat"].database_url == dg.EnvVar("DATABASE_URL")
     assert resources["settings"].batch_max_files == dg.EnvVar.int("INGESTION_BATCH_MAX_FILES")
-    assert resources["settings"].chunk_max_tokens is None and resources["upload_store"].store_uri is None
+    assert resources["settings"].chunk_max_tokens == 256 and resources["upload_store"].store_uri is None
+    assert (resources["heartbeat"].lease_seconds, resources["embedder"].batch_size) == (900, 16)
     assert "s3cret" not in repr(resources["postgres"])
 
     monkeypatch.setenv("INGESTION_BATCH_MAX_FILES", "9")  # read when the run starts, not when the code loaded
+    monkeypatch.setenv("INGESTION_CHUNK_MAX_TOKENS", "128")  # a field at its default yields to the variable
     with dg.build_resources({"settings": resources["settings"], "upload_store": resources["upload_store"]}) as built:
-        assert built.settings.get().batch.max_files == 9
+        assert built.settings.get().batch.max_files == 9 and built.settings.get().chunk.max_tokens == 128
         assert built.upload_store.documents().root == (tmp_path / "docs").resolve()
     with pytest.raises(ValueError, match="SettingsResource.batch_lanes must be at least 1, got 0"):
         SettingsResource(batch_lanes=0).get()
