@@ -349,10 +349,9 @@ def _one(outcome: FileOutcome | None) -> list[FileOutcome]:
 document_elements = _spread_step(SpreadStep(
     asset="document_elements", upstream="raw_documents", kinds=frozenset({"postgres"}),
     description="Titles, paragraphs, list items and tables with page numbers and section paths (staging).",
-    ops=(("plan_units", "Count each PDF's pages; a big one's units are planned, one step each (with several "
-                        "workers)."),
-         ("extract_unit", "One unit of a big PDF read and kept; or the batch's other files extracted whole; or, in "
-                          "one process, the whole batch (a big PDF's units on the step's lanes)."),
+    ops=(("plan_units", "With several workers, each PDF's pages counted and a big one's units planned, one step "
+                        "each; in one process, the whole batch extracted here (a big PDF's units on the lanes)."),
+         ("extract_unit", "One unit of a big PDF read and kept, or the batch's other files extracted whole."),
          ("assemble_units", "Each big PDF's elements from all of its units (counted), staged as one file's.")),
     plan=lambda pipeline, key: pipeline.plan_extraction(key),
     item=lambda pipeline, key, work: (pipeline.extract_whole_files(key) if work == WHOLE_FILES
@@ -364,9 +363,9 @@ document_elements = _spread_step(SpreadStep(
 document_chunks = _spread_step(SpreadStep(
     asset="document_chunks", upstream="document_elements", kinds=frozenset({"postgres"}),
     description="Structure-aware chunks within the embedding model's token budget (staging).",
-    ops=(("plan_chunk_parts", "Each big document's changed sections cut into parts, one step each (with several "
-                              "workers); the other files chunked here."),
-         ("chunk_part", "One part of a big document's sections chunked and kept; in one process, the whole batch."),
+    ops=(("plan_chunk_parts", "With several workers, each big document's changed sections cut into parts, one step "
+                              "each, the other files chunked here; in one process, the whole batch chunked here."),
+         ("chunk_part", "One part of a big document's sections chunked and kept."),
          ("assemble_chunks", "Each big document's chunks from all of its parts, numbered and staged as one file's.")),
     plan=lambda pipeline, key: pipeline.plan_chunking(key),
     item=lambda pipeline, key, work: _one(pipeline.chunk_part(key, work)),
@@ -377,10 +376,10 @@ document_chunks = _spread_step(SpreadStep(
 document_embeddings = _spread_step(SpreadStep(
     asset="document_embeddings", upstream="document_chunks", kinds=frozenset({"pgvector"}),
     description="One vector per chunk; unchanged chunk text under the same model reuses its stored vector.",
-    ops=(("plan_shares", "Stored vectors of unchanged chunk text reused; the chunks still to encode cut into "
-                         "shares (INGESTION_EMBEDDING_SHARE_CHUNKS), one step each on any embedding worker."),
-         ("embed_share", "One share of the batch's chunks encoded and committed unit by unit; in one process, the "
-                         "whole batch."),
+    ops=(("plan_shares", "Stored vectors of unchanged chunk text reused; with several workers, the chunks still to "
+                         "encode cut into shares (INGESTION_EMBEDDING_SHARE_CHUNKS), one step each on any embedding "
+                         "worker; in one process, the whole batch encoded here."),
+         ("embed_share", "One share of the batch's chunks encoded and committed unit by unit."),
          ("finish_embeddings", "Every file's vectors complete: marked done with the shares' figures.")),
     plan=lambda pipeline, key: pipeline.plan_embedding(key),
     item=lambda pipeline, key, share: pipeline.embed_share(key, share),
