@@ -16,7 +16,7 @@ from typing import Any
 import dagster as dg
 
 from ingestion_pipeline.defs.partitions import DOCUMENT_JOB, METRIC_JOB
-from ingestion_pipeline.runtime.executor import job_executor
+from ingestion_pipeline.runtime.executor import ingestion_executor
 
 
 @dg.definitions
@@ -25,7 +25,7 @@ def defs() -> dg.Definitions:
         dg.load_from_defs_folder(path_within_project=Path(__file__).parent),
         # What the UI launches on selected assets (a materialisation, a backfill) runs with the two jobs'
         # executor: in one process (the model loads once per run), or on Celery workers (INGESTION_EXECUTOR)
-        dg.Definitions(executor=job_executor()),
+        dg.Definitions(executor=ingestion_executor),
     )
 
 

@@ -43,16 +43,12 @@ CELERY_QUEUE_TAG = "dagster-celery/queue"
 
 
 def embedding_step_tags(settings: ExecutorSettings | None = None) -> dict[str, str]:
-    """The embedding step's op tags: its Celery queue when one is set (read when the code location loads, as
-    the executor is; a step tag is how dagster-celery routes one step)."""
+    """The embedding steps' op tags: their Celery queue when one is set (read when the code location loads: a
+    step tag is how dagster-celery routes one step, so this routing setting is one the definitions show)."""
     queue = (settings or load_settings().executor).embedding_queue
     return {CELERY_QUEUE_TAG: queue} if queue else {}
 
 
-# How often the run's process looks for finished steps under Celery: soon after a step was sent or ended, at most
-# every INGESTION_CELERY_POLL_SECONDS while steps run (runtime/celery_pace.py). dagster-celery's loop sleeps a fixed
-# 1 s (its module's TICK_SECONDS, read at every pass and set here too), so each step of a run waited half a second
-# on average after its task ended, and a fanned-out document run is a chain of about ten steps.
 RETRIES = dg.Field(dg.Selector({"enabled": {}, "disabled": {}}), default_value={"enabled": {}}, is_required=False,
                    description="Whether a step that asks to be retried (RetryRequested) is retried; as Dagster's own "
                                "executors.")
@@ -60,7 +56,7 @@ RETRIES = dg.Field(dg.Selector({"enabled": {}, "disabled": {}}), default_value={
 
 def _requirements(config: dict) -> list:
     """Celery's steps run in other processes: the job must be reconstructable and the instance persistent."""
-    return dg.multiple_process_executor_requirements() if load_settings().executor.executor == "celery" else []
+    return dg.multiple_process_executor_requirements() if job_executor_name() == "celery" else []
 
 
 @dg.executor(name="ingestion_executor", config_schema={"retries": RETRIES}, requirements=_requirements)
@@ -75,6 +71,10 @@ def ingestion_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     if settings.executor == "celery":
         from dagster_celery import celery_executor
 
+        # How often the run's process looks for finished steps: soon after a step was sent or ended, at most every
+        # INGESTION_CELERY_POLL_SECONDS while steps run (runtime/celery_pace.py). dagster-celery's loop sleeps a
+        # fixed 1 s (its module's TICK_SECONDS, read at every pass and set here too), so each step of a run waited
+        # half a second on average after its task ended, and a spread document run is a chain of about ten steps.
         set_celery_tick(settings.poll_seconds)
         celery = celery_executor.executor_creation_fn(dg.InitExecutorContext(
             job=init_context.job, executor_def=celery_executor, instance=init_context.instance,
@@ -117,8 +117,3 @@ def _paced(celery: dg.Executor, longest_pause: float) -> dg.Executor:
 def job_executor_name() -> str:
     """``in_process`` or ``celery``: what this process's runs execute with (``INGESTION_EXECUTOR``)."""
     return load_settings().executor.executor
-
-
-def job_executor() -> dg.ExecutorDefinition:
-    """The executor of every job, materialisation and backfill: the same definition on every host."""
-    return ingestion_executor

@@ -31,7 +31,7 @@ from ingestion_pipeline.defs.step_values import STEP_VALUES
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report
 from ingestion_pipeline.documents.steps.extract import WHOLE_FILES
-from ingestion_pipeline.runtime.executor import embedding_step_tags, job_executor, job_executor_name
+from ingestion_pipeline.runtime.executor import embedding_step_tags, ingestion_executor, job_executor_name
 from ingestion_pipeline.runtime.steps import (
     failure_for,
     first_step_run,
@@ -301,8 +301,8 @@ def _spread_step(spec: SpreadStep) -> dg.AssetsDefinition:
             items, found = summary(context, lambda pipeline: ([], spec.whole(pipeline, key)))
             found["batch"] = True
         for i, item in enumerate(items):  # none: the assembly follows at once
-            key = item if isinstance(item, str) else f"share_{i}"  # a unit's or a part's name; a share's number
-            yield dg.DynamicOutput(item, output_name="items", mapping_key=key)
+            mapping = item if isinstance(item, str) else f"share_{i}"  # a unit's or a part's name; a share's number
+            yield dg.DynamicOutput(item, output_name="items", mapping_key=mapping)
         yield dg.Output(found, output_name="found")
 
     @dg.op(name=item_name, description=item_about, pool=spec.pool, **common, out=dg.Out(io_manager_key=STEP_VALUES))
@@ -449,7 +449,7 @@ document_batch_job = dg.define_asset_job(
     description="Ingest one batch of documents: extract, chunk, embed, promote.",
     # in-process by default: the model loads once and one heartbeat keeps the run's claims; Celery workers with
     # INGESTION_EXECUTOR=celery (runtime/executor.py)
-    executor_def=job_executor(),
+    executor_def=ingestion_executor,
 )
 
 

@@ -23,7 +23,7 @@ from ingestion_pipeline.defs.resources import HeartbeatResource, PostgresResourc
 from ingestion_pipeline.metrics import pipeline
 from ingestion_pipeline.metrics.pipeline import UploadFailed
 from ingestion_pipeline.metrics.uploads import MetricUpload, error_kinds, upload_for_partition
-from ingestion_pipeline.runtime.executor import job_executor
+from ingestion_pipeline.runtime.executor import ingestion_executor
 from ingestion_pipeline.runtime.steps import (
     failure_for,
     first_step_run,
@@ -255,7 +255,7 @@ metric_upload_job = dg.define_asset_job(
     "metric_upload_job",
     selection=dg.AssetSelection.assets(raw_metric_files, staged_metric_rows, promoted_metrics),
     description="Stage, validate and promote one ad-platform metric upload.",
-    executor_def=job_executor(),
+    executor_def=ingestion_executor,
 )
 
 
