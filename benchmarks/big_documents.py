@@ -46,7 +46,7 @@ document ingested once before), so that the runs are chunking, staging and promo
 
     .venv/bin/python benchmarks/big_documents.py [--pages 60] [--changed 2] [--revisions 5] [--units] [--celery]
         [--dev [--dev-celery-workers 2]] [--sections] [--corpus DIR]
-    .venv/bin/python benchmarks/big_documents.py --celery-polls 1,0.2   # only the revision on Celery, by poll
+    .venv/bin/python benchmarks/big_documents.py --celery-revision 2   # only the revision on Celery, twice
 """
 
 from __future__ import annotations
@@ -422,10 +422,9 @@ def measure_celery(env: dict, work: Path, documents: list[Path], revision: Path 
     return rows
 
 
-def measure_celery_polls(env: dict, work: Path, first: Path, revised: Path, polls: list[float]) -> list[tuple]:
-    """On two warm pinned workers, for each Celery poll interval (``INGESTION_CELERY_POLL_SECONDS`` of the run's
-    process): the scan's first version, then its revision under the same key: (poll, first s, revision s, the
-    revision's steps' own seconds)."""
+def measure_celery_revision(env: dict, work: Path, first: Path, revised: Path, rounds: int) -> list[tuple]:
+    """On two warm pinned workers, ``rounds`` times in a tenant of its own: the scan's first version, then its
+    revision under the same key: (round, first s, revision s, the revision's steps' own seconds)."""
     database_url = env["DATABASE_URL"]
     warm = work / "warm.md"
     warm.write_text("# Warm-up\n\n" + " ".join(f"Sentence {i} of the warm-up." for i in range(60)) + "\n")
@@ -434,19 +433,19 @@ def measure_celery_polls(env: dict, work: Path, first: Path, revised: Path, poll
     try:
         for i in range(4):  # every worker process loads the model (a run has one embedding step)
             ingest(workers.env, warm, f"warm-{i}")
-        for n, poll in enumerate(polls):
-            run_env = {**workers.env, "INGESTION_CELERY_POLL_SECONDS": str(poll)}
-            tenant = f"poll{n}"  # a tenant of its own: no page's text reused from an earlier round
+        for n in range(1, rounds + 1):
+            run_env = workers.env
+            tenant = f"round{n}"  # a tenant of its own: no page's text reused from an earlier round
             first_wall = ingest(run_env, first, "manual.pdf", tenant=tenant)
             sessions = sessions_opened(database_url)
             wall = ingest(run_env, revised, "manual.pdf", tenant=tenant)
             sessions = sessions_opened(database_url) - sessions
             file = last_file(database_url)
             if file["status"] != "succeeded":
-                sys.exit(f"revision, poll {poll}: {file['status']}: {file['error']}")
+                sys.exit(f"revision, round {n}: {file['status']}: {file['error']}")
             own = sum(file["stats"]["timings_ms"].values()) / 1000
-            rows.append((poll, first_wall, wall, own))
-            print(f"  poll {poll} s: first version {first_wall:.1f} s, revision {wall:.1f} s "
+            rows.append((n, first_wall, wall, own))
+            print(f"  round {n}: first version {first_wall:.1f} s, revision {wall:.1f} s "
                   f"({wall / first_wall:.0%}; its steps' own time {own:.1f} s; Postgres opened {sessions} sessions "
                   f"during the revision); {encoded(file['stats'])}", flush=True)
             print_step_breakdown(database_url, wall)
@@ -615,9 +614,8 @@ def main() -> None:
     parser.add_argument("--units", action="store_true", help="also measure units side by side (1 vs 2 cores)")
     parser.add_argument("--celery", action="store_true", help="also measure units on 1 vs 2 pinned Celery workers "
                         "(with --sections: only the long text and DOCX chunked whole and in parts on Celery)")
-    parser.add_argument("--celery-polls", type=lambda raw: [float(x) for x in raw.split(",")], metavar="S,S",
-                        help="only the scan's revision on two warm Celery workers, once per poll interval of the "
-                             "run's process (e.g. 1,0.2: dagster-celery's own, the project's)")
+    parser.add_argument("--celery-revision", type=int, default=0, metavar="ROUNDS",
+                        help="only the scan's first version and revision on two warm Celery workers, ROUNDS times")
     parser.add_argument("--dev", action="store_true",
                         help="only the scan and its revisions, through a running `ingestion-pipeline dev`")
     parser.add_argument("--sections", action="store_true",
@@ -648,8 +646,8 @@ def main() -> None:
             section_rows = measure_sections(env, work, [Path(args.corpus) / "documents" / name for name in
                                                         ("book-war-and-peace-1225p.txt", "handbook-872p.docx")],
                                             args.revisions)
-        elif args.celery_polls:
-            poll_rows = measure_celery_polls(env, work, scan, revised, args.celery_polls)
+        elif args.celery_revision:
+            poll_rows = measure_celery_revision(env, work, scan, revised, args.celery_revision)
         else:
             rows = measure(env, scan, revised, args.revisions)
         big = [Path(args.corpus) / "documents" / "DA-619p.pdf", scan]
@@ -671,10 +669,10 @@ def main() -> None:
     if chunk_rows:
         print_celery_sections(chunk_rows)
     if poll_rows:
-        print("\nthe scan's revision on two warm Celery workers, by the run's poll interval")
-        print(f"{'poll s':>7} {'first s':>8} {'revision s':>11} {'share':>6} {'steps own s':>12}")
-        for poll, first_wall, wall, own in poll_rows:
-            print(f"{poll:7.2f} {first_wall:8.1f} {wall:11.1f} {wall / first_wall:6.0%} {own:12.1f}")
+        print("\nthe scan's revision on two warm Celery workers")
+        print(f"{'round':>7} {'first s':>8} {'revision s':>11} {'share':>6} {'steps own s':>12}")
+        for n, first_wall, wall, own in poll_rows:
+            print(f"{n:7} {first_wall:8.1f} {wall:11.1f} {wall / first_wall:6.0%} {own:12.1f}")
     if rows:
         print(f"\n{'':45} {'wall s':>8} {'extract s':>10} {'OCR read':>9} {'reused':>7}")
         for label, wall, extract_s, read, reused in rows:

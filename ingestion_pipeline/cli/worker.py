@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 import uuid
+from typing import Any
 
 
 def register(sub) -> None:
@@ -45,10 +46,10 @@ def _check_reachable(broker_url: str, database_url: str) -> None:
 def cmd_worker(args: argparse.Namespace) -> int:
     from dagster_celery.executor import CeleryExecutor
     from dagster_celery.make_app import make_app
+    from dagster_celery.tasks import create_task
 
     from ingestion_pipeline.core.db import resolve_dagster_storage_url, resolve_database_url
     from ingestion_pipeline.core.settings import load_settings
-    from ingestion_pipeline.runtime.celery_steps import create_pooled_task
     from ingestion_pipeline.runtime.executor import celery_config
     from ingestion_pipeline.runtime.kept_across_steps import keep_across_steps
 
@@ -64,7 +65,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # items over the workers (defs/documents/assets.py: spread_over_workers), inherited by the pool's processes
     os.environ["INGESTION_EXECUTOR"] = "celery"
     app = make_app(CeleryExecutor.for_cli(**celery_config(settings)).app_args())
-    create_pooled_task(app)  # the task dagster-celery's executor sends: execute one step of a run
+    create_task(app)  # dagster-celery's own task, as its `dagster-celery worker` registers it: one step of a run
+    _close_instances_after_each_step()
     keep_across_steps()  # inherited by the pool's processes: each loads the model once
     name = args.name or f"ingestion-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     concurrency = args.concurrency or settings.concurrency
@@ -74,6 +76,27 @@ def cmd_worker(args: argparse.Namespace) -> int:
                      "--loglevel", args.loglevel, "--prefetch-multiplier", "1", "--pool", "prefork",
                      "--without-gossip", "--without-mingle"])
     return 0
+
+
+def _close_instances_after_each_step() -> None:
+    """dagster-celery's task builds the run's instance for each step and drops it without disposing it; the project's
+    instance (``runtime/pooled_instance.py``) keeps its storages' connections open for its life, which for a dropped
+    one ends at a later garbage collection. Each pool process disposes the instances a task opened when the task
+    ends (Celery's ``task_prerun`` and ``task_postrun`` signals), so a step's connections close with the step."""
+    from celery.signals import task_postrun, task_prerun
+
+    from ingestion_pipeline.runtime.pooled_instance import dispose_instances_opened_since, open_instances
+
+    before: dict[str, Any] = {}
+
+    def opened(task_id: str, **_: Any) -> None:
+        before[task_id] = open_instances()
+
+    def ended(task_id: str, **_: Any) -> None:
+        dispose_instances_opened_since(before.pop(task_id, open_instances()))
+
+    task_prerun.connect(opened, weak=False)
+    task_postrun.connect(ended, weak=False)
 
 
 def worker_queues(asked: list[str] | None) -> list[str]:

@@ -86,7 +86,10 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         Variable("INGESTION_WARM_RUN_WORKERS", "1 (`dagster.yaml`)", "Run workers the instance's launcher keeps "
                  "idle ahead of need (Dagster, the code location and the model loaded): a launched run starts at "
                  "once. `0`: every run starts a fresh interpreter, Dagster's default."),
-        *_settings("INGESTION_WORKER_REDELIVER_SECONDS", "INGESTION_CELERY_POLL_SECONDS"),
+        *_settings("INGESTION_WORKER_REDELIVER_SECONDS"),
+        Variable("INGESTION_CELERY_POLL_SECONDS", "unset", "Deprecated, no longer read: a Celery run looks for its "
+                 "finished steps once a second, as dagster-celery's loop ships (a value set is ignored, with a "
+                 "warning in the run's log)."),
     ),
     "Queues": (
         *_settings("REDIS_URL", "INGESTION_INTAKE_INTERVAL_SECONDS", "INGESTION_QUEUE_JOBS_PER_TICK",

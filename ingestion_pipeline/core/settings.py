@@ -403,12 +403,6 @@ class ExecutorSettings(_Area):
     redeliver_seconds: Annotated[int, Field(ge=1), Expected("a whole number of seconds of at least 1")] = env(
         "INGESTION_WORKER_REDELIVER_SECONDS", "A step taken by a worker that vanished (its host died) goes to another "
         "worker after this long; keep it above the longest step and below INGESTION_LEASE_SECONDS.", default=600)
-    # dagster-celery's own loop looks once a second: half a second on average after each step of a run's chain;
-    # below 0.01 s the loop is a busy wait on the result backend with hundreds of steps in flight
-    poll_seconds: Annotated[float, Field(ge=0.01), Expected("a number of seconds of at least 0.01")] = env(
-        "INGESTION_CELERY_POLL_SECONDS", "The longest pause between a Celery run's looks for its finished steps (a "
-        "look every tenth of the time since a step was sent or ended, from 0.02 s; at most 500 result-backend reads a "
-        "second, one per step).", default=0.2)
     # the fast lane (runtime/fast_lane.py): a small batch's run launched at submit, not at the sensor's next loop
     dagster_url: HttpUrlOrOff = env("INGESTION_DAGSTER_URL", "The Dagster webserver that `submit`, the HTTP API and "
                                     "the intake service ask to launch a small batch's run at once; unset: the upload "

@@ -12,12 +12,13 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 import dagster as dg
 
 from ingestion_pipeline.core.settings import ExecutorSettings, load_settings
-from ingestion_pipeline.runtime.dagster_internals import set_celery_tick
 
 
 def celery_config(settings: ExecutorSettings) -> dict[str, Any]:
@@ -35,6 +36,11 @@ def celery_config(settings: ExecutorSettings) -> dict[str, Any]:
         },
     }
 
+
+log = logging.getLogger("ingestion_pipeline.executor")
+# Once the run's longest pause between looks for finished Celery steps, which the project paced by patching
+# dagster-celery's loop; still accepted so that a deployment that sets it keeps starting.
+RETIRED_POLL_VARIABLE = "INGESTION_CELERY_POLL_SECONDS"
 
 DEFAULT_QUEUE = "dagster"  # dagster-celery's default queue: every step without a queue tag
 # dagster_celery.tags.DAGSTER_CELERY_QUEUE_TAG, spelt here: importing dagster_celery imports Celery, a cost of
@@ -71,47 +77,19 @@ def ingestion_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     if settings.executor == "celery":
         from dagster_celery import celery_executor
 
-        # How often the run's process looks for finished steps: soon after a step was sent or ended, at most every
-        # INGESTION_CELERY_POLL_SECONDS while steps run (runtime/celery_pace.py). dagster-celery's loop sleeps a
-        # fixed 1 s (its module's TICK_SECONDS, read at every pass and set here too), so each step of a run waited
-        # half a second on average after its task ended, and a spread document run is a chain of about ten steps.
-        set_celery_tick(settings.poll_seconds)
-        celery = celery_executor.executor_creation_fn(dg.InitExecutorContext(
+        if RETIRED_POLL_VARIABLE in os.environ:
+            log.warning("%s is deprecated and no longer read: a Celery run looks for its finished steps once a "
+                        "second, as dagster-celery's loop ships; unset it", RETIRED_POLL_VARIABLE)
+
+        # dagster-celery's executor as it ships: its run loop looks for finished steps once a second (it has no
+        # setting for that), so each step of a run's chain waits half a second on average before the next is
+        # sent (benchmarks/big_documents.py --dev --dev-celery-workers measures what a revision pays for it).
+        return celery_executor.executor_creation_fn(dg.InitExecutorContext(
             job=init_context.job, executor_def=celery_executor, instance=init_context.instance,
             executor_config={**celery_config(settings), **retries}))
-        return _paced(celery, settings.poll_seconds)
     return dg.in_process_executor.executor_creation_fn(dg.InitExecutorContext(
         job=init_context.job, executor_def=dg.in_process_executor, instance=init_context.instance,
         executor_config=retries))
-
-
-def _paced(celery: dg.Executor, longest_pause: float) -> dg.Executor:
-    """dagster-celery's executor as built from the config, whose run loop is paced by its events."""
-    from ingestion_pipeline.runtime.dagster_internals import celery_step_sent_or_ended, pace_celery_loop
-
-    pace = pace_celery_loop(longest_pause)
-
-    class PacedCeleryExecutor(dg.Executor):
-        def __init__(self, celery: dg.Executor) -> None:
-            self.celery = celery
-
-        @property
-        def retries(self):
-            return self.celery.retries
-
-        def __getattr__(self, name: str):  # app_args() and the rest: the loop reads them on its executor
-            return getattr(self.celery, name)
-
-        def execute(self, plan_context, execution_plan):
-            for event in self.celery.execute(plan_context, execution_plan):
-                happened = celery_step_sent_or_ended(event)
-                if happened == "sent":
-                    pace.sent()
-                elif happened == "ended":
-                    pace.ended()
-                yield event
-
-    return PacedCeleryExecutor(celery)
 
 
 def job_executor_name() -> str:

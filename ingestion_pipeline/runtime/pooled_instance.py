@@ -24,6 +24,7 @@ connection and open a new one). A ping is one more round trip per checkout, on t
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any
 
 import dagster as dg
@@ -77,10 +78,32 @@ class ProjectInstance(dg.DagsterInstance):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         pool_connections(self)
+        _OPEN.add(self)
 
     def dispose(self) -> None:
+        _OPEN.discard(self)
         super().dispose()
         close_connections(self)
+
+
+# The project's instances of this process not yet disposed (held weakly: a collected one is gone from it).
+_OPEN: weakref.WeakSet[ProjectInstance] = weakref.WeakSet()
+
+
+def open_instances() -> weakref.WeakSet[ProjectInstance]:
+    """The process's project instances not disposed yet (held weakly), to compare with later."""
+    return weakref.WeakSet(list(_OPEN))
+
+
+def dispose_instances_opened_since(before: weakref.WeakSet[ProjectInstance]) -> int:
+    """Dispose the process's project instances that were not open at ``before`` (``open_instances``); how many.
+    dagster-celery's task builds the run's instance for its step and drops it undisposed, and a dropped instance
+    holds its pooled connections until the garbage collector finds its cycle of references: a Celery worker
+    closes them when the step's task ends (``cli/worker.py``)."""
+    opened = [instance for instance in list(_OPEN) if instance not in before]
+    for instance in opened:
+        instance.dispose()
+    return len(opened)
 
 
 def _ping(dbapi_connection, _record, _proxy) -> None:
@@ -93,8 +116,8 @@ def _ping(dbapi_connection, _record, _proxy) -> None:
 
 class PooledInstances:
     """One process's instance of each ref it is handed, kept with its connections pooled: a warm run worker runs
-    one run after another, a Celery worker's process one step after another, each with the ref of the run's
-    instance; building a new instance each time would log in anew for every event written."""
+    one run after another, each with the ref of the run's instance; building a new instance each time would log in
+    anew for every event written."""
 
     def __init__(self) -> None:
         self._key: str | None = None

@@ -8,8 +8,6 @@ virtualenv of Dagster, dagster-celery and pytest; no conftest): a release that m
 from __future__ import annotations
 
 import ast
-import inspect
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -40,30 +38,6 @@ def test_a_run_worker_executes_a_launched_run_as_dagster_api_execute_run_does():
         assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
-def test_a_celery_step_executes_from_the_arguments_dagster_celery_sends():
-    """The task's body gets what dagster-celery's executor sends: the step's packed arguments and the job's dict."""
-    from dagster._grpc.types import ExecuteStepArgs  # what dagster-celery's executor packs
-
-    with dg.instance_for_test() as instance:
-        run = _run(instance)
-        recon = dg.reconstructable(toy_job)
-        args = ExecuteStepArgs(job_origin=recon.get_python_origin(), run_id=run.run_id,
-                               step_keys_to_execute=["say_hello"], instance_ref=instance.get_ref(),
-                               print_serialized_events=True)
-        packed = json.loads(dg.serialize_value(args))
-        asked = []
-
-        def instance_of(ref):
-            asked.append(ref)
-            return instance
-
-        serialized = dagster_internals.celery_step_events(packed, recon.to_dict(), instance_of, "worker@host")
-        events = [dg.deserialize_value(e, dg.DagsterEvent) for e in serialized]
-        assert asked == [instance.get_ref()]
-        assert events[0].is_engine_event and "worker@host" in str(events[0].event_specific_data)
-        assert [e.step_key for e in events if e.is_step_success] == ["say_hello"]
-
-
 def test_an_instances_storages_pool_their_connections_and_close_them():
     with dg.instance_for_test() as instance:
         dagster_internals.pool_storage_connections(instance)
@@ -76,16 +50,6 @@ def test_an_instances_storages_pool_their_connections_and_close_them():
 def test_a_custom_instance_class_gets_dagsters_defaults_for_the_instances_parts(tmp_path):
     defaults = dagster_internals.instance_config_defaults(str(tmp_path))
     assert {"run_storage", "event_log_storage", "compute_logs", "run_launcher"} <= set(defaults)
-
-
-def test_the_local_compute_log_manager_keeps_a_steps_output_in_the_files_named_here(tmp_path):
-    manager = dagster_internals.LocalComputeLogManager(str(tmp_path))
-    out = manager.get_captured_local_path(["run", "step"], dagster_internals.STDOUT_EXTENSION)
-    err = manager.get_captured_local_path(["run", "step"], dagster_internals.STDERR_EXTENSION)
-    assert out != err and out.startswith(str(tmp_path))
-    assert dagster_internals.CapturedLogContext(["run", "step"]).log_key == ["run", "step"]
-    signature = inspect.signature(dagster_internals.LocalComputeLogManager.capture_logs)
-    assert list(signature.parameters) == ["self", "log_key"], "capture_logs, which compute_logs.py overrides, changed"
 
 
 def test_the_janitor_marks_a_run_failed_with_its_reason():
@@ -131,46 +95,6 @@ def test_checks_partitioned_like_their_asset_give_one_result_per_partition_also_
         assert [(e.check_name, e.partition) for e in result.get_asset_check_evaluations()] == [("a", "one")]
 
 
-def test_dagster_celerys_run_loop_sleeps_on_its_modules_time_and_tick(monkeypatch):
-    """The pace replaces the clock the loop sleeps on, and the tick it sleeps: a dagster-celery whose loop waits
-    otherwise fails here."""
-    from dagster_celery import core_execution_loop
-
-    source = inspect.getsource(core_execution_loop.core_celery_execution_loop)
-    assert "time.sleep(TICK_SECONDS)" in source and "import time" in inspect.getsource(core_execution_loop)
-    monkeypatch.setattr(core_execution_loop, "TICK_SECONDS", core_execution_loop.TICK_SECONDS)  # restored after
-    monkeypatch.setattr(core_execution_loop, "time", core_execution_loop.time)
-    dagster_internals.set_celery_tick(0.3)
-    assert core_execution_loop.TICK_SECONDS == 0.3
-    pace = dagster_internals.pace_celery_loop(0.2)
-    assert core_execution_loop.time.pace is pace and core_execution_loop.time.monotonic() > 0
-    assert dagster_internals.pace_celery_loop(0.5) is pace and pace.longest == 0.5  # once per process
-
-
-def test_the_messages_that_say_a_celery_step_was_sent_or_revoked_are_dagster_celerys():
-    """dagster-celery says what it sent and revoked only in its engine events' text: the text it writes is the
-    text the pace reads."""
-    from dagster_celery import core_execution_loop
-
-    source = inspect.getsource(core_execution_loop)
-    assert "Submitting celery task for step" in source and "was revoked." in source
-
-    class Engine:
-        is_engine_event = True
-
-        def __init__(self, message: str) -> None:
-            self.message = message
-
-    class Succeeded:
-        is_step_success = True
-
-    assert dagster_internals.celery_step_sent_or_ended(Engine('Submitting celery task for step "a" to queue')) == "sent"
-    assert dagster_internals.celery_step_sent_or_ended(Engine('celery task for running step "a" was revoked.')) \
-        == "ended"
-    assert dagster_internals.celery_step_sent_or_ended(Succeeded()) == "ended"
-    assert dagster_internals.celery_step_sent_or_ended(Engine("Executing steps a in celery worker")) is None
-
-
 REACHED_THROUGH_THE_ADAPTER = {"report_run_failed", "optimize_for_webserver", "_execute_run_command_body",
                                "_run_storage", "_event_storage", "_schedule_storage", "core_execution_loop",
                                "TICK_SECONDS"}
@@ -207,3 +131,14 @@ def test_the_checker_sees_each_way_in():
               "instance._run_storage\nloop.TICK_SECONDS = 1\n"
               "instance.report_engine_event(m, run)\n")
     assert sorted(_reaches_into_dagster(ast.parse(source))) == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_adapter_imports_only_the_three_private_names_it_documents():
+    """What the adapter imports of ``dagster._…`` is the short list ARCHITECTURE.md names (the run worker's body of
+    `dagster api execute_run` and its signal handling, and the defaults a custom instance class must give): a new
+    private import is a decision to write down there first."""
+    tree = ast.parse(Path(dagster_internals.__file__).read_text(encoding="utf-8"))
+    private = sorted(f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                     and (node.module or "").startswith("dagster._") for alias in node.names)
+    assert private == ["dagster._cli.api._execute_run_command_body", "dagster._core.instance.ref.InstanceRef",
+                       "dagster._utils.interrupts.capture_interrupts"]

@@ -5,14 +5,12 @@ These tests fail on a Dagster upgrade that breaks it: by default every storage c
 connection (a 1M-row metric run opened ~170, about 1.5 s of forks and logins); pooled, the calls share a few.
 """
 
-import os
 import sys
 import time
 
 import dagster as dg
 import psycopg
 
-from ingestion_pipeline.runtime.compute_logs import MirroredComputeLogManager
 from ingestion_pipeline.runtime.pooled_instance import pooled_instance
 
 
@@ -66,9 +64,8 @@ def test_a_pooled_instance_serves_many_storage_calls_over_the_same_connections(p
 
 
 def test_a_worker_keeps_one_pooled_instance_across_runs_of_the_same_instance(project_dagster_home, dagster_pg_url):
-    """A warm run worker (runtime/run_worker.py) runs one run after another, a Celery worker's process one step after
-    another (runtime/celery_steps.py): the instance of the same ref is kept with its connections, so the event writes
-    do not each fork and log in a server process."""
+    """A warm run worker (runtime/run_worker.py) runs one run after another: the instance of the same ref is kept
+    with its connections, so the event writes do not each fork and log in a server process."""
     from ingestion_pipeline.runtime.pooled_instance import PooledInstances
 
     ref = dg.DagsterInstance.get().get_ref()
@@ -123,33 +120,14 @@ def test_every_process_reading_the_project_instance_pools_and_closes_on_dispose(
     assert _backends_after_closing(dagster_pg_url) == set()
 
 
-def _children(pid: int) -> list[str]:
-    """The commands of ``pid``'s child processes (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            if parent == pid:
-                with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
-                    found.append(cmdline.read().replace(b"\0", b" ").decode().strip())
-        except (OSError, ValueError, IndexError):  # gone meanwhile
-            continue
-    return found
-
-
-def test_a_steps_output_is_kept_for_the_ui_without_a_process_to_mirror_it(project_dagster_home, dagster_pg_url):
-    """The project's instance keeps what a run's steps print (the UI's stdout/stderr) through
-    ``runtime/compute_logs.py``: no ``tail`` or watcher process is started for it, and the output is all there."""
-    seen: dict[str, list[str]] = {}
+def test_a_steps_output_is_kept_for_the_ui_by_dagsters_own_compute_log_manager(project_dagster_home, dagster_pg_url):
+    """The project's instance keeps what a run's steps print (the UI's stdout/stderr) as Dagster does by default:
+    its local compute log manager, under ``$DAGSTER_HOME/storage``, the output all there."""
 
     @dg.op
     def prints() -> None:
         print("a line on stdout", flush=True)
         print("a line on stderr", file=sys.stderr, flush=True)
-        seen["children"] = _children(os.getpid())
 
     @dg.job
     def printing():
@@ -157,11 +135,11 @@ def test_a_steps_output_is_kept_for_the_ui_without_a_process_to_mirror_it(projec
 
     instance = pooled_instance()
     try:
-        assert type(instance.compute_log_manager) is MirroredComputeLogManager
+        manager_class = type(instance.compute_log_manager)
+        assert (manager_class.__module__.split(".")[0], manager_class.__name__) == ("dagster", "LocalComputeLogManager")
         assert instance.compute_log_manager._base_dir == str(project_dagster_home / "storage")  # noqa: SLF001
         result = printing.execute_in_process(instance=instance)
         assert result.success
-        assert not [c for c in seen["children"] if "tail" in c or "watch_orphans" in c], seen["children"]
         [capture] = [e for e in instance.all_logs(result.run_id) if e.dagster_event is not None
                      and e.dagster_event.event_type_value == "LOGS_CAPTURED"]
         log_key = instance.compute_log_manager.build_log_key_for_run(
@@ -171,3 +149,24 @@ def test_a_steps_output_is_kept_for_the_ui_without_a_process_to_mirror_it(projec
         assert instance.compute_log_manager.is_capture_complete(log_key)
     finally:
         instance.dispose()
+
+
+def test_the_instance_a_celery_step_opened_is_disposed_when_its_task_ends(project_dagster_home, dagster_pg_url):
+    """dagster-celery's task builds the run's instance for its step and drops it undisposed; the worker disposes the
+    instances a task opened when the task ends (cli/worker.py), and only those: the connections a dropped instance
+    held close then, not at some later garbage collection."""
+    from ingestion_pipeline.runtime.pooled_instance import dispose_instances_opened_since, open_instances
+
+    kept = dg.DagsterInstance.get()  # open before the task: not the task's to dispose
+    try:
+        before = open_instances()
+        step_instance = dg.DagsterInstance.from_ref(kept.get_ref())  # as dagster-celery's task builds it
+        step_instance.get_runs_count()
+        assert _storage_backends(dagster_pg_url)
+        assert dispose_instances_opened_since(before) == 1
+        assert dispose_instances_opened_since(before) == 0  # disposed once
+        kept.get_runs_count()  # the instance open before still works
+    finally:
+        kept.dispose()
+    del step_instance
+    assert _backends_after_closing(dagster_pg_url) == set()
