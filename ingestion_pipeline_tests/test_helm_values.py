@@ -31,3 +31,6 @@ def test_the_run_queue_limits_are_the_instance_files():
     runs = instance["concurrency"]["runs"]
     assert queued["maxConcurrentRuns"] == runs["max_concurrent_runs"]
     assert queued["tagConcurrencyLimits"] == runs["tag_concurrency_limits"]
+    pools = instance["concurrency"]["pools"]
+    assert values["concurrency"]["pools"] == {"defaultLimit": pools["default_limit"],
+                                              "granularity": pools["granularity"]}

@@ -7,7 +7,8 @@ Each saves a cost measured in docs/benchmarks.md, and none has a public equivale
 - ``pool_storage_connections``, ``close_storage_connections``, ``instance_config_defaults``: the storages'
   connections kept open for an instance's life (``pooled_instance.py``), as dagster-webserver asks for them; the
   defaults Dagster asks a custom instance class for are Dagster's own.
-- ``mark_run_failed``: a run whose worker's heartbeats stopped marked failed by the janitor (``janitor.py``).
+- ``mark_run_failed``, ``free_pool_slots``: a run whose worker's heartbeats stopped marked failed by the janitor
+  (``janitor.py``), and its steps' pool slots given back.
 
 Everything else is Dagster's and dagster-celery's public API or a documented extension point (the run launcher and
 the instance class that ``dagster_home/dagster.yaml`` names; dagster-celery's executor, task and loop as they ship).
@@ -59,3 +60,9 @@ def instance_config_defaults(base_dir: str) -> Any:
 def mark_run_failed(instance: dg.DagsterInstance, run: dg.DagsterRun, message: str) -> None:
     """Mark a started run failed, with ``message`` in its log (the run's worker is gone, so no one else will)."""
     instance.report_run_failed(run, message)
+
+
+def free_pool_slots(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Give back the pool slots the steps of the dead run ``run_id`` still hold, as the daemon's run monitoring does
+    after ``free_slots_after_run_end_seconds`` (the event log storage's own method; the UI's "free slots")."""
+    instance.event_log_storage.free_concurrency_slots_for_run(run_id)

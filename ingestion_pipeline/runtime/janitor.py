@@ -30,7 +30,7 @@ from ingestion_pipeline.core.db import Database
 from ingestion_pipeline.core.ledger import DOCUMENT_FILES, TABLES
 from ingestion_pipeline.core.settings import ReliabilitySettings
 from ingestion_pipeline.documents import file_ledger, search, units, vector_backlog, vector_index
-from ingestion_pipeline.runtime.dagster_internals import mark_run_failed
+from ingestion_pipeline.runtime.dagster_internals import free_pool_slots, mark_run_failed
 from ingestion_pipeline.runtime.finalization import owner_of, retry_follows, table_for_run
 
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -105,6 +105,9 @@ def fail_runs_with_dead_workers(instance: dg.DagsterInstance, db: Database, leas
             continue
         mark_run_failed(instance, run, f"the run worker is lost: no heartbeat for {silent:.0f} s (killed, out of "
                                         "memory, or its machine is gone); its claims are handed back")
+        # its steps' pool slots (the embedding pool's) go back now: the daemon's run monitoring would free them
+        # later, and `process` has no daemon
+        free_pool_slots(instance, run.run_id)
         dead.append(run.run_id)
     return dead
 

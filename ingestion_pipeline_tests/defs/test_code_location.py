@@ -243,8 +243,8 @@ def test_a_source_naming_the_resources_own_endpoint_shares_its_client(monkeypatc
 
 
 def test_embedding_steps_share_a_pool_and_the_instance_limits_runs_with_dagsters_concurrency_settings():
-    """The model's CPU is the scarce thing: `document_embeddings` declares the `embedding` pool (the UI's
-    concurrency page shows it); the instance configures runs and pools under `concurrency:`, not the legacy
+    """The model's CPU is the scarce thing: `document_embeddings` declares the `embedding` pool, which has a limit
+    (the UI's concurrency page shows it); the instance configures runs and pools under `concurrency:`, not the legacy
     run-coordinator module path."""
     import yaml
 
@@ -257,8 +257,8 @@ def test_embedding_steps_share_a_pool_and_the_instance_limits_runs_with_dagsters
     config = yaml.safe_load((instance_home() / "dagster.yaml").read_text())
     assert "run_coordinator" not in config
     assert config["concurrency"]["runs"]["max_concurrent_runs"] >= 1
-    # no default limit: a SIGKILLed run's slot would hold back every later run until Dagster freed it
-    assert "default_limit" not in config["concurrency"]["pools"]
+    # the pool's limit: one step per run slot, so a run in one process never waits for one
+    assert config["concurrency"]["pools"]["default_limit"] == config["concurrency"]["runs"]["max_concurrent_runs"]
     assert config["run_monitoring"]["free_slots_after_run_end_seconds"] > 0
     assert config["run_queue"]["dequeue_interval_seconds"] == 1
 

@@ -61,6 +61,16 @@ def test_the_janitor_marks_a_run_failed_with_its_reason():
         assert any("the run worker is lost" in m for m in messages)
 
 
+def test_a_dead_runs_pool_slots_are_given_back():
+    with dg.instance_for_test() as instance:
+        run = _run(instance)
+        storage = instance.event_log_storage
+        storage.set_concurrency_slots("toy_pool", 1)
+        assert storage.claim_concurrency_slot("toy_pool", run.run_id, "say_hello").is_claimed
+        dagster_internals.free_pool_slots(instance, run.run_id)
+        assert storage.get_concurrency_info("toy_pool").claimed_slots == []
+
+
 def test_checks_partitioned_like_their_asset_give_one_result_per_partition_also_run_alone():
     """What the batch checks rely on (``defs/documents/batch_checks.py``), a preview of Dagster 1.13: check specs
     with the asset's partitions, evaluated per partition in the asset's run and in a run of the checks alone."""
@@ -95,7 +105,8 @@ def test_checks_partitioned_like_their_asset_give_one_result_per_partition_also_
         assert [(e.check_name, e.partition) for e in result.get_asset_check_evaluations()] == [("a", "one")]
 
 
-REACHED_THROUGH_THE_ADAPTER = {"report_run_failed", "optimize_for_webserver", "_execute_run_command_body",
+REACHED_THROUGH_THE_ADAPTER = {"report_run_failed", "free_concurrency_slots_for_run", "optimize_for_webserver",
+                               "_execute_run_command_body",
                                "_run_storage", "_event_storage", "_schedule_storage", "core_execution_loop",
                                "TICK_SECONDS"}
 
