@@ -95,7 +95,7 @@ def last_file(database_url: str) -> dict:
     from psycopg.rows import dict_row
 
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
-        return conn.execute("SELECT status, error, stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1").fetchone()
+        return conn.execute("SELECT status, error, stats FROM ingestion_runs ORDER BY file_id DESC LIMIT 1").fetchone()
 
 
 def encoded(stats: dict) -> str:
@@ -207,7 +207,7 @@ def measure_dev(pages: int, changed_count: int, revisions: int, celery_workers: 
         probe = psycopg.connect(dev.url, autocommit=True)
 
         def submit(path: Path, key: str, label: str, timeout: float = 900) -> tuple:
-            before = probe.execute("SELECT coalesce(max(run_id), 0) FROM ingestion_runs").fetchone()[0]
+            before = probe.execute("SELECT coalesce(max(file_id), 0) FROM ingestion_runs").fetchone()[0]
             start, wall = time.perf_counter(), time.time()
             subprocess.run([CLI, "submit", "--tenant", "bench", "--key", key, str(path)], env=dev.env, check=True,
                            capture_output=True)
@@ -215,8 +215,8 @@ def measure_dev(pages: int, changed_count: int, revisions: int, celery_workers: 
             while time.perf_counter() - start < timeout:
                 dev.check_alive()
                 row = probe.execute(
-                    """SELECT status, error, stats FROM ingestion_runs WHERE run_id > %s
-                        AND status IN ('succeeded', 'failed', 'dead_letter') ORDER BY run_id DESC LIMIT 1""",
+                    """SELECT status, error, stats FROM ingestion_runs WHERE file_id > %s
+                        AND status IN ('succeeded', 'failed', 'dead_letter') ORDER BY file_id DESC LIMIT 1""",
                     (before,)).fetchone()
                 if row is not None:
                     seconds, seen = time.perf_counter() - start, time.time()

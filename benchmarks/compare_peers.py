@@ -70,7 +70,7 @@ def run_ours(namespace: str, files: list[str]) -> dict:
 
     with bootstrap() as ctx:
         with ctx.db.connection() as conn:
-            before = conn.execute("SELECT coalesce(max(run_id), 0) AS n FROM ingestion_runs").fetchone()["n"]
+            before = conn.execute("SELECT coalesce(max(file_id), 0) AS n FROM ingestion_runs").fetchone()["n"]
         submit_uploads(ctx.db, ctx.document_store, tenant_id=namespace, paths=[Path(name) for name in files],
                        keys=[Path(name).name for name in files], fingerprint=ctx.fingerprint,
                        max_bytes=ctx.settings.upload.max_bytes)
@@ -81,7 +81,7 @@ def run_ours(namespace: str, files: list[str]) -> dict:
                 """SELECT count(*) FILTER (WHERE status = 'failed') AS failed,
                           coalesce(sum((stats->>'embedded')::int), 0) AS embedded,
                           coalesce(sum((stats->>'model_ms')::int), 0) AS model_ms
-                     FROM ingestion_runs WHERE tenant_id = %s AND run_id > %s""", (namespace, before)).fetchone()
+                     FROM ingestion_runs WHERE tenant_id = %s AND file_id > %s""", (namespace, before)).fetchone()
             chunks = conn.execute(
                 """SELECT count(*) AS n FROM chunks c JOIN document_versions v ON v.version_id = c.version_id
                     WHERE v.tenant_id = %s AND v.is_active""", (namespace,)).fetchone()["n"]

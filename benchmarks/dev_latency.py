@@ -68,7 +68,7 @@ def breakdown(instance, url: str, tenant: str, filename: str, submit_start: floa
     with psycopg.connect(url) as conn:
         pk, run_id, activated = conn.execute(
             """SELECT r.partition_key, r.dagster_run_id, extract(epoch FROM v.activated_at) FROM ingestion_runs r
-                 JOIN document_versions v ON v.ingestion_run_id = r.run_id
+                 JOIN document_versions v ON v.file_id = r.file_id
                 WHERE r.tenant_id = %s AND r.config->>'filename' = %s AND v.is_active""",
             (tenant, filename)).fetchone()
     record = instance.get_run_record_by_id(run_id)  # the run that did the file (the ledger says which)

@@ -71,7 +71,7 @@ def main() -> None:
         with ctx.db.connection() as conn:
             runs_after = conn.execute("SELECT count(*) AS n FROM ingestion_runs").fetchone()["n"]
             embedded_second = conn.execute(
-                "SELECT coalesce(sum((stats->>'embedded')::int), 0) AS n FROM ingestion_runs WHERE run_id > %s",
+                "SELECT coalesce(sum((stats->>'embedded')::int), 0) AS n FROM ingestion_runs WHERE file_id > %s",
                 (runs_before,),
             ).fetchone()["n"]
 

@@ -106,7 +106,7 @@ def _active(url: str, job_id: str) -> bool:
 
     with psycopg.connect(url) as conn:
         return conn.execute(
-            """SELECT 1 FROM queue_jobs j JOIN ingestion_runs r ON r.run_id = j.file_id
+            """SELECT 1 FROM queue_jobs j JOIN ingestion_runs r ON r.file_id = j.file_id
                 WHERE j.job_id = %s AND r.status = 'succeeded'""", (job_id,)).fetchone() is not None
 
 

@@ -125,7 +125,7 @@ def ingest_ours(ctx, files: list[Path]) -> dict:
             """SELECT count(*) AS documents, coalesce(sum(chunk_count), 0) AS chunks
                  FROM document_versions WHERE tenant_id = %s AND is_active""", (TENANT,)).fetchone()
         failed = conn.execute("SELECT count(*) AS n FROM ingestion_runs WHERE tenant_id = %s AND status <> 'succeeded'"
-                              " AND run_id = (SELECT max(run_id) FROM ingestion_runs r2 WHERE r2.doc_id = "
+                              " AND file_id = (SELECT max(file_id) FROM ingestion_runs r2 WHERE r2.doc_id = "
                               "ingestion_runs.doc_id)", (TENANT,)).fetchone()["n"]
         sizes = conn.execute(
             """SELECT (SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('chunk_embeddings')) AS vectors,

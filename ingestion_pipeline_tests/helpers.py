@@ -186,10 +186,10 @@ def process_in_process(instance: dg.DagsterInstance, database: Database) -> list
                                   "embedder": shared_embedder()}, log_level="CRITICAL")
 
 
-def history(conn, run_id: int, kind: str = "document") -> list[str]:
+def history(conn, file_id: int, kind: str = "document") -> list[str]:
     return [r["event"] for r in conn.execute(
         "SELECT event FROM ledger_history WHERE kind = %s AND item_id = %s ORDER BY history_id",
-        (kind, run_id)).fetchall()]
+        (kind, file_id)).fetchall()]
 
 
 # A small knowledge base for the S3 source tests (the kb fixture puts it in a bucket).

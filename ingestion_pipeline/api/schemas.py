@@ -66,6 +66,8 @@ class _FileId(BaseModel):
     def _both_names(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("file_id") is None and data.get("run_id") is not None:
             return {**data, "file_id": data["run_id"]}
+        if isinstance(data, dict) and data.get("run_id") is None and data.get("file_id") is not None:
+            return {**data, "run_id": data["file_id"]}
         return data
 
 
@@ -173,9 +175,18 @@ class VersionOut(BaseModel):
     page_count: int | None = None
     chunk_count: int | None = None
     token_count: int | None = None
-    ingestion_run_id: int | None = None
+    file_id: int | None = None
+    ingestion_run_id: int | None = Field(default=None, deprecated="the same as file_id; will be removed")
     activated_at: datetime | None = None
     deactivated_at: datetime | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _both_names(cls, data: Any) -> Any:
+        """``file_id``: the ledger file the version was made from; ``ingestion_run_id`` is its old name, still sent."""
+        if isinstance(data, dict) and data.get("ingestion_run_id") is None and data.get("file_id") is not None:
+            return {**data, "ingestion_run_id": data["file_id"]}
+        return data
 
 
 class DocumentDetail(BaseModel):

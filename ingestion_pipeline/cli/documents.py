@@ -265,7 +265,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
                     for v in plan.needs_file]
         summary = {"current_fingerprint": plan.current_fingerprint, "active": plan.active, "current": plan.current,
                    "reindexable": len(plan.reindexable), "needs_file": len(plan.needs_file),
-                   "queued": len(plan.queued_run_ids), "already_queued": len(plan.already_queued),
+                   "queued": len(plan.queued_file_ids), "already_queued": len(plan.already_queued),
                    "dry_run": args.dry_run}
 
         def render(_records: list[dict]) -> None:
@@ -279,7 +279,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
                       "`make dev`)")
 
         emit(args, [{"reindex": summary, "versions": records}], render)
-        if args.process and not args.dry_run and (plan.queued_run_ids or plan.already_queued):
+        if args.process and not args.dry_run and (plan.queued_file_ids or plan.already_queued):
             summaries = process_queued(ctx, args)
             return 0 if all(s["run_success"] for s in summaries) else 1
     return 0

@@ -29,9 +29,9 @@ def _actor(args: argparse.Namespace) -> str:
 
 # -- files, files show ----------------------------------------------------------------------------------
 def _with_file_id(row: dict) -> dict:
-    """A ledger row as the CLI prints it: ``file_id`` first; ``run_id`` (the column's name) kept in JSON for
+    """A ledger row as the CLI prints it: ``file_id`` first; ``run_id`` (its old name) kept in JSON for
     scripts written before the word changed (deprecated, see docs/cli.md)."""
-    return {"file_id": row["run_id"], **row}
+    return {"file_id": row["file_id"], "run_id": row["file_id"], **row}
 
 
 def _print_file(records: list[dict]) -> None:
@@ -142,11 +142,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     with bootstrap() as ctx:
         instance = dg.DagsterInstance.get()
         if args.batch:
-            report, key = operations.cancel_batch(instance, ctx.db, args.batch, _actor(args)), "run_id"
+            report, key = operations.cancel_batch(instance, ctx.db, args.batch, _actor(args)), "file_id"
         elif args.upload:
             report, key = operations.cancel_upload(instance, ctx.db, args.upload, _actor(args)), "upload_id"
         elif args.file_ids:
-            report, key = operations.cancel_files(instance, ctx.db, args.file_ids, _actor(args)), "run_id"
+            report, key = operations.cancel_files(instance, ctx.db, args.file_ids, _actor(args)), "file_id"
         else:
             raise ValueError("name FILE_ID(s), --batch KEY or --upload ID")
     record = {"canceled": [r[key] for r in report.canceled], "not_cancelable": report.not_cancelable,

@@ -1,8 +1,7 @@
 """What the catalog says about each asset: the Postgres table it lands in, that table's main columns, owners.
 
 Dagster shows ``dagster/table_name`` and ``dagster/column_schema`` on the asset page; the columns listed are
-the ones a reader of the table needs (``test_catalog.py`` checks each exists in the migrated schema). The
-ledger's key column is ``run_id`` for historical reasons; the CLI and API call it ``file_id``.
+the ones a reader of the table needs (``test_catalog.py`` checks each exists in the migrated schema).
 """
 
 import dagster as dg
@@ -18,25 +17,25 @@ def _table(name: str, *columns: tuple[str, str, str]) -> dict:
 TABLES: dict[str, dict] = {
     "raw_documents": _table(
         "ingestion_runs",
-        ("run_id", "bigint", "the file's ledger id (file_id in the CLI and the API)"),
+        ("file_id", "bigint", "the file's ledger id"),
         ("tenant_id", "text", "whose file"), ("doc_id", "bigint", "the document it is a version of"),
         ("status", "text", "queued, running, succeeded, failed, dead_letter or canceled"),
         ("attempts", "integer", "claims so far"), ("error_code", "text", "why it failed, for machines"),
         ("content_hash", "text", "SHA-256 of the bytes"), ("partition_key", "text", "its batch")),
     "document_elements": _table(
         "staging_elements",
-        ("run_id", "bigint", "the file (ingestion_runs.run_id)"), ("ordinal", "integer", "order in the file"),
+        ("file_id", "bigint", "the file (ingestion_runs.file_id)"), ("ordinal", "integer", "order in the file"),
         ("element_type", "text", "title, narrative_text, list_item, table …"), ("text", "text", "the text"),
         ("page_number", "integer", "page, when the format has pages"),
         ("section_path", "text[]", "the titles above it")),
     "document_chunks": _table(
         "staging_chunks",
-        ("run_id", "bigint", "the file (ingestion_runs.run_id)"), ("ordinal", "integer", "order in the file"),
+        ("file_id", "bigint", "the file (ingestion_runs.file_id)"), ("ordinal", "integer", "order in the file"),
         ("text", "text", "the chunk"), ("token_count", "integer", "tokens under the embedding model"),
         ("section_path", "text[]", "the titles above it")),
     "document_embeddings": _table(
         "staging_chunks",
-        ("run_id", "bigint", "the file (ingestion_runs.run_id)"), ("ordinal", "integer", "order in the file"),
+        ("file_id", "bigint", "the file (ingestion_runs.file_id)"), ("ordinal", "integer", "order in the file"),
         ("embedding", "vector(384)", "the chunk's vector; NULL until embedded"),
         ("embedding_reused", "boolean", "taken from an identical chunk already embedded")),
     "promoted_documents": _table(

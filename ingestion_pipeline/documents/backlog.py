@@ -49,7 +49,7 @@ _WAITING = """
 SELECT tenant_id, partition_key,
        count(*) FILTER (WHERE status = 'queued') AS queued,
        count(*) FILTER (WHERE status = 'running') AS running,
-       min(run_id) AS first_file
+       min(file_id) AS first_file
   FROM ingestion_runs
  WHERE status IN ('queued', 'running') AND (%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
  GROUP BY tenant_id, partition_key

@@ -26,7 +26,7 @@ _LAUNCHING_LOCK = 7_411_023
 class Batch:
     partition_key: str
     tenant_id: str
-    run_ids: tuple[int, ...]
+    file_ids: tuple[int, ...]
     total_bytes: int
 
 
@@ -54,12 +54,12 @@ def plan_batches(rows: list[dict], limits: BatchSettings) -> list[list[dict]]:
 
 
 def partition_key_for(
-    tenant_id: str, first_run_id: int, now: datetime | None = None, source_name: str | None = None
+    tenant_id: str, first_file_id: int, now: datetime | None = None, source_name: str | None = None
 ) -> str:
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dt%H%M%S")
     tenant = key_part(tenant_id)
     source = f"-{key_part(source_name)}" if source_name else ""
-    return f"{tenant}{source}-{stamp}-{first_run_id}"
+    return f"{tenant}{source}-{stamp}-{first_file_id}"
 
 
 def assign_queued_to_batches(
@@ -71,25 +71,25 @@ def assign_queued_to_batches(
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_BATCHING_LOCK,))
         rows = conn.execute(
-            """SELECT r.run_id, r.tenant_id, r.size_bytes, r.source_id, s.name AS source_name
+            """SELECT r.file_id, r.tenant_id, r.size_bytes, r.source_id, s.name AS source_name
                  FROM ingestion_runs r LEFT JOIN ingestion_sources s ON s.source_id = r.source_id
                  JOIN tenants t ON t.tenant_id = r.tenant_id
                 WHERE r.status = 'queued' AND r.partition_key IS NULL AND NOT t.paused
                   AND NOT coalesce(s.paused, false)
                   AND (%(run_types)s::text[] IS NULL OR r.run_type = ANY(%(run_types)s))
-                ORDER BY r.tenant_id, r.source_id NULLS FIRST, r.run_id
+                ORDER BY r.tenant_id, r.source_id NULLS FIRST, r.file_id
                 LIMIT %(limit)s""",
             {"run_types": _types(run_types), "limit": limits.max_files * max_batches},
         ).fetchall()
         for group in plan_batches(rows, limits)[:max_batches]:
-            key = partition_key_for(group[0]["tenant_id"], group[0]["run_id"], source_name=group[0]["source_name"])
-            run_ids = [r["run_id"] for r in group]
+            key = partition_key_for(group[0]["tenant_id"], group[0]["file_id"], source_name=group[0]["source_name"])
+            file_ids = [r["file_id"] for r in group]
             conn.execute(
-                "UPDATE ingestion_runs SET partition_key = %s, updated_at = now() WHERE run_id = ANY(%s)",
-                (key, run_ids),
+                "UPDATE ingestion_runs SET partition_key = %s, updated_at = now() WHERE file_id = ANY(%s)",
+                (key, file_ids),
             )
             batches.append(
-                Batch(key, group[0]["tenant_id"], tuple(run_ids), sum(r["size_bytes"] for r in group))
+                Batch(key, group[0]["tenant_id"], tuple(file_ids), sum(r["size_bytes"] for r in group))
             )
     return batches
 
@@ -113,7 +113,7 @@ def due_batches(conn: psycopg.Connection, run_types: Sequence[str] | None = None
     run, so the run key of a relaunch differs from the run that came before.
     """
     return conn.execute(
-        """SELECT r.partition_key, max(r.launch_gen) AS launch_gen, min(r.run_id) AS first_run,
+        """SELECT r.partition_key, max(r.launch_gen) AS launch_gen, min(r.file_id) AS first_file,
                   min(r.tenant_id) AS tenant_id, count(*) AS files,
                   bool_and(coalesce(r.config->>'via', '') = 'event') AS from_events,
                   EXTRACT(EPOCH FROM now() - max(r.created_at)) AS newest_age
@@ -123,7 +123,7 @@ def due_batches(conn: psycopg.Connection, run_types: Sequence[str] | None = None
             WHERE r.status = 'queued' AND r.partition_key IS NOT NULL AND r.next_attempt_at <= now()
               AND NOT t.paused AND NOT coalesce(s.paused, false)
               AND (%(run_types)s::text[] IS NULL OR r.run_type = ANY(%(run_types)s))
-            GROUP BY r.partition_key ORDER BY first_run""",
+            GROUP BY r.partition_key ORDER BY first_file""",
         {"run_types": _types(run_types)},
     ).fetchall()
 

@@ -1,4 +1,4 @@
-"""The document ledger's files (``ingestion_runs``, ``file_id`` = its ``run_id``): one row per file per submission.
+"""The document ledger's files (``ingestion_runs``, keyed by ``file_id``): one row per file per submission.
 
 The transitions are the shared mechanism of ``core.ledger`` (claims with owners and leases,
 retries, dead letters, cancel); this module adds what is particular to documents: creating a row for
@@ -43,10 +43,10 @@ def create_queued_file(
         """INSERT INTO ingestion_runs
                (tenant_id, doc_id, run_type, status, source_uri, raw_path, content_hash, size_bytes, config)
            VALUES (%s, %s, %s, 'queued', %s, %s, %s, %s, %s)
-           RETURNING run_id""",
+           RETURNING file_id""",
         (tenant_id, doc_id, run_type, source_uri, raw_path, content_hash, size_bytes, Jsonb(config)),
     ).fetchone()
-    return row["run_id"]
+    return row["file_id"]
 
 
 def claim(conn: psycopg.Connection, worker: Worker, partition_key: str, *, replay_finished: bool,
@@ -59,70 +59,70 @@ def held_rows(conn: psycopg.Connection, partition_key: str, owner: str) -> list[
     """Rows of the partition this owner is still working on."""
     return conn.execute(
         """SELECT * FROM ingestion_runs WHERE partition_key = %s AND status = 'running' AND owner = %s
-            ORDER BY run_id""",
+            ORDER BY file_id""",
         (partition_key, owner),
     ).fetchall()
 
 
 def partition_rows(conn: psycopg.Connection, partition_key: str) -> list[dict]:
     return conn.execute(
-        "SELECT * FROM ingestion_runs WHERE partition_key = %s ORDER BY run_id", (partition_key,)
+        "SELECT * FROM ingestion_runs WHERE partition_key = %s ORDER BY file_id", (partition_key,)
     ).fetchall()
 
 
-def hold(conn: psycopg.Connection, run_id: int, owner: str) -> dict:
-    return ledger.hold(conn, DOCUMENT_FILES, run_id, owner)
+def hold(conn: psycopg.Connection, file_id: int, owner: str) -> dict:
+    return ledger.hold(conn, DOCUMENT_FILES, file_id, owner)
 
 
-def hold_many(conn: psycopg.Connection, run_ids: list[int], owner: str) -> dict[int, str]:
+def hold_many(conn: psycopg.Connection, file_ids: list[int], owner: str) -> dict[int, str]:
     """Hold (and touch) the files ``owner`` still works on; the others, with why they are not held."""
-    return ledger.hold_many(conn, DOCUMENT_FILES, run_ids, owner)
+    return ledger.hold_many(conn, DOCUMENT_FILES, file_ids, owner)
 
 
-def heartbeat(conn: psycopg.Connection, run_id: int, owner: str, stats: dict[str, Any] | None = None) -> dict:
-    return ledger.heartbeat(conn, DOCUMENT_FILES, run_id, owner, stats)
+def heartbeat(conn: psycopg.Connection, file_id: int, owner: str, stats: dict[str, Any] | None = None) -> dict:
+    return ledger.heartbeat(conn, DOCUMENT_FILES, file_id, owner, stats)
 
 
-def heartbeat_many(conn: psycopg.Connection, stats_by_run: dict[int, dict[str, Any]], owner: str) -> dict[int, str]:
+def heartbeat_many(conn: psycopg.Connection, stats_by_file: dict[int, dict[str, Any]], owner: str) -> dict[int, str]:
     """Merge each held file's ``stats`` (one statement); the files not held, with why."""
-    return ledger.heartbeat_many(conn, DOCUMENT_FILES, stats_by_run, owner)
+    return ledger.heartbeat_many(conn, DOCUMENT_FILES, stats_by_file, owner)
 
 
-def record_fetched_object(conn: psycopg.Connection, run_id: int, owner: str, *, raw_path: str, sha256: str,
+def record_fetched_object(conn: psycopg.Connection, file_id: int, owner: str, *, raw_path: str, sha256: str,
                           size: int) -> dict:
     """Where an S3 object's bytes were stored, and their hash and size (known only after download)."""
-    hold(conn, run_id, owner)
+    hold(conn, file_id, owner)
     return conn.execute(
         """UPDATE ingestion_runs
               SET raw_path = %s, content_hash = %s, size_bytes = %s, updated_at = now(),
                   config = config || jsonb_build_object('sha256', %s::text, 'size_bytes', %s::bigint)
-            WHERE run_id = %s RETURNING *""",
-        (raw_path, sha256, size, sha256, size, run_id),
+            WHERE file_id = %s RETURNING *""",
+        (raw_path, sha256, size, sha256, size, file_id),
     ).fetchone()
 
 
-def mark_succeeded(conn: psycopg.Connection, run_id: int, owner: str, stats: dict[str, Any]) -> dict:
-    row = ledger.finish(conn, DOCUMENT_FILES, run_id, owner, stats=stats)
+def mark_succeeded(conn: psycopg.Connection, file_id: int, owner: str, stats: dict[str, Any]) -> dict:
+    row = ledger.finish(conn, DOCUMENT_FILES, file_id, owner, stats=stats)
     report(conn, [row])
     return row
 
 
-def mark_failed(conn: psycopg.Connection, run_id: int, owner: str, failure: FailureInfo,
+def mark_failed(conn: psycopg.Connection, file_id: int, owner: str, failure: FailureInfo,
                 policy: ReliabilitySettings) -> dict:
     """A held file failed: failed, retried later, or dead-lettered (``LeaseLost`` if no longer held)."""
-    row = ledger.fail(conn, DOCUMENT_FILES, run_id, owner, failure, policy)
+    row = ledger.fail(conn, DOCUMENT_FILES, file_id, owner, failure, policy)
     report(conn, [row])
     return row
 
 
-def retry(conn: psycopg.Connection, run_id: int, *, tenant_id: str, actor: str) -> tuple[dict, bool] | None:
+def retry(conn: psycopg.Connection, file_id: int, *, tenant_id: str, actor: str) -> tuple[dict, bool] | None:
     """Replay one of the tenant's failed, dead-lettered or canceled files as a new attempt (what
     ``ingestion-pipeline retry`` does): the file and whether it was replayed (a file in another state is left as it
     is); None when the tenant has no such file."""
-    row = get_file(conn, run_id, tenant_id=tenant_id)
+    row = get_file(conn, file_id, tenant_id=tenant_id)
     if row is None:
         return None
-    requeued = ledger.requeue(conn, DOCUMENT_FILES, [run_id], actor=actor)
+    requeued = ledger.requeue(conn, DOCUMENT_FILES, [file_id], actor=actor)
     report(conn, requeued)
     return (requeued[0], True) if requeued else (row, False)
 
@@ -135,11 +135,11 @@ def report(conn: psycopg.Connection, rows: Iterable[dict]) -> None:
         object_status = {FAILED: "failed", DEAD_LETTER: "failed", CANCELED: "failed", QUEUED: "queued"}.get(
             row["status"])
         if object_status and row.get("source_id") is not None:
-            by_status.setdefault(object_status, []).append(row["run_id"])
-    for status, run_ids in by_status.items():
+            by_status.setdefault(object_status, []).append(row["file_id"])
+    for status, file_ids in by_status.items():
         conn.execute(
-            "UPDATE source_objects SET status = %s, updated_at = now() WHERE last_run_id = ANY(%s)",
-            (status, run_ids),
+            "UPDATE source_objects SET status = %s, updated_at = now() WHERE last_file_id = ANY(%s)",
+            (status, file_ids),
         )
     for row in rows:
         if row["status"] != RUNNING:
@@ -154,8 +154,8 @@ def log_finished(row: dict | None) -> None:
         json.dumps(
             {
                 "event": "file_retry_scheduled" if row["status"] == QUEUED else "file_finished",
-                "file_id": row["run_id"],
-                "run_id": row["run_id"],  # the old name of file_id (deprecated)
+                "file_id": row["file_id"],
+                "run_id": row["file_id"],  # the old name of file_id (deprecated)
                 "tenant_id": row["tenant_id"],
                 "doc_id": row["doc_id"],
                 "source_uri": row["source_uri"],
@@ -176,7 +176,7 @@ def log_finished(row: dict | None) -> None:
     )
 
 
-_RUNS_WHERE = """(%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
+_FILES_WHERE = """(%(tenant)s::text IS NULL OR tenant_id = %(tenant)s)
               AND (%(status)s::text IS NULL OR status = %(status)s)
               AND (%(since)s::float8 IS NULL OR updated_at >= now() - make_interval(secs => %(since)s))"""
 
@@ -187,23 +187,23 @@ def list_files(
 ) -> list[dict]:
     """Newest first; ``tenant_id=None`` (operator tools only) lists every tenant."""
     return conn.execute(
-        f"""SELECT run_id, tenant_id, doc_id, run_type, status, source_uri, config, stats, error_code, error,
+        f"""SELECT file_id, tenant_id, doc_id, run_type, status, source_uri, config, stats, error_code, error,
                    suggestion, attempts, partition_key, dagster_run_id, created_at, started_at, updated_at,
                    finished_at, next_attempt_at
-              FROM ingestion_runs WHERE {_RUNS_WHERE}
-             ORDER BY run_id DESC LIMIT %(limit)s OFFSET %(offset)s""",
+              FROM ingestion_runs WHERE {_FILES_WHERE}
+             ORDER BY file_id DESC LIMIT %(limit)s OFFSET %(offset)s""",
         {"tenant": tenant_id, "status": status, "limit": limit, "offset": offset, "since": since_seconds},
     ).fetchall()
 
 
 def count_files(conn: psycopg.Connection, *, tenant_id: str | None, status: str | None = None) -> int:
-    return conn.execute(f"SELECT count(*) AS n FROM ingestion_runs WHERE {_RUNS_WHERE}",
+    return conn.execute(f"SELECT count(*) AS n FROM ingestion_runs WHERE {_FILES_WHERE}",
                         {"tenant": tenant_id, "status": status, "since": None}).fetchone()["n"]
 
 
-def get_file(conn: psycopg.Connection, run_id: int, *, tenant_id: str | None) -> dict | None:
+def get_file(conn: psycopg.Connection, file_id: int, *, tenant_id: str | None) -> dict | None:
     """One ledger row; ``tenant_id=None`` (operator tools only) finds it in any tenant."""
     return conn.execute(
-        "SELECT * FROM ingestion_runs WHERE run_id = %s AND (%s::text IS NULL OR tenant_id = %s)",
-        (run_id, tenant_id, tenant_id),
+        "SELECT * FROM ingestion_runs WHERE file_id = %s AND (%s::text IS NULL OR tenant_id = %s)",
+        (file_id, tenant_id, tenant_id),
     ).fetchone()

@@ -45,23 +45,26 @@ class SubmitResult:
     filename: str
     tenant_id: str
     reason: str | None = None
-    run_id: int | None = None
+    file_id: int | None = None
     doc_id: int | None = None
     source_uri: str | None = None
     sha256: str | None = None
     size_bytes: int | None = None
 
     def as_dict(self) -> dict:
-        """The result as the CLI and the API print it: ``file_id`` is the file's ledger row; ``run_id``, its
-        old name, is kept for scripts written before (deprecated)."""
-        values = {k: v for k, v in asdict(self).items() if v is not None}
-        return {"file_id": self.run_id, **values} if self.run_id is not None else values
+        """The result as the CLI and the API print it: ``file_id`` (first) is the file's ledger row; ``run_id``,
+        its old name, is kept in its old place for scripts written before (deprecated)."""
+        values = {("run_id" if k == "file_id" else k): v for k, v in asdict(self).items() if v is not None}
+        return {"file_id": self.file_id, **values} if self.file_id is not None else values
 
     @classmethod
     def from_record(cls, record: dict) -> SubmitResult:
-        """The inverse of ``as_dict`` (a stored result, with or without ``file_id``)."""
+        """The inverse of ``as_dict`` (a stored result, with ``file_id`` or only its old name ``run_id``)."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in record.items() if k in names})
+        values = {k: v for k, v in record.items() if k in names}
+        if values.get("file_id") is None and record.get("run_id") is not None:
+            values["file_id"] = record["run_id"]
+        return cls(**values)
 
 
 # Writes the caller's record of a submit's outcome in the submit's own transaction.
@@ -285,9 +288,9 @@ def _record_submission(db, tenant_id, stored, source_uri, config, result, run_ty
             (tenant_id, doc_id, stored.sha256, fingerprint),
         ).fetchone()
         in_flight = conn.execute(
-            """SELECT run_id FROM ingestion_runs
+            """SELECT file_id FROM ingestion_runs
                 WHERE tenant_id = %s AND doc_id = %s AND content_hash = %s AND status IN ('queued', 'running')
-                ORDER BY run_id LIMIT 1""",
+                ORDER BY file_id LIMIT 1""",
             (tenant_id, doc_id, stored.sha256),
         ).fetchone()
         if active is not None:
@@ -301,9 +304,9 @@ def _record_submission(db, tenant_id, stored, source_uri, config, result, run_ty
         elif in_flight is not None:
             result.status = DUPLICATE
             result.reason = "identical content is already queued"
-            result.run_id = in_flight["run_id"]
+            result.file_id = in_flight["file_id"]
         else:
-            result.run_id = file_ledger.create_queued_file(
+            result.file_id = file_ledger.create_queued_file(
                 conn,
                 tenant_id=tenant_id,
                 doc_id=doc_id,

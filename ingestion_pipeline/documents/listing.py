@@ -69,7 +69,7 @@ def get_document(conn: psycopg.Connection, tenant_id: str, doc_id: int) -> dict 
         return None
     doc["versions"] = conn.execute(
         """SELECT version_id, version_number, content_hash, pipeline_fingerprint, is_active, title, filename,
-                  content_type, size_bytes, page_count, chunk_count, token_count, ingestion_run_id, activated_at,
+                  content_type, size_bytes, page_count, chunk_count, token_count, file_id, activated_at,
                   deactivated_at
              FROM document_versions WHERE tenant_id = %s AND doc_id = %s ORDER BY version_number DESC""",
         (tenant_id, doc_id),

@@ -97,7 +97,7 @@ def prepare(db: Database, settings: Settings, *, precision: str | None = None, c
         if recorded is not None:  # the vectors change: every active version made before is re-indexed
             plan = reindex.find_versions(conn, fingerprint_for(precision_info, chunk.target_tokens, chunk.max_tokens))
             reindex.queue(conn, plan)
-            queued = len(plan.queued_run_ids)
+            queued = len(plan.queued_file_ids)
     made = _checked_on_this_host(db, model_path, embedding)  # records this host's probe vectors with it
     return Prepared(made, "changed" if recorded is not None else "recorded", previous=recorded,
                     warning=choice.warning, reindex_queued=queued, seconds=time.perf_counter() - start)

@@ -48,7 +48,7 @@ class ReindexPlan:
     current: int = 0  # already at the current fingerprint (and not forced)
     reindexable: list[StaleVersion] = field(default_factory=list)
     needs_file: list[StaleVersion] = field(default_factory=list)
-    queued_run_ids: list[int] = field(default_factory=list)
+    queued_file_ids: list[int] = field(default_factory=list)
     already_queued: list[int] = field(default_factory=list)  # versions with a re-index queued or running already
 
     @property
@@ -61,8 +61,8 @@ class ReindexPlan:
             parts.append(f"{len(self.reindexable)} to re-index")
         if self.needs_file:
             parts.append(f"{len(self.needs_file)} need their file again")
-        if self.queued_run_ids or self.already_queued:
-            parts.append(f"{len(self.queued_run_ids)} queued now, {len(self.already_queued)} already queued")
+        if self.queued_file_ids or self.already_queued:
+            parts.append(f"{len(self.queued_file_ids)} queued now, {len(self.already_queued)} already queued")
         return ", ".join(parts)
 
 
@@ -87,7 +87,7 @@ def find_versions(conn: psycopg.Connection, fingerprint_for: FingerprintFor, *, 
                   EXISTS (SELECT 1 FROM version_elements e WHERE e.version_id = v.version_id) AS has_elements,
                   (o.status = 'active' AND o.etag = r.source_etag) AS object_unchanged
              FROM document_versions v
-             LEFT JOIN ingestion_runs r ON r.run_id = v.ingestion_run_id
+             LEFT JOIN ingestion_runs r ON r.file_id = v.file_id
              LEFT JOIN source_objects o ON o.source_id = r.source_id AND o.key = r.source_key
             WHERE v.is_active AND (%(tenant)s::text IS NULL OR v.tenant_id = %(tenant)s)
               AND (%(docs)s::bigint[] IS NULL OR v.doc_id = ANY(%(docs)s))
@@ -144,17 +144,17 @@ def queue(conn: psycopg.Connection, plan: ReindexPlan, *, force: bool = False,
                                                                    ELSE v.extractor_version END)
                       || %(extra)s,
                       r.source_id, r.source_key, r.source_etag, %(partition)s, v.version_id
-                 FROM document_versions v LEFT JOIN ingestion_runs r ON r.run_id = v.ingestion_run_id
+                 FROM document_versions v LEFT JOIN ingestion_runs r ON r.file_id = v.file_id
                 WHERE v.version_id = %(version)s
                ON CONFLICT (reindex_of_version_id) WHERE status IN ('queued', 'running') DO NOTHING
-               RETURNING run_id""",
+               RETURNING file_id""",
             {"type": REINDEX, "version": version.version_id, "partition": partition_key, "from_s3": version.from_s3,
              "extra": Jsonb(extra)},
         ).fetchone()
         if row is None:
             plan.already_queued.append(version.version_id)
         else:
-            plan.queued_run_ids.append(row["run_id"])
+            plan.queued_file_ids.append(row["file_id"])
     return plan
 
 

@@ -105,25 +105,25 @@ def from_json(unit: dict) -> PdfPages:
 
 # -- staging_units ---------------------------------------------------------------------------------------------
 
-def plan(conn: psycopg.Connection, run_id: int, content_hash: str, units: list[Unit]) -> None:
+def plan(conn: psycopg.Connection, file_id: int, content_hash: str, units: list[Unit]) -> None:
     """Record the file's units; units already recorded for the same bytes and pages are kept (done ones are
     reused), others (a file replanned under another unit size) are dropped first."""
     conn.execute(
-        """DELETE FROM staging_units s WHERE run_id = %s AND NOT EXISTS (
+        """DELETE FROM staging_units s WHERE file_id = %s AND NOT EXISTS (
                SELECT 1 FROM unnest(%s::int[], %s::int[], %s::int[]) AS u(n, f, l)
                 WHERE u.n = s.unit_number AND u.f = s.first_page AND u.l = s.last_page AND s.content_hash = %s)""",
-        (run_id, [u.number for u in units], [u.first_page for u in units], [u.last_page for u in units],
+        (file_id, [u.number for u in units], [u.first_page for u in units], [u.last_page for u in units],
          content_hash))
-    conn.execute("UPDATE staging_units SET reused = true WHERE run_id = %s AND state = 'done'", (run_id,))
+    conn.execute("UPDATE staging_units SET reused = true WHERE file_id = %s AND state = 'done'", (file_id,))
     # planned by whoever holds the file now: a reader of an earlier attempt lost it (a unit it still writes is
     # kept, being written once)
-    conn.execute("UPDATE staging_units SET leased_by = NULL, heartbeat_at = NULL WHERE run_id = %s AND state = "
-                 "'pending'", (run_id,))
+    conn.execute("UPDATE staging_units SET leased_by = NULL, heartbeat_at = NULL WHERE file_id = %s AND state = "
+                 "'pending'", (file_id,))
     with conn.cursor() as cur:
         cur.executemany(
-            """INSERT INTO staging_units (run_id, unit_number, first_page, last_page, content_hash)
-               VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id, unit_number) DO NOTHING""",
-            [(run_id, u.number, u.first_page, u.last_page, content_hash) for u in units])
+            """INSERT INTO staging_units (file_id, unit_number, first_page, last_page, content_hash)
+               VALUES (%s, %s, %s, %s, %s) ON CONFLICT (file_id, unit_number) DO NOTHING""",
+            [(file_id, u.number, u.first_page, u.last_page, content_hash) for u in units])
 
 
 # -- a unit's lease: the worker reading it renews it; stale, the unit goes to the next reader ------------------
@@ -134,35 +134,35 @@ HEARTBEAT_SECONDS = 5.0
 STALE_SECONDS = 30.0
 
 
-def take(conn: psycopg.Connection, run_id: int, number: int, holder: str,
+def take(conn: psycopg.Connection, file_id: int, number: int, holder: str,
          stale_seconds: float = STALE_SECONDS) -> str:
     """Lease the unit to ``holder``: ``"taken"``; ``"done"`` when it is read already; ``"busy"`` while another
     reader renews its lease."""
     row = conn.execute(
         """UPDATE staging_units SET leased_by = %s, heartbeat_at = now()
-            WHERE run_id = %s AND unit_number = %s AND state = 'pending'
+            WHERE file_id = %s AND unit_number = %s AND state = 'pending'
               AND (leased_by IS NULL OR leased_by = %s OR heartbeat_at < now() - make_interval(secs => %s))
-        RETURNING unit_number""", (holder, run_id, number, holder, stale_seconds)).fetchone()
+        RETURNING unit_number""", (holder, file_id, number, holder, stale_seconds)).fetchone()
     if row is not None:
         return "taken"
-    state = conn.execute("SELECT state FROM staging_units WHERE run_id = %s AND unit_number = %s",
-                         (run_id, number)).fetchone()
+    state = conn.execute("SELECT state FROM staging_units WHERE file_id = %s AND unit_number = %s",
+                         (file_id, number)).fetchone()
     return "busy" if state is not None and state["state"] == "pending" else "done"
 
 
-def beat(conn: psycopg.Connection, run_id: int, number: int, holder: str) -> bool:
+def beat(conn: psycopg.Connection, file_id: int, number: int, holder: str) -> bool:
     """Renew the lease; False when the unit is no longer ``holder``'s (read meanwhile, or handed on as stale)."""
     return conn.execute(
         """UPDATE staging_units SET heartbeat_at = now()
-            WHERE run_id = %s AND unit_number = %s AND state = 'pending' AND leased_by = %s
-        RETURNING unit_number""", (run_id, number, holder)).fetchone() is not None
+            WHERE file_id = %s AND unit_number = %s AND state = 'pending' AND leased_by = %s
+        RETURNING unit_number""", (file_id, number, holder)).fetchone() is not None
 
 
-def release(conn: psycopg.Connection, run_id: int, number: int, holder: str) -> None:
+def release(conn: psycopg.Connection, file_id: int, number: int, holder: str) -> None:
     """Give the unit up unread (its reading failed): the next reader need not wait for the lease to go stale."""
     conn.execute("""UPDATE staging_units SET leased_by = NULL, heartbeat_at = NULL
-                     WHERE run_id = %s AND unit_number = %s AND state = 'pending' AND leased_by = %s""",
-                 (run_id, number, holder))
+                     WHERE file_id = %s AND unit_number = %s AND state = 'pending' AND leased_by = %s""",
+                 (file_id, number, holder))
 
 
 def hand_back_stale(conn: psycopg.Connection, stale_seconds: float = STALE_SECONDS) -> list[dict]:
@@ -170,11 +170,11 @@ def hand_back_stale(conn: psycopg.Connection, stale_seconds: float = STALE_SECON
     and who had them)."""
     return conn.execute(
         """UPDATE staging_units s SET leased_by = NULL, heartbeat_at = NULL
-             FROM (SELECT run_id, unit_number, leased_by FROM staging_units
+             FROM (SELECT file_id, unit_number, leased_by FROM staging_units
                     WHERE state = 'pending' AND leased_by IS NOT NULL
                       AND heartbeat_at < now() - make_interval(secs => %s) FOR UPDATE SKIP LOCKED) stale
-            WHERE s.run_id = stale.run_id AND s.unit_number = stale.unit_number
-        RETURNING s.run_id, s.unit_number, s.first_page, s.last_page, stale.leased_by""",
+            WHERE s.file_id = stale.file_id AND s.unit_number = stale.unit_number
+        RETURNING s.file_id, s.unit_number, s.first_page, s.last_page, stale.leased_by""",
         (stale_seconds,)).fetchall()
 
 
@@ -182,14 +182,14 @@ class UnitLease:
     """Hold a taken unit while it is read: its lease is renewed every ``HEARTBEAT_SECONDS`` (``core/beats.py``:
     a failed renewal is logged and retried at the next); leaving with an error gives the unit up."""
 
-    def __init__(self, db, run_id: int, number: int, holder: str, every: float = HEARTBEAT_SECONDS) -> None:
-        self.db, self.run_id, self.number, self.holder = db, run_id, number, holder
-        self._beat = Beat(self._renew, every, name=f"unit-lease-{run_id}-{number}",
-                          what=f"lease of unit {number} of file {run_id}")
+    def __init__(self, db, file_id: int, number: int, holder: str, every: float = HEARTBEAT_SECONDS) -> None:
+        self.db, self.file_id, self.number, self.holder = db, file_id, number, holder
+        self._beat = Beat(self._renew, every, name=f"unit-lease-{file_id}-{number}",
+                          what=f"lease of unit {number} of file {file_id}")
 
     def _renew(self) -> bool:
         with self.db.transaction() as conn:
-            return beat(conn, self.run_id, self.number, self.holder)  # False: read by someone else meanwhile
+            return beat(conn, self.file_id, self.number, self.holder)  # False: read by someone else meanwhile
 
     def __enter__(self) -> UnitLease:
         self._beat.start()
@@ -200,53 +200,53 @@ class UnitLease:
         if exc_type is not None:
             try:
                 with self.db.transaction() as conn:
-                    release(conn, self.run_id, self.number, self.holder)
+                    release(conn, self.file_id, self.number, self.holder)
             except Exception as exc:  # the lease goes stale instead
-                _log.warning("unit %d of file %d not given up: %s", self.number, self.run_id, exc)
+                _log.warning("unit %d of file %d not given up: %s", self.number, self.file_id, exc)
 
 
-def pending(conn: psycopg.Connection, run_id: int) -> list[Unit]:
+def pending(conn: psycopg.Connection, file_id: int) -> list[Unit]:
     rows = conn.execute(
         """SELECT unit_number, first_page, last_page FROM staging_units
-            WHERE run_id = %s AND state = 'pending' ORDER BY unit_number""", (run_id,)).fetchall()
+            WHERE file_id = %s AND state = 'pending' ORDER BY unit_number""", (file_id,)).fetchall()
     return [Unit(r["unit_number"], r["first_page"], r["last_page"]) for r in rows]
 
 
-def finish(conn: psycopg.Connection, run_id: int, unit: Unit, pages: PdfPages, *, done_by: str,
+def finish(conn: psycopg.Connection, file_id: int, unit: Unit, pages: PdfPages, *, done_by: str,
            extract_ms: int) -> bool:
     """Keep a unit's result; False when it was done already (a second delivery: nothing is written)."""
     row = conn.execute(
         """UPDATE staging_units SET state = 'done', result = %s, done_by = %s, done_at = now(), extract_ms = %s,
                    leased_by = NULL, heartbeat_at = NULL
-            WHERE run_id = %s AND unit_number = %s AND state = 'pending' RETURNING unit_number""",
-        (Jsonb(to_json(pages)), done_by, extract_ms, run_id, unit.number)).fetchone()
+            WHERE file_id = %s AND unit_number = %s AND state = 'pending' RETURNING unit_number""",
+        (Jsonb(to_json(pages)), done_by, extract_ms, file_id, unit.number)).fetchone()
     return row is not None
 
 
-def counts(conn: psycopg.Connection, run_id: int) -> tuple[int, int]:
+def counts(conn: psycopg.Connection, file_id: int) -> tuple[int, int]:
     """The file's units done, and planned."""
     row = conn.execute("""SELECT count(*) FILTER (WHERE state = 'done') AS done, count(*) AS planned
-                            FROM staging_units WHERE run_id = %s""", (run_id,)).fetchone()
+                            FROM staging_units WHERE file_id = %s""", (file_id,)).fetchone()
     return row["done"], row["planned"]
 
 
-def done(conn: psycopg.Connection, run_id: int) -> tuple[int, list[PdfPages], dict]:
+def done(conn: psycopg.Connection, file_id: int) -> tuple[int, list[PdfPages], dict]:
     """How many units the file has, the done ones' results in page order, and their figures (units reused from
     an earlier attempt, the milliseconds the done units took to read)."""
-    planned = conn.execute("SELECT count(*) AS n FROM staging_units WHERE run_id = %s", (run_id,)).fetchone()["n"]
+    planned = conn.execute("SELECT count(*) AS n FROM staging_units WHERE file_id = %s", (file_id,)).fetchone()["n"]
     rows = conn.execute(
         """SELECT DISTINCT ON (unit_number) unit_number, first_page, last_page, result, reused, extract_ms
-             FROM staging_units WHERE run_id = %s AND state = 'done' ORDER BY unit_number""", (run_id,)).fetchall()
+             FROM staging_units WHERE file_id = %s AND state = 'done' ORDER BY unit_number""", (file_id,)).fetchall()
     # the makespan of this attempt's units: the first planned to the last kept (the units read side by side)
     wall = conn.execute(
         """SELECT coalesce(extract(epoch FROM max(done_at) - min(planned_at)) * 1000, 0)::int AS ms
-             FROM staging_units WHERE run_id = %s AND state = 'done' AND NOT reused""", (run_id,)).fetchone()["ms"]
+             FROM staging_units WHERE file_id = %s AND state = 'done' AND NOT reused""", (file_id,)).fetchone()["ms"]
     figures = {"units_reused": sum(r["reused"] for r in rows),
                "units_extract_ms": sum(r["extract_ms"] or 0 for r in rows), "units_wall_ms": wall}
     return planned, [from_json(r) for r in rows], figures
 
 
-def progress(conn: psycopg.Connection, run_id: int) -> dict | None:
+def progress(conn: psycopg.Connection, file_id: int) -> dict | None:
     """A file's units as they are read (None for a file not read in units): units and pages done of all, pages
     read per second by this attempt's units, the ETA at that rate, and the units being read now (by whom, and
     how long ago their reader last renewed its lease: past ``STALE_SECONDS`` it is handed on)."""
@@ -258,7 +258,7 @@ def progress(conn: psycopg.Connection, run_id: int) -> dict | None:
                       AS pages_read,
                   extract(epoch FROM max(done_at) FILTER (WHERE NOT reused)
                                      - min(planned_at) FILTER (WHERE NOT reused)) AS seconds
-             FROM staging_units WHERE run_id = %s""", (run_id,)).fetchone()
+             FROM staging_units WHERE file_id = %s""", (file_id,)).fetchone()
     if not row["units_total"]:
         return None
     seconds = float(row["seconds"] or 0)
@@ -267,8 +267,8 @@ def progress(conn: psycopg.Connection, run_id: int) -> dict | None:
     reading = conn.execute(
         """SELECT unit_number AS unit, first_page, last_page, leased_by AS reader,
                   round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float AS beat_seconds_ago
-             FROM staging_units WHERE run_id = %s AND state = 'pending' AND leased_by IS NOT NULL
-            ORDER BY unit_number""", (run_id,)).fetchall()
+             FROM staging_units WHERE file_id = %s AND state = 'pending' AND leased_by IS NOT NULL
+            ORDER BY unit_number""", (file_id,)).fetchall()
     return {"units_done": row["units_done"], "units_total": row["units_total"], "pages_done": row["pages_done"],
             "pages_total": row["pages_total"], "pages_per_s": None if rate is None else round(rate, 2),
             "eta_s": 0.0 if left == 0 else (None if rate is None else round(left / rate, 1)),

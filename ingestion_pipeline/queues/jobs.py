@@ -362,7 +362,7 @@ def unreported(conn: psycopg.Connection, intake: str, limit: int = 1000,
         """SELECT j.*, r.status AS file_status, r.attempts, r.error AS file_error, r.error_code AS file_error_code,
                   r.suggestion AS file_suggestion, r.stats AS file_stats, r.started_at AS file_started_at,
                   r.finished_at AS file_finished_at
-             FROM queue_jobs j LEFT JOIN ingestion_runs r ON r.run_id = j.file_id
+             FROM queue_jobs j LEFT JOIN ingestion_runs r ON r.file_id = j.file_id
             WHERE j.reported_at IS NULL AND j.intake = %(intake)s
               AND (%(files)s::bigint[] IS NULL OR j.file_id = ANY(%(files)s))
             ORDER BY j.accepted_at LIMIT %(limit)s""",
@@ -401,7 +401,7 @@ def follow_ledger(conn: psycopg.Connection, intake: str) -> int:
                                      THEN coalesce(j.finished_at, now()) END,
                   reported_at = CASE WHEN r.status IN ('succeeded', 'failed', 'dead_letter', 'canceled') THEN now() END
              FROM ingestion_runs r
-            WHERE r.run_id = j.file_id AND j.intake = %s AND j.reported_at IS NULL""",
+            WHERE r.file_id = j.file_id AND j.intake = %s AND j.reported_at IS NULL""",
         (intake,),
     ).rowcount
     return moved + conn.execute(
@@ -419,7 +419,7 @@ def list_jobs(conn: psycopg.Connection, *, intake: str | None = None, status: st
         """SELECT j.job_id, j.intake, j.tenant_id, j.filename, j.status, j.file_id, r.status AS file_status,
                   coalesce(j.outcome->>'error_code', r.error_code) AS error_code,
                   coalesce(j.outcome->>'error', r.error) AS error, j.accepted_at, j.finished_at
-             FROM queue_jobs j LEFT JOIN ingestion_runs r ON r.run_id = j.file_id
+             FROM queue_jobs j LEFT JOIN ingestion_runs r ON r.file_id = j.file_id
             WHERE (%(intake)s::text IS NULL OR j.intake = %(intake)s)
               AND (%(status)s::text IS NULL OR j.status = %(status)s)
               AND (%(job)s::text IS NULL OR j.job_id = %(job)s)
@@ -485,7 +485,7 @@ def accept_job(db: Database, store: UploadStore, job: JobMessage, *, fingerprint
         if result.status in (SUBMITTED_QUEUED, DUPLICATE, SKIPPED):
             record_accepted(
                 conn, job_id=job.job_id, intake="redis", tenant_id=rag.tenant_id, filename=job.filename,
-                message=asdict(job), file_id=result.run_id, status=status, rag_id=job.rag_id,
+                message=asdict(job), file_id=result.file_id, status=status, rag_id=job.rag_id,
                 source_path=str(real), outcome={"submit": result.status, "doc_id": result.doc_id,
                                                 **({"note": result.reason} if result.reason else {})})
 
@@ -502,5 +502,5 @@ def accept_job(db: Database, store: UploadStore, job: JobMessage, *, fingerprint
         code = "ERR_FILE_TOO_LARGE" if "limit" in reason else "ERR_FILE_NOT_FOUND"
         return failed(code, f"{job.source_path}: {reason}")
     status = DONE if result.status == SKIPPED else QUEUED
-    return Intake(ACCEPTED, status, result.run_id, rag.tenant_id,
+    return Intake(ACCEPTED, status, result.file_id, rag.tenant_id,
                   details={"submit": result.status, "doc_id": result.doc_id})

@@ -225,7 +225,7 @@ def accept_sqs_job(db: Database, store: UploadStore, job: SqsJob, s3_client: Any
     def record(conn: psycopg.Connection, result: SubmitResult) -> None:
         jobs.record_accepted(
             conn, job_id=job.job_id, intake="sqs", tenant_id=job.tenant, filename=job.filename, message=message,
-            file_id=result.run_id, status=jobs.DONE if result.status == SKIPPED else jobs.QUEUED,
+            file_id=result.file_id, status=jobs.DONE if result.status == SKIPPED else jobs.QUEUED,
             outcome={"submit": result.status, "doc_id": result.doc_id})
 
     try:

@@ -82,8 +82,8 @@ def discard_staged_work(conn, t: LedgerTable, rows: list[dict]) -> None:
     if not ids:
         return
     if t is DOCUMENT_FILES:
-        for run_id in ids:
-            staging.discard(conn, run_id)
+        for file_id in ids:
+            staging.discard(conn, file_id)
         file_ledger.report(conn, rows)
     else:
         metric_staging.discard(conn, ids)

@@ -65,7 +65,7 @@ class JanitorReport:
             parts.append(f"{len(self.expired)} expired claim(s) handed back ({dead} dead-lettered)")
         if self.stale_units:
             parts.append(f"{len(self.stale_units)} unit(s) whose reader stopped renewing its lease handed back: "
-                         + ", ".join(f"file {u['run_id']} pages {u['first_page']}-{u['last_page']}"
+                         + ", ".join(f"file {u['file_id']} pages {u['first_page']}-{u['last_page']}"
                                      for u in self.stale_units[:5]))
         if self.relaunched:
             parts.append(f"{len(self.relaunched)} batch(es) relaunched: {', '.join(self.relaunched[:5])}")

@@ -172,20 +172,20 @@ def _record_page(
 
 def _upsert_object(
     conn: psycopg.Connection, source: Source, obj: dict, etag: str, pass_number: int, *, status: str,
-    skip_reason: str | None = None, doc_id: int | None = None, run_id: int | None = None,
+    skip_reason: str | None = None, doc_id: int | None = None, file_id: int | None = None,
 ) -> None:
     conn.execute(
         """INSERT INTO source_objects (source_id, key, etag, size_bytes, last_modified, status, skip_reason, doc_id,
-                                       last_run_id, seen_in_pass)
+                                       last_file_id, seen_in_pass)
            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
            ON CONFLICT (source_id, key) DO UPDATE SET
                etag = EXCLUDED.etag, size_bytes = EXCLUDED.size_bytes, last_modified = EXCLUDED.last_modified,
                status = EXCLUDED.status, skip_reason = EXCLUDED.skip_reason,
                doc_id = coalesce(EXCLUDED.doc_id, source_objects.doc_id),
-               last_run_id = coalesce(EXCLUDED.last_run_id, source_objects.last_run_id),
+               last_file_id = coalesce(EXCLUDED.last_file_id, source_objects.last_file_id),
                seen_in_pass = EXCLUDED.seen_in_pass, updated_at = now()""",
         (source.source_id, obj["Key"], etag, int(obj["Size"]), obj.get("LastModified"), status, skip_reason, doc_id,
-         run_id, pass_number),
+         file_id, pass_number),
     )
 
 
@@ -217,10 +217,10 @@ def _queue_object(conn: psycopg.Connection, source: Source, obj: dict, etag: str
     row = conn.execute(
         """INSERT INTO ingestion_runs (tenant_id, doc_id, run_type, status, source_uri, size_bytes, config, source_id,
                                        source_key, source_etag)
-           VALUES (%s, %s, 's3_sync', 'queued', %s, %s, %s, %s, %s, %s) RETURNING run_id""",
+           VALUES (%s, %s, 's3_sync', 'queued', %s, %s, %s, %s, %s, %s) RETURNING file_id""",
         (source.tenant_id, doc_id, uri, int(obj["Size"]), Jsonb(config), source.source_id, key, etag),
     ).fetchone()
-    _upsert_object(conn, source, obj, etag, pass_number, status="queued", doc_id=doc_id, run_id=row["run_id"])
+    _upsert_object(conn, source, obj, etag, pass_number, status="queued", doc_id=doc_id, file_id=row["file_id"])
 
 
 def _sweep_deleted(conn: psycopg.Connection, source: Source, pass_number: int) -> int:
@@ -245,7 +245,7 @@ def _deactivate(conn: psycopg.Connection, source: Source, key: str, doc_id: int 
                 WHERE tenant_id = %s AND doc_id = %s AND is_active RETURNING version_id""",
             (source.tenant_id, doc_id),
         ).fetchone()
-        run_id = conn.execute(
+        file_id = conn.execute(
             """INSERT INTO ingestion_runs (tenant_id, doc_id, run_type, status, source_uri, size_bytes, config,
                                            stats, source_id, source_key, started_at, finished_at)
                VALUES (%s, %s, 's3_sync', 'succeeded', %s, 0, %s, %s, %s, %s, now(), now())
@@ -255,7 +255,7 @@ def _deactivate(conn: psycopg.Connection, source: Source, key: str, doc_id: int 
              Jsonb({"action": "deactivated", "version_id": deactivated["version_id"] if deactivated else None}),
              source.source_id, key),
         ).fetchone()
-        file_ledger.log_finished(run_id)
+        file_ledger.log_finished(file_id)
     conn.execute(
         "UPDATE source_objects SET status = 'deleted', updated_at = now() WHERE source_id = %s AND key = %s",
         (source.source_id, key),

@@ -73,13 +73,14 @@ def test_same_bytes_while_queued_are_one_run(api, caplog):
     caplog.set_level("INFO", logger="ingestion_pipeline.api")
     first = _ingest(api, "acme-user", "a.txt", FACT).json()
     [line] = [json.loads(r.getMessage()) for r in caplog.records if "ingest_job_submitted" in r.getMessage()]
-    assert line["tenant_id"] == "acme" and line["run_id"] == first["run_id"] and line["doc_id"] == first["doc_id"]
+    assert line["tenant_id"] == "acme" and line["doc_id"] == first["doc_id"]
+    assert line["file_id"] == line["run_id"] == first["file_id"]  # the old name, still logged
     assert line["dedup"] == "queued" and line["filename"] == "a.txt" and line["size_bytes"] == len(FACT)
     assert line["sha256"] == first["sha256"] and line["source_uri"].startswith("upload://sha256:")
     assert line["user_id"]
     second = _ingest(api, "acme-admin", "a.txt", FACT)
     assert second.status_code == 202 and second.json()["status"] == "duplicate"
-    assert second.json()["run_id"] == first["run_id"]
+    assert second.json()["file_id"] == first["file_id"]
 
 
 @pytest.mark.parametrize("case", ["type", "size", "not_multipart", "no_file", "truncated", "empty", "bad_key",
@@ -113,7 +114,7 @@ def test_bad_uploads_are_refused_and_leave_nothing(case, database, db, isolated_
     expected = {"type": 415, "size": 413}.get(case, 400)
     assert r.status_code == expected, (case, r.status_code, r.text)
     assert set(r.json()["error"]) == {"code", "message"} and r.json()["error"]["message"]
-    assert table(db, "SELECT run_id FROM ingestion_runs") == []
+    assert table(db, "SELECT file_id FROM ingestion_runs") == []
     assert _left_behind(isolated_storage) == []
 
 

@@ -14,10 +14,10 @@ TXT = b"The acme widget weighs exactly 42 grams.\n" * 5
 
 @pytest.fixture
 def acme_objects(api, database, tmp_path):
-    """One of each object for tenant acme: a run and document, a source, a metric upload, a presigned upload."""
+    """One of each object for tenant acme: a file and document, a source, a metric upload, a presigned upload."""
     r = api.client.post("/v1/ingest", headers=api.as_("acme-user"), files={"file": ("w.txt", TXT, "text/plain")})
     assert r.status_code == 202, r.text
-    run_id, doc_id = r.json()["run_id"], r.json()["doc_id"]
+    file_id, doc_id = r.json()["file_id"], r.json()["doc_id"]
     with database.connection() as conn:
         source = registry.add_source(conn, "s3://acme-bucket/kb/", tenant_id="acme", name="acme-kb")
         conn.execute("INSERT INTO api_uploads (tenant_id, filename, content_type, size_bytes, bucket, object_key, "
@@ -27,13 +27,13 @@ def acme_objects(api, database, tmp_path):
     r = api.client.post("/v1/metrics/uploads", headers=api.as_("acme-user"), data={"platform": "meta"},
                         files={"file": ("m.csv", export.read_bytes(), "text/csv")})
     assert r.status_code == 202, r.text
-    return {"run": run_id, "doc": doc_id, "source": source.source_id, "metric": r.json()["upload_id"],
+    return {"file": file_id, "doc": doc_id, "source": source.source_id, "metric": r.json()["upload_id"],
             "upload": upload_id}
 
 
 def _id_paths(ids: dict) -> list[tuple[str, str]]:
     return [
-        ("GET", f"/v1/ingestion-runs/{ids['run']}"),
+        ("GET", f"/v1/ingestion-runs/{ids['file']}"),
         ("GET", f"/v1/documents/{ids['doc']}"),
         ("POST", f"/v1/documents/{ids['doc']}/deactivate"),
         ("DELETE", f"/v1/documents/{ids['doc']}"),
@@ -45,7 +45,7 @@ def _id_paths(ids: dict) -> list[tuple[str, str]]:
         ("GET", f"/v1/metrics/uploads/{ids['metric']}"),
         ("GET", f"/v1/metrics/uploads/{ids['metric']}/errors"),
         ("POST", f"/v1/uploads/{ids['upload']}/complete"),
-        ("POST", f"/v1/files/{ids['run']}/retry"),
+        ("POST", f"/v1/files/{ids['file']}/retry"),
         ("GET", f"/v1/documents/{ids['doc']}/chunks"),
         ("GET", f"/v1/documents/{ids['doc']}/pages/1/image"),
         ("GET", f"/v1/documents/{ids['doc']}/pages/1/layout"),
@@ -58,7 +58,7 @@ def test_another_tenants_ids_are_not_found(api, acme_objects):
         assert r.status_code == 404, (method, path, r.status_code, r.text)
         assert r.json()["error"]["code"] == "not_found"
     # ...and the same ids answer for their own tenant (the 404s above are not just broken routes).
-    assert api.client.get(f"/v1/ingestion-runs/{acme_objects['run']}", headers=api.as_("acme-user")).status_code == 200
+    assert api.client.get(f"/v1/ingestion-runs/{acme_objects['file']}", headers=api.as_("acme-user")).status_code == 200
     assert api.client.get(f"/v1/metrics/uploads/{acme_objects['metric']}",
                           headers=api.as_("acme-user")).status_code == 200
     assert api.client.get(f"/v1/sources/{acme_objects['source']}", headers=api.as_("acme-user")).status_code == 200
@@ -78,7 +78,7 @@ def test_users_get_403_on_every_admin_action(api, acme_objects):
         ("POST", f"/v1/documents/{ids['doc']}/deactivate"), ("DELETE", f"/v1/documents/{ids['doc']}"),
         ("POST", "/v1/sources"), ("POST", f"/v1/sources/{ids['source']}/pause"),
         ("POST", f"/v1/sources/{ids['source']}/resume"), ("POST", f"/v1/sources/{ids['source']}/sync"),
-        ("DELETE", f"/v1/sources/{ids['source']}"), ("POST", f"/v1/files/{ids['run']}/retry"),
+        ("DELETE", f"/v1/sources/{ids['source']}"), ("POST", f"/v1/files/{ids['file']}/retry"),
         ("GET", "/v1/users"), ("POST", "/v1/users"), ("POST", "/v1/users/admin@acme.example/disable"),
     ]
     # Every route that needs the admin role is in the list above (a new one cannot be forgotten here).

@@ -43,12 +43,12 @@ def test_presigned_put_then_complete_queues_the_file_once(s3_api, db, isolated_s
     result = done.json()
     assert result["status"] == "queued" and result["size_bytes"] == len(BODY)
     assert _objects(client, name) == []  # the bytes are in the upload store now, not left in the bucket
-    row = table(db, "SELECT tenant_id, raw_path, content_hash FROM ingestion_runs WHERE run_id = %s",
-                result["run_id"])[0]
+    row = table(db, "SELECT tenant_id, raw_path, content_hash FROM ingestion_runs WHERE file_id = %s",
+                result["file_id"])[0]
     assert row["tenant_id"] == "acme" and row["content_hash"] == result["sha256"]
     again = api.client.post(f"/v1/uploads/{upload['upload_id']}/complete", headers=api.as_("acme-user"))
-    assert again.json()["run_id"] == result["run_id"]  # completing twice queues once
-    assert len(table(db, "SELECT run_id FROM ingestion_runs")) == 1
+    assert again.json()["file_id"] == result["file_id"]  # completing twice queues once
+    assert len(table(db, "SELECT file_id FROM ingestion_runs")) == 1
 
 
 def test_refusals_before_and_after_the_put(s3_api, db, isolated_storage):
@@ -65,7 +65,7 @@ def test_refusals_before_and_after_the_put(s3_api, db, isolated_storage):
     r = api.client.post(f"/v1/uploads/{small['upload_id']}/complete", headers=api.as_("acme-user"))
     assert r.status_code == 413, r.text
     assert not any(small["upload_id"] in key for key in _objects(client, name))
-    assert table(db, "SELECT run_id FROM ingestion_runs") == []
+    assert table(db, "SELECT file_id FROM ingestion_runs") == []
     assert [p for p in isolated_storage.rglob("*") if p.is_file()] == []
 
 
@@ -151,7 +151,7 @@ def test_with_the_local_store_a_declared_sha256_is_checked_too(s3_api, db, isola
     done = api.client.post(f"/v1/uploads/{upload['upload_id']}/complete", headers=api.as_("acme-user"))
     assert done.status_code == 400, done.text
     assert done.json()["error"]["code"] == "checksum_mismatch"
-    assert table(db, "SELECT run_id FROM ingestion_runs") == []
+    assert table(db, "SELECT file_id FROM ingestion_runs") == []
     assert list(isolated_storage.rglob("*.tmp")) == []
     [row] = table(db, "SELECT status FROM api_uploads WHERE upload_id = %s", upload["upload_id"])
     assert row["status"] == "rejected" and _objects(client, name) == []

@@ -80,7 +80,7 @@ def test_a_60_mb_upload_is_refused_with_413_and_leaves_nothing(server, db, frami
     r = httpx.post(f"{server.url}/v1/ingest", headers={**server.headers, **HEADERS}, content=body, timeout=120)
     assert r.status_code == 413, r.text
     assert r.json()["error"]["code"] == "too_large"
-    assert table(db, "SELECT run_id FROM ingestion_runs") == []
+    assert table(db, "SELECT file_id FROM ingestion_runs") == []
     left = [p for p in server.upload_dir.rglob("*") if p.is_file()] if server.upload_dir.exists() else []
     assert left == []
     assert httpx.get(f"{server.url}/healthz").status_code == 200  # and the server is fine

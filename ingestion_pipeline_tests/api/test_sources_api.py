@@ -26,7 +26,7 @@ def test_add_sync_pause_remove(database, db, bucket, s3_env):
     after = api.client.get(f"/v1/sources/{source_id}", headers=api.as_("acme-user")).json()
     assert after["last_sync_at"] and after["last_sync_error"] is None
     assert after["queued_objects"] == 2 and after["passes_completed"] == 1
-    assert len(table(db, "SELECT run_id FROM ingestion_runs WHERE tenant_id = 'acme'")) == 2
+    assert len(table(db, "SELECT file_id FROM ingestion_runs WHERE tenant_id = 'acme'")) == 2
 
     missing = api.client.post("/v1/sources", headers=admin,
                               json={"uri": "s3://no-such-bucket-here/x/", "endpoint_url": s3_env}).json()

@@ -89,7 +89,7 @@ def test_whole_corpus_through_the_cli(database_url, project_dagster_home, db, co
     # Inspecting: ledger, documents and a search with citations.
     ledger_rows = json_lines(run_cli("files", "--tenant", "acme", "--status", "failed", "--json").stdout)
     assert {r["config"]["filename"] for r in ledger_rows} == set(BROKEN_REASONS)
-    shown = json_lines(run_cli("files", "show", str(runs["password.pdf"]["run_id"]), "--json").stdout)[0]
+    shown = json_lines(run_cli("files", "show", str(runs["password.pdf"]["file_id"]), "--json").stdout)[0]
     assert shown["error"] == BROKEN_REASONS["password.pdf"]
     docs = json_lines(run_cli("documents", "--tenant", "acme", "--json").stdout)
     assert len(docs) == len(documents) + len(RECOVERED_PDFS)

@@ -40,15 +40,15 @@ def test_dev_daemon_ingests_a_queued_upload(database, project_dagster_home, db, 
         statuses: dict = {}
         while time.monotonic() < deadline:
             assert proc.poll() is None, (tmp_path / "dev.log").read_text()[-4000:]
-            rows = table(db, "SELECT run_id, status, error, dagster_run_id FROM ingestion_runs ORDER BY run_id")
-            statuses = {r["run_id"]: r for r in rows}
+            rows = table(db, "SELECT file_id, status, error, dagster_run_id FROM ingestion_runs ORDER BY file_id")
+            statuses = {r["file_id"]: r for r in rows}
             if all(r["status"] in ("succeeded", "failed") for r in rows):
                 break
             time.sleep(3)
-        assert statuses[queued.run_id]["status"] == "succeeded", (tmp_path / "dev.log").read_text()[-4000:]
-        assert statuses[bad.run_id]["status"] == "failed"
-        assert statuses[bad.run_id]["error"].startswith("PDF is password-protected")
-        assert statuses[queued.run_id]["dagster_run_id"]
+        assert statuses[queued.file_id]["status"] == "succeeded", (tmp_path / "dev.log").read_text()[-4000:]
+        assert statuses[bad.file_id]["status"] == "failed"
+        assert statuses[bad.file_id]["error"].startswith("PDF is password-protected")
+        assert statuses[queued.file_id]["dagster_run_id"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=10) as response:
             assert response.status == 200
         # the UI's resource page says which variable configures the database, and never shows its value
@@ -123,8 +123,8 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
         worker_pid = int(marker.name.split(".")[0])
         os.kill(worker_pid, signal.SIGKILL)  # the run worker dies between two committed embedding units
 
-        row = _wait(lambda: table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s AND status = 'succeeded'",
-                                  killed.run_id), 300, proc, log_path, "the retry to finish the file")[0]
+        row = _wait(lambda: table(db, "SELECT * FROM ingestion_runs WHERE file_id = %s AND status = 'succeeded'",
+                                  killed.file_id), 300, proc, log_path, "the retry to finish the file")[0]
         retry_id = row["dagster_run_id"]
         with DagsterInstance.from_config(str(project_dagster_home)) as instance:
             first = instance.get_run_by_id(row["owner"])  # the claim stays with the root run
@@ -134,7 +134,7 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
         assert statuses[first.run_id] == DagsterRunStatus.FAILURE
         assert retry_id != first.run_id and statuses[retry_id] == DagsterRunStatus.SUCCESS
         events = [r["event"] for r in table(db, """SELECT event FROM ledger_history WHERE item_id = %s
-                                                   AND kind = 'document' ORDER BY history_id""", killed.run_id)]
+                                                   AND kind = 'document' ORDER BY history_id""", killed.file_id)]
         assert events == ["claimed", "succeeded"] and row["attempts"] == 1  # continued, not started over
 
         notes = []
@@ -148,8 +148,8 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
                    for _ in range(2)]
         for worker in workers:
             worker.wait(600)
-        ids = [q.run_id for q in queued]
-        _wait(lambda: table(db, "SELECT count(*) AS n FROM ingestion_runs WHERE run_id = ANY(%s) AND status = "
+        ids = [q.file_id for q in queued]
+        _wait(lambda: table(db, "SELECT count(*) AS n FROM ingestion_runs WHERE file_id = ANY(%s) AND status = "
                                 "'succeeded'", ids)[0]["n"] == len(ids), 300, proc, log_path, "the shared queue")
         claims = table(db, """SELECT item_id, count(*) FILTER (WHERE event IN ('claimed', 'taken_over')) AS claims,
                                      count(*) FILTER (WHERE event = 'succeeded') AS successes
@@ -157,9 +157,9 @@ def test_daemon_recovers_a_killed_worker_and_shares_the_queue_with_process(
                        ids)
         assert len(claims) == len(ids) and {(c["claims"], c["successes"]) for c in claims} == {(1, 1)}
         assert len(table(db, """SELECT * FROM document_versions v JOIN ingestion_runs r
-                                 ON r.run_id = v.ingestion_run_id WHERE r.run_id = ANY(%s)""", ids)) == len(ids)
+                                 ON r.file_id = v.file_id WHERE r.file_id = ANY(%s)""", ids)) == len(ids)
         runners = {r["dagster_run_id"] for r in table(db, "SELECT dagster_run_id FROM ingestion_runs WHERE "
-                                                          "run_id = ANY(%s)", ids)}
+                                                          "file_id = ANY(%s)", ids)}
         assert len(runners) >= 2  # the work really was shared
     finally:
         stop_process_group(proc)
@@ -354,7 +354,7 @@ def test_ui_backfill_after_a_pipeline_change_reindexes_and_then_says_there_is_no
         # deployment's new chunker setting is the pipeline fingerprint's, which a person's backfill acts on
         assert stale["staleStatus"] == "FRESH", stale
         _backfill(port, key, instance, proc, log_path)
-        reindexed = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex' ORDER BY run_id")
+        reindexed = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex' ORDER BY file_id")
         assert len(reindexed) == 2 and {r["status"] for r in reindexed} == {"succeeded"}, reindexed
         active = {v["doc_id"]: v for v in table(db, "SELECT * FROM document_versions WHERE is_active")}
         for doc_id, old in v1.items():
@@ -466,7 +466,7 @@ def test_dev_runs_start_in_workers_loaded_ahead_and_the_uis_terminate_cancels_on
     try:
         marker = _wait(lambda: next(markers.glob("*.embed.unit"), None), 240, proc, log_path, "the failpoint")
         worker_pid = int(marker.name.split(".")[0])
-        [row] = table(db, "SELECT dagster_run_id FROM ingestion_runs WHERE run_id = %s", held.run_id)
+        [row] = table(db, "SELECT dagster_run_id FROM ingestion_runs WHERE file_id = %s", held.file_id)
         with DagsterInstance.from_config(str(project_dagster_home)) as instance:
             first = instance.get_run_by_id(row["dagster_run_id"])
             assert json.loads(first.tags[WORKER_TAG])["pid"] == worker_pid  # the run runs in the launched worker
@@ -480,19 +480,19 @@ def test_dev_runs_start_in_workers_loaded_ahead_and_the_uis_terminate_cancels_on
                   "the terminated worker's exit")
 
             # the canceled run's file is canceled (a person stopped it); files after it run in loaded workers
-            _wait(lambda: table(db, "SELECT status FROM ingestion_runs WHERE run_id = %s",
-                                held.run_id)[0]["status"] == "canceled", 120, proc, log_path, "the file's cancel")
+            _wait(lambda: table(db, "SELECT status FROM ingestion_runs WHERE file_id = %s",
+                                held.file_id)[0]["status"] == "canceled", 120, proc, log_path, "the file's cancel")
             later = []
             for i in range(2):
                 note = tmp_path / f"after-{i}.md"
                 note.write_text(f"# After {i}\n\nFile {i} submitted after a run was terminated.\n")
                 [queued] = submit(database, "acme", note)
-                later.append(queued.run_id)
-                _wait(lambda queued=queued: table(db, "SELECT status FROM ingestion_runs WHERE run_id = %s",
-                                                  queued.run_id)[0]["status"] == "succeeded", 300, proc, log_path,
+                later.append(queued.file_id)
+                _wait(lambda queued=queued: table(db, "SELECT status FROM ingestion_runs WHERE file_id = %s",
+                                                  queued.file_id)[0]["status"] == "succeeded", 300, proc, log_path,
                       f"file {i}")
             runs = [r["dagster_run_id"] for r in table(db, "SELECT dagster_run_id FROM ingestion_runs "
-                                                           "WHERE run_id = ANY(%s) ORDER BY run_id", later)]
+                                                           "WHERE file_id = ANY(%s) ORDER BY file_id", later)]
             assert len(set(runs)) == 2 and first.run_id not in runs
             readiness = []
             for run_id in runs:
@@ -534,7 +534,7 @@ def test_a_small_upload_is_launched_at_submit_and_the_sensor_does_not_launch_it_
                                          headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
         with urllib.request.urlopen(request, timeout=30) as response:
             assert response.status == 202
-        rows = _wait(lambda: (r := table(db, "SELECT partition_key, status FROM ingestion_runs ORDER BY run_id"))
+        rows = _wait(lambda: (r := table(db, "SELECT partition_key, status FROM ingestion_runs ORDER BY file_id"))
                      and len(r) == 2 and all(x["status"] == "succeeded" for x in r) and r,
                      240, proc, log_path, "both uploads")
         time.sleep(12)  # two sensor-daemon loops after the files were done

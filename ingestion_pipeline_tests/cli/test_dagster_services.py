@@ -70,7 +70,7 @@ def test_the_three_dagster_services_ingest_a_queued_upload(database, project_dag
         _wait(lambda: answers(f"http://127.0.0.1:{ui_port}/server_info"), "the webserver", procs)
         # the daemon's upload sensor launches the batch through the code server; the run finalizes the ledger
         row = _wait(lambda: next((r for r in table(db, "SELECT status, dagster_run_id FROM ingestion_runs "
-                                                       "WHERE run_id = %s", queued.run_id)
+                                                       "WHERE file_id = %s", queued.file_id)
                                   if r["status"] in ("succeeded", "failed")), None), "the upload's run", procs)
         assert row["status"] == "succeeded" and row["dagster_run_id"]
     finally:

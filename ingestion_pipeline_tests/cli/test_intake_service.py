@@ -93,8 +93,8 @@ def test_the_janitor_hands_back_an_expired_claim_and_says_so_in_the_services_log
     [key] = batch_queued(database)
     with database.transaction() as conn:
         [claimed] = ledger.claim(conn, DOCUMENT_FILES, Worker("dead-run", "dead-run", 60), partition_key=key)
-        conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
-                     (claimed["run_id"],))
+        conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE file_id = %s",
+                     (claimed["file_id"],))
     lines: list[str] = []
     with dg.instance_for_test() as instance, _context(database_url) as ctx:
         duties = Duties(intake_duties(ctx, ("janitor",), instance=instance), lines.append)

@@ -23,17 +23,17 @@ def test_retry_cancel_pause_resume(database, project_dagster_home, db, corpus_di
     run_cli("process")
     assert failed["file_id"] == failed["run_id"]  # the old name of the field is still sent
     shown = json_lines(run_cli("files", "show", str(failed["file_id"]), "--json").stdout)[0]
-    assert shown["file_id"] == failed["file_id"]
+    assert shown["file_id"] == failed["file_id"] == shown["run_id"]  # the old name is still sent here too
     assert (shown["status"], shown["error_code"]) == ("failed", "pdf_password_protected")
     assert [h["event"] for h in shown["history"]] == ["claimed", "failed"]
     text = run_cli("files", "show", str(failed["file_id"])).stdout
     assert "attempts:" in text and "pdf_password_protected" in text
     old_name = run_cli("runs", "show", str(failed["file_id"]))  # the command's old name works, and says so
     assert old_name.stdout == text and "`ingestion-pipeline runs` is now `ingestion-pipeline files`" in old_name.stderr
-    [replayed] = json_lines(run_cli("retry", str(failed["run_id"]), "--by", "ops", "--json").stdout)
-    assert replayed == {"kind": "document", "id": failed["run_id"], "outcome": "queued"}
+    [replayed] = json_lines(run_cli("retry", str(failed["file_id"]), "--by", "ops", "--json").stdout)
+    assert replayed == {"kind": "document", "id": failed["file_id"], "outcome": "queued"}
     run_cli("process")
-    row = table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", failed["run_id"])[0]
+    row = table(db, "SELECT * FROM ingestion_runs WHERE file_id = %s", failed["file_id"])[0]
     assert (row["status"], row["attempts"]) == ("failed", 2)
     again = run_cli("retry", "--failed", "--since", "1h", "--tenant", "acme", "--json")
     assert json_lines(again.stdout)[0]["outcome"] == "queued"
@@ -44,20 +44,20 @@ def test_retry_cancel_pause_resume(database, project_dagster_home, db, corpus_di
     assert "tenant acme paused" in run_cli("pause", "--tenant", "acme").stdout
     [queued] = json_lines(run_cli("submit", str(note), "--tenant", "acme", "--json").stdout)
     assert "nothing queued" in run_cli("process").stdout
-    assert table(db, "SELECT status FROM ingestion_runs WHERE run_id = %s", queued["run_id"])[0]["status"] == "queued"
-    run_cli("cancel", str(failed["run_id"]), "--by", "ops")
-    row = table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", failed["run_id"])[0]
+    assert table(db, "SELECT status FROM ingestion_runs WHERE file_id = %s", queued["file_id"])[0]["status"] == "queued"
+    run_cli("cancel", str(failed["file_id"]), "--by", "ops")
+    row = table(db, "SELECT * FROM ingestion_runs WHERE file_id = %s", failed["file_id"])[0]
     assert (row["status"], row["canceled_by"], row["attempts"]) == ("canceled", "ops", 2)
 
     # resumed, the new file runs; the canceled one does not
     run_cli("resume", "--tenant", "acme")
     run_cli("process")
-    statuses = {r["run_id"]: r["status"] for r in table(db, "SELECT run_id, status FROM ingestion_runs")}
-    assert statuses == {failed["run_id"]: "canceled", queued["run_id"]: "succeeded"}
-    done = run_cli("cancel", str(queued["run_id"]), check=False)
+    statuses = {r["file_id"]: r["status"] for r in table(db, "SELECT file_id, status FROM ingestion_runs")}
+    assert statuses == {failed["file_id"]: "canceled", queued["file_id"]: "succeeded"}
+    done = run_cli("cancel", str(queued["file_id"]), check=False)
     assert done.returncode == 1 and "already succeeded" in done.stdout
     canceled = json_lines(run_cli("files", "--status", "canceled", "--json").stdout)
-    assert [r["file_id"] for r in canceled] == [failed["run_id"]]
+    assert [r["file_id"] for r in canceled] == [failed["file_id"]]
 
 
 def test_submit_refuses_symbolic_links(database, project_dagster_home, db, tmp_path):
@@ -114,7 +114,7 @@ def test_files_show_tells_how_far_a_big_pdf_is_and_who_reads_its_units(database,
     [row] = json_lines(run_cli("submit", str(corpus_dir / "documents" / "fr_olap.pdf"), "--tenant", "acme",
                                "--json").stdout)
     file_id = row["file_id"]
-    db.execute("UPDATE ingestion_runs SET status = 'running' WHERE run_id = %s", (file_id,))
+    db.execute("UPDATE ingestion_runs SET status = 'running' WHERE file_id = %s", (file_id,))
     plan = units.plan_units(12, 4)
     with database.transaction() as conn:
         staging.ensure_staging_row(conn, file_id, "acme")
@@ -135,10 +135,10 @@ def test_files_show_tells_how_many_parts_of_a_big_document_are_chunked_and_by_wh
     [row] = json_lines(run_cli("submit", str(corpus_dir / "documents" / "fake-memo.pdf"), "--tenant", "acme",
                                "--json").stdout)
     file_id = row["file_id"]
-    db.execute("UPDATE ingestion_runs SET status = 'running' WHERE run_id = %s", (file_id,))
-    db.execute("INSERT INTO staging_documents (run_id, tenant_id) VALUES (%s, 'acme')", (file_id,))
+    db.execute("UPDATE ingestion_runs SET status = 'running' WHERE file_id = %s", (file_id,))
+    db.execute("INSERT INTO staging_documents (file_id, tenant_id) VALUES (%s, 'acme')", (file_id,))
     for number, keys, done_by in ((0, ["a", "b"], "worker1:10"), (1, ["c"], None), (2, ["d", "e", "f"], "worker2:7")):
-        db.execute("""INSERT INTO staging_chunk_parts (run_id, part_number, section_keys, section_bounds, state,
+        db.execute("""INSERT INTO staging_chunk_parts (file_id, part_number, section_keys, section_bounds, state,
                                                        done_by)
                       VALUES (%s, %s, %s, %s, %s, %s)""",
                    (file_id, number, keys, list(range(2 * len(keys))), "done" if done_by else "pending", done_by))

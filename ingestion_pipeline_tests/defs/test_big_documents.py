@@ -98,21 +98,21 @@ def test_a_unit_another_live_worker_reads_is_waited_for_not_read_twice(instance,
     reads: list[tuple[int, int]] = []
     other: list[threading.Thread] = []
 
-    def the_other_worker(run_id: int) -> None:
-        with units.UnitLease(database, run_id, 1, "other-host:1", every=0.2):
+    def the_other_worker(file_id: int) -> None:
+        with units.UnitLease(database, file_id, 1, "other-host:1", every=0.2):
             time.sleep(2.0)  # past several of the run's looks at the unit
             with database.transaction() as conn:
-                units.finish(conn, run_id, units.Unit(1, 4, 6), extract_pdf_pages(olap, 4, 6),
+                units.finish(conn, file_id, units.Unit(1, 4, 6), extract_pdf_pages(olap, 4, 6),
                              done_by="other-host:1", extract_ms=2000)
 
     def recording(self, path, extension, reusable_ocr=(), pages=None):
         if pages is not None:
             reads.append(pages)
             if pages == (1, 3):  # another worker takes unit 2 now, while this one reads unit 1
-                run_id = table(db, "SELECT run_id FROM staging_units LIMIT 1")[0]["run_id"]
+                file_id = table(db, "SELECT file_id FROM staging_units LIMIT 1")[0]["file_id"]
                 with database.transaction() as conn:
-                    assert units.take(conn, run_id, 1, "other-host:1") == "taken"
-                other.append(threading.Thread(target=the_other_worker, args=(run_id,)))
+                    assert units.take(conn, file_id, 1, "other-host:1") == "taken"
+                other.append(threading.Thread(target=the_other_worker, args=(file_id,)))
                 other[0].start()
         return original(self, path, extension, reusable_ocr, pages)
 
@@ -158,12 +158,12 @@ def test_units_fan_out_as_mapped_steps_and_assemble_into_the_whole_files_version
     instance.add_dynamic_partitions("document_batches", [key])
     result = dg.materialize(_fanned_out_assets(), partition_key=key, instance=instance, resources=test_resources())
     assert result.success
-    [olap_run] = table(db, "SELECT run_id FROM ingestion_runs WHERE tenant_id = 'split' "
+    [olap_file] = table(db, "SELECT file_id FROM ingestion_runs WHERE tenant_id = 'split' "
                            "AND config->>'filename' = 'fr_olap.pdf'")
     steps = sorted(e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_SUCCESS)
-    run_id = olap_run["run_id"]
+    file_id = olap_file["file_id"]
     assert [s for s in steps if s.startswith("document_elements.")] == [
-        "document_elements.assemble_units", *(f"document_elements.extract_unit[file_{run_id}_unit_{n}]"
+        "document_elements.assemble_units", *(f"document_elements.extract_unit[file_{file_id}_unit_{n}]"
                                               for n in range(3)),
         "document_elements.extract_unit[whole_files]", "document_elements.plan_units"]
     runs = {r["config"]["filename"]: r for r in table(db, "SELECT * FROM ingestion_runs WHERE tenant_id = 'split'")}
@@ -209,8 +209,8 @@ def test_a_reexecution_from_failure_runs_only_the_failed_unit_again(instance, da
     submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
     [key] = batch_queued(database)
     instance.add_dynamic_partitions("document_batches", [key])
-    [row] = table(db, "SELECT run_id FROM ingestion_runs")
-    failing = f"file_{row['run_id']}_unit_1"
+    [row] = table(db, "SELECT file_id FROM ingestion_runs")
+    failing = f"file_{row['file_id']}_unit_1"
     extract_unit = DocumentPipeline.extract_unit
 
     def host_lost_on_the_second_unit(self, partition_key, unit):
@@ -299,7 +299,7 @@ def test_a_revision_chunks_only_its_changed_section_and_stores_what_a_fresh_inge
     said = [e.user_message for e in instance.all_logs(instance.get_runs(limit=1)[0].run_id)]
     assert any(f"sections, {first_sections - 1} unchanged since the served version" in m for m in said), said
     ingest(instance, database, "fresh", revised, key="manual")  # the revision as a first version
-    runs = table(db, "SELECT tenant_id, status, stats FROM ingestion_runs ORDER BY run_id")
+    runs = table(db, "SELECT tenant_id, status, stats FROM ingestion_runs ORDER BY file_id")
     assert [r["status"] for r in runs] == ["succeeded"] * 3
     first_stats, revision_stats, fresh_stats = (r["stats"] for r in runs)
     assert first_stats["sections"] > 3 and first_stats["sections_reused"] == 0
@@ -353,7 +353,7 @@ def test_a_revisions_short_chunks_take_the_whole_files_language_not_the_changed_
     ingest(instance, database, "acme", first, key="manual")
     ingest(instance, database, "acme", revised, key="manual")
     ingest(instance, database, "fresh", revised, key="manual")
-    runs = table(db, "SELECT status, stats FROM ingestion_runs ORDER BY run_id")
+    runs = table(db, "SELECT status, stats FROM ingestion_runs ORDER BY file_id")
     assert [r["status"] for r in runs] == ["succeeded"] * 3
     assert runs[1]["stats"]["sections_reused"] == runs[1]["stats"]["sections"] - 1
     served = f"""SELECT {SECTION_COLUMNS} FROM chunks c JOIN document_versions v USING (version_id)

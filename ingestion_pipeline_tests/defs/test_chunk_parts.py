@@ -53,12 +53,12 @@ def test_parts_fan_out_as_mapped_steps_and_a_revision_chunks_only_what_changed(i
     ingest(instance, database, "whole", first, key="manual")  # in one step, as in one process
 
     result = _fanned_out(instance, database, "parts", first, "manual")
-    [row] = table(db, "SELECT run_id, stats FROM ingestion_runs WHERE tenant_id = 'parts'")
+    [row] = table(db, "SELECT file_id, stats FROM ingestion_runs WHERE tenant_id = 'parts'")
     parts = row["stats"]["chunk_parts"]
     assert parts >= 2 and row["stats"]["sections"] > parts
     assert _steps(result) == sorted([
         "document_chunks.assemble_chunks", "document_chunks.plan_chunk_parts",
-        *(f"document_chunks.chunk_part[file_{row['run_id']}_part_{n}]" for n in range(parts))])
+        *(f"document_chunks.chunk_part[file_{row['file_id']}_part_{n}]" for n in range(parts))])
     assert table(db, SERVED, "parts") == table(db, SERVED, "whole")  # text, pages, paths, hashes, languages, keys
     [materialized] = result.asset_materializations_for_node("document_chunks")
     assert materialized.metadata["parts_chunked"].value == parts
@@ -69,7 +69,7 @@ def test_parts_fan_out_as_mapped_steps_and_a_revision_chunks_only_what_changed(i
     [materialized] = revision.asset_materializations_for_node("document_chunks")
     assert materialized.metadata["chunks"].value == 240 and materialized.metadata["parts_chunked"].value == 0
     [stats] = [r["stats"] for r in table(db, "SELECT stats FROM ingestion_runs WHERE tenant_id = 'parts' "
-                                             "ORDER BY run_id DESC LIMIT 1")]
+                                             "ORDER BY file_id DESC LIMIT 1")]
     assert stats["sections_reused"] == stats["sections"] - 1 and "chunk_parts" not in stats
     ingest(instance, database, "fresh", revised, key="manual")
     assert table(db, SERVED, "parts") == table(db, SERVED, "fresh")
@@ -86,7 +86,7 @@ def test_parts_fan_out_as_mapped_steps_and_a_revision_chunks_only_what_changed(i
     revision = _fanned_out(instance, database, "parts", third, "manual")
     assert [s for s in _steps(revision) if "_part_" in s]
     [stats] = [r["stats"] for r in table(db, "SELECT stats FROM ingestion_runs WHERE tenant_id = 'parts' "
-                                             "ORDER BY run_id DESC LIMIT 1")]
+                                             "ORDER BY file_id DESC LIMIT 1")]
     assert stats["sections_reused"] == stats["sections"] - 2 and stats["chunk_parts"] == 2
     ingest(instance, database, "third", third, key="manual")
     assert table(db, SERVED, "parts") == table(db, SERVED, "third")
@@ -105,8 +105,8 @@ def test_a_part_delivered_again_after_it_was_kept_adds_no_chunk_and_promotes_onc
     submit(database, "acme", manual, key="manual")
     [batch] = batch_queued(database)
     instance.add_dynamic_partitions("document_batches", [batch])
-    [row] = table(db, "SELECT run_id FROM ingestion_runs")
-    lost = f"file_{row['run_id']}_part_1"
+    [row] = table(db, "SELECT file_id FROM ingestion_runs")
+    lost = f"file_{row['file_id']}_part_1"
     chunk_part = DocumentPipeline.chunk_part
 
     def kept_then_host_lost(self, partition_key, key):
@@ -137,7 +137,7 @@ def test_a_part_delivered_again_after_it_was_kept_adds_no_chunk_and_promotes_onc
     assert run["status"] == "succeeded"
     ordinals = [c["ordinal"] for c in table(db, "SELECT ordinal FROM chunks ORDER BY 1")]
     assert ordinals == list(range(version["chunk_count"]))  # no chunk twice
-    assert history(db, row["run_id"]).count("succeeded") == 1  # promoted once: one version, one success
+    assert history(db, row["file_id"]).count("succeeded") == 1  # promoted once: one version, one success
     assert len(table(db, "SELECT 1 FROM document_versions")) == 1
 
 
@@ -170,7 +170,7 @@ def test_a_batch_with_nothing_to_encode_or_read_whole_runs_no_empty_mapped_step(
     assert "document_embeddings.finish_embeddings" in steps
     assert not [s for s in steps if s.startswith("document_embeddings.embed_share")]
     assert "document_elements.extract_unit[whole_files]" in steps  # the memo is read whole
-    runs = table(db, "SELECT status, stats FROM ingestion_runs ORDER BY run_id")
+    runs = table(db, "SELECT status, stats FROM ingestion_runs ORDER BY file_id")
     assert [r["status"] for r in runs] == ["succeeded"] * 2
     assert runs[1]["stats"]["embeddings_reused"] == runs[1]["stats"]["chunks"] > 0
     [embedded] = again.asset_materializations_for_node("document_embeddings")

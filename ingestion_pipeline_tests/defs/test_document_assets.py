@@ -81,7 +81,7 @@ def test_rematerializing_a_batch_replays_failed_files_only_when_asked(instance, 
     [key] = batch_queued(database)
     materialize_batch(instance, key)
     before = table(db, "SELECT count(*) AS n FROM chunks")[0]["n"]
-    failed = table(db, "SELECT run_id, attempts FROM ingestion_runs WHERE status = 'failed'")
+    failed = table(db, "SELECT file_id, attempts FROM ingestion_runs WHERE status = 'failed'")
     assert len(failed) == 1
 
     second = materialize_batch(instance, key, raise_on_error=False)  # a UI backfill of the same partition
@@ -89,13 +89,13 @@ def test_rematerializing_a_batch_replays_failed_files_only_when_asked(instance, 
     [failure] = [e for e in second.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
     message = failure.step_failure_data.user_failure_data.description
     assert "1 failed (file_whitespace_only" in message and "ingestion/replay_failed=true" in message, message
-    assert table(db, "SELECT run_id, attempts FROM ingestion_runs WHERE status = 'failed'") == failed
+    assert table(db, "SELECT file_id, attempts FROM ingestion_runs WHERE status = 'failed'") == failed
 
     asked = materialize_batch(instance, key, tags={"ingestion/replay_failed": "true"})
     assert asked.success
     assert table(db, "SELECT count(*) AS n FROM chunks")[0]["n"] == before
     assert len(table(db, "SELECT * FROM document_versions")) == 1
-    retried = table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", failed[0]["run_id"])[0]
+    retried = table(db, "SELECT * FROM ingestion_runs WHERE file_id = %s", failed[0]["file_id"])[0]
     assert retried["status"] == "failed" and retried["attempts"] == 2  # retried, failed again, explained
     assert "only whitespace" in retried["error"]
 
@@ -116,7 +116,7 @@ def test_pipeline_change_creates_new_version_and_reuses_embeddings(instance, dat
     assert [(v["version_number"], v["is_active"]) for v in versions] == [(1, False), (2, True)]
     assert versions[0]["version_id"] == v1["version_id"] and versions[0]["deactivated_at"] is not None
     assert versions[0]["pipeline_fingerprint"] != versions[1]["pipeline_fingerprint"]
-    run = table(db, "SELECT stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1")[0]
+    run = table(db, "SELECT stats FROM ingestion_runs ORDER BY file_id DESC LIMIT 1")[0]
     assert run["stats"]["embedded"] == 0 and run["stats"]["embeddings_reused"] == run["stats"]["chunks"]
     # old content rows are kept (deactivation, not deletion)
     assert table(db, "SELECT count(*) AS n FROM chunks WHERE version_id = %s", v1["version_id"])[0]["n"] > 0
@@ -135,7 +135,7 @@ def test_failed_promotion_leaves_previous_version_served(instance, database, db,
     seen_mid_promotion = []
     original_discard = promotion.discard
 
-    def crash_at_the_end(conn, run_id):
+    def crash_at_the_end(conn, file_id):
         # Everything is written inside the transaction; another session still sees the old state.
         with connect(database.url) as other:
             seen_mid_promotion.append(other.execute(

@@ -51,7 +51,7 @@ def test_small_files_share_encode_calls_sorted_by_length(database, db, notes, mo
     assert [o.status for o in outcomes] == ["running"] * 12
     assert len(calls) == 1  # twelve files, one encode call (a unit holds up to batch_size * 16 texts)
     # shortest first, each as the model reads it: its context line (title > headings), then its text
-    staged = table(db, "SELECT embedding_context, text FROM staging_chunks ORDER BY token_count, run_id, ordinal")
+    staged = table(db, "SELECT embedding_context, text FROM staging_chunks ORDER BY token_count, file_id, ordinal")
     assert calls[0] == [embedding_input(r["embedding_context"], r["text"]) for r in staged]
     assert all(r["embedding_context"] for r in staged)
     stats = {r["config"]["filename"]: r["stats"] for r in table(db, "SELECT * FROM ingestion_runs")}
@@ -149,12 +149,12 @@ def test_reuse_takes_a_tenants_own_vectors_and_looks_each_text_up_by_its_hash(da
     assert len(keys) == 2
     for key in keys:
         pipeline = _run_to_embeddings(database, key)
-        rows = table(db, "SELECT run_id, tenant_id FROM ingestion_runs WHERE partition_key = %s", key)
+        rows = table(db, "SELECT file_id, tenant_id FROM ingestion_runs WHERE partition_key = %s", key)
         if rows[0]["tenant_id"] == "globex":
             with database.connection() as conn:
                 [[plan]] = conn.execute("EXPLAIN (FORMAT JSON) " + REUSE_STORED_EMBEDDINGS, {
                     "model": pipeline.model.name, "digest": pipeline.model.digest,
-                    "runs": [r["run_id"] for r in rows]}).fetchone().values()
+                    "files": [r["file_id"] for r in rows]}).fetchone().values()
             scans = _chunk_scans(plan["Plan"])
             assert scans and all("content_hash" in scan.get("Index Cond", "") for scan in scans), scans
         assert [o.status for o in pipeline.embed_batch(key)] == ["running"] * 6
@@ -179,22 +179,22 @@ def test_a_file_another_run_took_over_mid_step_is_lost_and_not_marked_embedded(d
     submit(database, "acme", *notes[:4])
     [key] = batch_queued(database)
     pipeline = _run_to_embeddings(database, key)
-    [taken] = [r["run_id"] for r in table(
-        db, "SELECT run_id FROM ingestion_runs WHERE config->>'filename' = 'note-01.md'")]
+    [taken] = [r["file_id"] for r in table(
+        db, "SELECT file_id FROM ingestion_runs WHERE config->>'filename' = 'note-01.md'")]
 
     def take_it():
         with database.connection() as other:
-            other.execute("UPDATE ingestion_runs SET owner = 'run-other' WHERE run_id = %s", (taken,))
+            other.execute("UPDATE ingestion_runs SET owner = 'run-other' WHERE file_id = %s", (taken,))
 
     if taken_before == "reuse":
         original = pipeline_module.file_ledger.hold_many
         calls = []
 
-        def hold_many(conn, run_ids, owner):
+        def hold_many(conn, file_ids, owner):
             if not calls:
                 take_it()
-            calls.append(run_ids)
-            return original(conn, run_ids, owner)
+            calls.append(file_ids)
+            return original(conn, file_ids, owner)
 
         monkeypatch.setattr(pipeline_module.file_ledger, "hold_many", hold_many)
     else:
@@ -205,9 +205,9 @@ def test_a_file_another_run_took_over_mid_step_is_lost_and_not_marked_embedded(d
 
     assert outcomes["note-01.md"].status == "lost" and "run-other" in outcomes["note-01.md"].detail
     assert {outcomes[n].status for n in ("note-00.md", "note-02.md", "note-03.md")} == {"running"}
-    done = {r["run_id"]: r["embeddings_done"]
-            for r in table(db, "SELECT run_id, embeddings_done FROM staging_documents")}
+    done = {r["file_id"]: r["embeddings_done"]
+            for r in table(db, "SELECT file_id, embeddings_done FROM staging_documents")}
     assert done.pop(taken) is False and all(done.values())
     if taken_before == "reuse":  # it left before the model: none of its chunks was encoded
-        assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE run_id = %s AND embedding IS NOT NULL",
+        assert table(db, "SELECT count(*) AS n FROM staging_chunks WHERE file_id = %s AND embedding IS NOT NULL",
                      taken)[0]["n"] == 0

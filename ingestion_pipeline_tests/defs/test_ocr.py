@@ -75,7 +75,7 @@ def test_a_new_version_reads_only_its_changed_pages_and_serves_their_new_text(in
     pages[1] = ["Dredging budget", "Dredging the north channel now costs ninety thousand crowns."]
     ingest_as_the_minutes(write_scanned_pages(tmp_path / "minutes-v2.pdf", pages))  # a new version: page 2 changed
 
-    first, second = table(db, "SELECT * FROM ingestion_runs ORDER BY run_id")
+    first, second = table(db, "SELECT * FROM ingestion_runs ORDER BY file_id")
     assert second["status"] == "succeeded", second["error"]
     assert first["doc_id"] == second["doc_id"]
     assert (first["stats"]["ocr_pages_read"], first["stats"].get("ocr_pages_reused")) == (3, 0)
@@ -102,7 +102,7 @@ def test_a_new_version_reads_only_its_changed_pages_and_serves_their_new_text(in
     pipeline = pipeline_for(database)
     pages[2] = ["Tide tables", "High water comes at noon through April."]
     ingest_as_the_minutes(write_scanned_pages(tmp_path / "minutes-v4.pdf", pages))
-    *_, reindexed, fourth = table(db, "SELECT * FROM ingestion_runs ORDER BY run_id")
+    *_, reindexed, fourth = table(db, "SELECT * FROM ingestion_runs ORDER BY file_id")
     assert reindexed["run_type"] == "reindex" and reindexed["status"] == "succeeded", reindexed["error"]
     assert fourth["status"] == "succeeded", fourth["error"]
     assert (fourth["stats"]["ocr_pages_read"], fourth["stats"]["ocr_pages_reused"]) == (1, 2)

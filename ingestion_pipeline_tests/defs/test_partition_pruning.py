@@ -44,9 +44,9 @@ def test_only_finished_batches_past_retention_are_pruned_and_a_replay_brings_one
             "document_batches": 0, "metric_uploads": 0}  # recorded: not looked at again
 
         # a person replays the pruned batch's file: the planner adds its partition again
-        [row] = table(db, "SELECT run_id FROM ingestion_runs WHERE partition_key = %s", old)
+        [row] = table(db, "SELECT file_id FROM ingestion_runs WHERE partition_key = %s", old)
         with database.transaction() as conn:
-            ledger.requeue(conn, DOCUMENT_FILES, [row["run_id"]], actor="test")
+            ledger.requeue(conn, DOCUMENT_FILES, [row["file_id"]], actor="test")
         plan = plan_document_runs(instance, database, load_settings().batch)
         assert old in plan.new_partition_keys
 

@@ -88,7 +88,7 @@ def test_reexecution_from_failure_redrives_the_files_handed_back_to_the_queue(in
     again = _reexecute(instance, first, dg.ReexecutionOptions.from_failure(first.run_id, instance))
 
     assert again.success
-    rows = table(db, "SELECT * FROM ingestion_runs ORDER BY run_id")
+    rows = table(db, "SELECT * FROM ingestion_runs ORDER BY file_id")
     assert {(r["status"], r["owner"], r["attempts"]) for r in rows} == {("succeeded", first.run_id, 2)}
     assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 2
     promoted = [e for e in again.all_events if e.is_step_materialization and e.step_key == "promoted_documents"]

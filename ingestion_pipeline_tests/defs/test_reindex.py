@@ -67,7 +67,7 @@ def test_chunker_change_reindexes_every_version_from_stored_elements(instance, d
     with database.transaction() as conn:
         reindex.queue(conn, plan)
         again = reindex.queue(conn, _plan(database, tenant_id="acme"))  # a second `reindex` queues nothing
-    assert len(plan.queued_run_ids) == 3 and again.queued_run_ids == [] and len(again.already_queued) == 3
+    assert len(plan.queued_file_ids) == 3 and again.queued_file_ids == [] and len(again.already_queued) == 3
     [key] = batch_queued(database)
     result = materialize_batch(instance, key)
     assert result.success
@@ -107,14 +107,14 @@ def test_backfill_of_a_batch_reindexes_its_stale_versions_and_then_reports_them_
         instance, database, db, corpus_dir, monkeypatch):
     docs = corpus_dir / "documents"
     [key] = ingest(instance, database, "acme", docs / "fake-memo.pdf", docs / "codeblock.md")
-    runs_before = len(table(db, "SELECT run_id FROM ingestion_runs"))
+    runs_before = len(table(db, "SELECT file_id FROM ingestion_runs"))
 
     monkeypatch.setenv("INGESTION_CHUNK_MAX_TOKENS", "200")
     stale = materialize_batch(instance, key)  # what a UI backfill or re-materialisation of the partition runs
     assert stale.success
     check = _check(stale, "fingerprints_current")
     assert check.passed and check.severity == dg.AssetCheckSeverity.WARN and check.metadata["stale"].value == 0
-    reindexed = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex' ORDER BY run_id")
+    reindexed = table(db, "SELECT * FROM ingestion_runs WHERE run_type = 'reindex' ORDER BY file_id")
     assert len(reindexed) == 2 and all(r["partition_key"] == key and r["status"] == "succeeded" for r in reindexed)
     versions = table(db, "SELECT doc_id, version_number, is_active FROM document_versions ORDER BY doc_id, "
                          "version_number")
@@ -127,7 +127,7 @@ def test_backfill_of_a_batch_reindexes_its_stale_versions_and_then_reports_them_
     [failure] = [e for e in current.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
     message = failure.step_failure_data.user_failure_data.description
     assert message.startswith(f"nothing to do in partition {key}: 4 succeeded") and "no version is stale" in message
-    assert len(table(db, "SELECT run_id FROM ingestion_runs")) == runs_before + 2
+    assert len(table(db, "SELECT file_id FROM ingestion_runs")) == runs_before + 2
     assert len(table(db, "SELECT * FROM document_versions")) == 4
 
     # an automatic run of the batch (`process`, a sensor's relaunch) does not re-index; a person's backfill does
@@ -136,7 +136,7 @@ def test_backfill_of_a_batch_reindexes_its_stale_versions_and_then_reports_them_
                                tags={"ingestion/launched_by": "process"})
     files = _files(automatic, "raw_documents")
     assert {f["detail"] for rows in files.values() for f in rows} == {"already done"}
-    assert len(table(db, "SELECT run_id FROM ingestion_runs")) == runs_before + 2
+    assert len(table(db, "SELECT file_id FROM ingestion_runs")) == runs_before + 2
     assert _check(automatic, "fingerprints_current").passed is False
     assert _check(automatic, "fingerprints_current").metadata["stale"].value == 2
 
@@ -208,7 +208,7 @@ def test_a_model_of_another_dimension_reindexes_and_searches(instance, database,
     switched = DocumentPipeline(database, LocalUploadStore(settings.upload.upload_dir), tiny, settings)
     with database.transaction() as conn:
         plan = reindex.queue(conn, reindex.find_versions(conn, switched.fingerprint_for))
-    assert len(plan.queued_run_ids) == 2
+    assert len(plan.queued_file_ids) == 2
     [key] = batch_queued(database)
     result = materialize_batch(instance, key, resources={"embedder": tiny})
     assert result.success and _check(result, "embeddings_match_chunks").passed
@@ -255,7 +255,7 @@ def test_new_weights_under_the_same_model_name_reuse_no_vector(instance, databas
     pipeline = DocumentPipeline(database, LocalUploadStore(settings.upload.upload_dir), retrained, settings)
     with database.transaction() as conn:
         plan = reindex.queue(conn, reindex.find_versions(conn, pipeline.fingerprint_for))
-    assert len(plan.queued_run_ids) == 1
+    assert len(plan.queued_file_ids) == 1
     [key] = batch_queued(database)
     assert materialize_batch(instance, key, resources={"embedder": retrained}).success
     [run] = table(db, "SELECT stats FROM ingestion_runs WHERE run_type = 'reindex'")

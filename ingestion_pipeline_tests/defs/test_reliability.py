@@ -100,12 +100,12 @@ def test_reexecution_from_failure_continues_the_batch_and_the_sensor_waits_for_i
     steps = {e.step_key for e in retry.all_events if e.event_type == dg.DagsterEventType.STEP_START}
     assert steps == {"document_embeddings.plan_shares", "document_embeddings.finish_embeddings",
                      "promoted_documents", "promoted_batch_checks", "promoted_documents_fingerprints_current"}
-    rows = table(db, "SELECT * FROM ingestion_runs ORDER BY run_id")
+    rows = table(db, "SELECT * FROM ingestion_runs ORDER BY file_id")
     assert {r["status"] for r in rows} == {"succeeded"} and {r["attempts"] for r in rows} == {1}
     assert {r["dagster_run_id"] for r in rows} == {retry.run_id}
     assert calls["extract"] == 1  # nothing extracted again
     assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 3
-    assert history(db, rows[0]["run_id"]) == ["claimed", "succeeded"]
+    assert history(db, rows[0]["file_id"]) == ["claimed", "succeeded"]
 
 
 def test_failure_without_retry_hands_files_back(instance, database, db, three_notes, monkeypatch):
@@ -142,8 +142,8 @@ def test_transient_error_is_retried_with_backoff_and_succeeds(instance, database
     assert {r["status"] for r in rows.values()} == {"succeeded"}
     flaky_row = rows["note-1.md"]
     assert flaky_row["attempts"] == 2 and flaky_row["launch_gen"] == 1
-    assert history(db, flaky_row["run_id"]) == ["claimed", "retry_scheduled", "claimed", "succeeded"]
-    assert history(db, rows["note-0.md"]["run_id"]) == ["claimed", "succeeded"]
+    assert history(db, flaky_row["file_id"]) == ["claimed", "retry_scheduled", "claimed", "succeeded"]
+    assert history(db, rows["note-0.md"]["file_id"]) == ["claimed", "succeeded"]
     assert len(table(db, "SELECT * FROM document_versions")) == 3
 
 
@@ -152,7 +152,7 @@ def test_permanent_error_fails_once(instance, database, db, corpus_dir):
     process_in_process(instance, database)
     [row] = table(db, "SELECT * FROM ingestion_runs")
     assert (row["status"], row["error_code"], row["attempts"]) == ("failed", "pdf_password_protected", 1)
-    assert history(db, row["run_id"]) == ["claimed", "failed"]
+    assert history(db, row["file_id"]) == ["claimed", "failed"]
 
 
 @pytest.mark.integration
@@ -168,16 +168,16 @@ def test_dead_letter_after_the_last_attempt_then_replay(instance, database, db, 
     process_in_process(instance, database)
     [row] = table(db, "SELECT * FROM ingestion_runs")
     assert (row["status"], row["attempts"], row["error_code"]) == ("dead_letter", 3, "s3_unavailable")
-    assert f"retry {row['run_id']}" in row["suggestion"]
+    assert f"retry {row['file_id']}" in row["suggestion"]
 
     monkeypatch.setattr(IsolatedExtractor, "__call__", original)  # the cause is fixed
     with database.transaction() as conn:
-        [replayed] = ledger.requeue(conn, DOCUMENT_FILES, [row["run_id"]], actor="tester")
+        [replayed] = ledger.requeue(conn, DOCUMENT_FILES, [row["file_id"]], actor="tester")
     assert replayed["status"] == "queued" and replayed["attempts_before_replay"] == 3
     process_in_process(instance, database)
     [row] = table(db, "SELECT * FROM ingestion_runs")
     assert (row["status"], row["attempts"]) == ("succeeded", 4)
-    assert history(db, row["run_id"])[-4:] == ["dead_letter", "requeued", "claimed", "succeeded"]
+    assert history(db, row["file_id"])[-4:] == ["dead_letter", "requeued", "claimed", "succeeded"]
 
 
 def _batch_held_in_its_first_encode(instance, database, monkeypatch) -> tuple[threading.Event, threading.Thread]:
@@ -210,11 +210,11 @@ def test_cancel_mid_embedding_promotes_nothing_and_the_old_version_keeps_serving
     monkeypatch.setenv("INGESTION_CHUNK_TARGET_TOKENS", "120")  # a new fingerprint: version 2 is queued
     [queued] = submit(database, "acme", note)
     release, worker = _batch_held_in_its_first_encode(instance, database, monkeypatch)
-    report = operations.cancel_files(instance, database, [queued.run_id], "tester")
+    report = operations.cancel_files(instance, database, [queued.file_id], "tester")
     release.set()
     worker.join(60)
-    assert [r["run_id"] for r in report.canceled] == [queued.run_id]
-    row = table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", queued.run_id)[0]
+    assert [r["file_id"] for r in report.canceled] == [queued.file_id]
+    row = table(db, "SELECT * FROM ingestion_runs WHERE file_id = %s", queued.file_id)[0]
     assert (row["status"], row["canceled_by"], row["error_code"]) == ("canceled", "tester", "canceled")
     assert table(db, "SELECT * FROM staging_documents") == [] and table(db, "SELECT * FROM staging_chunks") == []
     assert [v["version_id"] for v in table(db, "SELECT * FROM document_versions WHERE is_active")] == [v1["version_id"]]
@@ -228,13 +228,13 @@ def test_a_file_canceled_mid_embedding_leaves_its_unit_to_the_other_files(instan
     vectors are not written; the other two get theirs and are promoted."""
     submissions = submit(database, "acme", *three_notes)
     release, worker = _batch_held_in_its_first_encode(instance, database, monkeypatch)
-    canceled = submissions[1].run_id
+    canceled = submissions[1].file_id
     operations.cancel_files(instance, database, [canceled], "tester")
     release.set()
     worker.join(60)
-    rows = {r["run_id"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
+    rows = {r["file_id"]: r for r in table(db, "SELECT * FROM ingestion_runs")}
     assert rows[canceled]["status"] == "canceled"
-    for kept in (submissions[0].run_id, submissions[2].run_id):
+    for kept in (submissions[0].file_id, submissions[2].file_id):
         assert rows[kept]["status"] == "succeeded", rows[kept]["error"]
         assert rows[kept]["stats"]["embedded"] == rows[kept]["stats"]["chunks"] > 0
     assert len(table(db, "SELECT * FROM document_versions WHERE is_active")) == 2
@@ -267,7 +267,7 @@ def test_pause_parks_in_flight_files_and_resume_continues_them(instance, databas
     process_in_process(instance, database)
     rows = table(db, "SELECT * FROM ingestion_runs")
     assert {r["status"] for r in rows} == {"succeeded"}
-    assert history(db, rows[0]["run_id"]) == ["claimed", "paused", "claimed", "succeeded"]
+    assert history(db, rows[0]["file_id"]) == ["claimed", "paused", "claimed", "succeeded"]
 
 
 def test_exclusive_claims(database, db, three_notes):
@@ -280,34 +280,34 @@ def test_exclusive_claims(database, db, three_notes):
     with database.transaction() as conn:
         claimed_b = ledger.claim(conn, DOCUMENT_FILES, b, partition_key=key)
     assert len(claimed_a) == 3 and claimed_b == []
-    run_id = claimed_a[0]["run_id"]
+    file_id = claimed_a[0]["file_id"]
     with database.transaction() as conn:  # run-a's lease runs out; run-b takes the file over
-        conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
-                     (run_id,))
+        conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE file_id = %s",
+                     (file_id,))
     with database.transaction() as conn:
         [taken] = ledger.claim(conn, DOCUMENT_FILES, b, partition_key=key)
-    assert (taken["run_id"], taken["claim_event"], taken["attempts"]) == (run_id, "taken_over", 2)
+    assert (taken["file_id"], taken["claim_event"], taken["attempts"]) == (file_id, "taken_over", 2)
     with pytest.raises(ledger.LeaseLost, match="held by run run-b"), database.transaction() as conn:
-        ledger.heartbeat(conn, DOCUMENT_FILES, run_id, "run-a")  # the old owner stops touching it
-    others = [r["run_id"] for r in claimed_a[1:]]
+        ledger.heartbeat(conn, DOCUMENT_FILES, file_id, "run-a")  # the old owner stops touching it
+    others = [r["file_id"] for r in claimed_a[1:]]
     with database.transaction() as conn:  # the same answer for many files in one statement (embedding units)
-        before = {r["run_id"]: r["updated_at"] for r in table(db, "SELECT run_id, updated_at FROM ingestion_runs")}
-        lost = ledger.hold_many(conn, DOCUMENT_FILES, [run_id, *others], "run-a")
-    assert lost == {run_id: f"document {run_id} is no longer this run's (held by run run-b)"}
-    after = {r["run_id"]: r["updated_at"] for r in table(db, "SELECT run_id, updated_at FROM ingestion_runs")}
-    assert all(after[i] > before[i] for i in others) and after[run_id] == before[run_id]  # touched: held only
+        before = {r["file_id"]: r["updated_at"] for r in table(db, "SELECT file_id, updated_at FROM ingestion_runs")}
+        lost = ledger.hold_many(conn, DOCUMENT_FILES, [file_id, *others], "run-a")
+    assert lost == {file_id: f"document {file_id} is no longer this run's (held by run run-b)"}
+    after = {r["file_id"]: r["updated_at"] for r in table(db, "SELECT file_id, updated_at FROM ingestion_runs")}
+    assert all(after[i] > before[i] for i in others) and after[file_id] == before[file_id]  # touched: held only
 
     # a file whose attempts are spent (it keeps killing its workers) is not taken over again: the
     # janitor's lease expiry dead-letters it
     c = Worker("run-c", "run-c", 60, max_attempts=2)
     with database.transaction() as conn:
-        conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE run_id = %s",
-                     (run_id,))
+        conn.execute("UPDATE ingestion_runs SET lease_expires_at = now() - interval '1 s' WHERE file_id = %s",
+                     (file_id,))
     with database.transaction() as conn:
         assert ledger.claim(conn, DOCUMENT_FILES, c, partition_key=key) == []
     with database.transaction() as conn:
         [dead] = ledger.expire_leases(conn, DOCUMENT_FILES, ReliabilitySettings(retry_backoff_seconds=(1.0,)))
-    assert (dead["run_id"], dead["status"], dead["error_code"]) == (run_id, "dead_letter", "lease_expired")
+    assert (dead["file_id"], dead["status"], dead["error_code"]) == (file_id, "dead_letter", "lease_expired")
 
 
 def test_bounded_extraction_fails_the_file_and_not_the_batch(instance, database, db, tmp_path, monkeypatch):

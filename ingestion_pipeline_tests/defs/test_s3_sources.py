@@ -67,7 +67,7 @@ def test_initial_sync_modify_delete_and_unchanged(kb, database, db):
         assert request.tags["ingestion/source"] == "handbook"
         assert request.partition_key.startswith("acme-handbook-")
         run_all(instance, first)
-        runs = table(db, "SELECT * FROM ingestion_runs ORDER BY run_id")
+        runs = table(db, "SELECT * FROM ingestion_runs ORDER BY file_id")
         assert [(r["run_type"], r["status"]) for r in runs] == [("s3_sync", "succeeded")] * 3
         assert {r["source_uri"] for r in runs} == {f"s3://{bucket}/{k}" for k in DOCS}
         objects = {r["key"]: r for r in table(db, "SELECT * FROM source_objects")}
@@ -90,7 +90,7 @@ def test_initial_sync_modify_delete_and_unchanged(kb, database, db):
         launch = [(v["version_number"], v["is_active"]) for v in versions if v["source_uri"].endswith("launch.md")]
         assert launch == [(1, False), (2, True)]
         assert sum(1 for v in versions if not v["source_uri"].endswith("launch.md")) == 2
-        newest = table(db, "SELECT stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1")[0]["stats"]
+        newest = table(db, "SELECT stats FROM ingestion_runs ORDER BY file_id DESC LIMIT 1")[0]["stats"]
         assert newest["version_number"] == 2
         assert table(db, "SELECT count(*) AS n FROM ingestion_runs")[0]["n"] == 4  # others not re-processed
         assert any("Porto" in h.text for h in search(db, database, "acme", "Where is the venue?"))
@@ -106,7 +106,7 @@ def test_initial_sync_modify_delete_and_unchanged(kb, database, db):
         assert table(db, "SELECT status FROM source_objects WHERE key = 'kb/payroll.md'")[0]["status"] == "deleted"
         assert table(db, "SELECT count(*) AS n FROM chunks")[0]["n"] == chunks_before
         assert all("Salaries" not in h.text for h in search(db, database, "acme", "when are salaries paid"))
-        ledger = table(db, "SELECT stats FROM ingestion_runs WHERE source_key = 'kb/payroll.md' ORDER BY run_id")
+        ledger = table(db, "SELECT stats FROM ingestion_runs WHERE source_key = 'kb/payroll.md' ORDER BY file_id")
         assert ledger[-1]["stats"]["action"] == "deactivated"
 
         # The key comes back: a new version of the same document.
@@ -134,7 +134,7 @@ def test_new_etag_same_bytes_makes_no_new_version(kb, db):
         result = tick(instance)
         assert len(result.run_requests) == 1
         run_all(instance, result)
-        last = table(db, "SELECT status, stats FROM ingestion_runs ORDER BY run_id DESC LIMIT 1")[0]
+        last = table(db, "SELECT status, stats FROM ingestion_runs ORDER BY file_id DESC LIMIT 1")[0]
         assert last["status"] == "succeeded" and last["stats"]["skipped"] == "already the active version"
         assert table(db, """SELECT count(*) AS n FROM document_versions v JOIN documents d USING (doc_id)
                              WHERE d.source_uri LIKE '%%travel.txt'""")[0]["n"] == 1
@@ -209,7 +209,7 @@ def test_version_race_last_to_complete_is_active(kb, database, db, monkeypatch):
             stop.set()
             watcher.join()
     assert violations == []
-    runs = table(db, "SELECT status, error FROM ingestion_runs WHERE source_key = 'kb/launch.md' ORDER BY run_id")
+    runs = table(db, "SELECT status, error FROM ingestion_runs WHERE source_key = 'kb/launch.md' ORDER BY file_id")
     assert runs[1]["status"] == "failed" and "changed after it was listed" in runs[1]["error"]
     assert runs[2]["status"] == "succeeded"
     active = table(db, """SELECT c.text FROM chunks c JOIN document_versions v USING (version_id)

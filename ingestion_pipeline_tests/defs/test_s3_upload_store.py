@@ -32,12 +32,12 @@ def test_documents_wait_in_s3_and_each_is_downloaded_once(s3_store, database, db
     memo, notes = corpus_dir / "documents" / "list-item-example.pdf", corpus_dir / "documents" / "codeblock.md"
     results = submit(database, "acme", memo, notes)
     assert keys(client, name) == sorted(f"store/documents/acme/{r.sha256}" for r in results)
-    rows = table(db, "SELECT raw_path, size_bytes FROM ingestion_runs ORDER BY run_id")
+    rows = table(db, "SELECT raw_path, size_bytes FROM ingestion_runs ORDER BY file_id")
     assert [r["raw_path"] for r in rows] == [f"s3://{name}/store/documents/acme/{r.sha256}" for r in results]
     with dg.instance_for_test() as instance:
         for key in batch_queued(database):
             assert materialize_batch(instance, key).success
-    done = table(db, "SELECT status, size_bytes, stats FROM ingestion_runs ORDER BY run_id")
+    done = table(db, "SELECT status, size_bytes, stats FROM ingestion_runs ORDER BY file_id")
     assert [r["status"] for r in done] == ["succeeded", "succeeded"]
     assert [r["stats"]["raw_fetched_bytes"] for r in done] == [r["size_bytes"] for r in done]
     assert len(table(db, "SELECT 1 FROM document_versions WHERE is_active")) == 2

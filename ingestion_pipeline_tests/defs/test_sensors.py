@@ -111,7 +111,7 @@ def test_failed_runs_retry_their_files_with_backoff_then_dead_letter(database, d
             assert row["status"] == ("queued" if attempt < 3 else "dead_letter")
         assert _tick(instance).run_requests == []  # nothing left to launch
     assert len(set(run_keys)) == 3 and run_keys[0] == run_keys[1].split(":")[0]
-    assert row["finished_at"] is not None and f"retry {row['run_id']}" in row["suggestion"]
+    assert row["finished_at"] is not None and f"retry {row['file_id']}" in row["suggestion"]
     events = [h["event"] for h in table(db, "SELECT event FROM ledger_history ORDER BY history_id")]
     assert events == ["retry_scheduled", "retry_scheduled", "dead_letter"]
 

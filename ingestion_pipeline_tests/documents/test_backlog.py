@@ -18,7 +18,7 @@ def _files(database, tmp_path, tenant: str, count: int) -> list[int]:
         path = tmp_path / f"{tenant}-{n}.md"
         path.write_text(f"# {tenant} note {n}\n\nsomething only this file says: {tenant}-{n}\n")
         paths.append(path)
-    return [r.run_id for r in submit(database, tenant, *paths)]
+    return [r.file_id for r in submit(database, tenant, *paths)]
 
 
 def _set(database, file_ids: list[int], **columns) -> None:
@@ -26,9 +26,9 @@ def _set(database, file_ids: list[int], **columns) -> None:
         for column, value in columns.items():  # column names are this test's own literals
             if column == "finished_ago":
                 conn.execute("UPDATE ingestion_runs SET finished_at = now() - make_interval(secs => %s) "
-                             "WHERE run_id = ANY(%s)", (value, file_ids))
+                             "WHERE file_id = ANY(%s)", (value, file_ids))
             else:
-                conn.execute(f"UPDATE ingestion_runs SET {column} = %s WHERE run_id = ANY(%s)", (value, file_ids))
+                conn.execute(f"UPDATE ingestion_runs SET {column} = %s WHERE file_id = ANY(%s)", (value, file_ids))
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ from ingestion_pipeline_tests.helpers import batch_queued, submit
 
 
 def test_plan_batches_respects_count_bytes_and_tenant():
-    rows = [{"run_id": i, "tenant_id": "a" if i < 7 else "b", "size_bytes": 10} for i in range(10)]
+    rows = [{"file_id": i, "tenant_id": "a" if i < 7 else "b", "size_bytes": 10} for i in range(10)]
     groups = plan_batches(rows, BatchSettings(max_files=3, max_bytes=25))
-    assert [[r["run_id"] for r in g] for g in groups] == [[0, 1], [2, 3], [4, 5], [6], [7, 8], [9]]
-    huge = [{"run_id": 1, "tenant_id": "a", "size_bytes": 999}]
+    assert [[r["file_id"] for r in g] for g in groups] == [[0, 1], [2, 3], [4, 5], [6], [7, 8], [9]]
+    huge = [{"file_id": 1, "tenant_id": "a", "size_bytes": 999}]
     assert len(plan_batches(huge, BatchSettings(max_files=3, max_bytes=25))) == 1
 
 

@@ -11,8 +11,8 @@ from ingestion_pipeline.core.progress import Progress
 from ingestion_pipeline.documents.pipeline import FileOutcome
 from ingestion_pipeline_tests.helpers import pipeline_for
 
-ROWS = [{"run_id": 1, "doc_id": 10}, {"run_id": 2, "doc_id": 20}, {"run_id": 3, "doc_id": 10},
-        {"run_id": 4, "doc_id": 30}, {"run_id": 5, "doc_id": 40}]
+ROWS = [{"file_id": 1, "doc_id": 10}, {"file_id": 2, "doc_id": 20}, {"file_id": 3, "doc_id": 10},
+        {"file_id": 4, "doc_id": 30}, {"file_id": 5, "doc_id": 40}]
 
 
 def test_a_documents_files_run_in_order_in_one_lane_while_other_documents_run_beside_them(database):
@@ -22,9 +22,9 @@ def test_a_documents_files_run_in_order_in_one_lane_while_other_documents_run_be
 
     def work(row: dict) -> FileOutcome:
         start = time.monotonic()
-        time.sleep(0.4 if row["run_id"] == 1 else 0.05)  # the first version is slow: the second must wait
-        spans[row["run_id"]] = (start, time.monotonic(), threading.current_thread().name)
-        return FileOutcome(row["run_id"], f"file-{row['run_id']}", "running")
+        time.sleep(0.4 if row["file_id"] == 1 else 0.05)  # the first version is slow: the second must wait
+        spans[row["file_id"]] = (start, time.monotonic(), threading.current_thread().name)
+        return FileOutcome(row["file_id"], f"file-{row['file_id']}", "running")
 
     outcomes = pipeline.in_lanes(ROWS, work, 2)
 
@@ -35,30 +35,30 @@ def test_a_documents_files_run_in_order_in_one_lane_while_other_documents_run_be
     assert pipeline.progress.files_done == len(ROWS)
 
 
-def _run_ids_and_threads(database: Database, lanes: int) -> tuple[list[int], set[str]]:
-    """ROWS through ``_in_lanes``: the outcomes' run ids, and the names of the threads that did the work."""
+def _file_ids_and_threads(database: Database, lanes: int) -> tuple[list[int], set[str]]:
+    """ROWS through ``_in_lanes``: the outcomes' file ids, and the names of the threads that did the work."""
     pipeline = pipeline_for(database)
     pipeline.progress = Progress("test", len(ROWS))
     threads = set()
 
     def work(row: dict) -> FileOutcome:
         threads.add(threading.current_thread().name)
-        return FileOutcome(row["run_id"], "f", "running")
+        return FileOutcome(row["file_id"], "f", "running")
 
     return [o.file_id for o in pipeline.in_lanes(ROWS, work, lanes)], threads
 
 
 def test_one_lane_works_on_the_steps_own_thread(database):
-    run_ids, threads = _run_ids_and_threads(database, 1)
-    assert run_ids == [1, 2, 3, 4, 5]
+    file_ids, threads = _file_ids_and_threads(database, 1)
+    assert file_ids == [1, 2, 3, 4, 5]
     assert threads == {threading.current_thread().name}
 
 
 def test_a_pool_of_one_connection_gets_one_lane(database_url):
     """A lane waiting for the pool's only connection could time out: one connection, one lane."""
     with Database(database_url, max_size=1) as small:
-        run_ids, threads = _run_ids_and_threads(small, 2)
-        assert run_ids == [1, 2, 3, 4, 5]
+        file_ids, threads = _file_ids_and_threads(small, 2)
+        assert file_ids == [1, 2, 3, 4, 5]
     assert threads == {threading.current_thread().name}
 
 
@@ -68,11 +68,11 @@ def test_an_error_of_the_database_stops_the_lanes_and_reaches_the_step(database)
     worked = []
 
     def work(row: dict) -> FileOutcome:
-        if row["run_id"] == 2:
+        if row["file_id"] == 2:
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         time.sleep(0.2)
-        worked.append(row["run_id"])
-        return FileOutcome(row["run_id"], "f", "running")
+        worked.append(row["file_id"])
+        return FileOutcome(row["file_id"], "f", "running")
 
     with pytest.raises(psycopg.OperationalError):  # the step is retried; the files stay held
         pipeline.in_lanes(ROWS, work, 2)

@@ -50,7 +50,7 @@ def test_same_bytes_again_while_queued_is_a_duplicate(database, db, corpus_dir):
     path = corpus_dir / "documents" / "fake-memo.pdf"
     first, second = submit(database, "acme", path, path)
     assert (first.status, second.status) == ("queued", "duplicate")
-    assert second.run_id == first.run_id
+    assert second.file_id == first.file_id
     assert len(table(db, "SELECT * FROM ingestion_runs")) == 1
 
 

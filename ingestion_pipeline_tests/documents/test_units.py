@@ -130,32 +130,32 @@ def test_the_pool_reads_units_in_separate_workers_side_by_side(corpus_dir):
 
 def test_a_unit_delivered_twice_is_written_once(database, db, corpus_dir):
     submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
-    [row] = table(db, "SELECT run_id FROM ingestion_runs")
+    [row] = table(db, "SELECT file_id FROM ingestion_runs")
     with database.transaction() as conn:
-        staging.ensure_staging_row(conn, row["run_id"], "acme")
+        staging.ensure_staging_row(conn, row["file_id"], "acme")
         plan = units.plan_units(6, 3)
-        units.plan(conn, row["run_id"], "sha-a", plan)
+        units.plan(conn, row["file_id"], "sha-a", plan)
     first = PdfPages(1, 3, [Element("NarrativeText", "first delivery", 1)])
     second = PdfPages(1, 3, [Element("NarrativeText", "second delivery", 1)])
     with database.transaction() as conn:
-        assert units.finish(conn, row["run_id"], plan[0], first, done_by="host-a:1", extract_ms=5)
-        assert not units.finish(conn, row["run_id"], plan[0], second, done_by="host-b:2", extract_ms=5)
-        assert [u.number for u in units.pending(conn, row["run_id"])] == [1]
-        planned, parts, figures = units.done(conn, row["run_id"])
+        assert units.finish(conn, row["file_id"], plan[0], first, done_by="host-a:1", extract_ms=5)
+        assert not units.finish(conn, row["file_id"], plan[0], second, done_by="host-b:2", extract_ms=5)
+        assert [u.number for u in units.pending(conn, row["file_id"])] == [1]
+        planned, parts, figures = units.done(conn, row["file_id"])
     assert planned == 2 and [p.elements[0].text for p in parts] == ["first delivery"]
     with database.connection() as conn:
-        shown = units.progress(conn, row["run_id"])
+        shown = units.progress(conn, row["file_id"])
     assert {k: shown[k] for k in ("units_done", "units_total", "pages_done", "pages_total")} == {
         "units_done": 1, "units_total": 2, "pages_done": 3, "pages_total": 6}
     assert (figures["units_reused"], figures["units_extract_ms"]) == (0, 5) and figures["units_wall_ms"] >= 0
     with database.transaction() as conn:  # the same plan again (a retry) keeps the done unit
-        units.plan(conn, row["run_id"], "sha-a", plan)
-        assert [u.number for u in units.pending(conn, row["run_id"])] == [1]
-        assert units.done(conn, row["run_id"])[2]["units_reused"] == 1
-        units.plan(conn, row["run_id"], "sha-b", plan)  # other bytes: nothing is reused
-        assert [u.number for u in units.pending(conn, row["run_id"])] == [0, 1]
-    rows = table(db, "SELECT unit_number, state, done_by FROM staging_units WHERE run_id = %s ORDER BY 1",
-                 row["run_id"])
+        units.plan(conn, row["file_id"], "sha-a", plan)
+        assert [u.number for u in units.pending(conn, row["file_id"])] == [1]
+        assert units.done(conn, row["file_id"])[2]["units_reused"] == 1
+        units.plan(conn, row["file_id"], "sha-b", plan)  # other bytes: nothing is reused
+        assert [u.number for u in units.pending(conn, row["file_id"])] == [0, 1]
+    rows = table(db, "SELECT unit_number, state, done_by FROM staging_units WHERE file_id = %s ORDER BY 1",
+                 row["file_id"])
     assert rows == [{"unit_number": 0, "state": "pending", "done_by": None},
                     {"unit_number": 1, "state": "pending", "done_by": None}]
 
@@ -169,43 +169,43 @@ def test_chunks_to_encode_are_cut_into_shares_of_the_set_size():
     assert cut_into_shares([], 4) == []
 
 
-def _backdate(db, run_id: int, seconds: float) -> None:
-    db.execute("UPDATE staging_units SET heartbeat_at = now() - make_interval(secs => %s) WHERE run_id = %s",
-               (seconds, run_id))
+def _backdate(db, file_id: int, seconds: float) -> None:
+    db.execute("UPDATE staging_units SET heartbeat_at = now() - make_interval(secs => %s) WHERE file_id = %s",
+               (seconds, file_id))
 
 
 def test_a_unit_is_leased_to_one_reader_and_handed_on_when_its_lease_goes_stale(database, db, corpus_dir):
     submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
-    [row] = table(db, "SELECT run_id FROM ingestion_runs")
-    run_id = row["run_id"]
+    [row] = table(db, "SELECT file_id FROM ingestion_runs")
+    file_id = row["file_id"]
     plan = units.plan_units(6, 3)
     with database.transaction() as conn:
-        staging.ensure_staging_row(conn, run_id, "acme")
-        units.plan(conn, run_id, "sha-a", plan)
-        assert units.take(conn, run_id, 0, "host-a:1") == "taken"
-        assert units.take(conn, run_id, 0, "host-a:1") == "taken"  # its own lease again (a retry in place)
-        assert units.take(conn, run_id, 0, "host-b:2") == "busy"  # a second delivery while host-a renews it
-        assert units.beat(conn, run_id, 0, "host-a:1") and not units.beat(conn, run_id, 0, "host-b:2")
+        staging.ensure_staging_row(conn, file_id, "acme")
+        units.plan(conn, file_id, "sha-a", plan)
+        assert units.take(conn, file_id, 0, "host-a:1") == "taken"
+        assert units.take(conn, file_id, 0, "host-a:1") == "taken"  # its own lease again (a retry in place)
+        assert units.take(conn, file_id, 0, "host-b:2") == "busy"  # a second delivery while host-a renews it
+        assert units.beat(conn, file_id, 0, "host-a:1") and not units.beat(conn, file_id, 0, "host-b:2")
     with database.connection() as conn:
-        [reading] = units.progress(conn, run_id)["reading"]
+        [reading] = units.progress(conn, file_id)["reading"]
     assert (reading["unit"], reading["reader"], reading["first_page"]) == (0, "host-a:1", 1)
     assert reading["beat_seconds_ago"] < units.STALE_SECONDS
-    _backdate(db, run_id, units.STALE_SECONDS + 1)  # host-a died: no beat for longer than a lease
+    _backdate(db, file_id, units.STALE_SECONDS + 1)  # host-a died: no beat for longer than a lease
     with database.transaction() as conn:
-        assert units.take(conn, run_id, 0, "host-b:2") == "taken"  # handed on by the next reader
-        assert not units.beat(conn, run_id, 0, "host-a:1")  # host-a, back, learns it has lost the unit
-        assert units.take(conn, run_id, 1, "host-a:1") == "taken"
-        units.release(conn, run_id, 1, "host-a:1")  # its read failed: free at once
-        assert units.take(conn, run_id, 1, "host-c:3") == "taken"
-        assert units.finish(conn, run_id, plan[0], PdfPages(1, 3, []), done_by="host-b:2", extract_ms=1)
-        assert units.take(conn, run_id, 0, "host-c:3") == "done"
+        assert units.take(conn, file_id, 0, "host-b:2") == "taken"  # handed on by the next reader
+        assert not units.beat(conn, file_id, 0, "host-a:1")  # host-a, back, learns it has lost the unit
+        assert units.take(conn, file_id, 1, "host-a:1") == "taken"
+        units.release(conn, file_id, 1, "host-a:1")  # its read failed: free at once
+        assert units.take(conn, file_id, 1, "host-c:3") == "taken"
+        assert units.finish(conn, file_id, plan[0], PdfPages(1, 3, []), done_by="host-b:2", extract_ms=1)
+        assert units.take(conn, file_id, 0, "host-c:3") == "done"
     # the janitor hands back units whose reader went silent, and only those
-    _backdate(db, run_id, units.STALE_SECONDS + 1)
+    _backdate(db, file_id, units.STALE_SECONDS + 1)
     with database.transaction() as conn:
         stale = units.hand_back_stale(conn)
         assert [(u["unit_number"], u["leased_by"]) for u in stale] == [(1, "host-c:3")]
         assert units.hand_back_stale(conn) == []
-    rows = table(db, "SELECT unit_number, state, leased_by FROM staging_units WHERE run_id = %s ORDER BY 1", run_id)
+    rows = table(db, "SELECT unit_number, state, leased_by FROM staging_units WHERE file_id = %s ORDER BY 1", file_id)
     assert rows == [{"unit_number": 0, "state": "done", "leased_by": None},
                     {"unit_number": 1, "state": "pending", "leased_by": None}]
 
@@ -217,15 +217,15 @@ def test_the_janitor_reports_the_units_it_handed_back(database, db, corpus_dir):
     from ingestion_pipeline.runtime.janitor import run_janitor
 
     submit(database, "acme", corpus_dir / "documents" / "fr_olap.pdf")
-    [row] = table(db, "SELECT run_id FROM ingestion_runs")
+    [row] = table(db, "SELECT file_id FROM ingestion_runs")
     with database.transaction() as conn:
-        staging.ensure_staging_row(conn, row["run_id"], "acme")
-        units.plan(conn, row["run_id"], "sha-a", units.plan_units(6, 3))
-        units.take(conn, row["run_id"], 1, "host-a:1")
-    _backdate(db, row["run_id"], units.STALE_SECONDS + 1)
+        staging.ensure_staging_row(conn, row["file_id"], "acme")
+        units.plan(conn, row["file_id"], "sha-a", units.plan_units(6, 3))
+        units.take(conn, row["file_id"], 1, "host-a:1")
+    _backdate(db, row["file_id"], units.STALE_SECONDS + 1)
     with dg.instance_for_test() as instance:
         report = run_janitor(instance, database, ReliabilitySettings())
-    assert f"1 unit(s) whose reader stopped renewing its lease handed back: file {row['run_id']} pages 4-6" \
+    assert f"1 unit(s) whose reader stopped renewing its lease handed back: file {row['file_id']} pages 4-6" \
         in report.describe()
 
 

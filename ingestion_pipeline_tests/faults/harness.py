@@ -108,7 +108,7 @@ def _query(url: str, sql: str, *params) -> list[dict]:
 
 
 def unfinished(url: str) -> list[dict]:
-    return _query(url, """SELECT 'document' AS kind, run_id AS id, status FROM ingestion_runs
+    return _query(url, """SELECT 'document' AS kind, file_id AS id, status FROM ingestion_runs
                            WHERE status IN ('queued', 'running')
                           UNION ALL SELECT 'metric_upload', upload_id, status FROM data_uploads
                            WHERE status IN ('pending', 'processing', 'staging_complete', 'promoting')""")
@@ -117,11 +117,11 @@ def unfinished(url: str) -> list[dict]:
 def invariant_violations(url: str) -> list[str]:
     """What must hold once work has settled (empty list: all good)."""
     problems = []
-    for r in _query(url, "SELECT run_id, status, error, error_code FROM ingestion_runs"):
+    for r in _query(url, "SELECT file_id, status, error, error_code FROM ingestion_runs"):
         if r["status"] not in ("succeeded", "failed", "dead_letter", "canceled"):
-            problems.append(f"file {r['run_id']} is still {r['status']}")
+            problems.append(f"file {r['file_id']} is still {r['status']}")
         if r["status"] in ("failed", "dead_letter") and not (r["error"] and r["error_code"]):
-            problems.append(f"file {r['run_id']} is {r['status']} without a reason")
+            problems.append(f"file {r['file_id']} is {r['status']} without a reason")
     for r in _query(url, """SELECT d.doc_id, count(*) FILTER (WHERE v.is_active) AS active FROM documents d
                              JOIN document_versions v USING (doc_id) GROUP BY d.doc_id"""):
         if r["active"] != 1:
@@ -174,9 +174,9 @@ def invariant_violations(url: str) -> list[str]:
     for r in _query(url, """SELECT doc_id, content_hash, pipeline_fingerprint, count(*) AS n FROM document_versions
                              GROUP BY 1, 2, 3 HAVING count(*) > 1"""):
         problems.append(f"document {r['doc_id']} was promoted {r['n']} times from the same content")
-    for r in _query(url, """SELECT r.run_id FROM staging_documents s JOIN ingestion_runs r USING (run_id)
+    for r in _query(url, """SELECT r.file_id FROM staging_documents s JOIN ingestion_runs r USING (file_id)
                              WHERE r.status IN ('succeeded', 'canceled')"""):
-        problems.append(f"file {r['run_id']} finished but left staged data")
+        problems.append(f"file {r['file_id']} finished but left staged data")
     for r in _query(url, "SELECT upload_id, status, error FROM data_uploads"):
         if r["status"] not in ("completed", "partial", "failed", "dead_letter", "canceled"):
             problems.append(f"upload {r['upload_id']} is still {r['status']}")

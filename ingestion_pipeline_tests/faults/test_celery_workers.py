@@ -248,10 +248,10 @@ def test_a_worker_killed_after_keeping_its_chunk_part_costs_no_chunk_and_one_pro
         workers.start("worker2", queues=("dagster",))
         out, _ = process.communicate(timeout=900)
     assert process.returncode == 0, out[-3000:] + workers.log("worker2")[-3000:]
-    [row] = table(db, "SELECT run_id, status, attempts, stats, dagster_run_id FROM ingestion_runs")
+    [row] = table(db, "SELECT file_id, status, attempts, stats, dagster_run_id FROM ingestion_runs")
     assert (row["status"], row["attempts"]) == ("succeeded", 1) and row["stats"]["chunk_parts"] >= 2
     _step_events([row["dagster_run_id"]])
-    again = [host for step, host in steps if step == f"document_chunks.chunk_part[file_{row['run_id']}_part_"
+    again = [host for step, host in steps if step == f"document_chunks.chunk_part[file_{row['file_id']}_part_"
                                                       f"{kept['part_number']}]"]
     assert [h.split("@")[0] for h in again] == ["worker1", "worker2"], steps  # the part's step, delivered twice
     with dg.DagsterInstance.get() as instance:

@@ -193,7 +193,7 @@ def _the_scans_units_survived_the_kill(url: str, dagster_url: str) -> None:
     with psycopg.connect(url) as conn:
         [(stats, version_id)] = conn.execute(
             """SELECT r.stats, v.version_id FROM ingestion_runs r JOIN document_versions v
-                   ON v.ingestion_run_id = r.run_id WHERE r.config->>'filename' = 'harbour-minutes.pdf'""").fetchall()
+                   ON v.file_id = r.file_id WHERE r.config->>'filename' = 'harbour-minutes.pdf'""").fetchall()
         chunks = conn.execute("SELECT ordinal, text, page_start, page_end FROM chunks WHERE version_id = %s "
                               "ORDER BY ordinal", (version_id,)).fetchall()
     assert (stats["units"], stats["ocr_pages_read"]) == (3, 6), stats

@@ -175,7 +175,7 @@ def test_sigterm_cancels_a_lanes_statement_in_flight(harness, database_url, db, 
     assert time.monotonic() - signalled < 60
     assert table(db, "SELECT count(*) AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%%' "
                      "AND state = 'active' AND datname = current_database()")[0]["n"] == 0
-    runs = table(db, "SELECT status, owner FROM ingestion_runs ORDER BY run_id")
+    runs = table(db, "SELECT status, owner FROM ingestion_runs ORDER BY file_id")
     assert ("queued", None) in [(r["status"], r["owner"]) for r in runs], runs  # the interrupted file is back
     assert all(r["status"] == "succeeded" or (r["status"], r["owner"]) == ("queued", None) for r in runs), runs
     harness.converge()

@@ -12,13 +12,13 @@ def test_the_staged_work_of_a_failed_file_goes_with_its_bytes(database, db, tmp_
     note = tmp_path / "note.md"
     note.write_text("# Note\n\nA note.\n")
     [row] = submit(database, "acme", note)
-    run_id = row.run_id
+    file_id = row.file_id
     with database.transaction() as conn:
-        staging.ensure_staging_row(conn, run_id, "acme")
+        staging.ensure_staging_row(conn, file_id, "acme")
         conn.execute("UPDATE ingestion_runs SET status = 'failed', finished_at = now() - interval '1 day' "
-                     "WHERE run_id = %s", (run_id,))
+                     "WHERE file_id = %s", (file_id,))
         assert staging.remove_expired(conn, older_than_days=7) == 0
-        conn.execute("UPDATE ingestion_runs SET finished_at = now() - interval '8 days' WHERE run_id = %s",
-                     (run_id,))
+        conn.execute("UPDATE ingestion_runs SET finished_at = now() - interval '8 days' WHERE file_id = %s",
+                     (file_id,))
         assert staging.remove_expired(conn, older_than_days=7) == 1
     assert table(db, "SELECT * FROM staging_documents") == []

@@ -41,7 +41,7 @@ def test_a_huge_upload_filename_is_refused_and_not_echoed(api):
     assert body["error"]["code"] == "invalid_filename" and "over the 255-byte limit" in body["error"]["message"]
     assert len(response.content) < 2000
     with api.services.db.connection() as conn:
-        assert table(conn, "SELECT run_id FROM ingestion_runs") == []
+        assert table(conn, "SELECT file_id FROM ingestion_runs") == []
 
 
 def test_a_redis_job_with_a_path_no_file_system_takes_is_malformed(tmp_path):

@@ -119,7 +119,7 @@ def test_an_sqs_job_names_only_its_tenants_objects(database, db, bucket, s3_env,
     assert table(db, "SELECT tenant_id FROM tenants WHERE tenant_id = 'initech'") == []
     wrong = accept("globex", "job-wrong-hash", "0" * 64)
     assert wrong["error_code"] == "ERR_CHECKSUM" and sha not in wrong["error"]  # the real hash is not told
-    assert table(db, "SELECT run_id FROM ingestion_runs") == []
+    assert table(db, "SELECT file_id FROM ingestion_runs") == []
 
 
 def test_the_operator_binds_from_the_cli(database, db):

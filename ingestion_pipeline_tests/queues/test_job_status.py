@@ -35,7 +35,7 @@ def test_the_status_follows_the_ledger(redis_queue, database, tmp_path):
     assert running["status"] == "processing" and running["started_at"].endswith("Z")
 
     with database.transaction() as conn:
-        file_ledger.mark_failed(conn, row["run_id"], "run-1", FailureInfo("db_unavailable", "gone", True),
+        file_ledger.mark_failed(conn, row["file_id"], "run-1", FailureInfo("db_unavailable", "gone", True),
                                 ReliabilitySettings())
     redis_contract.sync_statuses(database, redis_queue)
     again = redis_contract.read_status(redis_queue, job.job_id)
@@ -43,9 +43,9 @@ def test_the_status_follows_the_ledger(redis_queue, database, tmp_path):
         "queued", "1", "ERR_DATABASE", "recoverable")  # the retry waits out its backoff
 
     with database.transaction() as conn:
-        conn.execute("UPDATE ingestion_runs SET next_attempt_at = now() WHERE run_id = %s", (row["run_id"],))
+        conn.execute("UPDATE ingestion_runs SET next_attempt_at = now() WHERE file_id = %s", (row["file_id"],))
         [row] = file_ledger.claim(conn, worker, batch.partition_key, replay_finished=False)
-        file_ledger.mark_succeeded(conn, row["run_id"], "run-1", {"chunks": 3, "tokens": 40})
+        file_ledger.mark_succeeded(conn, row["file_id"], "run-1", {"chunks": 3, "tokens": 40})
     assert redis_contract.sync_statuses(database, redis_queue) == {"done": 1}
     done = redis_contract.read_status(redis_queue, job.job_id)
     assert (done["status"], done["retry_count"], done["chunks_created"], done["tokens_used"]) == (

@@ -67,7 +67,7 @@ def test_events_jobs_duplicates_order_deletes_and_dead_letters(notified_bucket, 
     put(client, bucket, "elsewhere/b.md", "# B\n\nnot watched\n")
     polled = intake.poll(url)
     assert polled.outcomes == {"applied": 1, "no source watches it": 1} and depth(sqs, url) == 0
-    rows = table(db, "SELECT run_id, source_key, status FROM ingestion_runs WHERE source_id = %s", source.source_id)
+    rows = table(db, "SELECT file_id, source_key, status FROM ingestion_runs WHERE source_id = %s", source.source_id)
     assert [(r["source_key"], r["status"]) for r in rows] == [("kb/a.md", "queued")]
 
     # a redelivery of an event with S3's sequencer, then an older event arriving late: nothing changes
@@ -116,7 +116,7 @@ def test_events_jobs_duplicates_order_deletes_and_dead_letters(notified_bucket, 
     jobs = {j["job_id"]: j for j in table(db, "SELECT * FROM queue_jobs")}
     assert (jobs["job-1"]["status"], jobs["job-2"]["status"]) == ("queued", "failed")
     assert jobs["job-2"]["outcome"]["error_code"] == "ERR_CHECKSUM"
-    assert len(table(db, "SELECT * FROM ingestion_runs WHERE run_id = %s", jobs["job-1"]["file_id"])) == 1
+    assert len(table(db, "SELECT * FROM ingestion_runs WHERE file_id = %s", jobs["job-1"]["file_id"])) == 1
     listed = {j["job_id"]: j for j in json_lines(run_cli("queue", "jobs", "--intake", "sqs", "--json").stdout)}
     assert (listed["job-1"]["status"], listed["job-1"]["file_status"]) == ("queued", "queued")
     assert (listed["job-2"]["status"], listed["job-2"]["error_code"]) == ("failed", "ERR_CHECKSUM")

@@ -138,7 +138,7 @@ def test_a_render_or_store_that_fails_costs_the_images_never_the_file(tmp_path):
     run = SimpleNamespace(extract_file=Extractor(), store=BrokenStore(),
                           settings=SimpleNamespace(limits=SimpleNamespace(page_images=True, memory_mb=512,
                                                                           timeout_seconds=30.0)))
-    row = {"run_id": 1, "tenant_id": "acme", "content_hash": "ab" * 32}
+    row = {"file_id": 1, "tenant_id": "acme", "content_hash": "ab" * 32}
     assert keep_page_images(run, row, Path("a.pdf"), 1, 3) == 0
     if office_pages.soffice_binary() is not None:
         source = tmp_path / "a.docx"

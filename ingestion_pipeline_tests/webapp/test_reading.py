@@ -117,7 +117,7 @@ def test_ingest_keeps_each_pages_image_and_a_citation_finds_its_passage_for_its_
     with database.connection() as conn:
         units = conn.execute("SELECT max((stats->>'units')::int) AS n FROM ingestion_runs").fetchone()["n"]
         progress = conn.execute("SELECT stats->>'step' AS step, stats->'units_done' AS done, "
-                                "stats->'units_total' AS total FROM ingestion_runs ORDER BY run_id").fetchall()
+                                "stats->'units_total' AS total FROM ingestion_runs ORDER BY file_id").fetchall()
     assert units > 1  # fr_olap was read in units
     # each file's last step, and the units it was read in, as the live history showed them
     assert [row["step"] for row in progress] == ["promote", "promote"]
@@ -166,7 +166,7 @@ def test_a_scanned_pages_layout_is_ocrs_words_and_a_new_version_keeps_those_of_i
 
     ingest(instance, database, "acme", write_scanned_pages(tmp_path / "v2.pdf", revised), key="minutes.pdf")
     with database.connection() as conn:
-        reused = conn.execute("SELECT stats->'ocr_pages_reused' AS n FROM ingestion_runs ORDER BY run_id DESC"
+        reused = conn.execute("SELECT stats->'ocr_pages_reused' AS n FROM ingestion_runs ORDER BY file_id DESC"
                               " LIMIT 1").fetchone()["n"]
     assert reused == 1  # page 1 was not read again: its words came from the first version's
     second = api.client.get(f"/v1/documents/{doc['doc_id']}/chunks", headers=user).json()
@@ -279,7 +279,7 @@ def test_an_admin_replays_a_failed_file_of_its_own_tenant_only(api, database):
     file_id = r.json()["file_id"]
     with database.connection() as conn:
         conn.execute("UPDATE ingestion_runs SET status = 'failed', error = 'broken', finished_at = now() "
-                     "WHERE run_id = %s", (file_id,))
+                     "WHERE file_id = %s", (file_id,))
     assert api.client.post(f"/v1/files/{file_id}/retry", headers=api.as_("acme-user")).status_code == 403
     assert api.client.post(f"/v1/files/{file_id}/retry", headers=api.as_("globex-admin")).status_code == 404
     replayed = api.client.post(f"/v1/files/{file_id}/retry", headers=api.as_("acme-admin"))

@@ -46,7 +46,7 @@ def submit_response(result: SubmitResult) -> JSONResponse:
 def log_submitted(who: Principal, result: SubmitResult, via: str) -> None:
     _log.info(json.dumps({
         "event": "ingest_job_submitted", "via": via, "tenant_id": who.tenant_id, "user_id": who.user_id,
-        "file_id": result.run_id, "run_id": result.run_id, "doc_id": result.doc_id, "dedup": result.status,
+        "file_id": result.file_id, "run_id": result.file_id, "doc_id": result.doc_id, "dedup": result.status,
         "filename": result.filename,
         "size_bytes": result.size_bytes, "sha256": result.sha256, "source_uri": result.source_uri,
     }))

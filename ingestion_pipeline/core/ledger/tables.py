@@ -44,7 +44,7 @@ class LedgerTable:
 
 
 DOCUMENT_FILES = LedgerTable(
-    "document", "ingestion_runs", "run_id", "tenant_id", "queued", ("running",), ("succeeded",),
+    "document", "ingestion_runs", "file_id", "tenant_id", "queued", ("running",), ("succeeded",),
     fields=("raw_path", "content_hash", "size_bytes"),
 )
 METRIC_UPLOADS = LedgerTable(

@@ -58,13 +58,13 @@ def cancel(instance: dg.DagsterInstance, db: Database, t: LedgerTable, ids: list
     return report
 
 
-def cancel_files(instance: dg.DagsterInstance, db: Database, run_ids: list[int], actor: str) -> CancelReport:
-    return cancel(instance, db, DOCUMENT_FILES, run_ids, actor)
+def cancel_files(instance: dg.DagsterInstance, db: Database, file_ids: list[int], actor: str) -> CancelReport:
+    return cancel(instance, db, DOCUMENT_FILES, file_ids, actor)
 
 
 def cancel_batch(instance: dg.DagsterInstance, db: Database, partition_key: str, actor: str) -> CancelReport:
     with db.connection() as conn:
-        ids = [r["run_id"] for r in file_ledger.partition_rows(conn, partition_key)]
+        ids = [r["file_id"] for r in file_ledger.partition_rows(conn, partition_key)]
     if not ids:
         raise ValueError(f"no batch {partition_key!r}")
     report = cancel(instance, db, DOCUMENT_FILES, ids, actor)

@@ -62,8 +62,8 @@ def chunk_batch(run: StepRunner, partition_key: str, *, skip: set[int] = frozens
     outcomes = run.release_paused(partition_key)
     with run.db.connection() as conn:
         rows = file_ledger.held_rows(conn, partition_key, run.owner)
-    outcomes += [FileOutcome.of(row, STEP_DONE, "chunked in parts") for row in rows if row["run_id"] in skip]
-    rows = [row for row in rows if row["run_id"] not in skip]
+    outcomes += [FileOutcome.of(row, STEP_DONE, "chunked in parts") for row in rows if row["file_id"] in skip]
+    rows = [row for row in rows if row["file_id"] not in skip]
     run.progress = Progress("chunk", len(rows), sinks=run.progress_sinks)
     run.mark_step(rows, "chunk")
     groups = chunk_groups(rows)
@@ -82,26 +82,26 @@ def chunk_batch(run: StepRunner, partition_key: str, *, skip: set[int] = frozens
 
 
 def chunk_group(run: StepRunner, rows: list[dict]) -> list[FileOutcome]:
-    run_ids = [r["run_id"] for r in rows]
+    file_ids = [r["file_id"] for r in rows]
     with run.db.connection() as conn:
-        states = staging.staging_states(conn, run_ids)
-        elements = staging.read_elements(conn, [i for i in run_ids if i in states
+        states = staging.staging_states(conn, file_ids)
+        elements = staging.read_elements(conn, [i for i in file_ids if i in states
                                                 and states[i]["elements_done"] and not states[i]["chunks_done"]])
     outcomes: dict[int, FileOutcome] = {}
     chunked: dict[int, tuple[dict, list[Chunk], dict, int]] = {}  # run id: row, chunks, stats, ms
     for row in rows:
-        run_id = row["run_id"]
-        state = states.get(run_id)
+        file_id = row["file_id"]
+        state = states.get(file_id)
         if state is not None and state["elements_done"] and state["chunks_done"]:
-            outcomes[run_id] = FileOutcome.of(row, STEP_DONE, "chunks already staged")
+            outcomes[file_id] = FileOutcome.of(row, STEP_DONE, "chunks already staged")
             continue
         try:
-            chunked[run_id] = (row, *_chunk_file(run, row, state, elements.get(run_id, [])))
+            chunked[file_id] = (row, *_chunk_file(run, row, state, elements.get(file_id, [])))
         except Exception as exc:
             failure = classify(exc)
             if failure.code in STEP_ERRORS:
                 raise
-            outcomes[run_id] = run.fail(row, failure)
+            outcomes[file_id] = run.fail(row, failure)
     if chunked:
         try:
             outcomes |= write_chunks(run, chunked)
@@ -109,10 +109,10 @@ def chunk_group(run: StepRunner, rows: list[dict]) -> list[FileOutcome]:
             if classify(exc).code in STEP_ERRORS:
                 raise
             log.warning("a group's chunks failed to write (%s): writing its files one by one", exc)
-            for run_id, (row, *_) in chunked.items():
-                outcomes[run_id] = run.guarded(
-                    row, lambda r: write_chunks(run, {r["run_id"]: chunked[r["run_id"]]})[r["run_id"]])
-    return [outcomes[run_id] for run_id in run_ids]
+            for file_id, (row, *_) in chunked.items():
+                outcomes[file_id] = run.guarded(
+                    row, lambda r: write_chunks(run, {r["file_id"]: chunked[r["file_id"]]})[r["file_id"]])
+    return [outcomes[file_id] for file_id in file_ids]
 
 
 def budgets(run: StepRunner) -> tuple[int, int]:
@@ -213,7 +213,7 @@ def finish_file(run: StepRunner, row: dict, label: str, planned: list[sections.S
     if len(planned) > 1:
         stats |= {"sections": len(planned), "sections_reused": len(reused)}
         config = row.get("config") or {}
-        said = (f"{config.get('filename') or row['run_id']}: {len(planned)} sections, {len(reused)} unchanged since "
+        said = (f"{config.get('filename') or row['file_id']}: {len(planned)} sections, {len(reused)} unchanged since "
                 f"the served version (their {sum(len(by_section[k]) for k in reused):,} chunks reused)")
         log.info(said)
         for sink in run.progress_sinks:  # the run's log (Dagster's) too
@@ -230,17 +230,17 @@ def write_chunks(run: StepRunner, chunked: dict[int, tuple[dict, list[Chunk], di
     """Stage the chunks of the files this run still holds, in one transaction; the others are lost."""
     with run.db.transaction() as conn:
         lost = file_ledger.hold_many(conn, list(chunked), run.owner)
-        kept = {run_id: item for run_id, item in chunked.items() if run_id not in lost}
+        kept = {file_id: item for file_id, item in chunked.items() if file_id not in lost}
         if kept:
-            staging.write_chunks(conn, {run_id: (chunks, stats) for run_id, (_, chunks, stats, _) in kept.items()})
-            file_ledger.heartbeat_many(conn, {run_id: {**stats, "timings_ms": timings(row, chunk=ms)}
-                                       for run_id, (row, _, stats, ms) in kept.items()}, run.owner)
+            staging.write_chunks(conn, {file_id: (chunks, stats) for file_id, (_, chunks, stats, _) in kept.items()})
+            file_ledger.heartbeat_many(conn, {file_id: {**stats, "timings_ms": timings(row, chunk=ms)}
+                                       for file_id, (row, _, stats, ms) in kept.items()}, run.owner)
     outcomes = {}
-    for run_id, (row, chunks, stats, _) in chunked.items():
-        if run_id in lost:
-            outcomes[run_id] = FileOutcome.lost(row, lost[run_id])
+    for file_id, (row, chunks, stats, _) in chunked.items():
+        if file_id in lost:
+            outcomes[file_id] = FileOutcome.lost(row, lost[file_id])
         else:
             sectioned = f", {stats['sections_reused']} of {stats['sections']} sections unchanged" \
                 if "sections" in stats else ""
-            outcomes[run_id] = FileOutcome.of(row, STEP_DONE, f"{len(chunks)} chunks{sectioned}", stats)
+            outcomes[file_id] = FileOutcome.of(row, STEP_DONE, f"{len(chunks)} chunks{sectioned}", stats)
     return outcomes

@@ -46,9 +46,9 @@ from ingestion_pipeline.documents.steps.runner import STEP_DONE, FileOutcome, St
 _PART_KEY = re.compile(r"^file_(\d+)_part_(\d+)$")
 
 
-def part_key(run_id: int, number: int) -> str:
+def part_key(file_id: int, number: int) -> str:
     """The part's name in the run (a Dagster mapping key: letters, digits and underscores)."""
-    return f"file_{run_id}_part_{number}"
+    return f"file_{file_id}_part_{number}"
 
 
 def cut_into_parts(planned: Sequence[sections.Section], sizes: Sequence[int], part_chars: int
@@ -69,10 +69,10 @@ def cut_into_parts(planned: Sequence[sections.Section], sizes: Sequence[int], pa
     return parts
 
 
-def _text_sizes(conn: psycopg.Connection, run_ids: list[int]) -> dict[int, int]:
-    return {r["run_id"]: r["n"] for r in conn.execute(
-        "SELECT run_id, sum(length(text)) AS n FROM staging_elements WHERE run_id = ANY(%s) GROUP BY run_id",
-        (run_ids,))}
+def _text_sizes(conn: psycopg.Connection, file_ids: list[int]) -> dict[int, int]:
+    return {r["file_id"]: r["n"] for r in conn.execute(
+        "SELECT file_id, sum(length(text)) AS n FROM staging_elements WHERE file_id = ANY(%s) GROUP BY file_id",
+        (file_ids,))}
 
 
 def _stored_keys(conn: psycopg.Connection, row: dict, keys: list[str]) -> set[str]:
@@ -86,17 +86,17 @@ def _stored_keys(conn: psycopg.Connection, row: dict, keys: list[str]) -> set[st
         (row["tenant_id"], row["doc_id"], row["tenant_id"], keys))}
 
 
-def _read_elements(conn: psycopg.Connection, run_id: int, start: int, end: int) -> list[Element]:
+def _read_elements(conn: psycopg.Connection, file_id: int, start: int, end: int) -> list[Element]:
     """The file's staged elements ``start`` to ``end`` (exclusive), in order."""
     return [Element(r["element_type"], r["text"], r["page_number"], section_path=list(r["section_path"]))
             for r in conn.execute(
                 """SELECT element_type, text, page_number, section_path FROM staging_elements
-                    WHERE run_id = %s AND ordinal >= %s AND ordinal < %s ORDER BY ordinal""", (run_id, start, end))]
+                    WHERE file_id = %s AND ordinal >= %s AND ordinal < %s ORDER BY ordinal""", (file_id, start, end))]
 
 
-def _planned_parts(conn: psycopg.Connection, run_id: int) -> list[dict]:
-    return conn.execute("SELECT * FROM staging_chunk_parts WHERE run_id = %s ORDER BY part_number",
-                        (run_id,)).fetchall()
+def _planned_parts(conn: psycopg.Connection, file_id: int) -> list[dict]:
+    return conn.execute("SELECT * FROM staging_chunk_parts WHERE file_id = %s ORDER BY part_number",
+                        (file_id,)).fetchall()
 
 
 def plan_chunking(run: StepRunner, partition_key: str) -> tuple[list[str], list[FileOutcome]]:
@@ -105,20 +105,20 @@ def plan_chunking(run: StepRunner, partition_key: str) -> tuple[list[str], list[
     part_chars = run.settings.limits.part_characters
     keys: list[str] = []
     with run.db.connection() as conn:
-        run_ids = [r["run_id"] for r in file_ledger.held_rows(conn, partition_key, run.owner)]
-        states = staging.staging_states(conn, run_ids)
-        sizes = _text_sizes(conn, [i for i in run_ids if i in states and states[i]["elements_done"]
+        file_ids = [r["file_id"] for r in file_ledger.held_rows(conn, partition_key, run.owner)]
+        states = staging.staging_states(conn, file_ids)
+        sizes = _text_sizes(conn, [i for i in file_ids if i in states and states[i]["elements_done"]
                                    and not states[i]["chunks_done"]])
 
     def plan_one(row: dict) -> FileOutcome:
-        run_id = row["run_id"]
-        if run_id in states and states[run_id]["chunks_done"]:
+        file_id = row["file_id"]
+        if file_id in states and states[file_id]["chunks_done"]:
             return FileOutcome.of(row, STEP_DONE, "chunks already staged")
         parts: list[list[sections.Section]] = []
-        if sizes.get(run_id, 0) <= part_chars:  # most files: chunked below, nothing to plan
+        if sizes.get(file_id, 0) <= part_chars:  # most files: chunked below, nothing to plan
             return FileOutcome.of(row, STEP_DONE, "chunked whole")
         with run.db.connection() as conn:
-            elements = staging.read_elements(conn, [run_id])[run_id]
+            elements = staging.read_elements(conn, [file_id])[file_id]
             _, planned = file_sections(run, row, elements)
             stored = _stored_keys(conn, row, [s.key for s in planned]) if len(planned) > 1 else set()
         fresh = [s for s in planned if s.key not in stored]
@@ -126,8 +126,8 @@ def plan_chunking(run: StepRunner, partition_key: str) -> tuple[list[str], list[
         if len(fresh) > 1 and sum(fresh_sizes) > part_chars:
             parts = cut_into_parts(fresh, fresh_sizes, part_chars)
         with run.db.transaction() as conn:
-            pending = _record_parts(conn, run_id, parts)
-        keys.extend(part_key(run_id, n) for n in pending)
+            pending = _record_parts(conn, file_id, parts)
+        keys.extend(part_key(file_id, n) for n in pending)
         if not parts:
             return FileOutcome.of(row, STEP_DONE, "chunked whole")
         return FileOutcome.of(row, STEP_DONE, f"{len(parts)} parts of {sum(len(p) for p in parts)} changed "
@@ -139,22 +139,22 @@ def plan_chunking(run: StepRunner, partition_key: str) -> tuple[list[str], list[
     return keys, outcomes + chunk_batch(run, partition_key, skip=parted)
 
 
-def _record_parts(conn: psycopg.Connection, run_id: int, parts: list[list[sections.Section]]) -> list[int]:
+def _record_parts(conn: psycopg.Connection, file_id: int, parts: list[list[sections.Section]]) -> list[int]:
     """Keep the file's plan (none: chunked whole); the numbers of the parts still to chunk."""
-    conn.execute("DELETE FROM staging_chunk_parts WHERE run_id = %s AND part_number >= %s", (run_id, len(parts)))
+    conn.execute("DELETE FROM staging_chunk_parts WHERE file_id = %s AND part_number >= %s", (file_id, len(parts)))
     pending = []
     for number, part in enumerate(parts):
         kept = conn.execute(
-            """INSERT INTO staging_chunk_parts (run_id, part_number, section_keys, section_bounds)
+            """INSERT INTO staging_chunk_parts (file_id, part_number, section_keys, section_bounds)
                VALUES (%s, %s, %s, %s)
-               ON CONFLICT (run_id, part_number) DO UPDATE
+               ON CONFLICT (file_id, part_number) DO UPDATE
                   SET section_keys = EXCLUDED.section_keys, section_bounds = EXCLUDED.section_bounds,
                       state = 'pending', chunks = NULL, done_by = NULL, done_at = NULL, chunk_ms = NULL,
                       planned_at = now()
                 WHERE staging_chunk_parts.section_keys IS DISTINCT FROM EXCLUDED.section_keys
                    OR staging_chunk_parts.state <> 'done'
                RETURNING part_number""",
-            (run_id, number, [s.key for s in part], [i for s in part for i in (s.start, s.end)])).fetchone()
+            (file_id, number, [s.key for s in part], [i for s in part for i in (s.start, s.end)])).fetchone()
         if kept is not None:
             pending.append(number)
     return pending
@@ -166,11 +166,11 @@ def chunk_part(run: StepRunner, partition_key: str, key: str) -> FileOutcome | N
     found = _PART_KEY.match(key)
     if found is None:
         raise ValueError(f"not a part: {key!r}")
-    run_id, number = int(found.group(1)), int(found.group(2))
+    file_id, number = int(found.group(1)), int(found.group(2))
     with run.db.connection() as conn:
-        rows = [r for r in file_ledger.held_rows(conn, partition_key, run.owner) if r["run_id"] == run_id]
-        part = conn.execute("SELECT * FROM staging_chunk_parts WHERE run_id = %s AND part_number = %s",
-                            (run_id, number)).fetchone()
+        rows = [r for r in file_ledger.held_rows(conn, partition_key, run.owner) if r["file_id"] == file_id]
+        part = conn.execute("SELECT * FROM staging_chunk_parts WHERE file_id = %s AND part_number = %s",
+                            (file_id, number)).fetchone()
     if not rows:
         return None
     if part is None:
@@ -183,9 +183,9 @@ def chunk_part(run: StepRunner, partition_key: str, key: str) -> FileOutcome | N
         bounds = part["section_bounds"]  # start, end of each section, in order
         first = bounds[0]
         with run.db.connection() as conn:
-            elements = _read_elements(conn, run_id, first, bounds[-1])
+            elements = _read_elements(conn, file_id, first, bounds[-1])
             if len(elements) != bounds[-1] - first:  # ordinals with gaps (staged by another release): by position
-                elements = staging.read_elements(conn, [run_id])[run_id][first:bounds[-1]]
+                elements = staging.read_elements(conn, [file_id])[file_id][first:bounds[-1]]
         own = [sections.Section(n, bounds[2 * n] - first, bounds[2 * n + 1] - first, section)
                for n, section in enumerate(part["section_keys"])]
         limit = run.settings.limits.max_tokens
@@ -197,14 +197,14 @@ def chunk_part(run: StepRunner, partition_key: str, key: str) -> FileOutcome | N
         for c, told in zip(made, own_languages([c.text for c in made]), strict=True):
             c.own_language = told
         with run.db.transaction() as conn:
-            lost = file_ledger.hold_many(conn, [run_id], run.owner)
+            lost = file_ledger.hold_many(conn, [file_id], run.owner)
             if lost:
-                return FileOutcome.lost(row, lost[run_id])
+                return FileOutcome.lost(row, lost[file_id])
             conn.execute(
                 """UPDATE staging_chunk_parts SET state = 'done', chunks = %s, done_by = %s, done_at = now(),
                           chunk_ms = %s
-                    WHERE run_id = %s AND part_number = %s AND section_keys = %s""",
-                (Jsonb([_as_json(c) for c in made]), run.owner, ms(start), run_id, number, part["section_keys"]))
+                    WHERE file_id = %s AND part_number = %s AND section_keys = %s""",
+                (Jsonb([_as_json(c) for c in made]), run.owner, ms(start), file_id, number, part["section_keys"]))
         failpoint("chunk.part_done")
         return FileOutcome.of(row, STEP_DONE, f"part {number}: {len(part['section_keys'])} sections, "
                                               f"{len(made)} chunks", {"chunks": len(made)})
@@ -217,10 +217,10 @@ def assemble_chunks(run: StepRunner, partition_key: str) -> list[FileOutcome]:
     done parts are kept); a file chunked whole passes (or, its chunks not staged, is chunked here)."""
 
     def one(row: dict) -> FileOutcome | None:
-        run_id = row["run_id"]
+        file_id = row["file_id"]
         with run.db.connection() as conn:
-            state = staging.staging_state(conn, run_id)
-            parts = _planned_parts(conn, run_id)
+            state = staging.staging_state(conn, file_id)
+            parts = _planned_parts(conn, file_id)
         if state is not None and state["chunks_done"]:  # chunked whole by the plan's step: its figures
             return FileOutcome.of(row, STEP_DONE, "chunks staged", {
                 key: state["stats"][key] for key in ("chunks", "tokens") if key in (state["stats"] or {})})
@@ -236,9 +236,9 @@ def assemble_chunks(run: StepRunner, partition_key: str) -> list[FileOutcome]:
 
 def _assemble(run: StepRunner, row: dict, parts: list[dict]) -> FileOutcome:
     start = time.perf_counter()
-    run_id = row["run_id"]
+    file_id = row["file_id"]
     with run.db.connection() as conn:
-        elements = staging.read_elements(conn, [run_id])[run_id]
+        elements = staging.read_elements(conn, [file_id])[file_id]
     label, planned = file_sections(run, row, elements)
     by_section: dict[str, list[Chunk]] = {}
     for part in parts:
@@ -261,7 +261,7 @@ def _assemble(run: StepRunner, row: dict, parts: list[dict]) -> FileOutcome:
     chunks, stats = finish_file(run, row, label, planned, by_section, reused=set(stored))
     stats["chunk_parts"] = len(parts)
     spent = sum(p["chunk_ms"] or 0 for p in parts) + ms(start)  # the chunking's work, on every worker
-    return write_chunks(run, {run_id: (row, chunks, stats, spent)})[run_id]
+    return write_chunks(run, {file_id: (row, chunks, stats, spent)})[file_id]
 
 
 def _as_json(chunk: Chunk) -> list:
@@ -276,7 +276,7 @@ def _from_json(values: list) -> Chunk:
                  section_path=list(path), element_types=list(types), section_key=key, own_language=(config, letters))
 
 
-def progress(conn: psycopg.Connection, run_id: int) -> dict | None:
+def progress(conn: psycopg.Connection, file_id: int) -> dict | None:
     """A file's parts as they are chunked (None for a file not chunked in parts): parts and sections done of all,
     and the workers that did them."""
     row = conn.execute(
@@ -284,5 +284,5 @@ def progress(conn: psycopg.Connection, run_id: int) -> dict | None:
                   coalesce(sum(cardinality(section_keys)), 0) AS sections_total,
                   coalesce(sum(cardinality(section_keys)) FILTER (WHERE state = 'done'), 0) AS sections_done,
                   coalesce(array_agg(DISTINCT done_by) FILTER (WHERE done_by IS NOT NULL), '{}') AS chunked_by
-             FROM staging_chunk_parts WHERE run_id = %s""", (run_id,)).fetchone()
+             FROM staging_chunk_parts WHERE file_id = %s""", (file_id,)).fetchone()
     return dict(row) if row["parts_total"] else None

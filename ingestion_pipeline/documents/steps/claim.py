@@ -39,12 +39,12 @@ def claim_batch(run: StepRunner, partition_key: str, *, replay_finished: bool = 
     with run.db.transaction() as conn:
         if replay_finished:  # a person's backfill re-indexes the batch's stale versions
             reindex.queue_stale_in_partition(conn, partition_key, run.fingerprint_for)
-        claimed = {r["run_id"] for r in file_ledger.claim(conn, run.worker, partition_key,
+        claimed = {r["file_id"] for r in file_ledger.claim(conn, run.worker, partition_key,
                                                    replay_finished=replay_finished, replay_failed=replay_failed)}
         if replay_finished and not claimed:
             raise ledger.nothing_to_do(conn, DOCUMENT_FILES, partition_key, noun="file",
                                        retry_hint="ingestion-pipeline retry FILE_ID")
-        others = [r for r in file_ledger.partition_rows(conn, partition_key) if r["run_id"] not in claimed]
+        others = [r for r in file_ledger.partition_rows(conn, partition_key) if r["file_id"] not in claimed]
         done = [r["doc_id"] for r in others if r["status"] == file_ledger.SUCCEEDED]
         active = {v["doc_id"]: v for v in conn.execute(  # one query for the batch, not one per file
             """SELECT doc_id, version_number, pipeline_fingerprint FROM document_versions
@@ -104,7 +104,7 @@ def _verify_raw(run: StepRunner, row: dict) -> FileOutcome:
     # cheap (the file or object is there); the extract step's one read of the bytes checks their hash
     run.store.verify(row["raw_path"], row["content_hash"])
     with run.db.transaction() as conn:
-        file_ledger.hold(conn, row["run_id"], run.owner)
+        file_ledger.hold(conn, row["file_id"], run.owner)
         current = conn.execute(
             """SELECT version_id FROM document_versions
                 WHERE tenant_id = %s AND doc_id = %s AND is_active AND content_hash = %s
@@ -112,18 +112,18 @@ def _verify_raw(run: StepRunner, row: dict) -> FileOutcome:
             (row["tenant_id"], row["doc_id"], row["content_hash"], run.fingerprint),
         ).fetchone()
         if current is None:
-            staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
-            file_ledger.heartbeat(conn, row["run_id"], run.owner, {"timings_ms": {"verify": ms(start)}})
+            staging.ensure_staging_row(conn, row["file_id"], row["tenant_id"])
+            file_ledger.heartbeat(conn, row["file_id"], run.owner, {"timings_ms": {"verify": ms(start)}})
             return FileOutcome.of(row, STEP_DONE, "verified")
-        file_ledger.mark_succeeded(conn, row["run_id"], run.owner,
+        file_ledger.mark_succeeded(conn, row["file_id"], run.owner,
                             {"skipped": "already the active version", "version_id": current["version_id"]})
         if row.get("source_id") is not None:  # new ETag, same bytes: the object is current
             conn.execute(
                 """UPDATE source_objects SET status = 'active', updated_at = now()
-                    WHERE source_id = %s AND key = %s AND last_run_id = %s""",
-                (row["source_id"], row["source_key"], row["run_id"]),
+                    WHERE source_id = %s AND key = %s AND last_file_id = %s""",
+                (row["source_id"], row["source_key"], row["file_id"]),
             )
-        staging.discard(conn, row["run_id"])
+        staging.discard(conn, row["file_id"])
     run.release_raw(row)
     return FileOutcome.of(row, SKIPPED, "already the active version")
 
@@ -138,7 +138,7 @@ def _stage_stored_elements(run: StepRunner, row: dict, start: float) -> FileOutc
     nothing to do); unless the version is no longer active, or already current."""
     config = row["config"] or {}
     with run.db.transaction() as conn:
-        file_ledger.hold(conn, row["run_id"], run.owner)
+        file_ledger.hold(conn, row["file_id"], run.owner)
         version = conn.execute(
             """SELECT version_id, version_number, is_active, pipeline_fingerprint, page_count, extractor_version
                  FROM document_versions WHERE version_id = %s""", (row["reindex_of_version_id"],)).fetchone()
@@ -149,15 +149,15 @@ def _stage_stored_elements(run: StepRunner, row: dict, start: float) -> FileOutc
               and not config.get("force")):
             skipped, outcome = f"version {version['version_number']} is current", CURRENT
         if skipped is not None:
-            file_ledger.mark_succeeded(conn, row["run_id"], run.owner, {"skipped": skipped})
-            staging.discard(conn, row["run_id"])
+            file_ledger.mark_succeeded(conn, row["file_id"], run.owner, {"skipped": skipped})
+            staging.discard(conn, row["file_id"])
             return FileOutcome.of(row, outcome, skipped)
-        staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
-        n = staging.stage_version_elements(conn, row["run_id"], version["version_id"], version["page_count"])
+        staging.ensure_staging_row(conn, row["file_id"], row["tenant_id"])
+        n = staging.stage_version_elements(conn, row["file_id"], version["version_id"], version["page_count"])
         if n == 0:
             raise ExtractionError(f"version {version['version_number']} has no stored elements; submit the "
                                   "file again to re-index it", code="reindex_needs_file")
-        file_ledger.heartbeat(conn, row["run_id"], run.owner, {"elements": n, "timings_ms": {"verify": ms(start)}})
+        file_ledger.heartbeat(conn, row["file_id"], run.owner, {"elements": n, "timings_ms": {"verify": ms(start)}})
     return FileOutcome.of(row, STEP_DONE,
                        f"re-indexing version {version['version_number']} from {n} stored elements")
 
@@ -168,7 +168,7 @@ def _prefetch_s3_objects(run: StepRunner, partition_key: str, pool: ThreadPoolEx
     with run.db.connection() as conn:
         rows = file_ledger.held_rows(conn, partition_key, run.owner)
     run.downloads = {
-        r["run_id"]: pool.submit(_download_s3_object, run, r) for r in rows
+        r["file_id"]: pool.submit(_download_s3_object, run, r) for r in rows
         if r.get("source_id") is not None and not _is_stored(run, r)
         and not (r["run_type"] == reindex.REINDEX and (r["config"] or {}).get("from") != "s3")
     }
@@ -192,10 +192,10 @@ def _discard_unused_downloads(run: StepRunner) -> None:
 
 def _fetch_s3_object(run: StepRunner, row: dict) -> dict:
     """The listed object version in the raw store (downloaded ahead, or now); its hash and size recorded."""
-    download = run.downloads.pop(row["run_id"], None)
+    download = run.downloads.pop(row["file_id"], None)
     stored = download.result() if download is not None else _download_s3_object(run, row)
     with run.db.transaction() as conn:
-        return file_ledger.record_fetched_object(conn, row["run_id"], run.owner, raw_path=str(stored.path),
+        return file_ledger.record_fetched_object(conn, row["file_id"], run.owner, raw_path=str(stored.path),
                                           sha256=stored.sha256, size=stored.size)
 
 

@@ -39,7 +39,7 @@ def embed_batch(run: StepRunner, partition_key: str, *, after_shares: bool = Fal
     outcomes = run.release_paused(partition_key)
     with run.db.connection() as conn:
         rows = file_ledger.held_rows(conn, partition_key, run.owner)
-        ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else None
+        ahead = staging.count_missing_embeddings(conn, [r["file_id"] for r in rows]) if rows else None
     run.progress = Progress("embed", len(rows), total_chunks=ahead, sinks=run.progress_sinks)
     run.mark_step(rows, "embed")
     start = time.perf_counter()
@@ -60,8 +60,8 @@ def embed_batch(run: StepRunner, partition_key: str, *, after_shares: bool = Fal
     if after_shares and work:
         with run.db.connection() as conn:
             recorded = staging.embedding_figures(conn, list(work))
-        for run_id, item in work.items():
-            for key, value in recorded.get(run_id, {}).items():
+        for file_id, item in work.items():
+            for key, value in recorded.get(file_id, {}).items():
                 item.stats[key] += value
     for item in work.values():
         item.stats["timings_ms"] = timings(item.row, embed=ms(start))
@@ -74,21 +74,21 @@ def embed_batch(run: StepRunner, partition_key: str, *, after_shares: bool = Fal
 def _reuse_embeddings(run: StepRunner, rows: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
     """The batch's files take the stored vectors of their unchanged chunk texts, in one transaction of
     three statements; each file held (and chunked) joins ``work``, the others leave with their outcome."""
-    run_ids = [r["run_id"] for r in rows]
+    file_ids = [r["file_id"] for r in rows]
     with run.db.transaction() as conn:
-        lost = file_ledger.hold_many(conn, run_ids, run.owner)
-        chunked = staging.files_with_chunks(conn, [r for r in run_ids if r not in lost])
+        lost = file_ledger.hold_many(conn, file_ids, run.owner)
+        chunked = staging.files_with_chunks(conn, [r for r in file_ids if r not in lost])
         reused = staging.reuse_stored_embeddings(conn, sorted(chunked), run.model.name, run.model.vectors_digest)
     outcomes = []
     for row in rows:
-        run_id = row["run_id"]
-        if run_id in lost:
-            outcomes.append(FileOutcome.lost(row, lost[run_id]))
-        elif run_id not in chunked:
+        file_id = row["file_id"]
+        if file_id in lost:
+            outcomes.append(FileOutcome.lost(row, lost[file_id]))
+        elif file_id not in chunked:
             outcomes.append(run.fail(row, classify(ExtractionError(
                 "chunking did not complete for this file", code="step_out_of_order"))))
         else:
-            work[run_id] = _Embedding(row, {"embedded": 0, "embeddings_reused": reused.get(run_id, 0),
+            work[file_id] = _Embedding(row, {"embedded": 0, "embeddings_reused": reused.get(file_id, 0),
                                             "model_ms": 0})
     # vectors of identical chunk text, not encoded again
     run.progress.advance(chunks=sum(reused.values()), files=len(outcomes))
@@ -111,25 +111,25 @@ def _embed_unit(run: StepRunner, pending: list[dict], work: dict[int, _Embedding
     model_ms = ms(model_start)
     by_file: dict[int, list[int]] = {}
     for i, p in enumerate(pending):
-        by_file.setdefault(p["run_id"], []).append(i)
+        by_file.setdefault(p["file_id"], []).append(i)
     outcomes = []
     with run.db.transaction() as conn:  # the unit's files: one statement holds them, one executemany writes
         lost = file_ledger.hold_many(conn, list(by_file), run.owner)
-        for run_id, reason in lost.items():  # a file that lost its claim leaves the others' vectors
-            item = work.pop(run_id)
+        for file_id, reason in lost.items():  # a file that lost its claim leaves the others' vectors
+            item = work.pop(file_id)
             outcomes.append(FileOutcome.lost(item.row, reason))
-        kept = [i for i, p in enumerate(pending) if p["run_id"] not in lost]
+        kept = [i for i, p in enumerate(pending) if p["file_id"] not in lost]
         if kept:
-            staging.write_embeddings(conn, [pending[i]["run_id"] for i in kept],
+            staging.write_embeddings(conn, [pending[i]["file_id"] for i in kept],
                                      [pending[i]["ordinal"] for i in kept], vectors[kept],
                                      [late_interaction.pack(tokens[i]) for i in kept])
             if record:
                 staging.add_embedding_figures(conn, {
-                    run_id: {"embedded": len(indexes), "model_ms": model_ms * len(indexes) // len(pending)}
-                    for run_id, indexes in by_file.items() if run_id not in lost})
-    for run_id, indexes in by_file.items():
-        if run_id not in lost:
-            stats = work[run_id].stats
+                    file_id: {"embedded": len(indexes), "model_ms": model_ms * len(indexes) // len(pending)}
+                    for file_id, indexes in by_file.items() if file_id not in lost})
+    for file_id, indexes in by_file.items():
+        if file_id not in lost:
+            stats = work[file_id].stats
             stats["embedded"] += len(indexes)
             stats["model_ms"] += model_ms * len(indexes) // len(pending)
     run.progress.advance(chunks=len(pending), files=len(outcomes), tokens=sum(p["token_count"] for p in pending))
@@ -139,15 +139,15 @@ def _embed_unit(run: StepRunner, pending: list[dict], work: dict[int, _Embedding
 def _embed_files_alone(run: StepRunner, pending: list[dict], work: dict[int, _Embedding]) -> list[FileOutcome]:
     """A unit failed to encode: encode each of its files' texts alone, failing only the one at fault."""
     outcomes = []
-    for run_id in dict.fromkeys(p["run_id"] for p in pending):
-        texts = [p["text"] for p in pending if p["run_id"] == run_id]
+    for file_id in dict.fromkeys(p["file_id"] for p in pending):
+        texts = [p["text"] for p in pending if p["file_id"] == file_id]
         try:
             run.embedder.embed_with_tokens(texts)
         except Exception as exc:
             failure = classify(exc)
             if failure.code in STEP_ERRORS:
                 raise
-            outcomes.append(run.fail(work.pop(run_id).row, failure))
+            outcomes.append(run.fail(work.pop(file_id).row, failure))
             run.progress.advance(files=1)
     if not outcomes:  # it failed together but not alone: the model's trouble, not a file's
         raise RuntimeError("a unit of chunks failed to encode, yet each of its files encodes alone")
@@ -157,20 +157,20 @@ def _embed_files_alone(run: StepRunner, pending: list[dict], work: dict[int, _Em
 def _finish_embedding(run: StepRunner, work: dict[int, _Embedding]) -> list[FileOutcome]:
     """Every file left in ``work`` has all its vectors: mark them done, with their figures, in one
     transaction of three statements."""
-    stats = {run_id: work[run_id].stats for run_id in sorted(work)}
+    stats = {file_id: work[file_id].stats for file_id in sorted(work)}
     if not stats:
         return []
     with run.db.transaction() as conn:
         lost = file_ledger.hold_many(conn, list(stats), run.owner)
-        done = {run_id: figures for run_id, figures in stats.items() if run_id not in lost}
+        done = {file_id: figures for file_id, figures in stats.items() if file_id not in lost}
         if done:
             staging.mark_embeddings_done(conn, done)
             file_ledger.heartbeat_many(conn, done, run.owner)  # held by the statement above: none is lost here
     outcomes = []
-    for run_id, figures in stats.items():
-        row = work[run_id].row
-        if run_id in lost:
-            outcomes.append(FileOutcome.lost(row, lost[run_id]))
+    for file_id, figures in stats.items():
+        row = work[file_id].row
+        if file_id in lost:
+            outcomes.append(FileOutcome.lost(row, lost[file_id]))
         else:
             outcomes.append(FileOutcome.of(row, STEP_DONE,
                                         f"{figures['embedded']} embedded, {figures['embeddings_reused']} reused",
@@ -185,7 +185,7 @@ def _finish_embedding(run: StepRunner, work: dict[int, _Embedding]) -> list[File
 
 def plan_embedding(run: StepRunner, partition_key: str) -> tuple[list[list[list[int]]], list[FileOutcome]]:
     """Reuse the stored vectors of unchanged chunk text, then cut the chunks still to encode into shares of about
-    ``INGESTION_EMBEDDING_SHARE_CHUNKS`` (each a list of [run_id, first ordinal, last ordinal] ranges)."""
+    ``INGESTION_EMBEDDING_SHARE_CHUNKS`` (each a list of [file_id, first ordinal, last ordinal] ranges)."""
     outcomes = run.release_paused(partition_key)
     with run.db.connection() as conn:
         rows = file_ledger.held_rows(conn, partition_key, run.owner)
@@ -196,7 +196,7 @@ def plan_embedding(run: StepRunner, partition_key: str) -> tuple[list[list[list[
     if not work:
         return [], outcomes
     with run.db.transaction() as conn:
-        staging.set_embedding_figures(conn, {run_id: item.stats for run_id, item in work.items()})
+        staging.set_embedding_figures(conn, {file_id: item.stats for file_id, item in work.items()})
         missing = staging.missing_embedding_ranges(conn, list(work))
     shares = cut_into_shares(missing, run.settings.embedding.share_chunks)
     outcomes += [FileOutcome.of(item.row, STEP_DONE, f"{item.stats['embeddings_reused']} vectors reused")
@@ -209,10 +209,10 @@ def cut_into_shares(ranges: list[tuple[int, int, int]], size: int) -> list[list[
     shares: list[list[list[int]]] = []
     current: list[list[int]] = []
     room = size
-    for run_id, lo, hi in ranges:
+    for file_id, lo, hi in ranges:
         while lo <= hi:
             take = min(room, hi - lo + 1)
-            current.append([run_id, lo, lo + take - 1])
+            current.append([file_id, lo, lo + take - 1])
             lo, room = lo + take, room - take
             if room == 0:
                 shares.append(current)
@@ -227,9 +227,9 @@ def embed_share(run: StepRunner, partition_key: str, ranges: list[list[int]]) ->
     a file no longer held is left alone. The files are finished by ``embed_batch(after_shares=True)``."""
     with run.db.connection() as conn:
         rows = [r for r in file_ledger.held_rows(conn, partition_key, run.owner)
-                if r["run_id"] in {r[0] for r in ranges}]
-        ahead = staging.count_missing_embeddings(conn, [r["run_id"] for r in rows]) if rows else 0
-    work = {r["run_id"]: _Embedding(r, {"embedded": 0, "embeddings_reused": 0, "model_ms": 0}) for r in rows}
+                if r["file_id"] in {r[0] for r in ranges}]
+        ahead = staging.count_missing_embeddings(conn, [r["file_id"] for r in rows]) if rows else 0
+    work = {r["file_id"]: _Embedding(r, {"embedded": 0, "embeddings_reused": 0, "model_ms": 0}) for r in rows}
     run.progress = Progress("embed share", len(rows), total_chunks=ahead, sinks=run.progress_sinks)
     run.mark_step(rows, "embed")
     outcomes: list[FileOutcome] = []

@@ -68,7 +68,7 @@ def _units_of(run: StepRunner, path: Path, extension: str,
 def _extract_one(run: StepRunner, row: dict) -> FileOutcome:
     extension = _extension(row)
     with run.db.connection() as conn:
-        state = staging.staging_state(conn, row["run_id"])
+        state = staging.staging_state(conn, row["file_id"])
         if state is not None and state["elements_done"]:
             return FileOutcome.of(row, STEP_DONE, "elements already staged")
         reusable = _reusable_pages(run, conn, row, extension)
@@ -101,11 +101,11 @@ def _stage(run: StepRunner, row: dict, document: ExtractedDocument, elapsed: int
     if fetched_bytes:
         stats["raw_fetched_bytes"] = fetched_bytes
     with run.db.transaction() as conn:  # the heartbeat first: it holds the file (LeaseLost if not ours)
-        file_ledger.heartbeat(conn, row["run_id"], run.owner,
+        file_ledger.heartbeat(conn, row["file_id"], run.owner,
                               {**stats, "timings_ms": timings(row, extract=elapsed)})
-        staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
-        staging.write_ocr_pages(conn, row["run_id"], document.ocr_pages)
-        staging.write_elements(conn, row["run_id"], document.elements, document.page_count, stats)
+        staging.ensure_staging_row(conn, row["file_id"], row["tenant_id"])
+        staging.write_ocr_pages(conn, row["file_id"], document.ocr_pages)
+        staging.write_elements(conn, row["file_id"], document.elements, document.page_count, stats)
     return FileOutcome.of(row, STEP_DONE, f"{len(document.elements)} elements", stats)
 
 
@@ -114,10 +114,10 @@ def _stage(run: StepRunner, row: dict, document: ExtractedDocument, elapsed: int
 def _plan_units(run: StepRunner, row: dict, planned: list[units.Unit]) -> list[units.Unit]:
     """Record the file's units (done ones kept); the ones still to read."""
     with run.db.transaction() as conn:
-        file_ledger.hold(conn, row["run_id"], run.owner)
-        staging.ensure_staging_row(conn, row["run_id"], row["tenant_id"])
-        units.plan(conn, row["run_id"], row["content_hash"], planned)
-        todo = units.pending(conn, row["run_id"])
+        file_ledger.hold(conn, row["file_id"], run.owner)
+        staging.ensure_staging_row(conn, row["file_id"], row["tenant_id"])
+        units.plan(conn, row["file_id"], row["content_hash"], planned)
+        todo = units.pending(conn, row["file_id"])
     if len(todo) < len(planned):
         log.info("%s: %d of %d units already read, %d to read", filename(row), len(planned) - len(todo),
                  len(planned), len(todo))
@@ -130,8 +130,8 @@ def _take(run: StepRunner, row: dict, unit: units.Unit, holder: str) -> bool:
     waited = False
     while True:
         with run.db.transaction() as conn:  # the file's hold first: a run that lost the file reads nothing
-            file_ledger.hold(conn, row["run_id"], run.owner)
-            taken = units.take(conn, row["run_id"], unit.number, holder)
+            file_ledger.hold(conn, row["file_id"], run.owner)
+            taken = units.take(conn, row["file_id"], unit.number, holder)
         if taken != "busy":
             return taken == "taken"
         if not waited:
@@ -146,18 +146,18 @@ def _read_unit(run: StepRunner, row: dict, path: Path, unit: units.Unit, reusabl
     if not _take(run, row, unit, holder):
         return unit
     start = time.perf_counter()
-    with units.UnitLease(run.db, row["run_id"], unit.number, holder):
+    with units.UnitLease(run.db, row["file_id"], unit.number, holder):
         try:
             pages = run.extract_file(path, ".pdf", reusable, (unit.first_page, unit.last_page))
         except ExtractionError as exc:  # the file's failure, saying where
             raise ExtractionError(f"{unit.pages}: {exc}", code=exc.code, suggestion=exc.suggestion) from exc
         keep_page_images(run, row, path, unit.first_page, unit.last_page, pages.read_pages)
         with run.db.transaction() as conn:  # the file's hold first: a run that lost the file writes nothing
-            file_ledger.hold(conn, row["run_id"], run.owner)
-            if units.finish(conn, row["run_id"], unit, pages, done_by=f"{socket.gethostname()}:{os.getpid()}",
+            file_ledger.hold(conn, row["file_id"], run.owner)
+            if units.finish(conn, row["file_id"], unit, pages, done_by=f"{socket.gethostname()}:{os.getpid()}",
                             extract_ms=ms(start)):
-                done, total = units.counts(conn, row["run_id"])
-                file_ledger.heartbeat(conn, row["run_id"], run.owner, {"units_done": done, "units_total": total})
+                done, total = units.counts(conn, row["file_id"])
+                file_ledger.heartbeat(conn, row["file_id"], run.owner, {"units_done": done, "units_total": total})
     failpoint("extract.unit_done")
     return unit
 
@@ -180,8 +180,8 @@ def _assemble(run: StepRunner, row: dict, page_count: int, elapsed: int | None =
               fetched_bytes: int = 0) -> FileOutcome:
     """The file's document from its units, once every one is done (counted); staged as a whole file's is."""
     with run.db.connection() as conn:
-        count, parts, unit_ms = units.done(conn, row["run_id"])
-        todo = units.pending(conn, row["run_id"])
+        count, parts, unit_ms = units.done(conn, row["file_id"])
+        todo = units.pending(conn, row["file_id"])
     if len(parts) != count:
         raise TransientError("units_incomplete", f"{count - len(parts)} of {count} units of the file are not read: "
                              + ", ".join(unit.pages for unit in todo[:5]))
@@ -200,9 +200,9 @@ WHOLE_FILES = "whole_files"
 _UNIT_KEY = re.compile(r"^file_(\d+)_unit_(\d+)$")
 
 
-def unit_key(run_id: int, unit: units.Unit) -> str:
+def unit_key(file_id: int, unit: units.Unit) -> str:
     """The unit's name in the run (a Dagster mapping key: letters, digits and underscores)."""
-    return f"file_{run_id}_unit_{unit.number}"
+    return f"file_{file_id}_unit_{unit.number}"
 
 
 def plan_extraction(run: StepRunner, partition_key: str) -> tuple[list[str], list[FileOutcome]]:
@@ -213,7 +213,7 @@ def plan_extraction(run: StepRunner, partition_key: str) -> tuple[list[str], lis
 
     def plan_one(row: dict) -> FileOutcome:
         with run.db.connection() as conn:
-            state = staging.staging_state(conn, row["run_id"])
+            state = staging.staging_state(conn, row["file_id"])
         if state is not None and state["elements_done"]:
             return FileOutcome.of(row, STEP_DONE, "elements already staged")
         if _extension(row).lower() != ".pdf":  # only a PDF is read in units: the others are not even fetched
@@ -228,7 +228,7 @@ def plan_extraction(run: StepRunner, partition_key: str) -> tuple[list[str], lis
         if not planned:
             return FileOutcome.of(row, STEP_DONE, "extracted whole")
         todo = _plan_units(run, row, planned)
-        keys.extend(unit_key(row["run_id"], unit) for unit in todo)
+        keys.extend(unit_key(row["file_id"], unit) for unit in todo)
         pages = planned[-1].last_page
         return FileOutcome.of(row, STEP_DONE, f"{len(planned)} units of {pages} pages, {len(todo)} to read",
                               {"units": len(planned), "pages": pages})
@@ -239,16 +239,16 @@ def plan_extraction(run: StepRunner, partition_key: str) -> tuple[list[str], lis
     return [WHOLE_FILES] * whole + keys, outcomes
 
 
-def _units_planned(run: StepRunner, run_id: int) -> bool:
+def _units_planned(run: StepRunner, file_id: int) -> bool:
     with run.db.connection() as conn:
-        return conn.execute("SELECT 1 FROM staging_units WHERE run_id = %s LIMIT 1", (run_id,)).fetchone() is not None
+        return conn.execute("SELECT 1 FROM staging_units WHERE file_id = %s LIMIT 1", (file_id,)).fetchone() is not None
 
 
 def extract_whole_files(run: StepRunner, partition_key: str) -> list[FileOutcome]:
     """The batch's files that are not read in units (each unit is a step of its own)."""
 
     def one(row: dict) -> FileOutcome:
-        if _units_planned(run, row["run_id"]):
+        if _units_planned(run, row["file_id"]):
             return FileOutcome.of(row, STEP_DONE, "read in units")
         return _extract_one(run, row)
 
@@ -260,10 +260,10 @@ def extract_unit(run: StepRunner, partition_key: str, key: str) -> FileOutcome |
     found = _UNIT_KEY.match(key)
     if found is None:
         raise ValueError(f"not a unit: {key!r}")
-    run_id, number = int(found.group(1)), int(found.group(2))
+    file_id, number = int(found.group(1)), int(found.group(2))
     with run.db.connection() as conn:
-        rows = [r for r in file_ledger.held_rows(conn, partition_key, run.owner) if r["run_id"] == run_id]
-        unit = next((u for u in units.pending(conn, run_id) if u.number == number), None)
+        rows = [r for r in file_ledger.held_rows(conn, partition_key, run.owner) if r["file_id"] == file_id]
+        unit = next((u for u in units.pending(conn, file_id) if u.number == number), None)
         reusable = _reusable_pages(run, conn, rows[0], ".pdf") if rows else []
     if not rows:
         return None
@@ -284,14 +284,14 @@ def assemble_units(run: StepRunner, partition_key: str) -> list[FileOutcome]:
 
     def one(row: dict) -> FileOutcome:
         with run.db.connection() as conn:
-            state = staging.staging_state(conn, row["run_id"])
+            state = staging.staging_state(conn, row["file_id"])
         if state is not None and state["elements_done"]:
             return FileOutcome.of(row, STEP_DONE, "elements already staged")
-        if not _units_planned(run, row["run_id"]):
+        if not _units_planned(run, row["file_id"]):
             raise TransientError("step_out_of_order", "the file was not extracted before its units were assembled")
         with run.db.connection() as conn:
-            pages = conn.execute("SELECT max(last_page) AS n FROM staging_units WHERE run_id = %s",
-                                 (row["run_id"],)).fetchone()["n"]
+            pages = conn.execute("SELECT max(last_page) AS n FROM staging_units WHERE file_id = %s",
+                                 (row["file_id"],)).fetchone()["n"]
         return _assemble(run, row, pages)
 
     return run.for_each(partition_key, one, "assemble units")

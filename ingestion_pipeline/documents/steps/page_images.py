@@ -40,7 +40,7 @@ def keep_page_images(run, row: dict, path: Path, first_page: int, last_page: int
                 kept += 1
         except Exception as exc:  # the worker, the store, anything: the file's text is served all the same
             log.warning("file %s: pages %d-%d not rendered or kept (%s: %s); the inspector shows their text only",
-                        row["run_id"], start, last_page, type(exc).__name__, exc)
+                        row["file_id"], start, last_page, type(exc).__name__, exc)
             return kept
     return kept
 
@@ -65,6 +65,6 @@ def keep_office_page_images(run, row: dict, path: Path, extension: str) -> int:
                                json.dumps({"pages": kept, "laid_out_by": "libreoffice"}).encode())
         return kept
     except Exception as exc:  # LibreOffice, the worker, the store: the file's text is served all the same
-        log.warning("file %s: not laid out as pages (%s: %s); the inspector shows its text only", row["run_id"],
+        log.warning("file %s: not laid out as pages (%s: %s); the inspector shows its text only", row["file_id"],
                     type(exc).__name__, exc)
         return 0

@@ -25,7 +25,7 @@ def promote_batch(run: StepRunner, partition_key: str) -> list[FileOutcome]:
     # a tenant these promotions took past the exact-ranking size gets its own graph (until then: ranked exactly)
     with run.db.connection() as conn:
         tenants = [r["tenant_id"] for r in conn.execute(
-            "SELECT DISTINCT tenant_id FROM ingestion_runs WHERE run_id = ANY(%s)", ([o.file_id for o in outcomes],))]
+            "SELECT DISTINCT tenant_id FROM ingestion_runs WHERE file_id = ANY(%s)", ([o.file_id for o in outcomes],))]
     ensure_graphs(run.db, search.EXACT_SEARCH_MAX_CHUNKS, tenants)
     return outcomes
 
@@ -42,7 +42,7 @@ def _promote_one(run: StepRunner, row: dict) -> FileOutcome:
     extractor = extractor or run.extractor_version
     try:
         with run.db.transaction() as conn:
-            state = staging.staging_state(conn, row["run_id"])
+            state = staging.staging_state(conn, row["file_id"])
             failpoint_statement("promote.statement", conn)
             if state is None or not state["embeddings_done"]:
                 raise PromotionError("embedding did not complete for this file", code="step_out_of_order")
@@ -53,8 +53,8 @@ def _promote_one(run: StepRunner, row: dict) -> FileOutcome:
             )
     except Superseded as exc:  # a newer version (or a deletion) came first: nothing to promote
         with run.db.transaction() as conn:
-            file_ledger.mark_succeeded(conn, row["run_id"], run.owner, {"skipped": str(exc)})
-            staging.discard(conn, row["run_id"])
+            file_ledger.mark_succeeded(conn, row["file_id"], run.owner, {"skipped": str(exc)})
+            staging.discard(conn, row["file_id"])
         return FileOutcome.of(row, SKIPPED, str(exc))
     run.release_raw(row)
     return FileOutcome.of(

@@ -57,7 +57,7 @@ FinishListener = Callable[[list[int]], None]
 
 @dataclass
 class FileOutcome:
-    file_id: int  # the file's ledger row (ingestion_runs.run_id)
+    file_id: int  # the file's ledger row (ingestion_runs.file_id)
     filename: str
     status: str  # running (step done, more to come) | succeeded | skipped | failed | retry | dead_letter | lost …
     detail: str = ""
@@ -66,12 +66,12 @@ class FileOutcome:
     @classmethod
     def of(cls, row: dict, status: str, detail: str = "", stats: dict | None = None) -> FileOutcome:
         """The outcome of the file of ledger row ``row``."""
-        return cls(row["run_id"], filename(row), status, detail, stats or {})
+        return cls(row["file_id"], filename(row), status, detail, stats or {})
 
     @classmethod
     def lost(cls, row: dict, reason: str) -> FileOutcome:
         """The file's claim was taken from this run (``LeaseLost``): logged, and left alone."""
-        log.warning("file %s (file_id %s): %s", filename(row), row["run_id"], reason)
+        log.warning("file %s (file_id %s): %s", filename(row), row["file_id"], reason)
         return cls.of(row, LOST, reason)
 
 
@@ -138,7 +138,7 @@ class StepRunner:
         self.model = embedder.info
         self.worker = worker
         self.s3_client_for = s3_client_for
-        self.downloads: dict[int, Future[StoredFile]] = {}  # run_id -> S3 download started ahead
+        self.downloads: dict[int, Future[StoredFile]] = {}  # file_id -> S3 download started ahead
         # a pool of bounded workers in a run (defs/resources.py): the lanes extract files, or units of a big
         # file, side by side
         self.extract_file = extractor or InProcessExtractor(settings.limits)
@@ -206,9 +206,9 @@ class StepRunner:
         """Each file's step now, in its stats (what the web app's live history shows of a running file); a file
         this worker no longer holds is left as it is (its work finds that out)."""
         with self.db.connection() as conn:
-            for row in sorted(rows, key=lambda r: r["run_id"]):
+            for row in sorted(rows, key=lambda r: r["file_id"]):
                 try:
-                    file_ledger.heartbeat(conn, row["run_id"], self.owner, {"step": step})
+                    file_ledger.heartbeat(conn, row["file_id"], self.owner, {"step": step})
                 except LeaseLost:
                     continue
 
@@ -229,16 +229,16 @@ class StepRunner:
             return outcomes
         by_document: dict[Any, list[dict]] = {}
         for row in rows:
-            by_document.setdefault(row.get("doc_id", row["run_id"]), []).append(row)
+            by_document.setdefault(row.get("doc_id", row["file_id"]), []).append(row)
 
         def document_files(files: list[dict]) -> list[tuple[int, FileOutcome | None]]:
-            return [(row["run_id"], self.guarded(row, work)) for row in files]
+            return [(row["file_id"], self.guarded(row, work)) for row in files]
 
         finished = in_pool([functools.partial(document_files, files) for files in by_document.values()], lanes,
                             on_done=lambda done: self.progress.advance(files=len(done)),
                             on_interrupt=self.db.cancel_statements)
-        by_run = dict(pair for document in finished for pair in document)
-        return [by_run[row["run_id"]] for row in rows]
+        by_file = dict(pair for document in finished for pair in document)
+        return [by_file[row["file_id"]] for row in rows]
 
     def guarded(self, row: dict, work: Callable[[dict], FileOutcome | None]) -> FileOutcome | None:
         """``work(row)``, with a file's failure (or lost claim) turned into that file's outcome; a final one is
@@ -246,7 +246,7 @@ class StepRunner:
         try:
             outcome = work(row)
         except LeaseLost as exc:
-            log.warning("file %s (file_id %s): %s", filename(row), row["run_id"], exc)
+            log.warning("file %s (file_id %s): %s", filename(row), row["file_id"], exc)
             return FileOutcome.of(row, LOST, str(exc))
         except Exception as exc:
             failure = classify(exc)
@@ -266,10 +266,10 @@ class StepRunner:
                 log.warning("telling that files %s finished failed", file_ids, exc_info=True)
 
     def fail(self, row: dict, failure: FailureInfo) -> FileOutcome:
-        log.warning("file %s (file_id %s) failed: %s: %s", filename(row), row["run_id"], failure.code, failure.message)
+        log.warning("file %s (file_id %s) failed: %s: %s", filename(row), row["file_id"], failure.code, failure.message)
         try:
             with self.db.transaction() as conn:
-                failed = file_ledger.mark_failed(conn, row["run_id"], self.owner, failure, self.settings.reliability)
+                failed = file_ledger.mark_failed(conn, row["file_id"], self.owner, failure, self.settings.reliability)
         except LeaseLost as exc:
             return FileOutcome.of(row, LOST, str(exc))
         if failed["status"] == file_ledger.QUEUED:
@@ -281,7 +281,7 @@ class StepRunner:
         """At a step boundary, files of a paused tenant or source go back to the queue (staging kept)."""
         with self.db.transaction() as conn:
             paused = conn.execute(
-                """SELECT r.run_id FROM ingestion_runs r
+                """SELECT r.file_id FROM ingestion_runs r
                      JOIN tenants t ON t.tenant_id = r.tenant_id
                      LEFT JOIN ingestion_sources s ON s.source_id = r.source_id
                     WHERE r.partition_key = %s AND r.owner = %s AND r.status = 'running'
@@ -291,7 +291,7 @@ class StepRunner:
             if not paused:
                 return []
             released = ledger.release(conn, ledger.DOCUMENT_FILES, owner=self.owner, reason="paused",
-                                      event="paused", item_ids=[r["run_id"] for r in paused])
+                                      event="paused", item_ids=[r["file_id"] for r in paused])
         return [FileOutcome.of(r, RELEASED, "paused: back in the queue") for r in released]
 
     def release_raw(self, row: dict) -> None:
@@ -301,8 +301,8 @@ class StepRunner:
         with self.db.connection() as conn:
             waiting = conn.execute(
                 """SELECT 1 FROM ingestion_runs WHERE raw_path = %s AND status IN ('queued', 'running')
-                      AND run_id <> %s LIMIT 1""",
-                (row["raw_path"], row["run_id"]),
+                      AND file_id <> %s LIMIT 1""",
+                (row["raw_path"], row["file_id"]),
             ).fetchone()
         if waiting is None and self.store.owns(row["raw_path"]):
             self.store.release(row["raw_path"])
