@@ -23,8 +23,9 @@ def register(sub) -> None:
     p.add_argument("--name", default=None, help="the worker's name (default: ingestion-<random>@<host>)")
     p.add_argument("--loglevel", default="INFO", help="Celery's log level (default INFO)")
     p.add_argument("--queue", action="append", default=None, metavar="NAME",
-                   help="a Celery queue to take steps from (repeatable; default dagster, every step's): a GPU host's "
-                        "worker takes the embedding steps with --queue gpu and INGESTION_EMBEDDING_QUEUE=gpu")
+                   help="a Celery queue to take steps from (repeatable; default: dagster and embedding, every "
+                        "step): a GPU host's worker takes only the embedding steps with --queue embedding, a CPU "
+                        "host's beside it every other step with --queue dagster")
     p.set_defaults(func=cmd_worker)
 
 
@@ -50,13 +51,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from ingestion_pipeline.core.db import resolve_dagster_storage_url, resolve_database_url
     from ingestion_pipeline.core.settings import load_settings
-    from ingestion_pipeline.runtime.executor import celery_config
+    from ingestion_pipeline.documents.steps.claim import warm_up_the_model_at_claim
+    from ingestion_pipeline.runtime.executor import EMBEDDING_QUEUE, RETIRED_QUEUE_VARIABLE, celery_config
     from ingestion_pipeline.runtime.kept_across_steps import keep_across_steps
 
     settings = load_settings().executor
     if args.concurrency is not None and args.concurrency < 1:
         raise ValueError("--concurrency must be at least 1")
-    queues = worker_queues(args.queue)
+    queues = worker_queues(args.queue, os.environ.get(RETIRED_QUEUE_VARIABLE))
     _check_reachable(settings.broker_url, resolve_database_url())
     # a step reads the run's instance from Dagster's storage: DAGSTER_PG_URL, derived from DATABASE_URL when unset
     # (as the other commands do), inherited by the pool's processes
@@ -68,6 +70,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     create_task(app)  # dagster-celery's own task, as its `dagster-celery worker` registers it: one step of a run
     _close_instances_after_each_step()
     keep_across_steps()  # inherited by the pool's processes: each loads the model once
+    # a worker that takes no embedding step never needs the model: its claim steps do not load it ahead
+    warm_up_the_model_at_claim(EMBEDDING_QUEUE in queues)
     name = args.name or f"ingestion-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     concurrency = args.concurrency or settings.concurrency
     print(f"worker {name}: {concurrency} process(es), queue(s) {','.join(queues)}, broker "
@@ -99,15 +103,30 @@ def _close_instances_after_each_step() -> None:
     task_postrun.connect(ended, weak=False)
 
 
-def worker_queues(asked: list[str] | None) -> list[str]:
-    """The queues a worker takes steps from (``--queue``, repeatable or comma-separated; default ``dagster``)."""
-    from ingestion_pipeline.core.settings import QUEUE_NAME
-    from ingestion_pipeline.runtime.executor import DEFAULT_QUEUE
+def worker_queues(asked: list[str] | None, retired_embedding_queue: str | None = None) -> list[str]:
+    """The queues a worker takes steps from (``--queue``, repeatable or comma-separated; default ``dagster`` and
+    ``embedding``, every step).
 
-    queues = [q.strip() for item in (asked or [DEFAULT_QUEUE]) for q in item.split(",") if q.strip()]
+    ``retired_embedding_queue`` (the deprecated ``INGESTION_EMBEDDING_QUEUE``): the name a deployment once gave the
+    embedding steps' queue. Its workers keep the roles they had: ``--queue <that name>`` takes the embedding steps,
+    and a worker without ``--queue`` only the others."""
+    from ingestion_pipeline.core.settings import QUEUE_NAME
+    from ingestion_pipeline.runtime.executor import DEFAULT_QUEUE, EMBEDDING_QUEUE, RETIRED_QUEUE_VARIABLE
+
+    old = (retired_embedding_queue or "").strip()
+    default = [DEFAULT_QUEUE, EMBEDDING_QUEUE]
+    if old:
+        print(f"warning: {RETIRED_QUEUE_VARIABLE} is deprecated: the embedding steps go to the queue "
+              f"'{EMBEDDING_QUEUE}'; start this worker with --queue {EMBEDDING_QUEUE} (it takes --queue {old} as that) "
+              f"or --queue {DEFAULT_QUEUE}, and unset it", file=sys.stderr, flush=True)
+        default = [DEFAULT_QUEUE] if old != DEFAULT_QUEUE else [DEFAULT_QUEUE, EMBEDDING_QUEUE]
+    queues = [q.strip() for item in (asked or default) for q in item.split(",") if q.strip()]
     bad = [q for q in queues if not QUEUE_NAME.fullmatch(q)]
     if bad or not queues:
         raise ValueError(f"--queue takes Celery queue names (letters, digits, '.', '_', '-'), not {bad or asked!r}")
+    if old:  # the old name, the embedding steps' (with the others, where it was dagster's own)
+        queues = [name for q in queues for name in ((q, EMBEDDING_QUEUE) if q == old else (q,))
+                  if name != old or old == DEFAULT_QUEUE]
     return list(dict.fromkeys(queues))
 
 

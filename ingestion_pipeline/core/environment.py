@@ -81,8 +81,12 @@ AREAS: dict[str, tuple[Variable, ...]] = {
         *_settings("INGESTION_S3_PAGE_SIZE", "INGESTION_S3_PAGES_PER_TICK", "INGESTION_SOURCE_SYNC_INTERVAL_SECONDS"),
     ),
     "Workers (several hosts)": (
-        *_settings("INGESTION_EXECUTOR", "CELERY_BROKER_URL", "INGESTION_EMBEDDING_QUEUE",
-                   "INGESTION_WORKER_CONCURRENCY", "INGESTION_DAGSTER_URL"),
+        *_settings("INGESTION_EXECUTOR", "CELERY_BROKER_URL", "INGESTION_WORKER_CONCURRENCY",
+                   "INGESTION_DAGSTER_URL"),
+        Variable("INGESTION_EMBEDDING_QUEUE", "unset", "Deprecated: the embedding steps always go to the Celery "
+                 "queue `embedding`, and a worker's `--queue` says whether it takes them. A worker that has it set "
+                 "takes `--queue <that name>` as `--queue embedding`, and without `--queue` only the queue "
+                 "`dagster`, as before, with a warning."),
         Variable("INGESTION_WARM_RUN_WORKERS", "1 (`dagster.yaml`)", "Run workers the instance's launcher keeps "
                  "idle ahead of need (Dagster, the code location and the model loaded): a launched run starts at "
                  "once. `0`: every run starts a fresh interpreter, Dagster's default."),

@@ -25,7 +25,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    StringConstraints,
     ValidationError,
 )
 from pydantic.fields import FieldInfo
@@ -33,7 +32,7 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, EnvSettingsSource, NoDecode, SettingsConfigDict
 
 MAX_TOKEN_HOURS = 24 * 365
-QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a Celery queue (cli/worker.py checks --queue too)
+QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a Celery queue (cli/worker.py checks --queue)
 
 
 def project_root() -> Path:
@@ -128,8 +127,6 @@ ResolvedPath = Annotated[Path, AfterValidator(Path.resolve)]
 Items = Annotated[tuple[str, ...], NoDecode, BeforeValidator(_split)]
 S3Store = Annotated[str | None, AfterValidator(_s3_store), Expected("s3://bucket or s3://bucket/prefix")]
 HttpUrlOrOff = Annotated[str | None, AfterValidator(_http_url), Expected("an http:// or https:// URL, or off")]
-QueueName = Annotated[str | None, StringConstraints(strip_whitespace=True, pattern=f"^{QUEUE_NAME.pattern}$"),
-                      Expected("a Celery queue name (letters, digits, '.', '_', '-')")]
 
 
 class _Area(BaseSettings):
@@ -408,10 +405,6 @@ class ExecutorSettings(_Area):
                                     "the intake service ask to launch a small batch's run at once; unset: the upload "
                                     "sensor launches it at its next loop (up to 5 s later); `off`: never, not even "
                                     "beside `make dev`.", shown="unset (`make dev`: its UI)")
-    embedding_queue: QueueName = env("INGESTION_EMBEDDING_QUEUE", "The Celery queue of the embedding steps "
-                                     "(`document_embeddings`): `gpu`, with `ingestion-pipeline worker --queue gpu` on "
-                                     "the GPU hosts, keeps embedding on them while the other steps stay on the workers "
-                                     "of the default queue `dagster`.", shown="dagster")
     concurrency: AtLeastOne = env("INGESTION_WORKER_CONCURRENCY", "Steps one `ingestion-pipeline worker` runs at once "
                                   "(processes; each keeps its own model).", default=1)
 

@@ -6,8 +6,9 @@
   ``CELERY_BROKER_URL``, else ``REDIS_URL``). Tasks are acknowledged after the step, and a task whose worker
   vanished is handed to another one (immediately when only the worker process died, after
   ``INGESTION_WORKER_REDELIVER_SECONDS`` when its whole host did); the step runs again under the same run, so
-  it continues as the same ledger owner. ``INGESTION_EMBEDDING_QUEUE`` sends the embedding steps to a queue of
-  their own (the GPU hosts' workers: ``ingestion-pipeline worker --queue gpu``), the others stay on ``dagster``.
+  it continues as the same ledger owner. The embedding steps always go to the Celery queue ``embedding``, every
+  other step to dagster-celery's default ``dagster``: which hosts embed is the workers' choice of queues
+  (``ingestion-pipeline worker --queue embedding`` on GPU hosts), never the definitions'.
 """
 
 from __future__ import annotations
@@ -48,11 +49,13 @@ DEFAULT_QUEUE = "dagster"  # dagster-celery's default queue: every step without 
 CELERY_QUEUE_TAG = "dagster-celery/queue"
 
 
-def embedding_step_tags(settings: ExecutorSettings | None = None) -> dict[str, str]:
-    """The embedding steps' op tags: their Celery queue when one is set (read when the code location loads: a
-    step tag is how dagster-celery routes one step, so this routing setting is one the definitions show)."""
-    queue = (settings or load_settings().executor).embedding_queue
-    return {CELERY_QUEUE_TAG: queue} if queue else {}
+# The queue of the embedding steps, a constant of the definitions: a step tag is how dagster-celery routes one step,
+# and a tag read from the environment would make every host's definitions differ with it.
+EMBEDDING_QUEUE = "embedding"
+EMBEDDING_STEP_TAGS = {CELERY_QUEUE_TAG: EMBEDDING_QUEUE}
+# Once the name of that queue, read by every host when the code location loaded; a worker still maps it to
+# EMBEDDING_QUEUE (``cli/worker.py``), so a deployment that sets it keeps routing its embedding steps.
+RETIRED_QUEUE_VARIABLE = "INGESTION_EMBEDDING_QUEUE"
 
 
 RETRIES = dg.Field(dg.Selector({"enabled": {}, "disabled": {}}), default_value={"enabled": {}}, is_required=False,
@@ -77,6 +80,10 @@ def ingestion_executor(init_context: dg.InitExecutorContext) -> dg.Executor:
     if settings.executor == "celery":
         from dagster_celery import celery_executor
 
+        if os.environ.get(RETIRED_QUEUE_VARIABLE, "").strip():
+            log.warning("%s is deprecated and no longer read by a run: its embedding steps go to the Celery queue "
+                        "'%s'; the workers that embed take it with --queue %s; unset it",
+                        RETIRED_QUEUE_VARIABLE, EMBEDDING_QUEUE, EMBEDDING_QUEUE)
         if RETIRED_POLL_VARIABLE in os.environ:
             log.warning("%s is deprecated and no longer read: a Celery run looks for its finished steps once a "
                         "second, as dagster-celery's loop ships; unset it", RETIRED_POLL_VARIABLE)

@@ -83,7 +83,8 @@ def test_the_definitions_are_the_same_whatever_the_environment():
     base = {k: v for k, v in os.environ.items() if not k.startswith("INGESTION_")} | {
         "INGESTION_EMBEDDED_POSTGRES": "1"}
     settings = [{}, {"INGESTION_EXECUTOR": "in_process"},
-                {"INGESTION_EXECUTOR": "celery", "INGESTION_EMBEDDING_PRECISION": "int8", "INGESTION_SQS_QUEUE_URLS":
+                {"INGESTION_EXECUTOR": "celery", "INGESTION_EMBEDDING_QUEUE": "gpu",
+                 "INGESTION_EMBEDDING_PRECISION": "int8", "INGESTION_SQS_QUEUE_URLS":
                  "https://sqs.us-east-1.amazonaws.com/123456789012/ingest-events, "
                  "http://127.0.0.1:9324/000000000000/Jobs.fifo"}]
     snapshots = {json.dumps(extra): subprocess.run([sys.executable, "-c", SNAPSHOT], env=base | extra, check=True,

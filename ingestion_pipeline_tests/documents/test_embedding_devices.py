@@ -4,10 +4,6 @@ check says its vectors are the GPU's, float16 is chosen by the same rules as the
 embedding step can be sent to a Celery queue of its own. The CUDA path itself needs an NVIDIA GPU: not run here.
 """
 
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -112,28 +108,33 @@ def test_float16_is_chosen_on_cuda_by_the_same_rules():
     assert on_cpu.candidate.runtime == "openvino" and "float16 runs on CUDA only" in on_cpu.warning
 
 
-@pytest.mark.integration  # two code locations loaded in processes
-def test_the_embedding_step_goes_to_its_own_celery_queue():
+def test_the_embedding_steps_go_to_their_own_celery_queue_and_a_workers_queues_say_whether_it_embeds(capsys):
+    """Every op of the embedding graph (plan, shares, finish), and no other step, carries the queue ``embedding``
+    whatever the environment (the definitions never read a queue); a worker takes every step by default, and
+    ``--queue`` picks its role. The deprecated ``INGESTION_EMBEDDING_QUEUE`` keeps an old deployment's workers in
+    their roles, with a warning."""
     from dagster_celery.tags import DAGSTER_CELERY_QUEUE_TAG
 
     from ingestion_pipeline.cli.worker import worker_queues
+    from ingestion_pipeline.definitions import defs
     from ingestion_pipeline.runtime.executor import CELERY_QUEUE_TAG
 
     assert CELERY_QUEUE_TAG == DAGSTER_CELERY_QUEUE_TAG
-    script = ("import json; from ingestion_pipeline.definitions import defs; d = defs(); "
-              "print(json.dumps({n: [dict(op.tags) for op in d.get_assets_def(n).node_def.iterate_op_defs()] for n in "
-              "('document_chunks', 'document_embeddings', 'promoted_documents')}))")
-    for queue, expected in (("gpu", {"dagster-celery/queue": "gpu"}), (None, {})):
-        env = {k: v for k, v in os.environ.items() if k != "INGESTION_EMBEDDING_QUEUE"}
-        if queue:
-            env["INGESTION_EMBEDDING_QUEUE"] = queue
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-        tags = json.loads(out.stdout.strip().splitlines()[-1])
-        # every op of the embedding graph (plan, shares, finish), and no other step
-        assert {op.get("dagster-celery/queue") for op in tags["document_embeddings"]} == {
-            expected.get("dagster-celery/queue")}
-        assert not any("dagster-celery/queue" in op for op in tags["document_chunks"] + tags["promoted_documents"])
-    assert worker_queues(None) == ["dagster"]
-    assert worker_queues(["gpu", "dagster,gpu"]) == ["gpu", "dagster"]
+    d = defs()
+    tags = {n: [dict(op.tags) for op in d.get_assets_def(n).node_def.iterate_op_defs()]
+            for n in ("document_chunks", "document_embeddings", "promoted_documents")}
+    assert {op.get(CELERY_QUEUE_TAG) for op in tags["document_embeddings"]} == {"embedding"}
+    assert not any(CELERY_QUEUE_TAG in op for op in tags["document_chunks"] + tags["promoted_documents"])
+
+    assert worker_queues(None) == ["dagster", "embedding"]
+    assert worker_queues(["embedding"]) == ["embedding"]
+    assert worker_queues(["embedding", "dagster,embedding"]) == ["embedding", "dagster"]
+    assert capsys.readouterr().err == ""
+    # a deployment of the old variable: its GPU workers' --queue gpu embeds, its plain workers do not
+    assert worker_queues(["gpu"], "gpu") == ["embedding"]
+    assert worker_queues(None, "gpu") == ["dagster"]
+    assert worker_queues(["dagster,gpu"], " gpu ") == ["dagster", "embedding"]
+    assert worker_queues(None, "dagster") == ["dagster", "embedding"]  # its embedding steps were dagster's own
+    assert "INGESTION_EMBEDDING_QUEUE is deprecated" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--queue takes Celery queue names"):
         worker_queues(["gpu; rm -rf /"])

@@ -1,8 +1,8 @@
 """INGESTION_EXECUTOR=celery: the steps of `process`'s runs execute on two real `ingestion-pipeline worker`
 processes (dagster-celery, a real redis-server as broker, the S3 upload store on moto), and a worker SIGKILLed
 mid-step hands its step to the other one: the run continues as the same ledger owner. The embedding steps go
-to a queue of their own (``INGESTION_EMBEDDING_QUEUE``, as GPU hosts' workers would take them): a third worker
-on the default queue only takes the other steps and never loads the model. (One test: each worker loads the
+to their own queue, ``embedding`` (as GPU hosts' workers would take them): a third worker on the queue ``dagster``
+only takes the other steps and never loads the model. (One test: each worker loads the
 model, minutes of CPU on these machines.)"""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def celery_env(database_url, project_dagster_home, isolated_storage, bucket, s3_
     env = {**os.environ, "INGESTION_EXECUTOR": "celery", "REDIS_URL": redis.url, "DATABASE_URL": database_url,
            "INGESTION_UPLOAD_STORE": f"s3://{name}/store", "INGESTION_UPLOAD_STORE_ENDPOINT_URL": s3_endpoint,
            "INGESTION_WORKER_REDELIVER_SECONDS": "15", "INGESTION_LEASE_SECONDS": "60",
-           "INGESTION_BATCH_MAX_FILES": "3", "INGESTION_EMBEDDING_QUEUE": "embedding"}
+           "INGESTION_BATCH_MAX_FILES": "3"}
     workers = Workers(env, tmp_path)
     try:
         yield env, workers
@@ -180,13 +180,13 @@ def test_a_scanned_documents_units_are_steps_that_both_workers_take(celery_env, 
     executed as a Celery task by whichever worker is free (both take some), assembled once; the version is the
     one the unsplit file makes (its chunks compared with the same scan ingested whole by another tenant)."""
     env, workers = celery_env
-    env.update(INGESTION_UNIT_PAGES="1", INGESTION_EMBEDDING_QUEUE="")
+    env.update(INGESTION_UNIT_PAGES="1")
     harness = FaultHarness(database_url, env, tmp_path / "faults")
     lines = [[f"Harbour minutes, page {page}", f"The pilots of berth {page} report calm water in spring {page}."]
              for page in range(1, 7)]
     scan = write_scanned_pages(tmp_path / "minutes.pdf", lines)
-    workers.start("worker1", queues=("dagster",))
-    workers.start("worker2", queues=("dagster",))
+    workers.start("worker1")
+    workers.start("worker2")
     assert harness.cli("submit", str(scan), "--tenant", "acme").returncode == 0
     done = harness.cli("process", timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -211,9 +211,8 @@ def test_a_worker_that_cannot_embed_hands_the_files_back_and_process_exits_5_wit
     files. `process` gives the batch's files back to the queue uncounted and exits 5 with the worker's reason and
     what to run, instead of retrying them into dead letters or ending as if nothing were wrong."""
     env, workers = celery_env
-    env.update(INGESTION_EMBEDDING_QUEUE="")
     harness = FaultHarness(database_url, env, tmp_path / "faults")
-    workers.start("worker1", queues=("dagster",), INGESTION_EMBEDDING_DEVICE="cuda")
+    workers.start("worker1", INGESTION_EMBEDDING_DEVICE="cuda")
     assert harness.cli("submit", str(_notes(tmp_path, 1)[0]), "--tenant", "acme").returncode == 0
     done = harness.cli("process", timeout=600)
     assert done.returncode == 5, done.stdout[-3000:] + done.stderr[-3000:] + workers.log("worker1")[-3000:]
@@ -233,19 +232,18 @@ def test_a_worker_killed_after_keeping_its_chunk_part_costs_no_chunk_and_one_pro
     from ingestion_pipeline_tests.defs.test_big_documents import _manual
 
     env, workers = celery_env
-    env.update(INGESTION_UNIT_CHARACTERS="20000", INGESTION_CHUNK_PART_CHARACTERS="40000",
-               INGESTION_EMBEDDING_QUEUE="")
+    env.update(INGESTION_UNIT_CHARACTERS="20000", INGESTION_CHUNK_PART_CHARACTERS="40000")
     harness = FaultHarness(database_url, env, tmp_path / "faults")
     markers = tmp_path / "failpoints"
     markers.mkdir()
-    workers.start("worker1", queues=("dagster",), INGESTION_FAILPOINT="chunk.part_done",
+    workers.start("worker1", INGESTION_FAILPOINT="chunk.part_done",
                   INGESTION_ALLOW_FAILPOINTS="1", INGESTION_FAILPOINT_DIR=str(markers))
     manual = _manual(tmp_path / "manual.md")
     assert harness.cli("submit", str(manual), "--tenant", "acme", "--key", "manual").returncode == 0
     with _processing_until(env, markers, "chunk.part_done", "worker1 never kept a part") as process:
         [kept] = table(db, "SELECT part_number FROM staging_chunk_parts WHERE state = 'done'")
         workers.kill("worker1")
-        workers.start("worker2", queues=("dagster",))
+        workers.start("worker2")
         out, _ = process.communicate(timeout=900)
     assert process.returncode == 0, out[-3000:] + workers.log("worker2")[-3000:]
     [row] = table(db, "SELECT file_id, status, attempts, stats, dagster_run_id FROM ingestion_runs")

@@ -61,3 +61,16 @@ def test_the_retired_poll_setting_is_ignored_with_a_deprecation_message(monkeypa
     with caplog.at_level("WARNING", logger="ingestion_pipeline.executor"):
         _built()
     assert "INGESTION_CELERY_POLL_SECONDS is deprecated and no longer read" in caplog.text
+
+
+@pytest.mark.parametrize("raw", ["gpu", "not a queue!"])
+def test_the_retired_embedding_queue_setting_is_not_read_by_a_run_and_says_so(monkeypatch, caplog, raw):
+    """A run's process that still has INGESTION_EMBEDDING_QUEUE starts (its value is never parsed: the embedding
+    steps' queue is the definitions' constant) and is told what replaced it."""
+    monkeypatch.setenv("INGESTION_EXECUTOR", "celery")
+    monkeypatch.setenv("INGESTION_EMBEDDING_QUEUE", raw)
+    load_settings()
+    with caplog.at_level("WARNING", logger="ingestion_pipeline.executor"):
+        assert type(_built()).__name__ == "CeleryExecutor"
+    assert "INGESTION_EMBEDDING_QUEUE is deprecated and no longer read by a run" in caplog.text
+    assert "--queue embedding" in caplog.text

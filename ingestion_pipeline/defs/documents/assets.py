@@ -31,7 +31,7 @@ from ingestion_pipeline.defs.step_values import STEP_VALUES
 from ingestion_pipeline.documents.embedding import Embedder
 from ingestion_pipeline.documents.pipeline import DocumentPipeline, FileOutcome, batch_report
 from ingestion_pipeline.documents.steps.extract import WHOLE_FILES
-from ingestion_pipeline.runtime.executor import embedding_step_tags, ingestion_executor, job_executor_name
+from ingestion_pipeline.runtime.executor import EMBEDDING_STEP_TAGS, ingestion_executor, job_executor_name
 from ingestion_pipeline.runtime.steps import (
     failure_for,
     first_step_run,
@@ -386,7 +386,7 @@ document_embeddings = _spread_step(SpreadStep(
     assemble=lambda pipeline, key: pipeline.finish_embedding(key),
     whole=lambda pipeline, key: pipeline.embed_batch(key),
     items_name="shares", totals=("embedded", "embeddings_reused", "model_ms"),
-    pool=EMBEDDING_POOL, tags=embedding_step_tags(),
+    pool=EMBEDDING_POOL, tags=EMBEDDING_STEP_TAGS,
 ))
 
 

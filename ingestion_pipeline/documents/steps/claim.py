@@ -24,6 +24,15 @@ from ingestion_pipeline.documents.steps.runner import (
 
 # S3 objects downloaded at once by the fetch step (boto3 clients are thread-safe)
 _FETCH_CONCURRENCY = 4
+# Whether a claim that finds work loads the model while the files are extracted: this process may embed them. A
+# Celery worker that takes no embedding step (``ingestion-pipeline worker --queue dagster``) turns it off.
+_WARM_UP_THE_MODEL = True
+
+
+def warm_up_the_model_at_claim(on: bool) -> None:
+    """Whether this process's claims load the model ahead of the embedding step (on unless a worker says not)."""
+    global _WARM_UP_THE_MODEL
+    _WARM_UP_THE_MODEL = on
 
 
 def claim_batch(run: StepRunner, partition_key: str, *, replay_finished: bool = False,
@@ -55,11 +64,9 @@ def claim_batch(run: StepRunner, partition_key: str, *, replay_finished: bool = 
             outcomes = run.for_each(partition_key, functools.partial(_verify_raw, run), "fetch")
         finally:
             _discard_unused_downloads(run)
-    # files go on to be embedded: the model loads while they are extracted, unless the embedding steps run on
-    # Celery workers of their own queue (INGESTION_EMBEDDING_QUEUE: GPU hosts), where this process never embeds
-    executor = run.settings.executor
+    # files go on to be embedded: the model loads while they are extracted, unless this process never embeds
     going_on = any(o.status == STEP_DONE for o in outcomes)
-    if going_on and not (executor.executor == "celery" and executor.embedding_queue):
+    if going_on and _WARM_UP_THE_MODEL:
         run.embedder.warm_up()
     if going_on:  # the chunk step's language identifier, likewise (slow to load)
         languages.warm_up()
