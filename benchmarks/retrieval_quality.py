@@ -343,7 +343,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, default=None, help="the corpus's documents folder")
     parser.add_argument("--questions", type=Path, default=QUESTIONS)
-    parser.add_argument("--echo", type=Path, default=ECHO_QUESTIONS, help="the echo questions ('' for none)")
+    parser.add_argument("--echo", default=str(ECHO_QUESTIONS), help="the echo questions ('' for none)")
     parser.add_argument("--systems", default="ours,recipe,langchain,llamaindex")
     parser.add_argument("--data-dir", type=Path, help="keep the knowledge base here between runs")
     parser.add_argument("--tenant", default="retrieval", help="the knowledge base's tenant (default: retrieval)")
@@ -352,7 +352,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.disable(logging.INFO)
     globals()["TENANT"] = args.tenant
-    questions = load_sets(args.questions, args.echo if str(args.echo) else None)
+    questions = load_sets(args.questions, Path(args.echo) if args.echo.strip() else None)
     files = knowledge_base_files(args.corpus or default_corpus(), questions)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     from ingestion_pipeline.cli.bootstrap import bootstrap

@@ -216,6 +216,7 @@ class BatchSettings(_Area):
 class ChunkSettings(_Area):
     """Token budgets; the hard cap is further clamped to the model's own max sequence length."""
 
+    # chosen on the natural questions against 96, 128 and 256: benchmarks/retrieval_quality.py
     target_tokens: int = env("INGESTION_CHUNK_TARGET_TOKENS", "A chunk's target size, in the model's tokens.",
                              default=200)
     max_tokens: int = env("INGESTION_CHUNK_MAX_TOKENS", "A chunk's hard cap (further capped by the model's own).",

@@ -267,3 +267,27 @@ def test_a_sweep_killed_with_no_batch_after_it_is_finished_by_the_intake_service
     assert f"{left:,} promoted vector(s) put into their HNSW graph (0 still waiting)" in text
     assert {r["status"] for r in table(db, "SELECT status FROM ingestion_runs")} == {"succeeded"}
     assert invariant_violations(database_url) == []
+
+
+def test_a_process_killed_mid_embedding_leaves_its_pool_slot_to_the_janitor_of_the_next_process(
+        harness, database_url, db, corpus_dir):
+    """SIGKILL between two committed units of the embedding step: the dead run still holds its slot of the
+    `embedding` pool (dagster.yaml's limit), and no daemon runs beside `process` to free it. The next `process`'s
+    janitor marks the run failed and gives the slot back before it runs anything, and the file is finished."""
+    import dagster as dg
+
+    docs = corpus_dir / "documents"
+    assert harness.cli("submit", str(docs / "norwich-city.txt"), "--tenant", "acme").returncode == 0
+    assert harness.kill_process(point="embed.unit").reached
+    with dg.DagsterInstance.get() as instance:
+        held = instance.event_log_storage.get_concurrency_info("embedding").claimed_slots
+        [killed] = [r for r in instance.get_runs() if r.status == dg.DagsterRunStatus.STARTED]
+    assert [slot.run_id for slot in held] == [killed.run_id], held
+
+    result = harness.cli("process")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with dg.DagsterInstance.get() as instance:
+        assert instance.event_log_storage.get_concurrency_info("embedding").claimed_slots == []
+        assert instance.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
+    assert {r["status"] for r in table(db, "SELECT status FROM ingestion_runs")} == {"succeeded"}
+    assert invariant_violations(database_url) == []
