@@ -108,25 +108,33 @@ def worker_queues(asked: list[str] | None, retired_embedding_queue: str | None =
     ``embedding``, every step).
 
     ``retired_embedding_queue`` (the deprecated ``INGESTION_EMBEDDING_QUEUE``): the name a deployment once gave the
-    embedding steps' queue. Its workers keep the roles they had: ``--queue <that name>`` takes the embedding steps,
-    and a worker without ``--queue`` only the others."""
+    embedding steps' queue. Its workers keep the roles they had: ``--queue <that name>`` takes the embedding steps
+    (of ``embedding`` now, and of the old name still: the runs started before the upgrade sent theirs there), and a
+    worker without ``--queue`` only the others. A queue no step goes to is named in a warning."""
     from ingestion_pipeline.core.settings import QUEUE_NAME
     from ingestion_pipeline.runtime.executor import DEFAULT_QUEUE, EMBEDDING_QUEUE, RETIRED_QUEUE_VARIABLE
 
     old = (retired_embedding_queue or "").strip()
+    old = "" if old in (DEFAULT_QUEUE, EMBEDDING_QUEUE) else old  # its steps go where they always went
     default = [DEFAULT_QUEUE, EMBEDDING_QUEUE]
-    if old:
+    if (retired_embedding_queue or "").strip():
         print(f"warning: {RETIRED_QUEUE_VARIABLE} is deprecated: the embedding steps go to the queue "
-              f"'{EMBEDDING_QUEUE}'; start this worker with --queue {EMBEDDING_QUEUE} (it takes --queue {old} as that) "
-              f"or --queue {DEFAULT_QUEUE}, and unset it", file=sys.stderr, flush=True)
-        default = [DEFAULT_QUEUE] if old != DEFAULT_QUEUE else [DEFAULT_QUEUE, EMBEDDING_QUEUE]
+              f"'{EMBEDDING_QUEUE}'; start this worker with --queue {EMBEDDING_QUEUE}"
+              + (f" (it takes --queue {old} as that)" if old else "")
+              + f" or --queue {DEFAULT_QUEUE}, and unset it", file=sys.stderr, flush=True)
+        if old:
+            default = [DEFAULT_QUEUE]
     queues = [q.strip() for item in (asked or default) for q in item.split(",") if q.strip()]
     bad = [q for q in queues if not QUEUE_NAME.fullmatch(q)]
     if bad or not queues:
         raise ValueError(f"--queue takes Celery queue names (letters, digits, '.', '_', '-'), not {bad or asked!r}")
-    if old:  # the old name, the embedding steps' (with the others, where it was dagster's own)
-        queues = [name for q in queues for name in ((q, EMBEDDING_QUEUE) if q == old else (q,))
-                  if name != old or old == DEFAULT_QUEUE]
+    if old:
+        queues = [name for q in queues for name in ((q, EMBEDDING_QUEUE) if q == old else (q,))]
+    unused = [q for q in queues if q not in (DEFAULT_QUEUE, EMBEDDING_QUEUE, old)]
+    if unused:
+        print(f"warning: no step goes to the queue(s) {', '.join(unused)}: the embedding steps go to "
+              f"'{EMBEDDING_QUEUE}', every other step to '{DEFAULT_QUEUE}' (a GPU host's worker: --queue "
+              f"{EMBEDDING_QUEUE})", file=sys.stderr, flush=True)
     return list(dict.fromkeys(queues))
 
 

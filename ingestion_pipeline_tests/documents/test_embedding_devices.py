@@ -1,7 +1,8 @@
 """Where the model runs (``INGESTION_EMBEDDING_DEVICE``), on this machine, which has no GPU: ``cuda`` is a clear
 error naming what is missing, a decision judged on a GPU is run in float32 by a CPU host only when the probe
 check says its vectors are the GPU's, float16 is chosen by the same rules as the CPU precisions, and the
-embedding step can be sent to a Celery queue of its own. The CUDA path itself needs an NVIDIA GPU: not run here.
+embedding steps go to a Celery queue of their own, which a worker takes or not. The CUDA path itself needs an
+NVIDIA GPU: not run here.
 """
 
 
@@ -130,11 +131,18 @@ def test_the_embedding_steps_go_to_their_own_celery_queue_and_a_workers_queues_s
     assert worker_queues(["embedding"]) == ["embedding"]
     assert worker_queues(["embedding", "dagster,embedding"]) == ["embedding", "dagster"]
     assert capsys.readouterr().err == ""
-    # a deployment of the old variable: its GPU workers' --queue gpu embeds, its plain workers do not
-    assert worker_queues(["gpu"], "gpu") == ["embedding"]
+    # a deployment of the old variable: its GPU workers' --queue gpu embeds (and empties the old queue, where runs
+    # started before the upgrade sent their steps), its plain workers do not
+    assert worker_queues(["gpu"], "gpu") == ["gpu", "embedding"]
     assert worker_queues(None, "gpu") == ["dagster"]
-    assert worker_queues(["dagster,gpu"], " gpu ") == ["dagster", "embedding"]
+    assert worker_queues(["dagster,gpu"], " gpu ") == ["dagster", "gpu", "embedding"]
     assert worker_queues(None, "dagster") == ["dagster", "embedding"]  # its embedding steps were dagster's own
-    assert "INGESTION_EMBEDDING_QUEUE is deprecated" in capsys.readouterr().err
+    assert worker_queues(["embedding"], "embedding") == ["embedding"]  # the old name was already the new one
+    assert worker_queues(["dagster,embedding"], "embedding") == ["dagster", "embedding"]
+    said = capsys.readouterr().err
+    assert "INGESTION_EMBEDDING_QUEUE is deprecated" in said and "no step goes to" not in said
+    # a GPU host's worker upgraded without the variable: its queue now takes nothing, and it says so
+    assert worker_queues(["gpu"]) == ["gpu"]
+    assert "no step goes to the queue(s) gpu" in capsys.readouterr().err
     with pytest.raises(ValueError, match="--queue takes Celery queue names"):
         worker_queues(["gpu; rm -rf /"])
