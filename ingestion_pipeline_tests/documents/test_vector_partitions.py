@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import psycopg
+import pytest
 
 from ingestion_pipeline.core.db import connect
 from ingestion_pipeline.core.migrations import apply_migrations
@@ -88,6 +89,7 @@ def _index_names(conn) -> dict[str, bool]:
         "WHERE c.relname LIKE 'chunk\\_embeddings%%hnsw%%'")}
 
 
+@pytest.mark.integration  # two databases migrated and a 5,001-vector graph built: ~20 s, the fast tier's longest
 def test_a_database_of_shared_graphs_upgrades_to_a_graph_per_large_tenant(pg_server_url, tmp_path, monkeypatch,
                                                                          capsys):
     from ingestion_pipeline.cli import main
